@@ -1,0 +1,20 @@
+//! Compiles proto/omicos/v1 with protox (no system protoc) and writes the
+//! file descriptor set for gRPC reflection.
+use prost::Message;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    let files = ["common.proto", "orchestrator.proto", "tool_runner.proto", "provider.proto"]
+        .map(|f| root.join("omicos/v1").join(f));
+    for f in &files {
+        println!("cargo:rerun-if-changed={}", f.display());
+    }
+    let fds = protox::compile(&files, [&root])?;
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(out.join("omicos_descriptor.bin"), fds.encode_to_vec())?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
+    Ok(())
+}

@@ -1,0 +1,107 @@
+//! Hosting a gRPC service: health (NOT_SERVING until ready, NOT_SERVING again
+//! when draining), reflection v1 and v1alpha, and a drain bounded by the grace period.
+
+use crate::Shutdown;
+use std::net::SocketAddr;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::Router;
+use tonic_health::server::HealthReporter;
+
+/// Options for [`Host`].
+#[derive(Clone, Debug)]
+pub struct HostOptions {
+    /// Name used in logs.
+    pub name: &'static str,
+    /// The gRPC service names to report in health (e.g. `omicos.v1.ToolRunner`).
+    pub services: Vec<&'static str>,
+}
+
+/// The health and reflection services of one gRPC server, and its lifecycle.
+pub struct Host {
+    opts: HostOptions,
+    reporter: HealthReporter,
+}
+
+impl Host {
+    /// A host whose health starts NOT_SERVING.
+    pub async fn new(opts: HostOptions) -> Self {
+        let reporter = HealthReporter::new();
+        for s in &opts.services {
+            reporter.set_service_status(*s, tonic_health::ServingStatus::NotServing).await;
+        }
+        reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
+        Self { opts, reporter }
+    }
+
+    /// The reporter, to flip health when dependencies come and go.
+    pub fn reporter(&self) -> HealthReporter {
+        self.reporter.clone()
+    }
+
+    /// A tonic server builder with health and reflection already added.
+    pub fn router(&self) -> Router {
+        let v1 = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(omicos_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .expect("embedded descriptor set is valid");
+        let v1alpha = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(omicos_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1alpha()
+            .expect("embedded descriptor set is valid");
+        tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(std::time::Duration::from_secs(20)))
+            .add_service(tonic_health::pb::health_server::HealthServer::new(
+                tonic_health::server::HealthService::from_health_reporter(self.reporter.clone()),
+            ))
+            .add_service(v1)
+            .add_service(v1alpha)
+    }
+
+    /// Marks every service SERVING.
+    pub async fn set_serving(&self) {
+        set_all(&self.reporter, &self.opts.services, tonic_health::ServingStatus::Serving).await;
+    }
+
+    /// Serves `router` on `listener` until the drain ends. Health flips to
+    /// NOT_SERVING when the drain starts; in-flight RPCs get the grace period.
+    pub async fn serve(self, router: Router, listener: TcpListener, shutdown: Shutdown) -> std::io::Result<()> {
+        let addr: Option<SocketAddr> = listener.local_addr().ok();
+        let reporter = self.reporter.clone();
+        let services = self.opts.services.clone();
+        let name = self.opts.name;
+        let sd = shutdown.clone();
+        let signal = async move {
+            sd.draining().await;
+            set_all(&reporter, &services, tonic_health::ServingStatus::NotServing).await;
+            tracing::info!(service = name, "draining");
+        };
+        let incoming = TcpListenerStream::new(listener);
+        tracing::info!(service = name, ?addr, "serving");
+        let serve = router.serve_with_incoming_shutdown(incoming, signal);
+        tokio::pin!(serve);
+        tokio::select! {
+            r = &mut serve => r.map_err(std::io::Error::other),
+            _ = async { shutdown.draining().await; tokio::time::sleep(shutdown.grace() + std::time::Duration::from_millis(500)).await } => {
+                tracing::warn!(service = name, "grace period over: dropping remaining connections");
+                Ok(())
+            }
+        }
+    }
+}
+
+async fn set_all(reporter: &HealthReporter, services: &[&'static str], status: tonic_health::ServingStatus) {
+    for s in services {
+        reporter.set_service_status(*s, status).await;
+    }
+    reporter.set_service_status("", status).await;
+}
+
+/// Binds a TCP listener, with a message that names the address on failure.
+pub async fn bind(addr: &str) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
+}

@@ -1,0 +1,81 @@
+//! The conversation store: a session's metadata, its messages in OpenAI shape,
+//! and its event log keyed by the gap-free `event_seq`, so that `Attach` works
+//! after a restart and any orchestrator replica can serve any session.
+//!
+//! [`MemoryStore`] keeps everything in process (tests, embedded use without
+//! persistence). SQL backends implement the same trait.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub mod memory;
+pub use memory::MemoryStore;
+
+/// A session's metadata.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct SessionMeta {
+    /// The id.
+    pub id: String,
+    /// A title (the first user message, shortened).
+    pub title: String,
+    /// The active agent.
+    pub agent: String,
+    /// The team.
+    pub team_members: Vec<String>,
+    /// Unix ms.
+    pub created_ms: i64,
+    /// Unix ms.
+    pub last_active_ms: i64,
+}
+
+/// A store failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The session does not exist.
+    #[error("session {0} not found")]
+    NotFound(String),
+    /// The backend failed.
+    #[error("conversation store: {0}")]
+    Backend(String),
+}
+
+/// Result alias.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// The conversation store. Every write is atomic: a crash loses at most the
+/// write in progress.
+#[async_trait]
+pub trait SessionStore: Send + Sync + 'static {
+    /// Creates a session (error if it exists is not required: upsert metadata).
+    async fn put_session(&self, meta: &SessionMeta) -> StoreResult<()>;
+    /// A session's metadata.
+    async fn get_session(&self, id: &str) -> StoreResult<Option<SessionMeta>>;
+    /// Sessions, most recently active first.
+    async fn list_sessions(&self, limit: usize) -> StoreResult<Vec<SessionMeta>>;
+    /// Deletes a session with its messages and events. False if it did not exist.
+    async fn delete_session(&self, id: &str) -> StoreResult<bool>;
+    /// Appends messages (OpenAI chat shape) and bumps last_active.
+    async fn append_messages(&self, id: &str, messages: &[Value]) -> StoreResult<()>;
+    /// All messages of a session, in order.
+    async fn messages(&self, id: &str) -> StoreResult<Vec<Value>>;
+    /// Appends one event. `seq` must be last_seq + 1; otherwise an error.
+    async fn append_event(&self, id: &str, seq: u64, event: &[u8]) -> StoreResult<()>;
+    /// Events with seq > since, in order.
+    async fn events_since(&self, id: &str, since: u64) -> StoreResult<Vec<(u64, Vec<u8>)>>;
+    /// The latest event seq (0 when none).
+    async fn last_seq(&self, id: &str) -> StoreResult<u64>;
+    /// Takes the session's turn lease for `owner` for `ttl_ms`; false if another owner holds a live lease.
+    async fn try_lease_turn(&self, id: &str, owner: &str, ttl_ms: i64) -> StoreResult<bool>;
+    /// Releases the lease if `owner` holds it.
+    async fn release_turn(&self, id: &str, owner: &str) -> StoreResult<()>;
+}
+
+/// Unix milliseconds now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+

@@ -1,0 +1,107 @@
+//! An in-process store.
+
+use crate::{SessionMeta, SessionStore, StoreError, StoreResult, now_ms};
+use async_trait::async_trait;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+#[derive(Default)]
+struct Entry {
+    meta: SessionMeta,
+    messages: Vec<Value>,
+    events: Vec<Vec<u8>>,
+    lease: Option<(String, i64)>,
+}
+
+/// Keeps sessions in memory; lost when the process ends.
+#[derive(Default)]
+pub struct MemoryStore {
+    sessions: Mutex<HashMap<String, Entry>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+#[async_trait]
+impl SessionStore for MemoryStore {
+    async fn put_session(&self, meta: &SessionMeta) -> StoreResult<()> {
+        let mut s = self.sessions.lock().unwrap();
+        s.entry(meta.id.clone()).or_default().meta = meta.clone();
+        Ok(())
+    }
+    async fn get_session(&self, id: &str) -> StoreResult<Option<SessionMeta>> {
+        Ok(self.sessions.lock().unwrap().get(id).map(|e| e.meta.clone()))
+    }
+    async fn list_sessions(&self, limit: usize) -> StoreResult<Vec<SessionMeta>> {
+        let s = self.sessions.lock().unwrap();
+        let mut v: Vec<_> = s.values().map(|e| e.meta.clone()).collect();
+        v.sort_by(|a, b| b.last_active_ms.cmp(&a.last_active_ms));
+        v.truncate(limit);
+        Ok(v)
+    }
+    async fn delete_session(&self, id: &str) -> StoreResult<bool> {
+        Ok(self.sessions.lock().unwrap().remove(id).is_some())
+    }
+    async fn append_messages(&self, id: &str, messages: &[Value]) -> StoreResult<()> {
+        let mut s = self.sessions.lock().unwrap();
+        let e = s.get_mut(id).ok_or_else(|| StoreError::NotFound(id.into()))?;
+        e.messages.extend_from_slice(messages);
+        e.meta.last_active_ms = now_ms();
+        Ok(())
+    }
+    async fn messages(&self, id: &str) -> StoreResult<Vec<Value>> {
+        let s = self.sessions.lock().unwrap();
+        Ok(s.get(id).map(|e| e.messages.clone()).unwrap_or_default())
+    }
+    async fn append_event(&self, id: &str, seq: u64, event: &[u8]) -> StoreResult<()> {
+        let mut s = self.sessions.lock().unwrap();
+        let e = s.get_mut(id).ok_or_else(|| StoreError::NotFound(id.into()))?;
+        if seq != e.events.len() as u64 + 1 {
+            return Err(StoreError::Backend(format!("event seq {seq} out of order (last {})", e.events.len())));
+        }
+        e.events.push(event.to_vec());
+        Ok(())
+    }
+    async fn events_since(&self, id: &str, since: u64) -> StoreResult<Vec<(u64, Vec<u8>)>> {
+        let s = self.sessions.lock().unwrap();
+        Ok(s.get(id)
+            .map(|e| {
+                e.events
+                    .iter()
+                    .enumerate()
+                    .skip(since as usize)
+                    .map(|(i, b)| (i as u64 + 1, b.clone()))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+    async fn last_seq(&self, id: &str) -> StoreResult<u64> {
+        Ok(self.sessions.lock().unwrap().get(id).map(|e| e.events.len() as u64).unwrap_or(0))
+    }
+    async fn try_lease_turn(&self, id: &str, owner: &str, ttl_ms: i64) -> StoreResult<bool> {
+        let mut s = self.sessions.lock().unwrap();
+        let e = s.get_mut(id).ok_or_else(|| StoreError::NotFound(id.into()))?;
+        let now = now_ms();
+        match &e.lease {
+            Some((o, until)) if o != owner && *until > now => Ok(false),
+            _ => {
+                e.lease = Some((owner.into(), now + ttl_ms));
+                Ok(true)
+            }
+        }
+    }
+    async fn release_turn(&self, id: &str, owner: &str) -> StoreResult<()> {
+        let mut s = self.sessions.lock().unwrap();
+        if let Some(e) = s.get_mut(id)
+            && e.lease.as_ref().is_some_and(|(o, _)| o == owner)
+        {
+            e.lease = None;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,121 @@
+//! Workspace path confinement: no path may resolve outside the workspace,
+//! through `..`, an absolute path, or a symlink.
+
+use std::path::{Component, Path, PathBuf};
+
+/// A path that would leave the workspace, or cannot be checked.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum ConfineError {
+    /// The path resolves outside the workspace.
+    #[error("path `{0}` is outside the workspace")]
+    Escapes(String),
+    /// The path is not usable (NUL byte, workspace missing).
+    #[error("path `{path}` is not usable: {why}")]
+    Invalid {
+        /// The path as given.
+        path: String,
+        /// Why.
+        why: String,
+    },
+}
+
+/// Resolves `user_path` (relative to `root`, or absolute inside it) to a real
+/// path inside `root`. Symlinks are followed for every existing component, so
+/// a link that points out of the workspace is refused. The path need not exist.
+pub fn confine_path(root: &Path, user_path: &str) -> Result<PathBuf, ConfineError> {
+    if user_path.contains('\0') {
+        return Err(ConfineError::Invalid { path: user_path.escape_debug().to_string(), why: "contains a NUL byte".into() });
+    }
+    let root = root.canonicalize().map_err(|e| ConfineError::Invalid {
+        path: root.display().to_string(),
+        why: format!("workspace cannot be resolved: {e}"),
+    })?;
+    let given = Path::new(user_path);
+    let joined = if given.is_absolute() { given.to_path_buf() } else { root.join(given) };
+    // Lexical normalization first: `a/../../x` must not pass even if `a` is missing.
+    let mut lexical = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            Component::ParentDir => {
+                if !lexical.pop() {
+                    return Err(ConfineError::Escapes(user_path.into()));
+                }
+            }
+            Component::CurDir => {}
+            other => lexical.push(other),
+        }
+    }
+    if !lexical.starts_with(&root) {
+        return Err(ConfineError::Escapes(user_path.into()));
+    }
+    // Then resolve symlinks of the deepest existing ancestor.
+    let mut existing = lexical.clone();
+    let mut rest = Vec::new();
+    while !existing.exists() && existing.symlink_metadata().is_err() {
+        match existing.file_name() {
+            Some(name) => {
+                rest.push(name.to_owned());
+                existing.pop();
+            }
+            None => break,
+        }
+    }
+    let mut resolved = existing.canonicalize().map_err(|_| {
+        // A dangling symlink: refuse, since we cannot tell where it points.
+        ConfineError::Escapes(user_path.into())
+    })?;
+    for name in rest.iter().rev() {
+        resolved.push(name);
+    }
+    if resolved.starts_with(&root) {
+        Ok(resolved)
+    } else {
+        Err(ConfineError::Escapes(user_path.into()))
+    }
+}
+
+/// The workspace-relative form of a confined path, for messages.
+pub fn relative_to(root: &Path, path: &Path) -> String {
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    path.strip_prefix(&root).map(|p| p.display().to_string()).unwrap_or_else(|_| path.display().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ws() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("omicos-confine-{}-{}", std::process::id(), rand_id()));
+        std::fs::create_dir_all(d.join("sub")).unwrap();
+        d
+    }
+    fn rand_id() -> u64 {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        N.fetch_add(1, Ordering::Relaxed)
+    }
+
+    #[test]
+    fn inside_paths_resolve() {
+        let w = ws();
+        let canon = w.canonicalize().unwrap();
+        assert_eq!(confine_path(&w, "sub/new.txt").unwrap(), canon.join("sub/new.txt"));
+        assert_eq!(confine_path(&w, "sub/../a/b").unwrap(), canon.join("a/b"));
+        assert_eq!(confine_path(&w, "").unwrap(), canon);
+        assert_eq!(confine_path(&w, canon.join("x").to_str().unwrap()).unwrap(), canon.join("x"));
+    }
+
+    #[test]
+    fn escapes_are_refused() {
+        let w = ws();
+        for p in ["../../etc/passwd", "/etc/passwd", "sub/../../x", "missing/../../../x"] {
+            assert!(matches!(confine_path(&w, p), Err(ConfineError::Escapes(_))), "{p}");
+        }
+        std::os::unix::fs::symlink("/etc", w.join("link")).unwrap();
+        assert!(matches!(confine_path(&w, "link/passwd"), Err(ConfineError::Escapes(_))));
+        assert!(matches!(confine_path(&w, "link"), Err(ConfineError::Escapes(_))));
+        std::os::unix::fs::symlink("sub", w.join("inner")).unwrap();
+        assert!(confine_path(&w, "inner/f").is_ok());
+        assert!(confine_path(&w, "a\0b").is_err());
+    }
+}

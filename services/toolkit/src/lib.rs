@@ -1,0 +1,18 @@
+//! The tool provider contract shared by the tool-runner and every provider
+//! service: tool specs and risk, the call context, the in-process
+//! [`Provider`] trait, the gRPC adapters around it (serve a provider, call a
+//! remote one), self-registration with the registry, toolset groups, and
+//! workspace path confinement.
+
+pub mod confine;
+pub mod provider;
+pub mod registration;
+pub mod remote;
+pub mod server;
+pub mod spec;
+pub mod toolsets;
+
+pub use confine::{ConfineError, confine_path};
+pub use provider::{CallCtx, EventSink, Provider, ProviderEvent, ToolError};
+pub use spec::{ToolSpecBuilder, tool};
+pub use omicos_proto::{Risk, ToolOutputChunk, ToolProgress, ToolSpec};

@@ -1,0 +1,61 @@
+//! Self-registration of a provider instance with the registry: register,
+//! heartbeat, register again when forgotten, deregister on shutdown.
+
+use omicos_proto::{DeregisterRequest, HeartbeatRequest, ProviderInstance, RegisterRequest, registry_client::RegistryClient};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Keeps `instance` registered at `registry` until `shutdown` fires, then deregisters.
+pub async fn keep_registered(registry: String, instance: ProviderInstance, ttl_seconds: u32, shutdown: CancellationToken) {
+    let mut registered = false;
+    let mut interval = Duration::from_secs(1);
+    loop {
+        let client = tonic::transport::Endpoint::from_shared(registry.clone()).map(|e| e.connect_timeout(Duration::from_secs(2)));
+        let Ok(endpoint) = client else {
+            tracing::error!(%registry, "registry endpoint is not a URL; not registering");
+            return;
+        };
+        if let Ok(ch) = endpoint.connect().await {
+            let mut c = RegistryClient::new(ch);
+            loop {
+                let ok = if registered {
+                    match c.heartbeat(HeartbeatRequest { instance_id: instance.instance_id.clone() }).await {
+                        Ok(r) => {
+                            registered = r.into_inner().known;
+                            true
+                        }
+                        Err(_) => false,
+                    }
+                } else {
+                    match c.register(RegisterRequest { instance: Some(instance.clone()), ttl_seconds }).await {
+                        Ok(r) => {
+                            let r = r.into_inner();
+                            registered = true;
+                            interval = Duration::from_secs(r.heartbeat_seconds.max(1) as u64);
+                            tracing::info!(%registry, provider = %instance.provider, "registered");
+                            continue;
+                        }
+                        Err(e) => {
+                            tracing::warn!(%registry, error = %e.message(), "register failed");
+                            false
+                        }
+                    }
+                };
+                if !ok {
+                    break;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(interval) => {}
+                    _ = shutdown.cancelled() => {
+                        let _ = c.deregister(DeregisterRequest { instance_id: instance.instance_id.clone() }).await;
+                        return;
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = shutdown.cancelled() => return,
+        }
+    }
+}

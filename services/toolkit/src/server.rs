@@ -1,0 +1,149 @@
+//! Serves any [`Provider`] as an `omicos.v1.ToolProvider` gRPC service.
+
+use crate::provider::{CallCtx, EventSink, Provider, ProviderEvent, ToolError};
+use omicos_proto::{
+    CallToolEvent, CallToolRequest, DescribeRequest, DescribeResponse, ProviderResult, call_tool_event,
+    tool_provider_server::{ToolProvider, ToolProviderServer},
+};
+use std::{path::PathBuf, pin::Pin, sync::Arc};
+use tokio::sync::mpsc;
+use tokio_stream::{Stream, wrappers::ReceiverStream};
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+/// The gRPC face of a provider.
+pub struct ProviderService<P: Provider> {
+    provider: Arc<P>,
+    workspace: PathBuf,
+    shutdown: CancellationToken,
+}
+
+impl<P: Provider> ProviderService<P> {
+    /// Wraps `provider`. `workspace` is used when a call carries none;
+    /// `shutdown` cancels running calls when the service stops.
+    pub fn new(provider: Arc<P>, workspace: PathBuf, shutdown: CancellationToken) -> Self {
+        Self { provider, workspace, shutdown }
+    }
+
+    /// The tonic server for it.
+    pub fn into_server(self) -> ToolProviderServer<Self> {
+        ToolProviderServer::new(self)
+            .max_decoding_message_size(64 << 20)
+            .max_encoding_message_size(64 << 20)
+    }
+}
+
+/// Encodes a provider outcome for the wire.
+pub fn encode_result(r: Result<serde_json::Value, ToolError>) -> ProviderResult {
+    match r {
+        Ok(v) => ProviderResult { is_error: false, value_json: v.to_string() },
+        Err(e) => ProviderResult { is_error: true, value_json: serde_json::Value::String(e.to_string()).to_string() },
+    }
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<CallToolEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl<P: Provider> ToolProvider for ProviderService<P> {
+    async fn describe(&self, _req: Request<DescribeRequest>) -> Result<Response<DescribeResponse>, Status> {
+        let name = self.provider.name().to_owned();
+        let tools = self
+            .provider
+            .tools()
+            .into_iter()
+            .map(|mut t| {
+                if t.provider.is_empty() {
+                    t.provider = name.clone();
+                }
+                t
+            })
+            .collect();
+        Ok(Response::new(DescribeResponse {
+            provider: name,
+            tools,
+            session_affinity: self.provider.session_affinity(),
+        }))
+    }
+
+    type CallToolStream = EventStream;
+
+    async fn call_tool(&self, req: Request<CallToolRequest>) -> Result<Response<Self::CallToolStream>, Status> {
+        let span = tracing::info_span!("provider.call_tool", tool_name = tracing::field::Empty, status = tracing::field::Empty);
+        omicos_servicekit::telemetry::set_parent_from(&span, req.metadata());
+        let req = req.into_inner();
+        span.record("tool_name", req.tool.as_str());
+        let args: serde_json::Value = serde_json::from_str(&req.arguments_json)
+            .map_err(|e| Status::invalid_argument(format!("arguments_json is not JSON: {e}")))?;
+        let c = req.context.unwrap_or_default();
+        let cancel = self.shutdown.child_token();
+        let (ev_tx, mut ev_rx) = mpsc::channel::<ProviderEvent>(256);
+        let ctx = CallCtx {
+            call_id: c.call_id,
+            session_id: c.session_id,
+            agent_id: c.agent_id,
+            user_modified: c.user_modified,
+            scope: if c.scope.is_empty() { "workspace".into() } else { c.scope },
+            workspace: if c.workspace.is_empty() { self.workspace.clone() } else { PathBuf::from(c.workspace) },
+            events: EventSink::new(ev_tx),
+            cancel: cancel.clone(),
+        };
+        let (out_tx, out_rx) = mpsc::channel::<Result<CallToolEvent, Status>>(256);
+        let provider = self.provider.clone();
+        let tool = req.tool;
+        tokio::spawn(async move {
+            let _enter = span.enter();
+            drop(_enter);
+            let run = {
+                let provider = provider.clone();
+                let tool = tool.clone();
+                let ctx = ctx.clone();
+                async move {
+                    provider.validate_input(&tool, &args, &ctx)?;
+                    provider.call(&tool, args, ctx).await
+                }
+            };
+            // The provider runs in its own task so that a panic becomes an error result.
+            let mut handle = tokio::spawn(run);
+            drop(ctx);
+            let outcome = loop {
+                tokio::select! {
+                    ev = ev_rx.recv() => {
+                        if let Some(ev) = ev {
+                            let msg = match ev {
+                                ProviderEvent::Progress(p) => call_tool_event::Event::Progress(p),
+                                ProviderEvent::Output(o) => call_tool_event::Event::Output(o),
+                            };
+                            if out_tx.send(Ok(CallToolEvent { event: Some(msg) })).await.is_err() {
+                                cancel.cancel();
+                            }
+                        }
+                    }
+                    r = &mut handle => break r,
+                    _ = out_tx.closed() => {
+                        // The runner dropped the stream: stop the call.
+                        cancel.cancel();
+                        break (&mut handle).await;
+                    }
+                }
+            };
+            // Drain the events produced before the result.
+            while let Ok(ev) = ev_rx.try_recv() {
+                let msg = match ev {
+                    ProviderEvent::Progress(p) => call_tool_event::Event::Progress(p),
+                    ProviderEvent::Output(o) => call_tool_event::Event::Output(o),
+                };
+                let _ = out_tx.send(Ok(CallToolEvent { event: Some(msg) })).await;
+            }
+            let result = match outcome {
+                Ok(r) => r,
+                Err(join) if join.is_panic() => Err(ToolError::failed(format!("the {tool} tool crashed (panic); the provider is still running"))),
+                Err(_) => Err(ToolError::Cancelled),
+            };
+            span.record("status", if result.is_ok() { "done" } else { "error" });
+            let _ = out_tx
+                .send(Ok(CallToolEvent { event: Some(call_tool_event::Event::Result(encode_result(result))) }))
+                .await;
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(out_rx))))
+    }
+}

@@ -1,0 +1,71 @@
+//! Toolset groups: the coarse names agent files use, expanded into tool names.
+
+/// Toolset → tool names. A name ending in `__*` matches every tool with that prefix.
+pub const TOOLSET_GROUPS: &[(&str, &[&str])] = &[
+    (
+        "integrated_notebook",
+        &["run_python_code", "kernel_install", "notebook__*", "registry_lookup"],
+    ),
+    ("web", &["web_search", "web_fetch"]),
+    (
+        "file_manager",
+        &[
+            "file_manager__list",
+            "file_manager__read",
+            "file_manager__write",
+            "file_manager__edit",
+            "file_manager__glob",
+            "file_manager__grep",
+        ],
+    ),
+    ("shell", &["shell"]),
+    ("memory", &["memory__*"]),
+    ("pdf", &["pdf__*"]),
+    ("image_gen", &["image_gen__*"]),
+    ("think", &["think"]),
+    ("task", &["task__*"]),
+    ("plan", &["plan"]),
+    ("skill", &["skill", "skill_resource", "skill_lookup"]),
+    ("team", &["call_agent", "list_agents"]),
+    // The names the original design used for parts of integrated_notebook.
+    ("python", &["run_python_code", "kernel_install"]),
+    ("notebook", &["notebook__*"]),
+    ("omicverse_lookup", &["registry_lookup"]),
+];
+
+/// The patterns of a toolset, or None when the name is unknown.
+pub fn group(name: &str) -> Option<&'static [&'static str]> {
+    TOOLSET_GROUPS.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+}
+
+/// Whether `tool` matches a pattern of a group.
+pub fn matches(pattern: &str, tool: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => tool.starts_with(prefix),
+        None => pattern == tool,
+    }
+}
+
+/// Whether `tool` is in any of `toolsets` (empty: every tool).
+pub fn in_toolsets(toolsets: &[String], tool: &str) -> bool {
+    toolsets.is_empty()
+        || toolsets
+            .iter()
+            .filter_map(|t| group(t))
+            .any(|g| g.iter().any(|p| matches(p, tool)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expansion() {
+        let ts = vec!["memory".to_string(), "web".to_string()];
+        assert!(in_toolsets(&ts, "memory__save"));
+        assert!(in_toolsets(&ts, "web_fetch"));
+        assert!(!in_toolsets(&ts, "shell"));
+        assert!(in_toolsets(&[], "shell"));
+        assert!(group("nope").is_none());
+    }
+}
