@@ -5,6 +5,7 @@
 //! workspace path confinement.
 
 pub mod confine;
+pub mod hosting;
 pub mod provider;
 pub mod registration;
 pub mod remote;
@@ -13,6 +14,7 @@ pub mod spec;
 pub mod toolsets;
 
 pub use confine::{ConfineError, confine_path};
+pub use hosting::{ProviderHosting, serve_provider};
 pub use provider::{CallCtx, EventSink, Provider, ProviderEvent, ToolError};
 pub use spec::{ToolSpecBuilder, tool};
 pub use omicos_proto::{Risk, ToolOutputChunk, ToolProgress, ToolSpec};

@@ -1,0 +1,69 @@
+//! Running a provider as its own gRPC service: health, reflection,
+//! `omicos.v1.ToolProvider`, and self-registration with the registry.
+
+use crate::{provider::Provider, registration::keep_registered, server::ProviderService};
+use omicos_proto::ProviderInstance;
+use omicos_servicekit::{Host, HostOptions, Shutdown};
+use std::{path::PathBuf, sync::Arc};
+use tokio::net::TcpListener;
+
+/// Where and how a provider service runs.
+#[derive(Clone, Debug)]
+pub struct ProviderHosting {
+    /// The registry to announce to (`http://127.0.0.1:7002`); None: do not register.
+    pub registry: Option<String>,
+    /// The endpoint to announce; None: `http://<listener address>`.
+    pub advertise: Option<String>,
+    /// Workspace root (used when a call carries none).
+    pub workspace: PathBuf,
+    /// Registry TTL in seconds (0: the registry's default).
+    pub ttl_seconds: u32,
+}
+
+/// Serves `provider` on `listener` until `shutdown` drains.
+pub async fn serve_provider<P: Provider>(
+    provider: Arc<P>,
+    listener: TcpListener,
+    hosting: ProviderHosting,
+    shutdown: Shutdown,
+) -> std::io::Result<()> {
+    let addr = listener.local_addr()?;
+    let host = Host::new(HostOptions { name: "provider", services: vec!["omicos.v1.ToolProvider"] }).await;
+    let service = ProviderService::new(provider.clone(), hosting.workspace.clone(), shutdown.streams_token());
+    let tools = service_tools(provider.as_ref());
+    let router = host.router().add_service(service.into_server());
+    host.set_serving().await;
+    if let Some(registry) = hosting.registry.clone() {
+        let endpoint = hosting.advertise.clone().unwrap_or_else(|| format!("http://{addr}"));
+        let instance = ProviderInstance {
+            instance_id: format!("{}-{}", provider.name(), uuid::Uuid::new_v4().simple()),
+            provider: provider.name().into(),
+            endpoint,
+            tools,
+            session_affinity: provider.session_affinity(),
+            static_entry: false,
+            last_seen_ms: 0,
+        };
+        let stop = tokio_util::sync::CancellationToken::new();
+        let stop2 = stop.clone();
+        let sd = shutdown.clone();
+        tokio::spawn(async move {
+            sd.draining().await;
+            stop2.cancel();
+        });
+        tokio::spawn(keep_registered(registry, instance, hosting.ttl_seconds, stop));
+    }
+    host.serve(router, listener, shutdown).await
+}
+
+fn service_tools<P: Provider>(p: &P) -> Vec<omicos_proto::ToolSpec> {
+    p.tools()
+        .into_iter()
+        .map(|mut t| {
+            if t.provider.is_empty() {
+                t.provider = p.name().into();
+            }
+            t
+        })
+        .collect()
+}
