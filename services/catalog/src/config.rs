@@ -1,0 +1,184 @@
+//! Where the catalog reads from, and the deployment's tier.
+
+use crate::tier::Tier;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The catalog section of a service's config file (`OMICOS_...` overrides per
+/// key, see `omicos_servicekit::load_config`). Empty paths mean the defaults.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// The deployment's subscription tier: community, pro_agent, pro_cloud, lab, enterprise.
+    pub tier: String,
+    /// The agent catalog cache; empty: `~/.omicos/cloud-agents/agents`.
+    pub agent_cache_dir: String,
+    /// The skill catalog cache; empty: `~/.omicos/cloud-skills/skills`.
+    pub skill_cache_dir: String,
+    /// Extra skill roots, searched after `OMICOS_SKILL_ROOTS` and before the cache.
+    pub skill_roots: Vec<String>,
+    /// Whether the built-in agents shipped with omicos are offered.
+    pub builtin_agents: bool,
+    /// Quiet time after a file change before the catalog reloads.
+    pub watch_debounce_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            tier: "community".into(),
+            agent_cache_dir: String::new(),
+            skill_cache_dir: String::new(),
+            skill_roots: Vec::new(),
+            builtin_agents: true,
+            watch_debounce_ms: 300,
+        }
+    }
+}
+
+/// A config value that cannot be used.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ConfigError {
+    /// `tier` is not a tier.
+    #[error("catalog config `tier`: {0}")]
+    Tier(#[from] crate::tier::UnknownTier),
+}
+
+/// Everything [`crate::Catalog::load`] needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CatalogConfig {
+    /// The workspace root (`agents/`, `skills/`, `.omicos/...` live under it).
+    pub workspace: PathBuf,
+    /// The deployment's tier.
+    pub tier: Tier,
+    /// The agent catalog cache; None: not read.
+    pub agent_cache_dir: Option<PathBuf>,
+    /// Skill roots before the cache, highest priority first (`OMICOS_SKILL_ROOTS`, config).
+    pub skill_roots: Vec<PathBuf>,
+    /// The skill catalog cache; None: not read.
+    pub skill_cache_dir: Option<PathBuf>,
+    /// Offer the built-in agents.
+    pub builtin_agents: bool,
+    /// Quiet time after a file change before [`crate::Catalog::watch`] reloads.
+    pub watch_debounce: std::time::Duration,
+}
+
+fn home_default(rel: &str) -> Option<PathBuf> {
+    dirs::home_dir().map(|h| h.join(rel))
+}
+
+fn non_empty(p: &str) -> Option<PathBuf> {
+    let p = p.trim();
+    (!p.is_empty()).then(|| expand_home(p))
+}
+
+/// `~/x` → `$HOME/x`, so config files can be shared between users.
+fn expand_home(p: &str) -> PathBuf {
+    match (p.strip_prefix("~/"), dirs::home_dir()) {
+        (Some(rest), Some(home)) => home.join(rest),
+        _ => PathBuf::from(p),
+    }
+}
+
+impl CatalogConfig {
+    /// Defaults for `workspace` at `tier`: the home-directory caches, no extra
+    /// skill roots, the built-in agents.
+    pub fn new(workspace: impl Into<PathBuf>, tier: Tier) -> Self {
+        Self {
+            workspace: workspace.into(),
+            tier,
+            agent_cache_dir: home_default(".omicos/cloud-agents/agents"),
+            skill_roots: Vec::new(),
+            skill_cache_dir: home_default(".omicos/cloud-skills/skills"),
+            builtin_agents: true,
+            watch_debounce: std::time::Duration::from_millis(300),
+        }
+    }
+
+    /// From a config section and the environment: `OMICOS_SKILL_ROOTS`
+    /// (colon-separated) comes first among the skill roots.
+    pub fn from_config(workspace: impl Into<PathBuf>, cfg: &Config, env: &[(String, String)]) -> Result<Self, ConfigError> {
+        let tier: Tier = cfg.tier.parse()?;
+        let mut out = Self::new(workspace, tier);
+        if let Some(p) = non_empty(&cfg.agent_cache_dir) {
+            out.agent_cache_dir = Some(p);
+        }
+        if let Some(p) = non_empty(&cfg.skill_cache_dir) {
+            out.skill_cache_dir = Some(p);
+        }
+        let from_env = env.iter().find(|(k, _)| k == "OMICOS_SKILL_ROOTS").map(|(_, v)| v.as_str()).unwrap_or("");
+        out.skill_roots = from_env.split(':').chain(cfg.skill_roots.iter().map(String::as_str)).filter_map(non_empty).collect();
+        out.builtin_agents = cfg.builtin_agents;
+        out.watch_debounce = std::time::Duration::from_millis(cfg.watch_debounce_ms);
+        Ok(out)
+    }
+
+    /// Defaults plus the environment alone: `OMICOS_TIER` and `OMICOS_SKILL_ROOTS`.
+    pub fn from_env_and_workspace(workspace: impl Into<PathBuf>, env: &[(String, String)]) -> Result<Self, ConfigError> {
+        let mut cfg = Config::default();
+        if let Some((_, t)) = env.iter().find(|(k, _)| k == "OMICOS_TIER") {
+            cfg.tier = t.clone();
+        }
+        Self::from_config(workspace, &cfg, env)
+    }
+
+    /// The agent directories in precedence order, with their source. The
+    /// workspace's `agents/` is there only for tier lab and above.
+    pub fn agent_dirs(&self) -> Vec<(PathBuf, crate::AgentSource)> {
+        use crate::AgentSource::*;
+        let mut v = Vec::new();
+        if self.tier >= Tier::Lab {
+            v.push((self.workspace.join("agents"), Workspace));
+        }
+        v.push((self.workspace.join(".omicos/agents"), LegacyWorkspace));
+        if let Some(c) = &self.agent_cache_dir {
+            v.push((c.clone(), Cache));
+        }
+        v
+    }
+
+    /// The skill roots in precedence order, with their source. Workspace roots
+    /// are there only for tier lab and above.
+    pub fn skill_dirs(&self) -> Vec<(PathBuf, crate::SkillSource)> {
+        use crate::SkillSource::*;
+        let mut v: Vec<(PathBuf, crate::SkillSource)> = self.skill_roots.iter().map(|p| (p.clone(), Configured)).collect();
+        if let Some(c) = &self.skill_cache_dir {
+            v.push((c.clone(), Cache));
+        }
+        if self.tier >= Tier::Lab {
+            v.push((self.workspace.join("skills"), Workspace));
+            v.push((self.workspace.join(".omicos/skills"), Workspace));
+        }
+        v
+    }
+
+    /// Whether `path` is inside one of the directories the catalog reads.
+    pub(crate) fn watches(&self, path: &Path) -> bool {
+        self.agent_dirs().iter().map(|(d, _)| d).chain(self.skill_dirs().iter().map(|(d, _)| d)).any(|d| path.starts_with(d))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_roots_come_first_and_tier_gates_workspace() {
+        let env = vec![
+            ("OMICOS_SKILL_ROOTS".to_string(), "/a::/b".to_string()),
+            ("OMICOS_TIER".to_string(), "lab".to_string()),
+        ];
+        let mut cfg = Config { skill_roots: vec!["/c".into()], skill_cache_dir: "/cache".into(), ..Config::default() };
+        cfg.tier = "pro_cloud".into();
+        let c = CatalogConfig::from_config("/ws", &cfg, &env).unwrap();
+        let roots: Vec<_> = c.skill_dirs().into_iter().map(|(p, _)| p).collect();
+        assert_eq!(roots, ["/a", "/b", "/c", "/cache"].map(PathBuf::from).to_vec());
+        assert_eq!(c.agent_dirs().len(), 2);
+        let c = CatalogConfig::from_env_and_workspace("/ws", &env).unwrap();
+        assert_eq!(c.tier, Tier::Lab);
+        assert_eq!(c.agent_dirs()[0].0, PathBuf::from("/ws/agents"));
+        assert!(c.skill_dirs().iter().any(|(p, _)| p == Path::new("/ws/.omicos/skills")));
+        let bad = Config { tier: "gold".into(), ..Config::default() };
+        assert!(CatalogConfig::from_config("/ws", &bad, &[]).unwrap_err().to_string().contains("gold"));
+    }
+}
