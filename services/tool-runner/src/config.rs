@@ -1,0 +1,161 @@
+//! The runner's configuration: defaults, then a YAML file, then `OMICOS_*`
+//! environment variables (see `omicos_servicekit::config`).
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Everything the tool-runner reads at start.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address to listen on (ToolRunner, Registry, health and reflection).
+    pub listen: String,
+    /// Workspace root every file path is confined to.
+    pub workspace: PathBuf,
+    /// How long a call waits for the user's approval before it counts as denied.
+    pub approval_timeout_secs: u64,
+    /// Command hooks, in the Claude Code settings shape.
+    pub hooks: HooksConfig,
+    /// Whether a PreToolUse hook that times out blocks the call (fail closed).
+    pub pre_tool_use_timeout_blocks: bool,
+    /// Providers known from config (never expire); described at start and retried.
+    pub providers: Vec<StaticProvider>,
+    /// Seconds a registered provider instance lives without a heartbeat.
+    pub registry_ttl_secs: u64,
+    /// Memory scope passed to providers in every call context.
+    pub memory_scope: String,
+    /// Longest a shell command may run (also the cap of a call's own timeout).
+    pub shell_timeout_secs: u64,
+    /// Bytes of stdout+stderr a shell command keeps; the rest is dropped.
+    pub shell_output_cap_bytes: usize,
+    /// Permission mode used when a call names none. `read_only` by default,
+    /// because a network service cannot assume a client able to answer approvals.
+    pub default_permission_mode: String,
+    /// Results of at least this many bytes are spooled to the workspace.
+    pub spool_threshold_bytes: usize,
+    /// Grace period of the drain on SIGINT/SIGTERM, in seconds.
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:7001".into(),
+            workspace: PathBuf::from("."),
+            approval_timeout_secs: 300,
+            hooks: HooksConfig::default(),
+            pre_tool_use_timeout_blocks: true,
+            providers: Vec::new(),
+            registry_ttl_secs: 30,
+            memory_scope: "workspace".into(),
+            shell_timeout_secs: 120,
+            shell_output_cap_bytes: 1 << 20,
+            default_permission_mode: "read_only".into(),
+            spool_threshold_bytes: crate::pipeline::shape::SPOOL_THRESHOLD_BYTES,
+            shutdown_grace_secs: 10,
+        }
+    }
+}
+
+/// A provider service named in config (`providers: [{name, endpoint}]`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StaticProvider {
+    /// Provider name (used until Describe answers).
+    pub name: String,
+    /// `http://host:port`.
+    pub endpoint: String,
+}
+
+/// Hooks per event, exactly as in Claude Code's `settings.json` `hooks` object,
+/// so existing hook configurations can be pasted in unchanged.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HooksConfig {
+    /// Before a tool runs: may allow, deny, ask, rewrite the input, add context.
+    #[serde(rename = "PreToolUse")]
+    pub pre_tool_use: Vec<HookMatcher>,
+    /// When the user would be asked for approval: may allow or deny for them.
+    #[serde(rename = "PermissionRequest")]
+    pub permission_request: Vec<HookMatcher>,
+    /// After a tool succeeded: may block or replace the output, add context.
+    #[serde(rename = "PostToolUse")]
+    pub post_tool_use: Vec<HookMatcher>,
+    /// After a tool failed: may add context.
+    #[serde(rename = "PostToolUseFailure")]
+    pub post_tool_use_failure: Vec<HookMatcher>,
+}
+
+/// A group of hooks that run for tools whose name matches `matcher`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HookMatcher {
+    /// Regex on tool_name, anchored at both ends; empty or `*` matches every tool.
+    pub matcher: String,
+    /// The commands.
+    pub hooks: Vec<HookCommand>,
+}
+
+/// One command hook.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookCommand {
+    /// Only `command` is supported.
+    #[serde(rename = "type", default = "command_type")]
+    pub kind: String,
+    /// Run with `sh -c` in the workspace, hook input JSON on stdin.
+    pub command: String,
+    /// Seconds; default 60 (as in Claude Code).
+    #[serde(default)]
+    pub timeout: Option<u64>,
+}
+
+fn command_type() -> String {
+    "command".into()
+}
+
+impl Config {
+    /// Checks what serde cannot: regexes, modes, hook kinds. The message names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        crate::pipeline::permission::Mode::parse(&self.default_permission_mode)
+            .map_err(|e| format!("config key `default_permission_mode`: {e}"))?;
+        for (event, list) in self.hooks.events() {
+            for (i, m) in list.iter().enumerate() {
+                crate::pipeline::hooks::compile_matcher(&m.matcher)
+                    .map_err(|e| format!("config key `hooks.{event}[{i}].matcher`: {e}"))?;
+                for (j, h) in m.hooks.iter().enumerate() {
+                    if h.kind != "command" {
+                        return Err(format!(
+                            "config key `hooks.{event}[{i}].hooks[{j}].type`: only `command` hooks are supported, got `{}`",
+                            h.kind
+                        ));
+                    }
+                    if h.command.trim().is_empty() {
+                        return Err(format!("config key `hooks.{event}[{i}].hooks[{j}].command`: empty command"));
+                    }
+                }
+            }
+        }
+        for (i, p) in self.providers.iter().enumerate() {
+            if !(p.endpoint.starts_with("http://") || p.endpoint.starts_with("https://")) {
+                return Err(format!("config key `providers[{i}].endpoint`: expected http://host:port, got `{}`", p.endpoint));
+            }
+        }
+        if self.registry_ttl_secs == 0 {
+            return Err("config key `registry_ttl_secs`: must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+impl HooksConfig {
+    /// The four events with their matchers, for iteration.
+    pub fn events(&self) -> [(&'static str, &Vec<HookMatcher>); 4] {
+        [
+            ("PreToolUse", &self.pre_tool_use),
+            ("PermissionRequest", &self.permission_request),
+            ("PostToolUse", &self.post_tool_use),
+            ("PostToolUseFailure", &self.post_tool_use_failure),
+        ]
+    }
+}

@@ -1,0 +1,70 @@
+//! The tool-runner: every tool call goes through one governed pipeline
+//! (resolve → parse/repair → validate → permission → hooks → dispatch → shape
+//! → normalize), served as `omicos.v1.ToolRunner`, with the provider
+//! `omicos.v1.Registry` hosted in the same process and the in-process
+//! `file_manager` and `shell` providers.
+
+pub mod catalog;
+pub mod config;
+pub mod pipeline;
+pub mod providers;
+pub mod record;
+pub mod registry;
+pub mod service;
+
+pub use config::Config;
+pub use pipeline::{CallIo, CallOutcome, CallRequest, Pipeline};
+pub use record::ToolCallInfo;
+pub use registry::Registry;
+
+use omicos_servicekit::{Host, HostOptions, Shutdown};
+use omicos_toolkit::Provider;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// The built-in providers for `config`: file_manager and shell.
+pub fn builtin_providers(config: &Config) -> Vec<Arc<dyn Provider>> {
+    vec![
+        Arc::new(providers::FileManager),
+        Arc::new(providers::Shell::new(Duration::from_secs(config.shell_timeout_secs.max(1)), config.shell_output_cap_bytes)),
+    ]
+}
+
+/// Builds the registry and the pipeline over the built-in providers plus
+/// `extra_providers` (pdf, skill, think/task/plan, ... from other crates).
+/// Background tasks (TTL sweeper, static provider discovery) stop with `stop`.
+pub fn build(
+    config: &Config,
+    extra_providers: Vec<Arc<dyn Provider>>,
+    stop: tokio_util::sync::CancellationToken,
+) -> Result<Pipeline, String> {
+    let registry = Arc::new(Registry::new(Duration::from_secs(config.registry_ttl_secs)));
+    registry.spawn_sweeper(stop.clone());
+    registry.spawn_static(config.providers.clone(), stop);
+    let mut providers = builtin_providers(config);
+    providers.extend(extra_providers);
+    Pipeline::new(config, registry, providers)
+}
+
+/// Serves ToolRunner + Registry + health + reflection on `listener` until
+/// `shutdown` drains. The Registry endpoint is the runner's own address.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: Shutdown,
+    extra_providers: Vec<Arc<dyn Provider>>,
+) -> std::io::Result<()> {
+    let stop = shutdown.streams_token();
+    let pipeline = build(&config, extra_providers, stop.clone())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let host = Host::new(HostOptions { name: "tool-runner", services: vec!["omicos.v1.ToolRunner", "omicos.v1.Registry"] }).await;
+    let registry = registry::RegistryService::new(pipeline.registry().clone());
+    let router = host
+        .router()
+        .add_service(service::ToolRunnerService::new(pipeline, stop).into_server())
+        .add_service(registry.into_server());
+    // In-process providers are ready now; remote ones come and go through the registry.
+    host.set_serving().await;
+    host.serve(router, listener, shutdown).await
+}

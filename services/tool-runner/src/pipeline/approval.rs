@@ -1,0 +1,86 @@
+//! Asking the user: ApprovalRequired goes out on the call's stream and the
+//! decision comes back on the same stream, within a timeout. No answer counts
+//! as denied. A decision for another call id is refused (it belongs to some
+//! other call, maybe of another session) and the wait goes on.
+
+use super::normalize::{Failure, Stage};
+use super::CallIo;
+use crate::record::ApprovalRecord;
+use omicos_proto::{ApprovalRequired, Decision, ExecuteServerMessage, execute_server_message};
+use std::time::Duration;
+
+/// The user's decision on one call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer {
+    /// AllowOnce or AllowSession (a deny is a [`Failure`]).
+    pub decision: Decision,
+    /// What to record.
+    pub record: ApprovalRecord,
+}
+
+/// Sends `request` and waits for the matching decision.
+pub async fn ask(io: &mut CallIo, request: ApprovalRequired, timeout: Duration) -> Result<Answer, (Failure, ApprovalRecord)> {
+    let mut record = ApprovalRecord { asked: true, decision: "deny".into(), source: String::new(), reason: request.reason.clone() };
+    let call_id = request.call_id.clone();
+    let sent = match &io.events {
+        Some(tx) => tx
+            .send(ExecuteServerMessage { msg: Some(execute_server_message::Msg::ApprovalRequired(request)) })
+            .await
+            .is_ok(),
+        None => false,
+    };
+    let Some(rx) = io.approvals.as_mut().filter(|_| sent) else {
+        record.source = "closed".into();
+        return Err((
+            Failure::new(Stage::Permission, "denied: this call needs the user's approval, but no client is connected to answer"),
+            record,
+        ));
+    };
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let next = tokio::select! {
+            m = tokio::time::timeout_at(deadline, rx.recv()) => m,
+            _ = io.cancel.cancelled() => {
+                record.source = "cancelled".into();
+                return Err((Failure::new(Stage::Permission, "cancelled while waiting for the user's approval"), record));
+            }
+        };
+        match next {
+            Err(_) => {
+                record.source = "timeout".into();
+                return Err((
+                    Failure::new(
+                        Stage::Permission,
+                        format!("denied: no approval within {}s (an unanswered request counts as denied)", timeout.as_secs()),
+                    ),
+                    record,
+                ));
+            }
+            Ok(None) => {
+                record.source = "closed".into();
+                return Err((
+                    Failure::new(Stage::Permission, "denied: the client stopped sending before answering the approval request"),
+                    record,
+                ));
+            }
+            Ok(Some(a)) if a.call_id != call_id => {
+                tracing::warn!(expected = %call_id, got = %a.call_id, "approval for another call refused");
+                continue;
+            }
+            Ok(Some(a)) => {
+                record.source = "client".into();
+                match Decision::try_from(a.decision).unwrap_or(Decision::Unspecified) {
+                    d @ (Decision::AllowOnce | Decision::AllowSession) => {
+                        record.decision = if d == Decision::AllowOnce { "allow_once" } else { "allow_session" }.into();
+                        return Ok(Answer { decision: d, record });
+                    }
+                    Decision::Deny => return Err((Failure::new(Stage::Permission, "denied by user"), record)),
+                    Decision::Unspecified => {
+                        tracing::warn!(call_id = %call_id, "approval without a decision ignored");
+                        continue;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! Stage 6: run the tool, in process or over gRPC through the registry.
+//! Progress and output chunks stream back as they come; a cancel (the
+//! client's, or a dropped stream) stops the provider call; a provider that
+//! panics or cannot be reached gives an error, never a crash.
+
+use super::normalize::{Failure, Stage};
+use crate::catalog::{Route, ToolEntry};
+use crate::registry::Registry;
+use omicos_proto::{ExecuteServerMessage, execute_server_message};
+use omicos_toolkit::{CallCtx, EventSink, Provider, ProviderEvent, ToolError};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// How long a cancelled provider gets to stop before we stop waiting for it.
+const CANCEL_GRACE: Duration = Duration::from_secs(5);
+
+/// Runs `tool` with `args`. Events go to `out` when given.
+pub async fn dispatch(
+    tool: &ToolEntry,
+    registry: &Registry,
+    args: Value,
+    mut ctx: CallCtx,
+    out: Option<&mpsc::Sender<ExecuteServerMessage>>,
+) -> Result<Value, Failure> {
+    let provider: Arc<dyn Provider> = match &tool.route {
+        Route::Local(p) => p.clone(),
+        Route::Remote(name) => registry
+            .route(name, &tool.spec.name, &ctx.session_id)
+            .map_err(|e| Failure::new(Stage::Dispatch, e.0))?,
+    };
+    let cancel = ctx.cancel.clone();
+    let (ev_tx, mut ev_rx) = mpsc::channel::<ProviderEvent>(256);
+    ctx.events = if out.is_some() { EventSink::new(ev_tx) } else { EventSink::discard() };
+    let name = tool.spec.name.clone();
+    // Its own task, so that a panic inside the provider becomes an error result.
+    let mut handle = tokio::spawn(async move { provider.call(&name, args, ctx).await });
+    let joined = loop {
+        tokio::select! {
+            biased;
+            r = &mut handle => break r,
+            Some(ev) = ev_rx.recv() => forward(out, ev).await,
+            _ = cancel.cancelled() => {
+                // The provider sees the same token; give it a moment to clean up (kill its processes).
+                let _ = tokio::time::timeout(CANCEL_GRACE, &mut handle).await;
+                handle.abort();
+                return Err(Failure::new(Stage::Dispatch, "cancelled"));
+            }
+        }
+    };
+    // Events produced just before the result still go out, in order.
+    while let Ok(ev) = ev_rx.try_recv() {
+        forward(out, ev).await;
+    }
+    match joined {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(ToolError::Cancelled)) => Err(Failure::new(Stage::Dispatch, "cancelled")),
+        Ok(Err(e)) => Err(Failure::new(Stage::Dispatch, e.to_string())),
+        Err(j) if j.is_panic() => Err(Failure::new(
+            Stage::Dispatch,
+            format!("the `{}` tool crashed (panic) in the `{}` provider; the runner is still serving", tool.spec.name, tool.spec.provider),
+        )),
+        Err(_) => Err(Failure::new(Stage::Dispatch, "cancelled")),
+    }
+}
+
+async fn forward(out: Option<&mpsc::Sender<ExecuteServerMessage>>, ev: ProviderEvent) {
+    if let Some(tx) = out {
+        let msg = match ev {
+            ProviderEvent::Progress(p) => execute_server_message::Msg::Progress(p),
+            ProviderEvent::Output(o) => execute_server_message::Msg::Output(o),
+        };
+        let _ = tx.send(ExecuteServerMessage { msg: Some(msg) }).await;
+    }
+}

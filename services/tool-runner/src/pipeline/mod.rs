@@ -1,0 +1,463 @@
+//! The governed pipeline every tool call goes through, whichever provider runs
+//! it. One module per stage, called in order from [`Pipeline::run_stages`]:
+//! resolve → parse → validate → permission → hooks → (approval) → dispatch →
+//! post hooks → shape → normalize.
+
+pub mod approval;
+pub mod dispatch;
+pub mod hooks;
+pub mod normalize;
+pub mod parse;
+pub mod permission;
+pub mod resolve;
+pub mod shape;
+pub mod validate;
+
+use crate::catalog::Tools;
+use crate::config::Config;
+use crate::record::{ApprovalRecord, ToolCallInfo};
+use crate::registry::Registry;
+use hooks::{HookInput, Hooks, Verdict};
+use normalize::{Failure, Stage};
+use omicos_proto::{ApprovalRequired, Decision, ExecuteApproval, ExecuteServerMessage, ToolResult, ToolSpec};
+use omicos_toolkit::{CallCtx, EventSink, Provider};
+use permission::{Gate, Legacy, Mode};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+/// One tool call as the orchestrator asks for it (ExecuteStart).
+#[derive(Clone, Debug, Default)]
+pub struct CallRequest {
+    /// The model's call id.
+    pub call_id: String,
+    /// The name the model used.
+    pub tool_name: String,
+    /// The argument string exactly as the model produced it.
+    pub arguments: String,
+    /// Chat session.
+    pub session_id: String,
+    /// Calling agent.
+    pub agent_id: String,
+    /// read_only | auto | full (and the other spellings); empty: the configured default.
+    pub permission_mode: String,
+    /// Legacy switches; when present they win.
+    pub legacy: Legacy,
+    /// Toolsets visible to this call; empty: every tool.
+    pub toolsets: Vec<String>,
+    /// Tools the session already allowed for the rest of the session.
+    pub session_allowed_tools: Vec<String>,
+    /// The orchestrator's trajectory file, given to hooks.
+    pub transcript_path: String,
+    /// "root" or "root/<call_id>".
+    pub execution_context_id: String,
+}
+
+impl From<omicos_proto::ExecuteStart> for CallRequest {
+    fn from(s: omicos_proto::ExecuteStart) -> Self {
+        Self {
+            call_id: s.call_id,
+            tool_name: s.tool_name,
+            arguments: s.arguments,
+            session_id: s.session_id,
+            agent_id: s.agent_id,
+            permission_mode: s.permission_mode,
+            legacy: Legacy { allow_shell: s.allow_shell, allow_file_write: s.allow_file_write },
+            toolsets: s.toolsets,
+            session_allowed_tools: s.session_allowed_tools,
+            transcript_path: s.transcript_path,
+            execution_context_id: s.execution_context_id,
+        }
+    }
+}
+
+/// The two-way channel of one call: events out, approvals in, cancel.
+pub struct CallIo {
+    /// Progress, output chunks and approval requests go here (None: dropped).
+    pub events: Option<mpsc::Sender<ExecuteServerMessage>>,
+    /// Approval decisions come from here (None: nobody can answer, asking denies).
+    pub approvals: Option<mpsc::Receiver<ExecuteApproval>>,
+    /// Fires on a client cancel or a dropped stream.
+    pub cancel: CancellationToken,
+}
+
+impl CallIo {
+    /// No client: events are dropped, approvals cannot be answered.
+    pub fn detached() -> Self {
+        Self { events: None, approvals: None, cancel: CancellationToken::new() }
+    }
+}
+
+/// The result of one call and its trajectory record.
+#[derive(Clone, Debug)]
+pub struct CallOutcome {
+    /// The result (its `record_json` is empty; see [`CallOutcome::into_result`]).
+    pub result: ToolResult,
+    /// The trajectory record.
+    pub record: ToolCallInfo,
+}
+
+impl CallOutcome {
+    /// The result with the record serialized into `record_json`.
+    pub fn into_result(mut self) -> ToolResult {
+        self.result.record_json = serde_json::to_string(&self.record).unwrap_or_default();
+        self.result
+    }
+}
+
+struct Inner {
+    tools: Tools,
+    hooks: Hooks,
+    workspace: PathBuf,
+    default_mode: Mode,
+    approval_timeout: Duration,
+    spool_threshold: usize,
+    memory_scope: String,
+}
+
+/// The pipeline: cheap to clone, shared by every call.
+#[derive(Clone)]
+pub struct Pipeline {
+    inner: Arc<Inner>,
+}
+
+/// What the stages hand to shaping.
+struct Ran {
+    text: String,
+    spool_path: Option<String>,
+    full_bytes: usize,
+    approval: Decision,
+}
+
+impl Pipeline {
+    /// Builds the pipeline over `providers` (in process) and `registry`
+    /// (remote). The workspace is created if missing.
+    pub fn new(config: &Config, registry: Arc<Registry>, providers: Vec<Arc<dyn Provider>>) -> Result<Self, String> {
+        config.validate()?;
+        let workspace = canonical_workspace(&config.workspace)?;
+        let hooks = Hooks::new(&config.hooks, &workspace, config.pre_tool_use_timeout_blocks)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                tools: Tools::new(providers, registry),
+                hooks,
+                workspace,
+                default_mode: Mode::parse(&config.default_permission_mode)?,
+                approval_timeout: Duration::from_secs(config.approval_timeout_secs),
+                spool_threshold: config.spool_threshold_bytes.max(1),
+                memory_scope: config.memory_scope.clone(),
+            }),
+        })
+    }
+
+    /// The workspace root (canonical).
+    pub fn workspace(&self) -> &Path {
+        &self.inner.workspace
+    }
+
+    /// The registry behind remote tools.
+    pub fn registry(&self) -> &Arc<Registry> {
+        self.inner.tools.registry()
+    }
+
+    /// The tools visible under `toolsets` and a permission mode, and the
+    /// toolset names that matched no tool.
+    pub fn list_tools(&self, toolsets: &[String], mode: &str, legacy: Legacy) -> Result<(Vec<ToolSpec>, Vec<String>), String> {
+        let mode = Mode::for_call(mode, self.inner.default_mode).map_err(|f| f.message)?;
+        let catalog = self.inner.tools.snapshot();
+        let tools: Vec<ToolSpec> = catalog
+            .entries()
+            .filter(|e| omicos_toolkit::toolsets::in_toolsets(toolsets, &e.spec.name))
+            .filter(|e| permission::visible(mode, legacy, &e.spec))
+            .map(|e| e.spec.clone())
+            .collect();
+        let unknown = toolsets
+            .iter()
+            .filter(|ts| {
+                !catalog.entries().any(|e| omicos_toolkit::toolsets::in_toolsets(std::slice::from_ref(*ts), &e.spec.name))
+            })
+            .cloned()
+            .collect();
+        Ok((tools, unknown))
+    }
+
+    /// Runs one call through every stage. Never fails: any failure becomes an
+    /// error result.
+    pub async fn execute(&self, req: CallRequest, mut io: CallIo) -> CallOutcome {
+        let started = Instant::now();
+        let span = tracing::info_span!(
+            "tool_call",
+            tool_name = %req.tool_name,
+            call_id = %req.call_id,
+            status = tracing::field::Empty,
+            elapsed_ms = tracing::field::Empty,
+            result_chars = tracing::field::Empty,
+        );
+        let mut rec = ToolCallInfo {
+            id: req.call_id.clone(),
+            name: req.tool_name.clone(),
+            requested_name: req.tool_name.clone(),
+            session_id: req.session_id.clone(),
+            agent_id: req.agent_id.clone(),
+            execution_context_id: req.execution_context_id.clone(),
+            arguments: req.arguments.clone(),
+            started_at_ms: unix_ms(),
+            ..Default::default()
+        };
+        let outcome = self.run_stages(&req, &mut io, &mut rec).instrument(span.clone()).await;
+        let (ok, text, spool_path, full_bytes, approval) = match outcome {
+            Ok(r) => (true, r.text, r.spool_path, r.full_bytes, r.approval),
+            Err((f, approval)) => {
+                rec.error_stage = Some(f.stage.as_str().to_owned());
+                let n = f.message.len();
+                (false, f.message, None, n, approval)
+            }
+        };
+        let status = normalize::status(ok);
+        let elapsed_ms = started.elapsed().as_millis() as u64;
+        let result_chars = text.chars().count();
+        span.record("status", status);
+        span.record("elapsed_ms", elapsed_ms);
+        span.record("result_chars", result_chars);
+        span.in_scope(|| tracing::debug!(status, elapsed_ms, result_chars, "tool call finished"));
+        rec.status = status.to_owned();
+        rec.result = text.clone();
+        rec.spool_path = spool_path.clone();
+        rec.result_bytes = full_bytes;
+        rec.elapsed_ms = elapsed_ms;
+        CallOutcome {
+            result: ToolResult {
+                call_id: req.call_id,
+                status: status.to_owned(),
+                result: text,
+                spool_path: spool_path.unwrap_or_default(),
+                elapsed_ms,
+                record_json: String::new(),
+                approval: approval as i32,
+                tool_name: rec.name.clone(),
+            },
+            record: rec,
+        }
+    }
+
+    /// The stages, in order. Reads like the pipeline.
+    async fn run_stages(&self, req: &CallRequest, io: &mut CallIo, rec: &mut ToolCallInfo) -> Result<Ran, (Failure, Decision)> {
+        let no = |f: Failure| (f, Decision::Unspecified);
+        let me = &*self.inner;
+
+        let mode = Mode::for_call(&req.permission_mode, me.default_mode).map_err(no)?;
+        rec.permission_mode = mode.as_str().to_owned();
+
+        // 1. Resolve.
+        let catalog = me.tools.snapshot();
+        let (tool, _matched) = resolve::resolve(&catalog, &req.tool_name, &req.toolsets).map_err(no)?;
+        rec.name = tool.spec.name.clone();
+        rec.provider = tool.spec.provider.clone();
+        rec.risk = permission::risk_name(tool.risk()).to_owned();
+
+        // 2. Parse (with repair).
+        let parsed = parse::parse(&req.arguments, &tool.compiled().schema).map_err(no)?;
+        rec.repairs = parsed.repairs.clone();
+        let mut args = parsed.value;
+
+        // 3. Validate.
+        let mut ctx = self.call_ctx(req, io.cancel.child_token());
+        validate::validate(&tool, &args, &ctx, &rec.repairs).map_err(no)?;
+        rec.arguments_run = Some(args.clone());
+
+        // 4. Risk and permission.
+        let mut gate = permission::gate(mode, req.legacy, &tool.spec, &req.session_allowed_tools);
+        if let Gate::Refuse(msg) = &gate {
+            return Err(no(Failure::new(Stage::Permission, msg.clone())));
+        }
+
+        // 5. PreToolUse hooks: allow, deny, ask, rewrite the input, add context.
+        let mut context = Vec::new();
+        let pre = me.hooks.pre_tool_use(&self.hook_input(req, mode, &tool.spec.name, &args), &mut rec.hooks).await;
+        if let Some(updated) = pre.updated_input {
+            validate::validate(&tool, &updated, &ctx, &[]).map_err(|f| {
+                no(Failure::new(Stage::Hook, format!("the PreToolUse hook rewrote the input into something invalid: {}", f.message)))
+            })?;
+            args = updated;
+            ctx.user_modified = true;
+            rec.user_modified = true;
+            rec.arguments_run = Some(args.clone());
+        }
+        context.extend(pre.context);
+        gate = match (pre.verdict, gate) {
+            (Verdict::Deny(reason), _) => return Err(no(Failure::new(Stage::Hook, reason))),
+            (Verdict::Ask(reason), _) => Gate::Ask { reason: if reason.is_empty() { "hook".into() } else { format!("hook: {reason}") } },
+            (Verdict::Allow, Gate::Ask { .. }) => {
+                rec.approval = Some(ApprovalRecord { asked: false, decision: "allow_once".into(), source: "hook".into(), reason: "PreToolUse".into() });
+                Gate::Run { source: "hook" }
+            }
+            (_, g) => g,
+        };
+
+        // 4b. Approval: PermissionRequest hooks, then the user.
+        let approval = match gate {
+            Gate::Ask { reason } => {
+                let waited = Instant::now();
+                let answer = self.approve(req, io, &tool.spec, mode, &mut args, &mut ctx, reason, rec).await;
+                rec.approval_wait_ms = waited.elapsed().as_millis() as u64;
+                answer?
+            }
+            Gate::Run { source: "session" } => {
+                rec.approval =
+                    Some(ApprovalRecord { asked: false, decision: "allow_session".into(), source: "session".into(), reason: String::new() });
+                Decision::Unspecified
+            }
+            _ => Decision::Unspecified,
+        };
+        let keep = |f: Failure| (f, approval);
+
+        // 6. Dispatch.
+        let dispatched = Instant::now();
+        let result = dispatch::dispatch(&tool, me.tools.registry(), args.clone(), ctx, io.events.as_ref()).await;
+        rec.dispatch_ms = dispatched.elapsed().as_millis() as u64;
+        let input = self.hook_input(req, mode, &tool.spec.name, &args);
+        let value = match result {
+            Ok(v) => v,
+            Err(f) => {
+                let extra = me.hooks.post_tool_use_failure(&input, &f.message, &mut rec.hooks).await;
+                return Err(keep(Failure::new(f.stage, with_context(f.message, &extra))));
+            }
+        };
+
+        // 5b. PostToolUse hooks: block or replace the output, add context.
+        let post = me.hooks.post_tool_use(&input, &value, &mut rec.hooks).await;
+        if let Some(reason) = post.block {
+            return Err(keep(Failure::new(Stage::Hook, with_context(format!("blocked by PostToolUse hook: {reason}"), &post.context))));
+        }
+        let value = post.updated_output.unwrap_or(value);
+        context.extend(post.context);
+
+        // 7. Shape (spool large results).
+        let mut text = shape::stringify(&value);
+        if !rec.repairs.is_empty() {
+            text.push_str(&format!("\n\n[note: the arguments were repaired: {}]", rec.repairs.join("; ")));
+        }
+        let text = with_context(text, &context);
+        let shaped = shape::shape(text, &me.workspace, &req.call_id, me.spool_threshold).map_err(keep)?;
+
+        // 8. Normalize happens in `execute`: Ok → "done".
+        Ok(Ran { text: shaped.text, spool_path: shaped.spool_path, full_bytes: shaped.full_bytes, approval })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn approve(
+        &self,
+        req: &CallRequest,
+        io: &mut CallIo,
+        spec: &ToolSpec,
+        mode: Mode,
+        args: &mut Value,
+        ctx: &mut CallCtx,
+        reason: String,
+        rec: &mut ToolCallInfo,
+    ) -> Result<Decision, (Failure, Decision)> {
+        let me = &*self.inner;
+        let hook = me.hooks.permission_request(&self.hook_input(req, mode, &spec.name, args), &mut rec.hooks).await;
+        if let Some(updated) = hook.updated_input {
+            let tool = me.tools.snapshot().lookup(&spec.name).map(|(t, _)| t);
+            if let Some(tool) = tool {
+                validate::validate(&tool, &updated, ctx, &[]).map_err(|f| {
+                    (Failure::new(Stage::Hook, format!("the PermissionRequest hook rewrote the input into something invalid: {}", f.message)), Decision::Unspecified)
+                })?;
+            }
+            *args = updated;
+            ctx.user_modified = true;
+            rec.user_modified = true;
+            rec.arguments_run = Some(args.clone());
+        }
+        match hook.verdict {
+            Verdict::Allow => {
+                rec.approval = Some(ApprovalRecord { asked: false, decision: "allow_once".into(), source: "hook".into(), reason });
+                return Ok(Decision::Unspecified);
+            }
+            Verdict::Deny(msg) => {
+                rec.approval = Some(ApprovalRecord { asked: false, decision: "deny".into(), source: "hook".into(), reason });
+                return Err((Failure::new(Stage::Permission, msg), Decision::Deny));
+            }
+            _ => {}
+        }
+        let request = ApprovalRequired {
+            call_id: req.call_id.clone(),
+            tool_name: spec.name.clone(),
+            risk: spec.risk,
+            summary: summary(&spec.name, args),
+            arguments: args.to_string(),
+            reason,
+        };
+        match approval::ask(io, request, me.approval_timeout).await {
+            Ok(a) => {
+                rec.approval = Some(a.record);
+                Ok(a.decision)
+            }
+            Err((f, r)) => {
+                rec.approval = Some(r);
+                Err((f, Decision::Deny))
+            }
+        }
+    }
+
+    fn call_ctx(&self, req: &CallRequest, cancel: CancellationToken) -> CallCtx {
+        CallCtx {
+            call_id: req.call_id.clone(),
+            session_id: req.session_id.clone(),
+            agent_id: req.agent_id.clone(),
+            user_modified: false,
+            scope: self.inner.memory_scope.clone(),
+            workspace: self.inner.workspace.clone(),
+            events: EventSink::discard(),
+            cancel,
+        }
+    }
+
+    fn hook_input<'a>(&self, req: &'a CallRequest, mode: Mode, tool: &'a str, args: &'a Value) -> HookInput<'a> {
+        HookInput {
+            session_id: &req.session_id,
+            transcript_path: &req.transcript_path,
+            permission_mode: mode.as_str(),
+            tool_name: tool,
+            tool_input: args,
+            tool_use_id: &req.call_id,
+        }
+    }
+}
+
+fn with_context(mut text: String, context: &[String]) -> String {
+    for c in context {
+        text.push_str("\n\n[hook context] ");
+        text.push_str(c);
+    }
+    text
+}
+
+/// A one-line summary of a call for the approval prompt.
+fn summary(tool: &str, args: &Value) -> String {
+    let detail = ["command", "path", "pattern", "code", "packages"]
+        .iter()
+        .find_map(|k| args.get(*k))
+        .map(|v| match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .unwrap_or_else(|| args.to_string());
+    let line = detail.lines().next().unwrap_or("").to_owned();
+    let short: String = line.chars().take(120).collect();
+    let more = if short.len() < detail.len() { "…" } else { "" };
+    format!("{tool}: {short}{more}")
+}
+
+fn canonical_workspace(p: &Path) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(p).map_err(|e| format!("config key `workspace`: cannot create {}: {e}", p.display()))?;
+    p.canonicalize().map_err(|e| format!("config key `workspace`: cannot resolve {}: {e}", p.display()))
+}
+
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}

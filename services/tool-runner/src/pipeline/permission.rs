@@ -1,0 +1,211 @@
+//! Stage 4: risk class × permission mode, with the legacy switches.
+//!
+//! | mode      | Read | FileWrite | Python | Shell |
+//! |-----------|------|-----------|--------|-------|
+//! | read_only | run  | refuse    | refuse | refuse|
+//! | auto      | run  | ask       | ask    | ask   |
+//! | full      | run  | run       | run    | run   |
+//!
+//! Legacy `allow_shell` / `allow_file_write`, when present, decide Shell /
+//! FileWrite outright (true: run, false: refuse) and win over the mode: the
+//! conservative compatibility rule of the original design. A tool marked
+//! `always_ask` is asked whatever the mode (unless refused). A tool the session
+//! already allowed runs without asking again.
+
+use super::normalize::{Failure, Stage};
+use omicos_proto::{Risk, ToolSpec};
+
+/// The permission mode of a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Only Read tools are visible and run.
+    ReadOnly,
+    /// Tools with side effects ask the user first.
+    Auto,
+    /// Everything runs.
+    Full,
+}
+
+impl Mode {
+    /// Parses the accepted spellings: read_only|readonly|read-only, auto, full|full_access|full-access.
+    pub fn parse(s: &str) -> Result<Mode, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "read_only" | "readonly" | "read-only" => Ok(Mode::ReadOnly),
+            "auto" => Ok(Mode::Auto),
+            "full" | "full_access" | "full-access" => Ok(Mode::Full),
+            other => Err(format!(
+                "unknown permission mode `{other}`; use read_only (also readonly, read-only), auto, or full (also full_access, full-access)"
+            )),
+        }
+    }
+
+    /// `mode` from a call, or `default` when it is empty.
+    pub fn for_call(mode: &str, default: Mode) -> Result<Mode, Failure> {
+        if mode.trim().is_empty() { Ok(default) } else { Mode::parse(mode).map_err(|e| Failure::new(Stage::Mode, e)) }
+    }
+
+    /// The canonical spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::ReadOnly => "read_only",
+            Mode::Auto => "auto",
+            Mode::Full => "full",
+        }
+    }
+}
+
+/// The legacy switches of old clients.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Legacy {
+    /// Shell allowed (true) or refused (false); None: the mode decides.
+    pub allow_shell: Option<bool>,
+    /// File writes allowed or refused; None: the mode decides.
+    pub allow_file_write: Option<bool>,
+}
+
+/// What the permission stage decided before hooks and the user had a say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// Run without asking. `source` says why ("mode", "legacy", "session").
+    Run {
+        /// Why it may run.
+        source: &'static str,
+    },
+    /// Ask the user first; `reason` goes into ApprovalRequired.reason.
+    Ask {
+        /// "permission_mode=auto", "always_ask", "hook".
+        reason: String,
+    },
+    /// Refused; the message is what the model reads.
+    Refuse(String),
+}
+
+/// The risk class name used in messages and records.
+pub fn risk_name(r: Risk) -> &'static str {
+    match r {
+        Risk::Read => "read",
+        Risk::FileWrite => "file_write",
+        Risk::Python => "python",
+        Risk::Shell => "shell",
+    }
+}
+
+/// Decides how `spec` may run under `mode` and `legacy`.
+pub fn gate(mode: Mode, legacy: Legacy, spec: &ToolSpec, session_allowed: &[String]) -> Gate {
+    let risk = Risk::try_from(spec.risk).unwrap_or(Risk::Read);
+    let legacy_switch = match risk {
+        Risk::Shell => legacy.allow_shell.map(|b| (b, "allow_shell")),
+        Risk::FileWrite => legacy.allow_file_write.map(|b| (b, "allow_file_write")),
+        _ => None,
+    };
+    let base = match (legacy_switch, risk, mode) {
+        (Some((true, _)), _, _) => Gate::Run { source: "legacy" },
+        (Some((false, field)), _, _) => {
+            return Gate::Refuse(format!("refused: `{}` is a {} tool and {field}=false", spec.name, risk_name(risk)));
+        }
+        (None, Risk::Read, _) => Gate::Run { source: "mode" },
+        (None, _, Mode::ReadOnly) => {
+            return Gate::Refuse(format!(
+                "refused: permission mode read_only allows only read tools, and `{}` is a {} tool",
+                spec.name,
+                risk_name(risk)
+            ));
+        }
+        (None, _, Mode::Auto) => Gate::Ask { reason: "permission_mode=auto".into() },
+        (None, _, Mode::Full) => Gate::Run { source: "mode" },
+    };
+    if spec.always_ask {
+        return Gate::Ask { reason: "always_ask".into() };
+    }
+    match base {
+        Gate::Ask { .. } if session_allowed.iter().any(|t| t == &spec.name) => Gate::Run { source: "session" },
+        other => other,
+    }
+}
+
+/// Whether ListTools shows `spec` (hidden = refused if called).
+pub fn visible(mode: Mode, legacy: Legacy, spec: &ToolSpec) -> bool {
+    !matches!(gate(mode, legacy, spec, &[]), Gate::Refuse(_))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(name: &str, risk: Risk) -> ToolSpec {
+        omicos_toolkit::tool(name, "", json!({"type": "object"})).risk(risk).build()
+    }
+
+    #[test]
+    fn spellings() {
+        for s in ["read_only", "readonly", "read-only", "READ_ONLY"] {
+            assert_eq!(Mode::parse(s).unwrap(), Mode::ReadOnly);
+        }
+        assert_eq!(Mode::parse("auto").unwrap(), Mode::Auto);
+        for s in ["full", "full_access", "full-access"] {
+            assert_eq!(Mode::parse(s).unwrap(), Mode::Full);
+        }
+        let e = Mode::parse("yolo").unwrap_err();
+        assert!(e.contains("unknown permission mode `yolo`"), "{e}");
+        assert_eq!(Mode::for_call("", Mode::ReadOnly).unwrap(), Mode::ReadOnly);
+        assert_eq!(Mode::for_call("bogus", Mode::Full).unwrap_err().stage, Stage::Mode);
+    }
+
+    #[test]
+    fn every_mode_times_every_risk() {
+        use Gate::*;
+        let risks = [Risk::Read, Risk::FileWrite, Risk::Python, Risk::Shell];
+        for mode in [Mode::ReadOnly, Mode::Auto, Mode::Full] {
+            for risk in risks {
+                let g = gate(mode, Legacy::default(), &spec("t", risk), &[]);
+                let want = match (mode, risk) {
+                    (_, Risk::Read) => "run",
+                    (Mode::ReadOnly, _) => "refuse",
+                    (Mode::Auto, _) => "ask",
+                    (Mode::Full, _) => "run",
+                };
+                let got = match &g {
+                    Run { .. } => "run",
+                    Ask { .. } => "ask",
+                    Refuse(_) => "refuse",
+                };
+                assert_eq!(got, want, "{mode:?} × {risk:?}: {g:?}");
+                assert_eq!(visible(mode, Legacy::default(), &spec("t", risk)), want != "refuse");
+            }
+        }
+    }
+
+    #[test]
+    fn session_allow_and_always_ask() {
+        let shell = spec("shell", Risk::Shell);
+        assert_eq!(gate(Mode::Auto, Legacy::default(), &shell, &["shell".into()]), Gate::Run { source: "session" });
+        // Allowing another tool does not allow this one.
+        assert!(matches!(gate(Mode::Auto, Legacy::default(), &shell, &["other".into()]), Gate::Ask { .. }));
+        let mut plan = spec("plan", Risk::Read);
+        plan.always_ask = true;
+        assert!(matches!(gate(Mode::Full, Legacy::default(), &plan, &["plan".into()]), Gate::Ask { .. }));
+    }
+
+    #[test]
+    fn legacy_switches_win_over_the_mode() {
+        let shell = spec("shell", Risk::Shell);
+        let write = spec("file_manager__write", Risk::FileWrite);
+        let py = spec("run_python_code", Risk::Python);
+        let deny = Legacy { allow_shell: Some(false), allow_file_write: Some(false) };
+        let allow = Legacy { allow_shell: Some(true), allow_file_write: Some(true) };
+        // full + legacy false → refused.
+        assert!(matches!(gate(Mode::Full, deny, &shell, &[]), Gate::Refuse(m) if m.contains("allow_shell=false")));
+        assert!(matches!(gate(Mode::Full, deny, &write, &[]), Gate::Refuse(m) if m.contains("allow_file_write=false")));
+        // read_only + legacy true → runs.
+        assert_eq!(gate(Mode::ReadOnly, allow, &shell, &[]), Gate::Run { source: "legacy" });
+        assert_eq!(gate(Mode::Auto, allow, &write, &[]), Gate::Run { source: "legacy" });
+        // Python has no legacy switch: the mode decides.
+        assert!(matches!(gate(Mode::ReadOnly, allow, &py, &[]), Gate::Refuse(_)));
+        // Only one legacy field present: the other class follows the mode.
+        let only_shell = Legacy { allow_shell: Some(true), allow_file_write: None };
+        assert!(matches!(gate(Mode::Auto, only_shell, &write, &[]), Gate::Ask { .. }));
+        assert!(!visible(Mode::Full, deny, &shell));
+        assert!(visible(Mode::ReadOnly, allow, &shell));
+    }
+}

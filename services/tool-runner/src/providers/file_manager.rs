@@ -1,0 +1,453 @@
+//! `file_manager__list/read/write/edit/glob/grep`: files of the workspace, every
+//! path through `confine_path` (no `..`, absolute path or symlink leaves it).
+
+use async_trait::async_trait;
+use omicos_proto::{Risk, ToolSpec};
+use omicos_toolkit::{CallCtx, Provider, ToolError, confine::relative_to, confine_path, tool};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+/// Default lines returned by a read.
+const READ_DEFAULT_LINES: usize = 2000;
+/// A read returns at most this many bytes, below the spool threshold, so that
+/// reading a spooled file never spools again; the reply says where to continue.
+const READ_MAX_BYTES: usize = 15_000;
+/// Entries listed, files matched by glob.
+const MAX_ENTRIES: usize = 1000;
+/// Grep: default and hard cap of matching lines; longest line shown; largest file searched.
+const GREP_DEFAULT_MATCHES: usize = 200;
+const GREP_MAX_MATCHES: usize = 2000;
+const GREP_LINE_CHARS: usize = 300;
+const GREP_MAX_FILE_BYTES: u64 = 10 << 20;
+
+/// The file_manager provider.
+#[derive(Clone, Debug, Default)]
+pub struct FileManager;
+
+fn s<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
+    args.get(key).and_then(Value::as_str)
+}
+
+fn path_arg<'a>(args: &'a Value, key: &str, default: &'a str) -> &'a str {
+    s(args, key).unwrap_or(default)
+}
+
+fn confine(ctx: &CallCtx, p: &str) -> Result<PathBuf, ToolError> {
+    confine_path(&ctx.workspace, p).map_err(|e| ToolError::invalid(e.to_string()))
+}
+
+fn io_err(what: &str, path: &str, e: std::io::Error) -> ToolError {
+    ToolError::failed(format!("cannot {what} `{path}`: {e}"))
+}
+
+#[async_trait]
+impl Provider for FileManager {
+    fn name(&self) -> &str {
+        "file_manager"
+    }
+
+    fn tools(&self) -> Vec<ToolSpec> {
+        vec![
+            tool(
+                "file_manager__list",
+                "List a directory of the workspace (name, kind, size). Set recursive to walk subdirectories.",
+                json!({"type":"object","properties":{
+                    "path":{"type":"string","description":"Directory, relative to the workspace (default: the workspace root)."},
+                    "recursive":{"type":"boolean","description":"Walk subdirectories (at most 1000 entries)."}
+                },"additionalProperties":false}),
+            )
+            .toolset("file_manager")
+            .build(),
+            tool(
+                "file_manager__read",
+                "Read a text file of the workspace. offset is the first line (1-based), limit the number of lines. Use it to page through spooled tool outputs.",
+                json!({"type":"object","properties":{
+                    "path":{"type":"string"},
+                    "offset":{"type":"integer","minimum":1,"description":"First line to read, 1-based (default 1)."},
+                    "limit":{"type":"integer","minimum":1,"description":"Lines to read (default 2000)."}
+                },"required":["path"],"additionalProperties":false}),
+            )
+            .toolset("file_manager")
+            .alias("read_file")
+            .build(),
+            tool(
+                "file_manager__write",
+                "Write a text file of the workspace (parent directories are created). Replaces the file unless append is true.",
+                json!({"type":"object","properties":{
+                    "path":{"type":"string"},
+                    "content":{"type":"string"},
+                    "append":{"type":"boolean"}
+                },"required":["path","content"],"additionalProperties":false}),
+            )
+            .toolset("file_manager")
+            .risk(Risk::FileWrite)
+            .alias("write_file")
+            .build(),
+            tool(
+                "file_manager__edit",
+                "Replace old_string by new_string in a file. old_string must occur exactly once unless replace_all is true.",
+                json!({"type":"object","properties":{
+                    "path":{"type":"string"},
+                    "old_string":{"type":"string","minLength":1},
+                    "new_string":{"type":"string"},
+                    "replace_all":{"type":"boolean"}
+                },"required":["path","old_string","new_string"],"additionalProperties":false}),
+            )
+            .toolset("file_manager")
+            .risk(Risk::FileWrite)
+            .build(),
+            tool(
+                "file_manager__glob",
+                "Find files whose workspace-relative path matches a glob (e.g. `**/*.py`).",
+                json!({"type":"object","properties":{
+                    "pattern":{"type":"string","minLength":1},
+                    "path":{"type":"string","description":"Directory to search from (default: the workspace root)."}
+                },"required":["pattern"],"additionalProperties":false}),
+            )
+            .toolset("file_manager")
+            .build(),
+            tool(
+                "file_manager__grep",
+                "Search files for a regex; returns `path:line: text` for each matching line.",
+                json!({"type":"object","properties":{
+                    "pattern":{"type":"string","minLength":1},
+                    "path":{"type":"string","description":"File or directory to search (default: the workspace root)."},
+                    "glob":{"type":"string","description":"Only files whose relative path matches this glob."},
+                    "case_insensitive":{"type":"boolean"},
+                    "max_matches":{"type":"integer","minimum":1,"maximum":GREP_MAX_MATCHES}
+                },"required":["pattern"],"additionalProperties":false}),
+            )
+            .toolset("file_manager")
+            .build(),
+        ]
+    }
+
+    fn validate_input(&self, tool: &str, args: &Value, ctx: &CallCtx) -> Result<(), ToolError> {
+        confine(ctx, path_arg(args, "path", "."))?;
+        match tool {
+            "file_manager__edit" => {
+                if s(args, "old_string") == s(args, "new_string") {
+                    return Err(ToolError::invalid("old_string and new_string are the same: nothing to edit"));
+                }
+            }
+            "file_manager__grep" => {
+                regex::Regex::new(s(args, "pattern").unwrap_or_default())
+                    .map_err(|e| ToolError::invalid(format!("pattern is not a valid regex: {e}")))?;
+                if let Some(g) = s(args, "glob") {
+                    globset::Glob::new(g).map_err(|e| ToolError::invalid(format!("glob is not valid: {e}")))?;
+                }
+            }
+            "file_manager__glob" => {
+                globset::Glob::new(s(args, "pattern").unwrap_or_default())
+                    .map_err(|e| ToolError::invalid(format!("pattern is not a valid glob: {e}")))?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    async fn call(&self, tool: &str, args: Value, ctx: CallCtx) -> Result<Value, ToolError> {
+        let tool = tool.to_owned();
+        // File work is blocking; keep it off the async workers.
+        tokio::task::spawn_blocking(move || match tool.as_str() {
+            "file_manager__list" => list(&args, &ctx),
+            "file_manager__read" => read(&args, &ctx),
+            "file_manager__write" => write(&args, &ctx),
+            "file_manager__edit" => edit(&args, &ctx),
+            "file_manager__glob" => glob(&args, &ctx),
+            "file_manager__grep" => grep(&args, &ctx),
+            other => Err(ToolError::UnknownTool(other.to_owned())),
+        })
+        .await
+        .map_err(|e| ToolError::failed(format!("file_manager task failed: {e}")))?
+    }
+}
+
+fn kind(ft: std::fs::FileType) -> &'static str {
+    if ft.is_symlink() {
+        "symlink"
+    } else if ft.is_dir() {
+        "dir"
+    } else {
+        "file"
+    }
+}
+
+fn list(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
+    let given = path_arg(args, "path", ".");
+    let dir = confine(ctx, given)?;
+    if !dir.is_dir() {
+        return Err(ToolError::failed(format!("`{given}` is not a directory")));
+    }
+    let recursive = args.get("recursive").and_then(Value::as_bool).unwrap_or(false);
+    let mut entries = Vec::new();
+    let mut truncated = false;
+    let walker = walkdir::WalkDir::new(&dir).min_depth(1).max_depth(if recursive { usize::MAX } else { 1 }).sort_by_file_name();
+    for e in walker {
+        let Ok(e) = e else { continue };
+        if entries.len() >= MAX_ENTRIES {
+            truncated = true;
+            break;
+        }
+        let size = e.metadata().map(|m| m.len()).unwrap_or(0);
+        entries.push(json!({
+            "path": relative_to(&ctx.workspace, e.path()),
+            "kind": kind(e.file_type()),
+            "size": size,
+        }));
+    }
+    Ok(json!({"path": relative_to(&ctx.workspace, &dir), "entries": entries, "truncated": truncated}))
+}
+
+fn read(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
+    let given = path_arg(args, "path", "");
+    let path = confine(ctx, given)?;
+    if path.is_dir() {
+        return Err(ToolError::failed(format!("`{given}` is a directory; use file_manager__list")));
+    }
+    let bytes = std::fs::read(&path).map_err(|e| io_err("read", given, e))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        ToolError::failed(format!("`{given}` is not UTF-8 text ({} bytes); it cannot be read as text", e.as_bytes().len()))
+    })?;
+    let offset = args.get("offset").and_then(Value::as_u64).unwrap_or(1).max(1) as usize;
+    let limit = args.get("limit").and_then(Value::as_u64).map(|l| l as usize).unwrap_or(READ_DEFAULT_LINES);
+    let total = text.lines().count();
+    if offset == 1 && limit >= total && text.len() <= READ_MAX_BYTES {
+        return Ok(Value::String(text));
+    }
+    if offset > total.max(1) {
+        return Err(ToolError::failed(format!("offset {offset} is past the end of `{given}` ({total} lines)")));
+    }
+    let mut out = String::new();
+    let mut last = offset - 1;
+    for (i, line) in text.split_inclusive('\n').enumerate().skip(offset - 1).take(limit) {
+        if out.len() + line.len() > READ_MAX_BYTES && i >= offset {
+            break;
+        }
+        out.push_str(line);
+        last = i + 1;
+    }
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    if last < total {
+        out.push_str(&format!("[lines {offset}-{last} of {total}; continue with offset={}]", last + 1));
+    } else {
+        out.push_str(&format!("[lines {offset}-{last} of {total}; end of file]"));
+    }
+    Ok(Value::String(out))
+}
+
+fn write(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
+    let given = path_arg(args, "path", "");
+    let path = confine(ctx, given)?;
+    let content = s(args, "content").unwrap_or_default();
+    if path.is_dir() {
+        return Err(ToolError::failed(format!("`{given}` is a directory")));
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| io_err("create the directory of", given, e))?;
+        // The directories just created may not change where the path resolves, but check again: a
+        // racing symlink must not redirect the write.
+        confine(ctx, given)?;
+    }
+    let append = args.get("append").and_then(Value::as_bool).unwrap_or(false);
+    if append {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| io_err("open", given, e))?;
+        f.write_all(content.as_bytes()).map_err(|e| io_err("write", given, e))?;
+    } else {
+        std::fs::write(&path, content).map_err(|e| io_err("write", given, e))?;
+    }
+    Ok(Value::String(format!(
+        "{} {} bytes to {}",
+        if append { "appended" } else { "wrote" },
+        content.len(),
+        relative_to(&ctx.workspace, &path)
+    )))
+}
+
+fn edit(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
+    let given = path_arg(args, "path", "");
+    let path = confine(ctx, given)?;
+    let old = s(args, "old_string").unwrap_or_default();
+    let new = s(args, "new_string").unwrap_or_default();
+    let replace_all = args.get("replace_all").and_then(Value::as_bool).unwrap_or(false);
+    let text = std::fs::read_to_string(&path).map_err(|e| io_err("read", given, e))?;
+    let count = text.matches(old).count();
+    if count == 0 {
+        return Err(ToolError::failed(format!("old_string was not found in `{given}`; nothing changed")));
+    }
+    if count > 1 && !replace_all {
+        return Err(ToolError::failed(format!(
+            "old_string occurs {count} times in `{given}`; add surrounding context to make it unique, or set replace_all"
+        )));
+    }
+    let updated = if replace_all { text.replace(old, new) } else { text.replacen(old, new, 1) };
+    std::fs::write(&path, updated).map_err(|e| io_err("write", given, e))?;
+    Ok(Value::String(format!("replaced {count} occurrence{} in {}", if count == 1 { "" } else { "s" }, relative_to(&ctx.workspace, &path))))
+}
+
+fn glob(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
+    let base_given = path_arg(args, "path", ".");
+    let base = confine(ctx, base_given)?;
+    let pattern = s(args, "pattern").unwrap_or_default();
+    let matcher = globset::GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .build()
+        .map_err(|e| ToolError::invalid(format!("pattern is not a valid glob: {e}")))?
+        .compile_matcher();
+    let mut found = Vec::new();
+    let mut truncated = false;
+    for e in walkdir::WalkDir::new(&base).min_depth(1).sort_by_file_name().into_iter().flatten() {
+        let rel = e.path().strip_prefix(&base).unwrap_or(e.path());
+        if matcher.is_match(rel) {
+            if found.len() >= MAX_ENTRIES {
+                truncated = true;
+                break;
+            }
+            found.push(relative_to(&ctx.workspace, e.path()));
+        }
+    }
+    Ok(json!({"matches": found, "truncated": truncated}))
+}
+
+fn grep(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
+    let given = path_arg(args, "path", ".");
+    let root = confine(ctx, given)?;
+    let pattern = s(args, "pattern").unwrap_or_default();
+    let re = regex::RegexBuilder::new(pattern)
+        .case_insensitive(args.get("case_insensitive").and_then(Value::as_bool).unwrap_or(false))
+        .size_limit(1 << 20)
+        .build()
+        .map_err(|e| ToolError::invalid(format!("pattern is not a valid regex: {e}")))?;
+    let filter = match s(args, "glob") {
+        Some(g) => Some(
+            globset::Glob::new(g).map_err(|e| ToolError::invalid(format!("glob is not valid: {e}")))?.compile_matcher(),
+        ),
+        None => None,
+    };
+    let max = args.get("max_matches").and_then(Value::as_u64).map(|m| m as usize).unwrap_or(GREP_DEFAULT_MATCHES).min(GREP_MAX_MATCHES);
+    let mut lines = Vec::new();
+    let mut truncated = false;
+    'files: for e in walkdir::WalkDir::new(&root).sort_by_file_name().into_iter().flatten() {
+        // Symlinks are not followed: a link out of the workspace is never read.
+        if !e.file_type().is_file() {
+            continue;
+        }
+        let rel = relative_to(&ctx.workspace, e.path());
+        if let Some(f) = &filter
+            && !f.is_match(Path::new(&rel))
+            && !f.is_match(e.file_name())
+        {
+            continue;
+        }
+        if e.metadata().map(|m| m.len() > GREP_MAX_FILE_BYTES).unwrap_or(true) {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(e.path()) else { continue };
+        for (i, line) in text.lines().enumerate() {
+            if re.is_match(line) {
+                if lines.len() >= max {
+                    truncated = true;
+                    break 'files;
+                }
+                let shown: String = line.chars().take(GREP_LINE_CHARS).collect();
+                lines.push(format!("{rel}:{}: {shown}", i + 1));
+            }
+        }
+    }
+    let mut out = if lines.is_empty() { "no matches".to_owned() } else { lines.join("\n") };
+    if truncated {
+        out.push_str(&format!("\n[stopped after {max} matches; narrow the pattern or path]"));
+    }
+    Ok(Value::String(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn call(ws: &Path, tool: &str, args: Value) -> Result<Value, ToolError> {
+        let ctx = CallCtx::for_test(ws.canonicalize().unwrap(), "s");
+        let fm = FileManager;
+        fm.validate_input(tool, &args, &ctx)?;
+        fm.call(tool, args, ctx).await
+    }
+
+    #[tokio::test]
+    async fn write_read_edit_roundtrip() {
+        let d = tempfile::tempdir().unwrap();
+        call(d.path(), "file_manager__write", json!({"path":"a/b.txt","content":"one\ntwo\ntwo\n"})).await.unwrap();
+        assert_eq!(call(d.path(), "file_manager__read", json!({"path":"a/b.txt"})).await.unwrap(), json!("one\ntwo\ntwo\n"));
+        let e = call(d.path(), "file_manager__edit", json!({"path":"a/b.txt","old_string":"two","new_string":"2"})).await.unwrap_err();
+        assert!(e.to_string().contains("occurs 2 times"), "{e}");
+        let e = call(d.path(), "file_manager__edit", json!({"path":"a/b.txt","old_string":"zzz","new_string":"2"})).await.unwrap_err();
+        assert!(e.to_string().contains("not found"), "{e}");
+        call(d.path(), "file_manager__edit", json!({"path":"a/b.txt","old_string":"one","new_string":"1"})).await.unwrap();
+        call(d.path(), "file_manager__edit", json!({"path":"a/b.txt","old_string":"two","new_string":"2","replace_all":true})).await.unwrap();
+        assert_eq!(std::fs::read_to_string(d.path().join("a/b.txt")).unwrap(), "1\n2\n2\n");
+        call(d.path(), "file_manager__write", json!({"path":"a/b.txt","content":"3\n","append":true})).await.unwrap();
+        assert_eq!(std::fs::read_to_string(d.path().join("a/b.txt")).unwrap(), "1\n2\n2\n3\n");
+    }
+
+    #[tokio::test]
+    async fn read_pages_by_lines() {
+        let d = tempfile::tempdir().unwrap();
+        let text: String = (1..=100).map(|i| format!("L{i}\n")).collect();
+        std::fs::write(d.path().join("f.txt"), &text).unwrap();
+        let v = call(d.path(), "file_manager__read", json!({"path":"f.txt","offset":10,"limit":3})).await.unwrap();
+        assert_eq!(v, json!("L10\nL11\nL12\n[lines 10-12 of 100; continue with offset=13]"));
+        let big: String = (0..5000).map(|i| format!("{i:080}\n")).collect();
+        std::fs::write(d.path().join("big.txt"), &big).unwrap();
+        let v = call(d.path(), "file_manager__read", json!({"path":"big.txt"})).await.unwrap();
+        let s = v.as_str().unwrap();
+        assert!(s.len() < 16 * 1024, "a read must stay under the spool threshold");
+        assert!(s.contains("continue with offset="), "{}", &s[s.len() - 80..]);
+        let e = call(d.path(), "file_manager__read", json!({"path":"f.txt","offset":500})).await.unwrap_err();
+        assert!(e.to_string().contains("past the end"));
+    }
+
+    #[tokio::test]
+    async fn glob_grep_list() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("src/x")).unwrap();
+        std::fs::write(d.path().join("src/a.py"), "import os\nprint('hi')\n").unwrap();
+        std::fs::write(d.path().join("src/x/b.py"), "PRINT\n").unwrap();
+        std::fs::write(d.path().join("c.txt"), "print\n").unwrap();
+        let v = call(d.path(), "file_manager__glob", json!({"pattern":"**/*.py"})).await.unwrap();
+        assert_eq!(v["matches"], json!(["src/a.py", "src/x/b.py"]));
+        let v = call(d.path(), "file_manager__grep", json!({"pattern":"print","glob":"*.py","case_insensitive":true})).await.unwrap();
+        assert_eq!(v, json!("src/a.py:2: print('hi')\nsrc/x/b.py:1: PRINT"));
+        let v = call(d.path(), "file_manager__grep", json!({"pattern":"print","max_matches":1})).await.unwrap();
+        assert!(v.as_str().unwrap().contains("stopped after 1 matches"));
+        let v = call(d.path(), "file_manager__list", json!({})).await.unwrap();
+        let names: Vec<&str> = v["entries"].as_array().unwrap().iter().map(|e| e["path"].as_str().unwrap()).collect();
+        assert_eq!(names, vec!["c.txt", "src"]);
+        let e = call(d.path(), "file_manager__grep", json!({"pattern":"("})).await.unwrap_err();
+        assert!(e.to_string().contains("not a valid regex"));
+    }
+
+    #[tokio::test]
+    async fn escapes_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "s3cret").unwrap();
+        std::os::unix::fs::symlink(outside.path(), d.path().join("link")).unwrap();
+        for (tool, args) in [
+            ("file_manager__read", json!({"path":"../../etc/passwd"})),
+            ("file_manager__read", json!({"path":"/etc/passwd"})),
+            ("file_manager__read", json!({"path":"link/secret"})),
+            ("file_manager__write", json!({"path":"link/new","content":"x"})),
+            ("file_manager__list", json!({"path":"link"})),
+            ("file_manager__grep", json!({"pattern":"s3cret","path":"link"})),
+        ] {
+            let e = call(d.path(), tool, args.clone()).await.unwrap_err();
+            assert!(e.to_string().contains("outside the workspace"), "{tool} {args}: {e}");
+        }
+        assert!(!outside.path().join("new").exists());
+        // grep over the whole workspace does not follow the link out.
+        let v = call(d.path(), "file_manager__grep", json!({"pattern":"s3cret"})).await.unwrap();
+        assert_eq!(v, json!("no matches"));
+    }
+}

@@ -1,0 +1,115 @@
+//! The `omicos.v1.ToolRunner` gRPC service: one Execute stream per call
+//! (ExecuteStart, then approvals or a cancel in; progress, output,
+//! approval_required and one result out), and ListTools.
+
+use crate::pipeline::{CallIo, CallRequest, Pipeline, permission::Legacy};
+use omicos_proto::{
+    ExecuteClientMessage, ExecuteServerMessage, ListToolsRequest, ListToolsResponse, execute_client_message,
+    execute_server_message,
+    tool_runner_server::{ToolRunner, ToolRunnerServer},
+};
+use std::pin::Pin;
+use tokio::sync::mpsc;
+use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
+
+/// The ToolRunner service over a [`Pipeline`].
+pub struct ToolRunnerService {
+    pipeline: Pipeline,
+    streams: CancellationToken,
+}
+
+impl ToolRunnerService {
+    /// Serves `pipeline`; `streams` cancels running calls when the drain's grace period ends.
+    pub fn new(pipeline: Pipeline, streams: CancellationToken) -> Self {
+        Self { pipeline, streams }
+    }
+
+    /// The tonic server (64 MiB messages: arguments may carry whole files).
+    pub fn into_server(self) -> ToolRunnerServer<Self> {
+        ToolRunnerServer::new(self).max_decoding_message_size(64 << 20).max_encoding_message_size(64 << 20)
+    }
+}
+
+type OutStream = Pin<Box<dyn Stream<Item = Result<ExecuteServerMessage, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl ToolRunner for ToolRunnerService {
+    type ExecuteStream = OutStream;
+
+    async fn execute(&self, req: Request<Streaming<ExecuteClientMessage>>) -> Result<Response<OutStream>, Status> {
+        let span = tracing::info_span!("ToolRunner.Execute", call_id = tracing::field::Empty);
+        omicos_servicekit::telemetry::set_parent_from(&span, req.metadata());
+        let mut inbound = req.into_inner();
+        let start = match inbound.message().await? {
+            Some(ExecuteClientMessage { msg: Some(execute_client_message::Msg::Start(s)) }) => s,
+            Some(_) => return Err(Status::invalid_argument("the first message of Execute must be ExecuteStart")),
+            None => return Err(Status::invalid_argument("Execute stream closed before ExecuteStart")),
+        };
+        span.record("call_id", start.call_id.as_str());
+        let cancel = self.streams.child_token();
+        let (out_tx, out_rx) = mpsc::channel::<ExecuteServerMessage>(256);
+        let (appr_tx, appr_rx) = mpsc::channel(8);
+
+        // Inbound: approvals go to the pipeline; a cancel or a broken stream cancels the call.
+        let reader_cancel = cancel.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    m = inbound.message() => match m {
+                        Ok(Some(ExecuteClientMessage { msg: Some(execute_client_message::Msg::Approval(a)) })) => {
+                            let _ = appr_tx.send(a).await;
+                        }
+                        Ok(Some(ExecuteClientMessage { msg: Some(execute_client_message::Msg::Cancel(_)) })) => {
+                            reader_cancel.cancel();
+                            return;
+                        }
+                        Ok(Some(_)) => tracing::warn!("unexpected message on an Execute stream ignored"),
+                        // Half-close: no more approvals can come.
+                        Ok(None) => return,
+                        Err(_) => {
+                            reader_cancel.cancel();
+                            return;
+                        }
+                    },
+                    _ = reader_cancel.cancelled() => return,
+                }
+            }
+        });
+
+        // A client that drops the response stream cancels the call.
+        let done = CancellationToken::new();
+        {
+            let (watch, cancel, done) = (out_tx.clone(), cancel.clone(), done.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = watch.closed() => cancel.cancel(),
+                    _ = done.cancelled() => {}
+                }
+            });
+        }
+
+        let pipeline = self.pipeline.clone();
+        let io = CallIo { events: Some(out_tx.clone()), approvals: Some(appr_rx), cancel };
+        tokio::spawn(
+            async move {
+                let outcome = pipeline.execute(CallRequest::from(start), io).await;
+                done.cancel();
+                let result = outcome.into_result();
+                let _ = out_tx.send(ExecuteServerMessage { msg: Some(execute_server_message::Msg::Result(result)) }).await;
+            }
+            .instrument(span),
+        );
+        Ok(Response::new(Box::pin(ReceiverStream::new(out_rx).map(Ok))))
+    }
+
+    async fn list_tools(&self, req: Request<ListToolsRequest>) -> Result<Response<ListToolsResponse>, Status> {
+        let req = req.into_inner();
+        let legacy = Legacy { allow_shell: req.allow_shell, allow_file_write: req.allow_file_write };
+        let (tools, unknown_toolsets) =
+            self.pipeline.list_tools(&req.toolsets, &req.permission_mode, legacy).map_err(Status::invalid_argument)?;
+        Ok(Response::new(ListToolsResponse { tools, unknown_toolsets }))
+    }
+}
