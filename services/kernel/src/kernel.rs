@@ -1,0 +1,640 @@
+//! One Jupyter kernel process: launch over IPC in a private 0700 directory,
+//! in its own process group; the channels, read continuously by their own
+//! tasks; death detection (process exit, heartbeat); executing a cell with
+//! the timeout → interrupt_request → SIGINT → kill escalation.
+
+use crate::interpreter::{Interpreter, SETUP_HINT};
+use crate::output::{CellOutput, StreamSplitter};
+use jupyter_protocol::{
+    ConnectionInfo, ExecuteRequest, ExecutionState, InterruptRequest, JupyterMessage, JupyterMessageContent, KernelInfoRequest,
+    ReplyStatus, ShutdownRequest, Transport,
+};
+use jupyter_zmq_client as jzc;
+use omicos_toolkit::EventSink;
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinHandle,
+};
+use tokio_util::sync::CancellationToken;
+
+/// A kernel could not be started or used.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum KernelError {
+    /// The interpreter lacks ipykernel.
+    #[error("the interpreter {python} (chosen by {chosen_by}) cannot start a kernel: ipykernel is not installed. To fix it, {hint}", hint = SETUP_HINT)]
+    NoIpykernel {
+        /// The interpreter.
+        python: String,
+        /// The rule that chose it.
+        chosen_by: String,
+    },
+    /// The kernel did not start.
+    #[error("the kernel did not start: {0}")]
+    Start(String),
+    /// The kernel is dead.
+    #[error("the kernel is dead: {0}")]
+    Dead(String),
+    /// A channel failed.
+    #[error("kernel channel error: {0}")]
+    Channel(String),
+}
+
+/// Which channel a routed message came on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chan {
+    Shell,
+    IoPub,
+    Control,
+}
+
+type Routes = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<(Chan, JupyterMessage)>>>>;
+
+/// What ended a cell that ran past its timeout or was cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Interruption {
+    /// A Jupyter `interrupt_request` stopped it; state kept.
+    InterruptRequest,
+    /// SIGINT to the kernel's process group stopped it; state kept.
+    Sigint,
+    /// Nothing stopped it: the kernel was killed; state lost.
+    Killed,
+}
+
+/// Limits of one execution.
+#[derive(Debug, Clone)]
+pub struct ExecLimits {
+    /// The cell's timeout.
+    pub timeout: Duration,
+    /// How long each interrupt step waits before the next.
+    pub grace: Duration,
+    /// Cap on kept stdout/stderr bytes (each).
+    pub max_output: usize,
+}
+
+/// How a cell ended.
+#[derive(Debug, Default)]
+pub struct ExecOutcome {
+    /// Everything it produced, in order.
+    pub out: CellOutput,
+    /// The cell ran past its timeout.
+    pub timed_out: bool,
+    /// The client cancelled the call.
+    pub cancelled: bool,
+    /// How a timeout or cancel was carried out.
+    pub interruption: Option<Interruption>,
+    /// The kernel died while the cell ran (why).
+    pub died: Option<String>,
+}
+
+/// A running kernel.
+pub struct Kernel {
+    /// Short id for logs and messages.
+    pub id: String,
+    /// The interpreter it runs on.
+    pub interpreter: Interpreter,
+    pid: i32,
+    dir: PathBuf,
+    shell: tokio::sync::Mutex<jzc::DealerSendConnection>,
+    control: tokio::sync::Mutex<jzc::DealerSendConnection>,
+    routes: Routes,
+    dead: watch::Receiver<Option<String>>,
+    dead_tx: Arc<watch::Sender<Option<String>>>,
+    cwd: Mutex<PathBuf>,
+    tasks: Vec<JoinHandle<()>>,
+    stop: CancellationToken,
+}
+
+/// How kernels are started.
+#[derive(Debug, Clone)]
+pub struct StartOptions {
+    /// Time allowed to become ready.
+    pub startup_timeout: Duration,
+    /// Heartbeat period.
+    pub heartbeat: Duration,
+}
+
+fn route(routes: &Routes, chan: Chan, msg: JupyterMessage) {
+    let Some(parent) = msg.parent_header.as_ref().map(|h| h.msg_id.clone()) else { return };
+    let tx = routes.lock().expect("routes lock").get(&parent).cloned();
+    if let Some(tx) = tx {
+        let _ = tx.send((chan, msg));
+    }
+}
+
+fn mark_dead(tx: &watch::Sender<Option<String>>, why: String) {
+    tx.send_if_modified(|v| {
+        if v.is_none() {
+            *v = Some(why);
+            true
+        } else {
+            false
+        }
+    });
+}
+
+fn killpg(pid: i32, sig: i32) {
+    if pid > 0 {
+        // SAFETY: plain syscall on a process group we created.
+        unsafe {
+            libc::killpg(pid, sig);
+        }
+    }
+}
+
+impl Kernel {
+    /// Starts a kernel with `interpreter`, in `cwd`, and waits until it answers.
+    pub async fn start(interpreter: &Interpreter, cwd: &Path, opts: &StartOptions) -> Result<Arc<Kernel>, KernelError> {
+        let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
+        let dir = std::env::temp_dir().join(format!("omicos-k-{id}"));
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|e| KernelError::Start(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let cleanup = DirGuard(Some(dir.clone()));
+        let info = ConnectionInfo {
+            ip: dir.join("k").display().to_string(),
+            transport: Transport::IPC,
+            shell_port: 1,
+            iopub_port: 2,
+            stdin_port: 3,
+            control_port: 4,
+            hb_port: 5,
+            key: uuid::Uuid::new_v4().to_string(),
+            signature_scheme: "hmac-sha256".into(),
+            kernel_name: None,
+        };
+        let conn_file = dir.join("connection.json");
+        std::fs::write(&conn_file, serde_json::to_vec(&info).expect("connection info serializes"))
+            .map_err(|e| KernelError::Start(format!("cannot write the connection file: {e}")))?;
+        let mut cmd = tokio::process::Command::new(&interpreter.python);
+        cmd.arg("-m")
+            .arg("ipykernel_launcher")
+            .arg("-f")
+            .arg(&conn_file)
+            // No history database: faster start, no writes outside the workspace.
+            .arg("--HistoryManager.enabled=False")
+            .arg("--InteractiveShell.colors=nocolor")
+            .current_dir(cwd)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .env("PYTHONUNBUFFERED", "1")
+            // Its own process group: interrupts and kills reach its children too.
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => KernelError::Start(format!(
+                "the interpreter {} (chosen by {}) does not exist; {SETUP_HINT}",
+                interpreter.python.display(),
+                interpreter.source
+            )),
+            _ => KernelError::Start(format!("cannot run {}: {e}", interpreter.python.display())),
+        })?;
+        let pid = child.id().map(|p| p as i32).unwrap_or(0);
+        let stderr_tail = Arc::new(Mutex::new(String::new()));
+        let mut tasks = Vec::new();
+        if let Some(mut err) = child.stderr.take() {
+            let tail = stderr_tail.clone();
+            tasks.push(tokio::spawn(async move {
+                use tokio::io::AsyncReadExt;
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = err.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let mut t = tail.lock().expect("stderr lock");
+                    t.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    if t.len() > 8192 {
+                        let cut = t.len() - 8192;
+                        let cut = (cut..t.len()).find(|i| t.is_char_boundary(*i)).unwrap_or(t.len());
+                        t.drain(..cut);
+                    }
+                }
+            }));
+        }
+        let fail = |child_status: Option<std::process::ExitStatus>, stderr_tail: &Arc<Mutex<String>>| -> KernelError {
+            let text = stderr_tail.lock().expect("stderr lock").clone();
+            if text.contains("No module named ipykernel") {
+                return KernelError::NoIpykernel {
+                    python: interpreter.python.display().to_string(),
+                    chosen_by: interpreter.source.clone(),
+                };
+            }
+            let last: Vec<&str> = text.lines().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect();
+            KernelError::Start(format!(
+                "{} ({}) exited{}: {}",
+                interpreter.python.display(),
+                interpreter.source,
+                child_status.map(|s| format!(" with {s}")).unwrap_or_default(),
+                last.join("\n")
+            ))
+        };
+        let deadline = Instant::now() + opts.startup_timeout;
+        // The IPC sockets exist once the kernel bound them; connecting earlier fails.
+        loop {
+            if (1..=5).all(|p| dir.join(format!("k-{p}")).exists()) {
+                break;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                // Let the stderr reader catch the last words.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                return Err(fail(Some(status), &stderr_tail));
+            }
+            if Instant::now() > deadline {
+                killpg(pid, libc::SIGKILL);
+                return Err(KernelError::Start(format!("not ready after {:?}", opts.startup_timeout)));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let session = uuid::Uuid::new_v4().to_string();
+        let chan_err = |e: jzc::RuntimeError| KernelError::Channel(e.to_string());
+        let iopub = jzc::create_client_iopub_connection(&info, "", &session).await.map_err(chan_err)?;
+        let identity = jzc::peer_identity_for_session(&session).map_err(chan_err)?;
+        let shell = jzc::create_client_shell_connection_with_identity(&info, &session, identity).await.map_err(chan_err)?;
+        let control = jzc::create_client_control_connection(&info, &session).await.map_err(chan_err)?;
+        let (shell_tx, shell_rx) = shell.split();
+        let (control_tx, control_rx) = control.split();
+        let routes: Routes = Arc::new(Mutex::new(HashMap::new()));
+        let (dead_tx, dead_rx) = watch::channel(None);
+        let dead_tx = Arc::new(dead_tx);
+        let stop = CancellationToken::new();
+        tasks.push(tokio::spawn(read_loop(iopub, Chan::IoPub, routes.clone())));
+        tasks.push(tokio::spawn(read_loop(shell_rx, Chan::Shell, routes.clone())));
+        tasks.push(tokio::spawn(read_loop(control_rx, Chan::Control, routes.clone())));
+        // Process exit is the surest sign of death.
+        {
+            let dead_tx = dead_tx.clone();
+            let tail = stderr_tail.clone();
+            let stop = stop.clone();
+            tasks.push(tokio::spawn(async move {
+                tokio::select! {
+                    status = child.wait() => {
+                        let what = match status {
+                            Ok(s) => describe_exit(s),
+                            Err(e) => format!("could not be waited for: {e}"),
+                        };
+                        let last = tail.lock().expect("stderr lock").lines().last().unwrap_or("").to_owned();
+                        let why = if last.is_empty() { format!("the kernel process {what}") } else { format!("the kernel process {what} (last stderr line: {last})") };
+                        mark_dead(&dead_tx, why);
+                    }
+                    _ = stop.cancelled() => {
+                        let _ = child.start_kill();
+                        let _ = child.wait().await;
+                    }
+                }
+            }));
+        }
+        let kernel = Kernel {
+            id,
+            interpreter: interpreter.clone(),
+            pid,
+            dir: cleanup.keep(),
+            shell: tokio::sync::Mutex::new(shell_tx),
+            control: tokio::sync::Mutex::new(control_tx),
+            routes,
+            dead: dead_rx,
+            dead_tx,
+            cwd: Mutex::new(cwd.to_path_buf()),
+            tasks,
+            stop,
+        };
+        if let Err(e) = kernel.wait_ready(deadline).await {
+            let dead = kernel.dead.borrow().clone();
+            drop(kernel);
+            return Err(match dead {
+                Some(_) => fail(None, &stderr_tail),
+                None => e,
+            });
+        }
+        let mut kernel = kernel;
+        // A hung kernel (stuck in C code with signals blocked) still has its process:
+        // the heartbeat catches it.
+        kernel.tasks.push(tokio::spawn(heartbeat_loop(info, opts.heartbeat, kernel.dead_tx.clone(), pid, kernel.stop.clone())));
+        Ok(Arc::new(kernel))
+    }
+
+    /// Sends kernel_info until both its reply and its iopub status arrive:
+    /// only then is the iopub subscription known to be live.
+    async fn wait_ready(&self, deadline: Instant) -> Result<(), KernelError> {
+        loop {
+            let msg: JupyterMessage = KernelInfoRequest {}.into();
+            let mid = msg.header.msg_id.clone();
+            let mut rx = self.register(&mid);
+            self.shell.lock().await.send(msg).await.map_err(|e| KernelError::Channel(e.to_string()))?;
+            let (mut replied, mut on_iopub) = (false, false);
+            let attempt_end = (Instant::now() + Duration::from_millis(250)).min(deadline);
+            while !(replied && on_iopub) {
+                let mut dead = self.dead.clone();
+                tokio::select! {
+                    m = rx.recv() => match m {
+                        Some((Chan::Shell, _)) => replied = true,
+                        Some((Chan::IoPub, _)) => on_iopub = true,
+                        _ => {}
+                    },
+                    _ = async { let _ = dead.wait_for(|d| d.is_some()).await; } => {
+                        self.unregister(&mid);
+                        return Err(KernelError::Dead(self.death().unwrap_or_default()));
+                    }
+                    _ = tokio::time::sleep_until(attempt_end.into()) => break,
+                }
+            }
+            self.unregister(&mid);
+            if replied && on_iopub {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(KernelError::Start("the kernel did not answer kernel_info in time".into()));
+            }
+        }
+    }
+
+    fn register(&self, msg_id: &str) -> mpsc::UnboundedReceiver<(Chan, JupyterMessage)> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.routes.lock().expect("routes lock").insert(msg_id.to_owned(), tx);
+        rx
+    }
+
+    fn unregister(&self, msg_id: &str) {
+        self.routes.lock().expect("routes lock").remove(msg_id);
+    }
+
+    /// Why the kernel died, or None while it lives.
+    pub fn death(&self) -> Option<String> {
+        self.dead.borrow().clone()
+    }
+
+    /// The process id (also the process group id).
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// The directory the kernel's Python runs in.
+    pub fn cwd(&self) -> PathBuf {
+        self.cwd.lock().expect("cwd lock").clone()
+    }
+
+    /// Moves the kernel's working directory (a warm kernel handed to a session
+    /// of another workspace).
+    pub async fn chdir(&self, dir: &Path) -> Result<(), KernelError> {
+        let path = serde_json::to_string(&dir.display().to_string()).expect("string serializes");
+        let code = format!("__import__('os').chdir({path})");
+        let limits = ExecLimits { timeout: Duration::from_secs(10), grace: Duration::from_secs(1), max_output: 4096 };
+        let r = self.execute(&code, true, &limits, &EventSink::discard(), &CancellationToken::new()).await;
+        if let Some(d) = r.died {
+            return Err(KernelError::Dead(d));
+        }
+        if let Some(e) = r.out.error {
+            return Err(KernelError::Channel(format!("cannot change directory to {}: {}", dir.display(), e.evalue)));
+        }
+        *self.cwd.lock().expect("cwd lock") = dir.to_path_buf();
+        Ok(())
+    }
+
+    /// Runs `code`. Output streams to `events` while it runs. On timeout or
+    /// cancel: interrupt_request, then SIGINT to the group, then kill.
+    pub async fn execute(&self, code: &str, silent: bool, limits: &ExecLimits, events: &EventSink, cancel: &CancellationToken) -> ExecOutcome {
+        let mut outcome = ExecOutcome::default();
+        outcome.out.set_cap(limits.max_output);
+        if let Some(d) = self.death() {
+            outcome.died = Some(d);
+            return outcome;
+        }
+        let mut req = ExecuteRequest::new(code.to_owned());
+        req.silent = silent;
+        req.store_history = !silent;
+        req.stop_on_error = false;
+        let msg: JupyterMessage = req.into();
+        let mid = msg.header.msg_id.clone();
+        let mut rx = self.register(&mid);
+        if let Err(e) = self.shell.lock().await.send(msg).await {
+            self.unregister(&mid);
+            outcome.died = Some(format!("the shell channel failed: {e}"));
+            return outcome;
+        }
+        let mut splitter = StreamSplitter::default();
+        let (mut replied, mut idle) = (false, false);
+        // 0: running; 1: interrupt_request sent; 2: SIGINT sent; 3: killed.
+        let mut phase = 0u8;
+        let mut next_step = Instant::now() + limits.timeout;
+        let mut dead = self.dead.clone();
+        while !(replied && idle) {
+            tokio::select! {
+                m = rx.recv() => {
+                    let Some((chan, m)) = m else { break };
+                    match (chan, m.content) {
+                        (Chan::Shell, JupyterMessageContent::ExecuteReply(r)) => {
+                            replied = true;
+                            outcome.out.execution_count = Some(r.execution_count.value() as i64);
+                            if r.status == ReplyStatus::Error && outcome.out.error.is_none() {
+                                if let Some(e) = r.error {
+                                    outcome.out.set_error(&e.ename, &e.evalue, &e.traceback);
+                                }
+                            }
+                        }
+                        (Chan::IoPub, JupyterMessageContent::Status(s)) if s.execution_state == ExecutionState::Idle => idle = true,
+                        (Chan::IoPub, JupyterMessageContent::StreamContent(s)) => {
+                            let name = match s.name { jupyter_protocol::Stdio::Stdout => "stdout", jupyter_protocol::Stdio::Stderr => "stderr" };
+                            outcome.out.stream(name, &s.text);
+                            let (text, bars) = splitter.feed(name, &s.text);
+                            if !text.is_empty() {
+                                events.output(name, text).await;
+                            }
+                            for b in bars {
+                                events.progress(b).await;
+                            }
+                        }
+                        (Chan::IoPub, JupyterMessageContent::DisplayData(d)) => outcome.out.display(&d.data, &d.metadata),
+                        (Chan::IoPub, JupyterMessageContent::UpdateDisplayData(d)) => outcome.out.display(&d.data, &d.metadata),
+                        (Chan::IoPub, JupyterMessageContent::ExecuteResult(r)) => outcome.out.execute_result(&r.data, &r.metadata),
+                        (Chan::IoPub, JupyterMessageContent::ErrorOutput(e)) => outcome.out.set_error(&e.ename, &e.evalue, &e.traceback),
+                        (Chan::IoPub, JupyterMessageContent::ClearOutput(_)) => outcome.out.clear(),
+                        _ => {}
+                    }
+                }
+                _ = async { let _ = dead.wait_for(|d| d.is_some()).await; } => {
+                    if phase < 3 {
+                        outcome.died = self.death();
+                    }
+                    break;
+                }
+                _ = tokio::time::sleep_until(next_step.into()), if phase < 3 => {
+                    if phase == 0 {
+                        outcome.timed_out = true;
+                    }
+                    phase = self.escalate(phase).await;
+                    next_step = Instant::now() + limits.grace;
+                    if phase == 3 {
+                        break;
+                    }
+                }
+                _ = cancel.cancelled(), if phase == 0 => {
+                    outcome.cancelled = true;
+                    phase = self.escalate(phase).await;
+                    next_step = Instant::now() + limits.grace;
+                }
+            }
+        }
+        self.unregister(&mid);
+        for b in splitter.finish() {
+            events.progress(b).await;
+        }
+        outcome.interruption = match phase {
+            0 => None,
+            1 => Some(Interruption::InterruptRequest),
+            2 => Some(Interruption::Sigint),
+            _ => Some(Interruption::Killed),
+        };
+        outcome
+    }
+
+    async fn escalate(&self, phase: u8) -> u8 {
+        match phase {
+            0 => {
+                let msg: JupyterMessage = InterruptRequest {}.into();
+                if self.control.lock().await.send(msg).await.is_err() {
+                    killpg(self.pid, libc::SIGINT);
+                    return 2;
+                }
+                1
+            }
+            1 => {
+                killpg(self.pid, libc::SIGINT);
+                2
+            }
+            _ => {
+                mark_dead(&self.dead_tx, "killed: neither interrupt_request nor SIGINT stopped the cell".into());
+                killpg(self.pid, libc::SIGKILL);
+                3
+            }
+        }
+    }
+
+    /// Asks the kernel to shut down, then kills its group.
+    pub async fn shutdown(&self) {
+        if self.death().is_none() {
+            let msg: JupyterMessage = ShutdownRequest { restart: false }.into();
+            let _ = self.control.lock().await.send(msg).await;
+            let mut dead = self.dead.clone();
+            let _ = tokio::time::timeout(Duration::from_secs(2), async { let _ = dead.wait_for(|d| d.is_some()).await; }).await;
+        }
+        mark_dead(&self.dead_tx, "shut down".into());
+        killpg(self.pid, libc::SIGKILL);
+    }
+
+    /// Kills the kernel's process group at once (tests use it to simulate OOM kills).
+    pub fn kill(&self) {
+        killpg(self.pid, libc::SIGKILL);
+    }
+}
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        killpg(self.pid, libc::SIGKILL);
+        self.stop.cancel();
+        for t in &self.tasks {
+            t.abort();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn describe_exit(s: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("exited with code {c}"),
+        (None, Some(9)) => "was killed (SIGKILL, e.g. out of memory)".into(),
+        (None, Some(11)) => "crashed (segmentation fault)".into(),
+        (None, Some(sig)) => format!("was killed by signal {sig}"),
+        _ => "exited".into(),
+    }
+}
+
+async fn read_loop<S: jzc_recv::Recv>(mut conn: S, chan: Chan, routes: Routes) {
+    loop {
+        match conn.read_msg().await {
+            Ok(m) => route(&routes, chan, m),
+            // A bad signature or an undecodable message is skipped; a closed socket ends the loop.
+            Err(jzc::RuntimeError::ZmqError(_)) => break,
+            Err(e) => tracing::debug!(?chan, error = %e, "unreadable kernel message skipped"),
+        }
+    }
+}
+
+/// Uniform read over the receiving connection types.
+mod jzc_recv {
+    use super::jzc;
+    use jupyter_protocol::JupyterMessage;
+
+    /// A receiving half.
+    pub trait Recv: Send + 'static {
+        /// Reads the next message.
+        fn read_msg(&mut self) -> impl std::future::Future<Output = jzc::Result<JupyterMessage>> + Send;
+    }
+    impl Recv for jzc::ClientIoPubConnection {
+        async fn read_msg(&mut self) -> jzc::Result<JupyterMessage> {
+            self.read().await
+        }
+    }
+    impl Recv for jzc::DealerRecvConnection {
+        async fn read_msg(&mut self) -> jzc::Result<JupyterMessage> {
+            self.read().await
+        }
+    }
+}
+
+async fn heartbeat_loop(info: ConnectionInfo, every: Duration, dead_tx: Arc<watch::Sender<Option<String>>>, pid: i32, stop: CancellationToken) {
+    let mut misses = 0u32;
+    let mut hb = None;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.cancelled() => return,
+        }
+        if dead_tx.borrow().is_some() {
+            return;
+        }
+        if hb.is_none() {
+            hb = jzc::create_client_heartbeat_connection(&info).await.ok();
+        }
+        let ok = match hb.as_mut() {
+            Some(c) => matches!(tokio::time::timeout(every, c.single_heartbeat()).await, Ok(Ok(()))),
+            None => false,
+        };
+        if ok {
+            misses = 0;
+        } else {
+            // A REQ socket that missed its reply cannot send again: start over.
+            hb = None;
+            misses += 1;
+            if misses >= 3 {
+                mark_dead(&dead_tx, format!("the kernel missed {misses} heartbeats and was killed"));
+                killpg(pid, libc::SIGKILL);
+                return;
+            }
+        }
+    }
+}
+
+struct DirGuard(Option<PathBuf>);
+impl DirGuard {
+    fn keep(mut self) -> PathBuf {
+        self.0.take().expect("dir guard holds a path")
+    }
+}
+impl Drop for DirGuard {
+    fn drop(&mut self) {
+        if let Some(d) = self.0.take() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}

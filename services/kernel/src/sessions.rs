@@ -1,0 +1,350 @@
+//! Session kernels: one kernel per chat session, a warm pool so a new
+//! session does not wait for a start, idle culling, a per-instance cap, and
+//! the markers that tell "new session" from "state lost on another instance".
+
+use crate::config::KernelConfig;
+use crate::interpreter::{self, Interpreter};
+use crate::kernel::{Kernel, KernelError, StartOptions};
+use omicos_toolkit::ToolError;
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard};
+use tokio_util::sync::CancellationToken;
+
+/// A session's kernel state. Held (locked) for the whole of a cell, so one
+/// session runs one cell at a time.
+#[derive(Default)]
+pub struct SessionState {
+    /// The session's kernel, if it has one.
+    pub kernel: Option<Arc<Kernel>>,
+    /// Something the next call must tell the model (state lost, restarted).
+    pub notice: Option<String>,
+    /// The session had a kernel on this instance before.
+    had_kernel: bool,
+}
+
+struct Slot {
+    state: Arc<AsyncMutex<SessionState>>,
+    last_used: Mutex<Instant>,
+}
+
+#[derive(Default)]
+struct Inner {
+    sessions: HashMap<String, Arc<Slot>>,
+    warm: Vec<Arc<Kernel>>,
+    starting: usize,
+}
+
+/// All kernels of this instance.
+pub struct Kernels {
+    cfg: KernelConfig,
+    env: Vec<(String, String)>,
+    workspace: PathBuf,
+    instance_id: String,
+    inner: Mutex<Inner>,
+    refill: Notify,
+    stop: CancellationToken,
+}
+
+/// A session's kernel, locked for one call.
+pub struct Lease {
+    /// The locked state; `kernel` is Some.
+    pub state: OwnedMutexGuard<SessionState>,
+    /// Notices for this call's result.
+    pub notices: Vec<String>,
+}
+
+impl Lease {
+    /// The kernel.
+    pub fn kernel(&self) -> Arc<Kernel> {
+        self.state.kernel.clone().expect("a lease holds a kernel")
+    }
+}
+
+/// A session id as a file name: safe characters kept, others hex-escaped.
+pub fn session_file_name(session: &str) -> Result<String, ToolError> {
+    let s = if session.is_empty() { "default" } else { session };
+    if s.len() > 200 {
+        return Err(ToolError::invalid("the session id is longer than 200 bytes"));
+    }
+    let mut out = String::new();
+    for (i, b) in s.bytes().enumerate() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || (b == b'.' && i > 0) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02x}"));
+        }
+    }
+    Ok(out)
+}
+
+fn now_ms() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
+}
+
+impl Kernels {
+    /// The manager; `workspace` is the default workspace (warm kernels start there).
+    /// Call [`Kernels::spawn_background`] to run the pool refill and the culler.
+    pub fn new(cfg: KernelConfig, workspace: PathBuf, env: Vec<(String, String)>) -> Arc<Self> {
+        Arc::new(Self {
+            cfg,
+            env,
+            workspace,
+            instance_id: format!("kernel-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+            inner: Mutex::new(Inner::default()),
+            refill: Notify::new(),
+            stop: CancellationToken::new(),
+        })
+    }
+
+    /// This instance's id (written in session markers).
+    pub fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &KernelConfig {
+        &self.cfg
+    }
+
+    /// The interpreter for `workspace`.
+    pub fn interpreter(&self, workspace: &Path) -> Interpreter {
+        interpreter::resolve(&self.cfg.python, workspace, &self.env)
+    }
+
+    fn start_options(&self) -> StartOptions {
+        StartOptions {
+            startup_timeout: Duration::from_secs_f64(self.cfg.startup_timeout_seconds),
+            heartbeat: Duration::from_secs_f64(self.cfg.heartbeat_seconds),
+        }
+    }
+
+    /// Starts the warm pool and the idle culler. They stop with [`Kernels::close`].
+    pub fn spawn_background(self: &Arc<Self>) {
+        let me = Arc::downgrade(self);
+        let stop = self.stop.clone();
+        tokio::spawn(async move {
+            loop {
+                let Some(k) = me.upgrade() else { return };
+                k.fill_pool().await;
+                tokio::select! {
+                    _ = k.refill.notified() => {}
+                    _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                    _ = stop.cancelled() => return,
+                }
+            }
+        });
+        if self.cfg.idle_cull_seconds > 0 {
+            let me = Arc::downgrade(self);
+            let stop = self.stop.clone();
+            let every = Duration::from_secs((self.cfg.idle_cull_seconds / 4).clamp(1, 30));
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(every) => {}
+                        _ = stop.cancelled() => return,
+                    }
+                    let Some(k) = me.upgrade() else { return };
+                    k.cull_idle(Duration::from_secs(k.cfg.idle_cull_seconds)).await;
+                }
+            });
+        }
+    }
+
+    /// Kernels running or starting, warm ones included.
+    pub fn count(&self) -> usize {
+        let inner = self.inner.lock().expect("kernels lock");
+        inner.warm.len() + inner.starting + inner.sessions.values().filter(|s| s.state.try_lock().map(|st| st.kernel.is_some()).unwrap_or(true)).count()
+    }
+
+    /// Warm kernels ready now.
+    pub fn warm_count(&self) -> usize {
+        self.inner.lock().expect("kernels lock").warm.len()
+    }
+
+    async fn fill_pool(&self) {
+        loop {
+            {
+                let mut inner = self.inner.lock().expect("kernels lock");
+                inner.warm.retain(|k| k.death().is_none());
+                let busy = inner.sessions.values().filter(|s| s.state.try_lock().map(|st| st.kernel.is_some()).unwrap_or(true)).count();
+                let total = inner.warm.len() + inner.starting + busy;
+                if inner.warm.len() + inner.starting >= self.cfg.pool_size || total >= self.cfg.max_kernels || self.stop.is_cancelled() {
+                    return;
+                }
+                inner.starting += 1;
+            }
+            let py = self.interpreter(&self.workspace);
+            let r = Kernel::start(&py, &self.workspace, &self.start_options()).await;
+            let mut inner = self.inner.lock().expect("kernels lock");
+            inner.starting -= 1;
+            match r {
+                Ok(k) => inner.warm.push(k),
+                Err(e) => {
+                    tracing::warn!(error = %e, "warm kernel did not start; the pool stays short");
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn cull_idle(&self, idle: Duration) {
+        let slots: Vec<(String, Arc<Slot>)> = {
+            let inner = self.inner.lock().expect("kernels lock");
+            inner.sessions.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
+        for (session, slot) in slots {
+            if slot.last_used.lock().expect("slot lock").elapsed() < idle {
+                continue;
+            }
+            // A session running a cell is not idle.
+            let Ok(mut st) = slot.state.clone().try_lock_owned() else { continue };
+            if let Some(k) = st.kernel.take() {
+                tracing::info!(%session, kernel = %k.id, "culling idle kernel");
+                k.shutdown().await;
+                st.notice = Some(format!(
+                    "this session's kernel was stopped after {} s without use; its variables are lost and a fresh kernel was started",
+                    idle.as_secs()
+                ));
+                self.refill.notify_one();
+            }
+        }
+    }
+
+    /// Stops every kernel.
+    pub async fn close(&self) {
+        self.stop.cancel();
+        let (warm, slots): (Vec<_>, Vec<_>) = {
+            let mut inner = self.inner.lock().expect("kernels lock");
+            (std::mem::take(&mut inner.warm), inner.sessions.values().cloned().collect())
+        };
+        for k in warm {
+            k.shutdown().await;
+        }
+        for s in slots {
+            if let Some(k) = s.state.lock().await.kernel.take() {
+                k.shutdown().await;
+            }
+        }
+    }
+
+    /// The session's kernel, locked for one call: started (or taken from the
+    /// pool) when the session has none, with notices when state was lost.
+    pub async fn lease(&self, session: &str, workspace: &Path) -> Result<Lease, ToolError> {
+        let file = session_file_name(session)?;
+        let slot = {
+            let mut inner = self.inner.lock().expect("kernels lock");
+            inner
+                .sessions
+                .entry(session.to_owned())
+                .or_insert_with(|| Arc::new(Slot { state: Arc::new(AsyncMutex::new(SessionState::default())), last_used: Mutex::new(Instant::now()) }))
+                .clone()
+        };
+        let mut state = slot.state.clone().lock_owned().await;
+        *slot.last_used.lock().expect("slot lock") = Instant::now();
+        let mut notices = Vec::new();
+        if let Some(n) = state.notice.take() {
+            notices.push(n);
+        }
+        if let Some(k) = &state.kernel {
+            if let Some(why) = k.death() {
+                notices.push(format!("kernel restarted, variables lost: the previous kernel died ({why}). This call ran in a fresh kernel."));
+                state.kernel = None;
+                self.refill.notify_one();
+            }
+        }
+        if state.kernel.is_none() {
+            if !state.had_kernel {
+                if let Some(n) = self.foreign_marker(workspace, &file) {
+                    notices.push(n);
+                }
+            }
+            let kernel = self.obtain(workspace).await?;
+            if kernel.cwd() != workspace {
+                kernel.chdir(workspace).await.map_err(|e| ToolError::failed(e.to_string()))?;
+            }
+            self.write_marker(workspace, &file, &kernel);
+            state.kernel = Some(kernel);
+            state.had_kernel = true;
+        }
+        Ok(Lease { state, notices })
+    }
+
+    /// Marks the end of a call (for idle culling).
+    pub fn touch(&self, session: &str) {
+        if let Some(s) = self.inner.lock().expect("kernels lock").sessions.get(session) {
+            *s.last_used.lock().expect("slot lock") = Instant::now();
+        }
+    }
+
+    /// The live kernel of a session, if any (without locking it for a call).
+    pub fn session_kernel(&self, session: &str) -> Option<Arc<Kernel>> {
+        let slot = self.inner.lock().expect("kernels lock").sessions.get(session).cloned()?;
+        slot.state.try_lock().ok().and_then(|s| s.kernel.clone())
+    }
+
+    async fn obtain(&self, workspace: &Path) -> Result<Arc<Kernel>, ToolError> {
+        let py = self.interpreter(workspace);
+        {
+            let mut inner = self.inner.lock().expect("kernels lock");
+            inner.warm.retain(|k| k.death().is_none());
+            if let Some(i) = inner.warm.iter().position(|k| k.interpreter.python == py.python) {
+                let k = inner.warm.remove(i);
+                drop(inner);
+                self.refill.notify_one();
+                return Ok(k);
+            }
+            let busy = inner.sessions.values().filter(|s| s.state.try_lock().map(|st| st.kernel.is_some()).unwrap_or(true)).count();
+            // The session asking holds its own (kernel-less) lock: it counts as busy.
+            let total = inner.warm.len() + inner.starting + busy.saturating_sub(1);
+            if total >= self.cfg.max_kernels {
+                // A warm kernel of another interpreter gives way to a session.
+                if !inner.warm.is_empty() {
+                    inner.warm.remove(0);
+                } else {
+                    return Err(ToolError::Unavailable(format!(
+                        "this kernel instance already runs {total} kernels, its cap (kernel.max_kernels = {}); \
+                         wait for idle sessions to be culled, or raise kernel.max_kernels",
+                        self.cfg.max_kernels
+                    )));
+                }
+            }
+            inner.starting += 1;
+        }
+        let r = Kernel::start(&py, workspace, &self.start_options()).await;
+        self.inner.lock().expect("kernels lock").starting -= 1;
+        r.map_err(|e| match e {
+            KernelError::NoIpykernel { .. } => ToolError::Unavailable(e.to_string()),
+            other => ToolError::failed(other.to_string()),
+        })
+    }
+
+    fn marker_path(workspace: &Path, file: &str) -> PathBuf {
+        workspace.join(".omicos/kernels").join(format!("{file}.json"))
+    }
+
+    fn foreign_marker(&self, workspace: &Path, file: &str) -> Option<String> {
+        let text = std::fs::read_to_string(Self::marker_path(workspace, file)).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        let owner = v["instance"].as_str()?;
+        (owner != self.instance_id).then(|| {
+            format!(
+                "this session's previous kernel (instance {owner}) is gone: its variables, imports and definitions are lost. \
+                 This call ran in a fresh kernel; re-run the setup cells you need."
+            )
+        })
+    }
+
+    fn write_marker(&self, workspace: &Path, file: &str, kernel: &Kernel) {
+        let path = Self::marker_path(workspace, file);
+        let body = serde_json::json!({"instance": self.instance_id, "kernel": kernel.id, "pid": kernel.pid(), "started_ms": now_ms() as u64});
+        let r = std::fs::create_dir_all(path.parent().expect("marker has a parent")).and_then(|_| std::fs::write(&path, body.to_string()));
+        if let Err(e) = r {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write the session marker");
+        }
+    }
+}
