@@ -77,7 +77,11 @@ impl AgentSpec {
     /// The stand-in for an id that is not in the catalog: a generic prompt,
     /// the common toolsets, all skills. Never locked.
     pub fn placeholder(id: &str) -> Self {
-        let id = if id.trim().is_empty() { "default" } else { id.trim() };
+        let id = if id.trim().is_empty() {
+            "default"
+        } else {
+            id.trim()
+        };
         AgentSpec {
             id: id.to_string(),
             name: id.to_string(),
@@ -88,7 +92,9 @@ impl AgentSpec {
             summary: String::new(),
             use_when: String::new(),
             example_prompts: Vec::new(),
-            toolsets: ["file_manager", "think", "task", "plan"].map(String::from).to_vec(),
+            toolsets: ["file_manager", "think", "task", "plan"]
+                .map(String::from)
+                .to_vec(),
             skills: Vec::new(),
             description: "A general assistant.".into(),
             prompt: PLACEHOLDER_PROMPT.into(),
@@ -194,7 +200,9 @@ pub(crate) fn valid_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 128
         && !id.starts_with('.')
-        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
 /// Parses one agent file. `Err` is the warning that says why it was skipped;
@@ -209,12 +217,16 @@ pub fn parse_agent(
         .map_err(|e| format!("agent file {origin}:{}: skipped: {}", e.line, e.message))?;
     let mut warnings = Vec::new();
     for (key, line) in &doc.unknown_keys {
-        warnings.push(format!("agent file {origin}:{line}: unknown key `{key}` ignored"));
+        warnings.push(format!(
+            "agent file {origin}:{line}: unknown key `{key}` ignored"
+        ));
     }
     let m = doc.meta;
     let id = m.id.map(|s| s.trim().to_string()).unwrap_or_default();
     if id.is_empty() {
-        return Err(format!("agent file {origin}:1: skipped: the frontmatter has no `id`"));
+        return Err(format!(
+            "agent file {origin}:1: skipped: the frontmatter has no `id`"
+        ));
     }
     if !valid_id(&id) {
         let line = frontmatter::line_of_key(text, "id");
@@ -229,7 +241,9 @@ pub fn parse_agent(
             Err(e) => {
                 // Fail closed: an agent whose tier we cannot read is not given away.
                 let line = frontmatter::line_of_key(text, "tier");
-                warnings.push(format!("agent file {origin}:{line}: {e}; treated as enterprise"));
+                warnings.push(format!(
+                    "agent file {origin}:{line}: {e}; treated as enterprise"
+                ));
                 Tier::Enterprise
             }
         },
@@ -242,15 +256,26 @@ pub fn parse_agent(
         }
         if omicos_toolkit::toolsets::group(&t).is_none() {
             let line = frontmatter::line_of_key(text, "toolsets");
-            warnings.push(format!("agent file {origin}:{line}: agent `{id}`: unknown toolset `{t}` skipped"));
+            warnings.push(format!(
+                "agent file {origin}:{line}: agent `{id}`: unknown toolset `{t}` skipped"
+            ));
             continue;
         }
         toolsets.push(t);
     }
-    let skills = m.skills.into_vec().into_iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    let skills = m
+        .skills
+        .into_vec()
+        .into_iter()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
     Ok((
         AgentSpec {
-            name: m.name.filter(|n| !n.trim().is_empty()).unwrap_or_else(|| id.clone()),
+            name: m
+                .name
+                .filter(|n| !n.trim().is_empty())
+                .unwrap_or_else(|| id.clone()),
             id,
             icon: m.icon,
             tier,
@@ -273,12 +298,20 @@ pub fn parse_agent(
 
 /// Loads every `*.md` file of `dir` (not recursive), in name order. A missing
 /// directory is not an error: most deployments have only some sources.
-pub fn load_dir(dir: &Path, source: AgentSource, deployment: Tier, warnings: &mut Vec<String>) -> Vec<AgentSpec> {
+pub fn load_dir(
+    dir: &Path,
+    source: AgentSource,
+    deployment: Tier,
+    warnings: &mut Vec<String>,
+) -> Vec<AgentSpec> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
         Err(e) => {
-            warnings.push(format!("agent directory {}: cannot be read: {e}", dir.display()));
+            warnings.push(format!(
+                "agent directory {}: cannot be read: {e}",
+                dir.display()
+            ));
             return Vec::new();
         }
     };
@@ -286,7 +319,9 @@ pub fn load_dir(dir: &Path, source: AgentSource, deployment: Tier, warnings: &mu
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             p.extension().is_some_and(|x| x == "md")
-                && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                && !p
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
         })
         .collect();
     files.sort();
@@ -296,7 +331,9 @@ pub fn load_dir(dir: &Path, source: AgentSource, deployment: Tier, warnings: &mu
         match std::fs::metadata(&path) {
             Ok(md) if !md.is_file() => continue,
             Ok(md) if md.len() > MAX_FILE_BYTES => {
-                warnings.push(format!("agent file {origin}:1: skipped: larger than {MAX_FILE_BYTES} bytes"));
+                warnings.push(format!(
+                    "agent file {origin}:1: skipped: larger than {MAX_FILE_BYTES} bytes"
+                ));
                 continue;
             }
             Err(e) => {
@@ -344,18 +381,39 @@ mod tests {
         assert!(a.locked);
         assert_eq!(a.prompt, "You are X.");
         assert_eq!(w.len(), 1);
-        assert!(w[0].contains("x.md:5") && w[0].contains("unknown toolset `nope`"), "{w:?}");
+        assert!(
+            w[0].contains("x.md:5") && w[0].contains("unknown toolset `nope`"),
+            "{w:?}"
+        );
         let (a, _) = parse_agent(text, "x.md", AgentSource::Cache, Tier::Lab).unwrap();
         assert!(!a.locked);
     }
 
     #[test]
     fn bad_files_are_refused_with_a_line() {
-        let e = parse_agent("---\nname: X\n---\nbody", "a.md", AgentSource::Cache, Tier::Lab).unwrap_err();
+        let e = parse_agent(
+            "---\nname: X\n---\nbody",
+            "a.md",
+            AgentSource::Cache,
+            Tier::Lab,
+        )
+        .unwrap_err();
         assert!(e.contains("a.md:1") && e.contains("no `id`"), "{e}");
-        let e = parse_agent("---\nid: ../x\n---\nbody", "a.md", AgentSource::Cache, Tier::Lab).unwrap_err();
+        let e = parse_agent(
+            "---\nid: ../x\n---\nbody",
+            "a.md",
+            AgentSource::Cache,
+            Tier::Lab,
+        )
+        .unwrap_err();
         assert!(e.contains("a.md:2"), "{e}");
-        let (a, w) = parse_agent("---\nid: g\ntier: gold\n---\n", "g.md", AgentSource::Cache, Tier::Lab).unwrap();
+        let (a, w) = parse_agent(
+            "---\nid: g\ntier: gold\n---\n",
+            "g.md",
+            AgentSource::Cache,
+            Tier::Lab,
+        )
+        .unwrap();
         assert!(a.locked && w[0].contains("g.md:3"), "{w:?}");
     }
 }

@@ -4,7 +4,10 @@
 pub const BUILTIN_AGENTS: &[(&str, &str)] = &[
     ("generalist.md", include_str!("../agents/generalist.md")),
     ("data_analyst.md", include_str!("../agents/data_analyst.md")),
-    ("literature_scout.md", include_str!("../agents/literature_scout.md")),
+    (
+        "literature_scout.md",
+        include_str!("../agents/literature_scout.md"),
+    ),
     ("coder.md", include_str!("../agents/coder.md")),
 ];
 

@@ -81,7 +81,12 @@ fn build(config: &CatalogConfig) -> Snapshot {
     if config.builtin_agents {
         let mut builtin = Vec::new();
         for (file, text) in BUILTIN_AGENTS {
-            match agent::parse_agent(text, &format!("builtin:{file}"), AgentSource::Builtin, config.tier) {
+            match agent::parse_agent(
+                text,
+                &format!("builtin:{file}"),
+                AgentSource::Builtin,
+                config.tier,
+            ) {
                 Ok((a, w)) => {
                     warnings.extend(w);
                     builtin.push(a);
@@ -118,7 +123,12 @@ fn build(config: &CatalogConfig) -> Snapshot {
     for w in &warnings {
         tracing::warn!(target: "omicos_catalog", "{w}");
     }
-    Snapshot { agents, skills, warnings, tier: config.tier }
+    Snapshot {
+        agents,
+        skills,
+        warnings,
+        tier: config.tier,
+    }
 }
 
 /// Category rows are ordered by the smallest `category_order` in them, then
@@ -130,7 +140,12 @@ fn sort_for_display(agents: &mut [AgentSpec]) {
         *e = (*e).min(a.category_order);
     }
     agents.sort_by(|a, b| {
-        (row[&a.category], &a.category, a.category_order, &a.id).cmp(&(row[&b.category], &b.category, b.category_order, &b.id))
+        (row[&a.category], &a.category, a.category_order, &a.id).cmp(&(
+            row[&b.category],
+            &b.category,
+            b.category_order,
+            &b.id,
+        ))
     });
 }
 
@@ -139,8 +154,17 @@ fn sort_for_display(agents: &mut [AgentSpec]) {
 /// `memory` always. No duplicates, order kept.
 pub fn runtime_toolsets(agent: &AgentSpec, team_len: usize, skills_nonempty: bool) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    let extra = [(team_len >= 2, "team"), (skills_nonempty, "skill"), (true, "memory")];
-    for t in agent.toolsets.iter().map(String::as_str).chain(extra.iter().filter(|(on, _)| *on).map(|(_, t)| *t)) {
+    let extra = [
+        (team_len >= 2, "team"),
+        (skills_nonempty, "skill"),
+        (true, "memory"),
+    ];
+    for t in agent
+        .toolsets
+        .iter()
+        .map(String::as_str)
+        .chain(extra.iter().filter(|(on, _)| *on).map(|(_, t)| *t))
+    {
         if !out.iter().any(|o| o == t) {
             out.push(t.to_string());
         }
@@ -154,7 +178,15 @@ impl Catalog {
     pub fn load(config: CatalogConfig) -> (Catalog, Vec<String>) {
         let snap = build(&config);
         let warnings = snap.warnings.clone();
-        (Catalog { inner: Arc::new(Inner { config, state: RwLock::new(Arc::new(snap)) }) }, warnings)
+        (
+            Catalog {
+                inner: Arc::new(Inner {
+                    config,
+                    state: RwLock::new(Arc::new(snap)),
+                }),
+            },
+            warnings,
+        )
     }
 
     /// The configuration it reads from.
@@ -170,13 +202,21 @@ impl Catalog {
     /// The current state. Hold it for the length of a turn to see one version.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         // A poisoned lock only means a panic elsewhere mid-swap; the Arc inside is still whole.
-        self.inner.state.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.inner
+            .state
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Reads every source again and swaps the result in.
     pub fn refresh(&self) -> RefreshReport {
         let snap = build(&self.inner.config);
-        let report = RefreshReport { agents: snap.agents.len(), skills: snap.skills.len(), warnings: snap.warnings.clone() };
+        let report = RefreshReport {
+            agents: snap.agents.len(),
+            skills: snap.skills.len(),
+            warnings: snap.warnings.clone(),
+        };
         *self.inner.state.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(snap);
         report
     }
@@ -205,7 +245,12 @@ impl Catalog {
     /// The skills `agent` may see: all when its whitelist is empty or `*`,
     /// else the listed ones (by id or name); workspace skills always.
     pub fn skills_for(&self, agent: &AgentSpec) -> Vec<Skill> {
-        self.snapshot().skills.iter().filter(|s| s.visible_to(agent)).cloned().collect()
+        self.snapshot()
+            .skills
+            .iter()
+            .filter(|s| s.visible_to(agent))
+            .cloned()
+            .collect()
     }
 
     /// The team of a chat request; see [`crate::team`] for the rules.

@@ -97,7 +97,11 @@ impl CatalogConfig {
 
     /// From a config section and the environment: `OMICOS_SKILL_ROOTS`
     /// (colon-separated) comes first among the skill roots.
-    pub fn from_config(workspace: impl Into<PathBuf>, cfg: &Config, env: &[(String, String)]) -> Result<Self, ConfigError> {
+    pub fn from_config(
+        workspace: impl Into<PathBuf>,
+        cfg: &Config,
+        env: &[(String, String)],
+    ) -> Result<Self, ConfigError> {
         let tier: Tier = cfg.tier.parse()?;
         let mut out = Self::new(workspace, tier);
         if let Some(p) = non_empty(&cfg.agent_cache_dir) {
@@ -106,15 +110,26 @@ impl CatalogConfig {
         if let Some(p) = non_empty(&cfg.skill_cache_dir) {
             out.skill_cache_dir = Some(p);
         }
-        let from_env = env.iter().find(|(k, _)| k == "OMICOS_SKILL_ROOTS").map(|(_, v)| v.as_str()).unwrap_or("");
-        out.skill_roots = from_env.split(':').chain(cfg.skill_roots.iter().map(String::as_str)).filter_map(non_empty).collect();
+        let from_env = env
+            .iter()
+            .find(|(k, _)| k == "OMICOS_SKILL_ROOTS")
+            .map(|(_, v)| v.as_str())
+            .unwrap_or("");
+        out.skill_roots = from_env
+            .split(':')
+            .chain(cfg.skill_roots.iter().map(String::as_str))
+            .filter_map(non_empty)
+            .collect();
         out.builtin_agents = cfg.builtin_agents;
         out.watch_debounce = std::time::Duration::from_millis(cfg.watch_debounce_ms);
         Ok(out)
     }
 
     /// Defaults plus the environment alone: `OMICOS_TIER` and `OMICOS_SKILL_ROOTS`.
-    pub fn from_env_and_workspace(workspace: impl Into<PathBuf>, env: &[(String, String)]) -> Result<Self, ConfigError> {
+    pub fn from_env_and_workspace(
+        workspace: impl Into<PathBuf>,
+        env: &[(String, String)],
+    ) -> Result<Self, ConfigError> {
         let mut cfg = Config::default();
         if let Some((_, t)) = env.iter().find(|(k, _)| k == "OMICOS_TIER") {
             cfg.tier = t.clone();
@@ -141,7 +156,11 @@ impl CatalogConfig {
     /// are there only for tier lab and above.
     pub fn skill_dirs(&self) -> Vec<(PathBuf, crate::SkillSource)> {
         use crate::SkillSource::*;
-        let mut v: Vec<(PathBuf, crate::SkillSource)> = self.skill_roots.iter().map(|p| (p.clone(), Configured)).collect();
+        let mut v: Vec<(PathBuf, crate::SkillSource)> = self
+            .skill_roots
+            .iter()
+            .map(|p| (p.clone(), Configured))
+            .collect();
         if let Some(c) = &self.skill_cache_dir {
             v.push((c.clone(), Cache));
         }
@@ -154,7 +173,11 @@ impl CatalogConfig {
 
     /// Whether `path` is inside one of the directories the catalog reads.
     pub(crate) fn watches(&self, path: &Path) -> bool {
-        self.agent_dirs().iter().map(|(d, _)| d).chain(self.skill_dirs().iter().map(|(d, _)| d)).any(|d| path.starts_with(d))
+        self.agent_dirs()
+            .iter()
+            .map(|(d, _)| d)
+            .chain(self.skill_dirs().iter().map(|(d, _)| d))
+            .any(|d| path.starts_with(d))
     }
 }
 
@@ -168,17 +191,36 @@ mod tests {
             ("OMICOS_SKILL_ROOTS".to_string(), "/a::/b".to_string()),
             ("OMICOS_TIER".to_string(), "lab".to_string()),
         ];
-        let mut cfg = Config { skill_roots: vec!["/c".into()], skill_cache_dir: "/cache".into(), ..Config::default() };
+        let mut cfg = Config {
+            skill_roots: vec!["/c".into()],
+            skill_cache_dir: "/cache".into(),
+            ..Config::default()
+        };
         cfg.tier = "pro_cloud".into();
         let c = CatalogConfig::from_config("/ws", &cfg, &env).unwrap();
         let roots: Vec<_> = c.skill_dirs().into_iter().map(|(p, _)| p).collect();
-        assert_eq!(roots, ["/a", "/b", "/c", "/cache"].map(PathBuf::from).to_vec());
+        assert_eq!(
+            roots,
+            ["/a", "/b", "/c", "/cache"].map(PathBuf::from).to_vec()
+        );
         assert_eq!(c.agent_dirs().len(), 2);
         let c = CatalogConfig::from_env_and_workspace("/ws", &env).unwrap();
         assert_eq!(c.tier, Tier::Lab);
         assert_eq!(c.agent_dirs()[0].0, PathBuf::from("/ws/agents"));
-        assert!(c.skill_dirs().iter().any(|(p, _)| p == Path::new("/ws/.omicos/skills")));
-        let bad = Config { tier: "gold".into(), ..Config::default() };
-        assert!(CatalogConfig::from_config("/ws", &bad, &[]).unwrap_err().to_string().contains("gold"));
+        assert!(
+            c.skill_dirs()
+                .iter()
+                .any(|(p, _)| p == Path::new("/ws/.omicos/skills"))
+        );
+        let bad = Config {
+            tier: "gold".into(),
+            ..Config::default()
+        };
+        assert!(
+            CatalogConfig::from_config("/ws", &bad, &[])
+                .unwrap_err()
+                .to_string()
+                .contains("gold")
+        );
     }
 }

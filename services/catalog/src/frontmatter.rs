@@ -31,7 +31,10 @@ fn split(text: &str) -> Result<(&str, &str, usize), FrontmatterError> {
     let mut lines = text.split_inclusive('\n');
     let first = lines.next().unwrap_or("");
     if first.trim_end() != "---" {
-        return Err(FrontmatterError { line: 1, message: "no YAML frontmatter: the file must start with a `---` line".into() });
+        return Err(FrontmatterError {
+            line: 1,
+            message: "no YAML frontmatter: the file must start with a `---` line".into(),
+        });
     }
     let yaml_start = first.len();
     let mut offset = yaml_start;
@@ -43,20 +46,47 @@ fn split(text: &str) -> Result<(&str, &str, usize), FrontmatterError> {
         }
         offset += line.len();
     }
-    Err(FrontmatterError { line: 1, message: "the frontmatter opened on line 1 is never closed by a `---` line".into() })
+    Err(FrontmatterError {
+        line: 1,
+        message: "the frontmatter opened on line 1 is never closed by a `---` line".into(),
+    })
 }
 
 /// Parses a frontmatter document into `T`. `known` lists the keys `T` reads;
 /// other top-level keys are returned so the caller can warn about typos.
-pub fn parse<T: DeserializeOwned>(text: &str, known: &[&str]) -> Result<Document<T>, FrontmatterError> {
+pub fn parse<T: DeserializeOwned>(
+    text: &str,
+    known: &[&str],
+) -> Result<Document<T>, FrontmatterError> {
     let (yaml, body, first_line) = split(text)?;
-    let at = |loc: Option<serde_yaml::Location>| loc.map(|l| l.line() + first_line - 1).unwrap_or(first_line);
+    // serde_yaml's own location is relative to the YAML block: report the
+    // file's line instead, and keep the column.
+    let err = |e: serde_yaml::Error| {
+        let text = e.to_string();
+        let message = match (text.find(" at line "), e.location()) {
+            (Some(cut), Some(loc)) => format!("{} (column {})", &text[..cut], loc.column()),
+            _ => text,
+        };
+        FrontmatterError {
+            line: e
+                .location()
+                .map(|l| l.line() + first_line - 1)
+                .unwrap_or(first_line),
+            message,
+        }
+    };
     // Parse to a generic value first: syntax errors carry a location here.
-    let value: serde_yaml::Value =
-        serde_yaml::from_str(yaml).map_err(|e| FrontmatterError { line: at(e.location()), message: e.to_string() })?;
-    let value = if value.is_null() { serde_yaml::Value::Mapping(Default::default()) } else { value };
+    let value: serde_yaml::Value = serde_yaml::from_str(yaml).map_err(&err)?;
+    let value = if value.is_null() {
+        serde_yaml::Value::Mapping(Default::default())
+    } else {
+        value
+    };
     let serde_yaml::Value::Mapping(map) = &value else {
-        return Err(FrontmatterError { line: first_line, message: "the frontmatter is not a mapping of keys to values".into() });
+        return Err(FrontmatterError {
+            line: first_line,
+            message: "the frontmatter is not a mapping of keys to values".into(),
+        });
     };
     let mut unknown_keys = Vec::new();
     for key in map.keys() {
@@ -65,18 +95,32 @@ pub fn parse<T: DeserializeOwned>(text: &str, known: &[&str]) -> Result<Document
             other => format!("{other:?}"),
         };
         if !known.contains(&name.as_str()) {
-            unknown_keys.push((name.clone(), key_line(yaml, &name).map(|l| l + first_line - 1).unwrap_or(first_line)));
+            unknown_keys.push((
+                name.clone(),
+                key_line(yaml, &name)
+                    .map(|l| l + first_line - 1)
+                    .unwrap_or(first_line),
+            ));
         }
     }
     // Typed errors ("invalid type" and the like) carry a location only when
     // parsing from text, so parse the text again into T.
-    let meta: T = serde_yaml::from_str(yaml).map_err(|e| FrontmatterError { line: at(e.location()), message: e.to_string() })?;
-    Ok(Document { meta, unknown_keys, body: body.trim_start_matches(['\n', '\r']).to_string() })
+    let meta: T = serde_yaml::from_str(yaml).map_err(&err)?;
+    Ok(Document {
+        meta,
+        unknown_keys,
+        body: body.trim_start_matches(['\n', '\r']).to_string(),
+    })
 }
 
 /// The 1-based line (within the yaml) of a top-level key, for messages.
 fn key_line(yaml: &str, key: &str) -> Option<usize> {
-    yaml.lines().position(|l| l.strip_prefix(key).is_some_and(|rest| rest.trim_start().starts_with(':'))).map(|i| i + 1)
+    yaml.lines()
+        .position(|l| {
+            l.strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with(':'))
+        })
+        .map(|i| i + 1)
 }
 
 /// The line a top-level key is on in the whole file (1-based), for messages
@@ -102,7 +146,8 @@ mod tests {
 
     #[test]
     fn splits_and_parses() {
-        let d: Document<M> = parse("---\nid: a\nn: 3\nextra: 1\n---\n\nHello\n", &["id", "n"]).unwrap();
+        let d: Document<M> =
+            parse("---\nid: a\nn: 3\nextra: 1\n---\n\nHello\n", &["id", "n"]).unwrap();
         assert_eq!(d.meta.id.as_deref(), Some("a"));
         assert_eq!(d.meta.n, 3);
         assert_eq!(d.body, "Hello\n");
@@ -115,6 +160,7 @@ mod tests {
         assert!(e.line >= 3, "{e}");
         let e = parse::<M>("---\nid: a\nn: not-a-number\n---\n", &["id", "n"]).unwrap_err();
         assert_eq!(e.line, 3, "{e}");
+        assert!(!e.message.contains("at line"), "{e}");
         let e = parse::<M>("no frontmatter", &[]).unwrap_err();
         assert_eq!(e.line, 1);
         let e = parse::<M>("---\nid: a\n", &[]).unwrap_err();

@@ -63,7 +63,9 @@ impl Skill {
 
     /// Whether `agent` may see it: workspace skills always, others through the whitelist.
     pub fn visible_to(&self, agent: &AgentSpec) -> bool {
-        self.source == SkillSource::Workspace || agent.all_skills() || agent.skills.iter().any(|s| self.is_named(s))
+        self.source == SkillSource::Workspace
+            || agent.all_skills()
+            || agent.skills.iter().any(|s| self.is_named(s))
     }
 }
 
@@ -82,10 +84,23 @@ struct Frontmatter {
     example_prompts: Vec<String>,
 }
 
-const KNOWN_KEYS: &[&str] = &["name", "description", "category", "summary", "use_when", "example_prompts"];
+const KNOWN_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "category",
+    "summary",
+    "use_when",
+    "example_prompts",
+];
 
 /// Parses a SKILL.md. `Err` is the warning that says why it was skipped.
-pub fn parse_skill(text: &str, id: &str, dir: &Path, source: SkillSource, origin: &str) -> Result<(Skill, Vec<String>), String> {
+pub fn parse_skill(
+    text: &str,
+    id: &str,
+    dir: &Path,
+    source: SkillSource,
+    origin: &str,
+) -> Result<(Skill, Vec<String>), String> {
     let doc = frontmatter::parse::<Frontmatter>(text, KNOWN_KEYS)
         .map_err(|e| format!("skill file {origin}:{}: skipped: {}", e.line, e.message))?;
     let mut warnings: Vec<String> = doc
@@ -96,12 +111,18 @@ pub fn parse_skill(text: &str, id: &str, dir: &Path, source: SkillSource, origin
         .collect();
     let m = doc.meta;
     if m.description.trim().is_empty() {
-        warnings.push(format!("skill file {origin}:1: no `description`: the model will see only the name"));
+        warnings.push(format!(
+            "skill file {origin}:1: no `description`: the model will see only the name"
+        ));
     }
     Ok((
         Skill {
             id: id.to_string(),
-            name: m.name.map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).unwrap_or_else(|| id.to_string()),
+            name: m
+                .name
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| id.to_string()),
             description: m.description.trim().to_string(),
             category: m.category,
             summary: m.summary,
@@ -121,28 +142,41 @@ pub fn load_root(root: &Path, source: SkillSource, warnings: &mut Vec<String>) -
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
         Err(e) => {
-            warnings.push(format!("skill root {}: cannot be read: {e}", root.display()));
+            warnings.push(format!(
+                "skill root {}: cannot be read: {e}",
+                root.display()
+            ));
             return Vec::new();
         }
     };
-    let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_dir()).collect();
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
     dirs.sort();
     let mut out = Vec::new();
     for dir in dirs {
-        let Some(id) = dir.file_name().map(|n| n.to_string_lossy().into_owned()) else { continue };
+        let Some(id) = dir.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+            continue;
+        };
         if id.starts_with('.') {
             continue;
         }
         let file = dir.join("SKILL.md");
         let origin = file.display().to_string();
         if !valid_id(&id) {
-            warnings.push(format!("skill directory {}: skipped: its name is not a usable id", dir.display()));
+            warnings.push(format!(
+                "skill directory {}: skipped: its name is not a usable id",
+                dir.display()
+            ));
             continue;
         }
         let text = match std::fs::metadata(&file) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Ok(md) if md.len() > MAX_FILE_BYTES => {
-                warnings.push(format!("skill file {origin}:1: skipped: larger than {MAX_FILE_BYTES} bytes"));
+                warnings.push(format!(
+                    "skill file {origin}:1: skipped: larger than {MAX_FILE_BYTES} bytes"
+                ));
                 continue;
             }
             _ => match std::fs::read_to_string(&file) {

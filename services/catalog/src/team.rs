@@ -54,7 +54,11 @@ impl Team {
     /// None when `id` is not a member.
     pub fn with_active(&self, id: &str) -> Option<Team> {
         let active = self.get(id)?.clone();
-        Some(Team { active, agents: self.agents.clone(), skipped_locked: self.skipped_locked.clone() })
+        Some(Team {
+            active,
+            agents: self.agents.clone(),
+            skipped_locked: self.skipped_locked.clone(),
+        })
     }
 }
 
@@ -86,10 +90,18 @@ pub fn resolve(snap: &Snapshot, team_members: &[String], active: &str) -> Result
     let find = |id: &str| snap.agents.iter().find(|a| a.id == id);
     let active = active.trim();
     if let Some(a) = find(active).filter(|a| a.locked) {
-        return Err(TeamError::Locked { id: a.id.clone(), required: a.tier, deployment: snap.tier });
+        return Err(TeamError::Locked {
+            id: a.id.clone(),
+            required: a.tier,
+            deployment: snap.tier,
+        });
     }
     let mut members: Vec<&str> = Vec::new();
-    for m in team_members.iter().map(|m| m.trim()).filter(|m| !m.is_empty()) {
+    for m in team_members
+        .iter()
+        .map(|m| m.trim())
+        .filter(|m| !m.is_empty())
+    {
         if !members.contains(&m) {
             members.push(m);
         }
@@ -107,7 +119,10 @@ pub fn resolve(snap: &Snapshot, team_members: &[String], active: &str) -> Result
             }
         }
         if agents.is_empty() && active.is_empty() {
-            return Err(TeamError::AllLocked { members: members.iter().map(|s| s.to_string()).collect(), deployment: snap.tier });
+            return Err(TeamError::AllLocked {
+                members: members.iter().map(|s| s.to_string()).collect(),
+                deployment: snap.tier,
+            });
         }
     }
     let active = if active.is_empty() {
@@ -123,11 +138,17 @@ pub fn resolve(snap: &Snapshot, team_members: &[String], active: &str) -> Result
     } else if let Some(a) = agents.iter().find(|a| a.id == active) {
         a.clone()
     } else {
-        let a = find(active).cloned().unwrap_or_else(|| AgentSpec::placeholder(active));
+        let a = find(active)
+            .cloned()
+            .unwrap_or_else(|| AgentSpec::placeholder(active));
         agents.insert(0, a.clone());
         a
     };
-    Ok(Team { active, agents, skipped_locked })
+    Ok(Team {
+        active,
+        agents,
+        skipped_locked,
+    })
 }
 
 /// The active agent's prompt, then "Available agents" when it has teammates,
@@ -144,7 +165,11 @@ pub fn system_prompt(team: &Team, skills: &[Skill]) -> String {
              the tool result.\n\n",
         );
         for a in mates {
-            let desc = if a.description.is_empty() { "(no description)" } else { a.description.as_str() };
+            let desc = if a.description.is_empty() {
+                "(no description)"
+            } else {
+                a.description.as_str()
+            };
             out.push_str(&format!("- `{}` ({}): {}\n", a.id, a.name, desc));
         }
     }
@@ -154,7 +179,11 @@ pub fn system_prompt(team: &Team, skills: &[Skill]) -> String {
              with `skill {name}` and follow it; fetch the files it mentions with `skill_resource {name, relpath}`.\n\n",
         );
         for s in skills {
-            let desc = if s.description.is_empty() { "(no description)" } else { s.description.as_str() };
+            let desc = if s.description.is_empty() {
+                "(no description)"
+            } else {
+                s.description.as_str()
+            };
             out.push_str(&format!("- **{}**: {}\n", s.name, desc));
         }
     }

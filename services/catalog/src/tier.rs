@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 use std::{fmt, str::FromStr};
 
 /// A subscription tier, ordered: community < pro_agent < pro_cloud < lab < enterprise.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Tier {
     /// Free; the default.
@@ -28,7 +30,13 @@ pub struct UnknownTier(pub String);
 
 impl Tier {
     /// All tiers, lowest first.
-    pub const ALL: [Tier; 5] = [Tier::Community, Tier::ProAgent, Tier::ProCloud, Tier::Lab, Tier::Enterprise];
+    pub const ALL: [Tier; 5] = [
+        Tier::Community,
+        Tier::ProAgent,
+        Tier::ProCloud,
+        Tier::Lab,
+        Tier::Enterprise,
+    ];
 
     /// The name used in files and config.
     pub fn as_str(self) -> &'static str {
@@ -47,7 +55,10 @@ impl FromStr for Tier {
     /// Case-insensitive; `-` and `_` are the same.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let norm = s.trim().to_ascii_lowercase().replace('-', "_");
-        Tier::ALL.into_iter().find(|t| t.as_str() == norm).ok_or_else(|| UnknownTier(s.to_string()))
+        Tier::ALL
+            .into_iter()
+            .find(|t| t.as_str() == norm)
+            .ok_or_else(|| UnknownTier(s.to_string()))
     }
 }
 

@@ -37,7 +37,9 @@ pub struct CatalogWatcher {
 
 impl std::fmt::Debug for CatalogWatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CatalogWatcher").field("reloads", &self.reloads()).finish()
+        f.debug_struct("CatalogWatcher")
+            .field("reloads", &self.reloads())
+            .finish()
     }
 }
 
@@ -50,14 +52,22 @@ impl CatalogWatcher {
             let _ = events.send(Msg::Event(res));
         })?;
         let reloads = Arc::new(AtomicU64::new(0));
-        let mut state = State { watcher, watched: HashMap::new(), catalog };
+        let mut state = State {
+            watcher,
+            watched: HashMap::new(),
+            catalog,
+        };
         state.sync();
         let counter = reloads.clone();
         let thread = std::thread::Builder::new()
             .name("omicos-catalog-watch".into())
             .spawn(move || state.run(rx, on_reload, counter))
             .map_err(|e| WatchError(notify::Error::io(e)))?;
-        Ok(Self { tx, thread: Some(thread), reloads })
+        Ok(Self {
+            tx,
+            thread: Some(thread),
+            reloads,
+        })
     }
 
     /// How many reloads the watcher has done.
@@ -92,7 +102,11 @@ impl State {
             .agent_dirs()
             .into_iter()
             .map(|(d, _)| (d, RecursiveMode::NonRecursive))
-            .chain(cfg.skill_dirs().into_iter().map(|(d, _)| (d, RecursiveMode::Recursive)));
+            .chain(
+                cfg.skill_dirs()
+                    .into_iter()
+                    .map(|(d, _)| (d, RecursiveMode::Recursive)),
+            );
         let mut out = HashMap::new();
         for (dir, mode) in dirs {
             if dir.is_dir() {
@@ -102,7 +116,8 @@ impl State {
                     *e = mode;
                 }
             } else if let Some(anc) = dir.ancestors().skip(1).find(|a| a.is_dir()) {
-                out.entry(anc.to_path_buf()).or_insert(RecursiveMode::NonRecursive);
+                out.entry(anc.to_path_buf())
+                    .or_insert(RecursiveMode::NonRecursive);
             }
         }
         out
@@ -110,8 +125,12 @@ impl State {
 
     fn sync(&mut self) {
         let wanted = self.wanted();
-        let stale: Vec<PathBuf> =
-            self.watched.iter().filter(|(p, m)| wanted.get(*p) != Some(m)).map(|(p, _)| p.clone()).collect();
+        let stale: Vec<PathBuf> = self
+            .watched
+            .iter()
+            .filter(|(p, m)| wanted.get(*p) != Some(m))
+            .map(|(p, _)| p.clone())
+            .collect();
         for p in stale {
             let _ = self.watcher.unwatch(&p);
             self.watched.remove(&p);
@@ -124,7 +143,9 @@ impl State {
                 Ok(()) => {
                     self.watched.insert(p, m);
                 }
-                Err(e) => tracing::warn!(target: "omicos_catalog", "cannot watch {}: {e}", p.display()),
+                Err(e) => {
+                    tracing::warn!(target: "omicos_catalog", "cannot watch {}: {e}", p.display())
+                }
             }
         }
     }
@@ -134,18 +155,31 @@ impl State {
     fn relevant(&self, path: &Path) -> bool {
         let cfg = self.catalog.config();
         cfg.watches(path)
-            || cfg.agent_dirs().iter().map(|(d, _)| d).chain(cfg.skill_dirs().iter().map(|(d, _)| d)).any(|d| d.starts_with(path))
+            || cfg
+                .agent_dirs()
+                .iter()
+                .map(|(d, _)| d)
+                .chain(cfg.skill_dirs().iter().map(|(d, _)| d))
+                .any(|d| d.starts_with(path))
     }
 
     fn is_change(&self, msg: &notify::Result<notify::Event>) -> bool {
         match msg {
-            Ok(ev) => !matches!(ev.kind, EventKind::Access(_)) && ev.paths.iter().any(|p| self.relevant(p)),
+            Ok(ev) => {
+                !matches!(ev.kind, EventKind::Access(_))
+                    && ev.paths.iter().any(|p| self.relevant(p))
+            }
             // A lost event (queue overflow) may hide a change: reload to be sure.
             Err(_) => true,
         }
     }
 
-    fn run(mut self, rx: mpsc::Receiver<Msg>, on_reload: Option<Callback>, reloads: Arc<AtomicU64>) {
+    fn run(
+        mut self,
+        rx: mpsc::Receiver<Msg>,
+        on_reload: Option<Callback>,
+        reloads: Arc<AtomicU64>,
+    ) {
         let debounce = self.catalog.config().watch_debounce;
         loop {
             match rx.recv() {

@@ -11,7 +11,10 @@ pub use task::{TaskProvider, TaskStatus};
 pub use think_plan::{PlanProvider, ThinkProvider};
 
 /// Reads a required string argument.
-pub(crate) fn str_arg<'a>(args: &'a serde_json::Value, key: &str) -> Result<&'a str, omicos_toolkit::ToolError> {
+pub(crate) fn str_arg<'a>(
+    args: &'a serde_json::Value,
+    key: &str,
+) -> Result<&'a str, omicos_toolkit::ToolError> {
     args.get(key)
         .and_then(|v| v.as_str())
         .ok_or_else(|| omicos_toolkit::ToolError::invalid(format!("`{key}` must be a string")))

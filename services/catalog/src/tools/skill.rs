@@ -55,7 +55,10 @@ impl SkillProvider {
         } else {
             "use skill_lookup to find one".to_string()
         };
-        Err(ToolError::invalid(format!("no skill named `{}` ({hint})", name.trim())))
+        Err(ToolError::invalid(format!(
+            "no skill named `{}` ({hint})",
+            name.trim()
+        )))
     }
 }
 
@@ -66,12 +69,19 @@ fn score(s: &Skill, query: &str) -> u32 {
     if q.is_empty() {
         return 1;
     }
-    let (name, id, desc) = (s.name.to_lowercase(), s.id.to_lowercase(), s.description.to_lowercase());
+    let (name, id, desc) = (
+        s.name.to_lowercase(),
+        s.id.to_lowercase(),
+        s.description.to_lowercase(),
+    );
     let mut score = 0;
     if name == q || id == q {
         score += 100;
     }
-    for w in q.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+    for w in q
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
         if name.contains(w) || id.contains(w) {
             score += 10;
         }
@@ -88,7 +98,12 @@ fn score(s: &Skill, query: &str) -> u32 {
 /// Checks a skill-relative path before it touches the disk: relative, no
 /// `..`, no hidden segment, no NUL.
 fn check_relpath(relpath: &str) -> Result<PathBuf, ToolError> {
-    let refuse = |why: &str| Err(ToolError::invalid(format!("relpath `{}` refused: {why}", relpath.escape_debug())));
+    let refuse = |why: &str| {
+        Err(ToolError::invalid(format!(
+            "relpath `{}` refused: {why}",
+            relpath.escape_debug()
+        )))
+    };
     if relpath.trim().is_empty() {
         return refuse("it is empty");
     }
@@ -123,23 +138,34 @@ fn check_relpath(relpath: &str) -> Result<PathBuf, ToolError> {
 /// [`MAX_RESOURCE_BYTES`]. Runs on a blocking thread.
 fn read_resource(skill: &Skill, relpath: &str) -> Result<Value, ToolError> {
     let rel = check_relpath(relpath)?;
-    let root = skill.dir.canonicalize().map_err(|e| ToolError::failed(format!("skill directory unavailable: {e}")))?;
+    let root = skill
+        .dir
+        .canonicalize()
+        .map_err(|e| ToolError::failed(format!("skill directory unavailable: {e}")))?;
     let target = root.join(&rel);
     let real = match target.canonicalize() {
         Ok(r) => r,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(ToolError::invalid(format!("skill `{}` has no file `{relpath}`", skill.name)));
+            return Err(ToolError::invalid(format!(
+                "skill `{}` has no file `{relpath}`",
+                skill.name
+            )));
         }
         Err(e) => return Err(ToolError::failed(format!("cannot open `{relpath}`: {e}"))),
     };
     // Symlinks are followed above; the destination must still be in the skill.
     if !real.starts_with(&root) {
-        return Err(ToolError::invalid(format!("relpath `{relpath}` refused: it leads out of the skill directory")));
+        return Err(ToolError::invalid(format!(
+            "relpath `{relpath}` refused: it leads out of the skill directory"
+        )));
     }
     if real.is_dir() {
-        return Err(ToolError::invalid(format!("`{relpath}` is a directory; give a file")));
+        return Err(ToolError::invalid(format!(
+            "`{relpath}` is a directory; give a file"
+        )));
     }
-    let file = std::fs::File::open(&real).map_err(|e| ToolError::failed(format!("cannot open `{relpath}`: {e}")))?;
+    let file = std::fs::File::open(&real)
+        .map_err(|e| ToolError::failed(format!("cannot open `{relpath}`: {e}")))?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut buf = Vec::with_capacity(size.min(MAX_RESOURCE_BYTES) as usize);
     file.take(MAX_RESOURCE_BYTES + 1)
@@ -150,10 +176,14 @@ fn read_resource(skill: &Skill, relpath: &str) -> Result<Value, ToolError> {
     let (encoding, content) = match std::str::from_utf8(&buf) {
         Ok(s) if !s.contains('\0') => ("utf-8", s.to_string()),
         // The cut may have split a character: what comes before it is still text.
-        Err(e) if truncated && e.error_len().is_none() && !buf[..e.valid_up_to()].contains(&0) => {
-            ("utf-8", String::from_utf8_lossy(&buf[..e.valid_up_to()]).into_owned())
-        }
-        _ => ("base64", base64::engine::general_purpose::STANDARD.encode(&buf)),
+        Err(e) if truncated && e.error_len().is_none() && !buf[..e.valid_up_to()].contains(&0) => (
+            "utf-8",
+            String::from_utf8_lossy(&buf[..e.valid_up_to()]).into_owned(),
+        ),
+        _ => (
+            "base64",
+            base64::engine::general_purpose::STANDARD.encode(&buf),
+        ),
     };
     Ok(json!({
         "skill": skill.name,
@@ -168,7 +198,9 @@ fn read_resource(skill: &Skill, relpath: &str) -> Result<Value, ToolError> {
 /// The files of a skill other than SKILL.md, for the model to ask for.
 fn list_resources(dir: &Path) -> Vec<String> {
     fn walk(root: &Path, dir: &Path, depth: usize, out: &mut Vec<String>) {
-        let Ok(rd) = std::fs::read_dir(dir) else { return };
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
         let mut entries: Vec<_> = rd.filter_map(|e| e.ok()).collect();
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
@@ -183,10 +215,11 @@ fn list_resources(dir: &Path) -> Vec<String> {
             let path = e.path();
             if ft.is_dir() && depth < 4 {
                 walk(root, &path, depth + 1, out);
-            } else if ft.is_file() && !(depth == 0 && name == "SKILL.md") {
-                if let Ok(rel) = path.strip_prefix(root) {
-                    out.push(rel.to_string_lossy().into_owned());
-                }
+            } else if ft.is_file()
+                && !(depth == 0 && name == "SKILL.md")
+                && let Ok(rel) = path.strip_prefix(root)
+            {
+                out.push(rel.to_string_lossy().into_owned());
             }
         }
     }
@@ -263,9 +296,17 @@ impl Provider for SkillProvider {
         match tool {
             "skill_lookup" => {
                 let query = str_arg(&args, "query")?;
-                let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(10).clamp(1, 50) as usize;
-                let mut hits: Vec<(u32, Skill)> =
-                    self.visible(&ctx).into_iter().map(|s| (score(&s, query), s)).filter(|(n, _)| *n > 0).collect();
+                let limit = args
+                    .get("limit")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(10)
+                    .clamp(1, 50) as usize;
+                let mut hits: Vec<(u32, Skill)> = self
+                    .visible(&ctx)
+                    .into_iter()
+                    .map(|s| (score(&s, query), s))
+                    .filter(|(n, _)| *n > 0)
+                    .collect();
                 hits.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.id.cmp(&b.1.id)));
                 let total = hits.len();
                 let skills: Vec<Value> = hits
@@ -285,9 +326,14 @@ impl Provider for SkillProvider {
                 if !s.description.is_empty() {
                     out.push_str(&format!("Description: {}\n", s.description));
                 }
-                out.push_str(&format!("\n----- BEGIN SKILL -----\n{}\n----- END SKILL -----\n", s.body.trim()));
+                out.push_str(&format!(
+                    "\n----- BEGIN SKILL -----\n{}\n----- END SKILL -----\n",
+                    s.body.trim()
+                ));
                 if !resources.is_empty() {
-                    out.push_str("\nFiles of this skill (read them with skill_resource {name, relpath}):\n");
+                    out.push_str(
+                        "\nFiles of this skill (read them with skill_resource {name, relpath}):\n",
+                    );
                     for r in resources {
                         out.push_str(&format!("- {r}\n"));
                     }
@@ -312,9 +358,22 @@ mod tests {
 
     #[test]
     fn relpaths_are_checked_before_the_disk() {
-        assert_eq!(check_relpath("scripts/run.py").unwrap(), PathBuf::from("scripts/run.py"));
+        assert_eq!(
+            check_relpath("scripts/run.py").unwrap(),
+            PathBuf::from("scripts/run.py")
+        );
         assert_eq!(check_relpath("./a.txt").unwrap(), PathBuf::from("a.txt"));
-        for bad in ["", "..", "a/../../b", "/etc/passwd", ".env", "a/.git/config", "a\0b", ".", "\\x"] {
+        for bad in [
+            "",
+            "..",
+            "a/../../b",
+            "/etc/passwd",
+            ".env",
+            "a/.git/config",
+            "a\0b",
+            ".",
+            "\\x",
+        ] {
             assert!(check_relpath(bad).is_err(), "{bad:?}");
         }
     }

@@ -68,10 +68,17 @@ pub struct TaskProvider;
 
 async fn read_list(path: &Path) -> Result<TaskList, ToolError> {
     match tokio::fs::read(path).await {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map_err(|e| ToolError::failed(format!("the task list {} is damaged: {e}", path.display()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(TaskList { next_id: 1, tasks: Vec::new() }),
-        Err(e) => Err(ToolError::failed(format!("cannot read {}: {e}", path.display()))),
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+            ToolError::failed(format!("the task list {} is damaged: {e}", path.display()))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(TaskList {
+            next_id: 1,
+            tasks: Vec::new(),
+        }),
+        Err(e) => Err(ToolError::failed(format!(
+            "cannot read {}: {e}",
+            path.display()
+        ))),
     }
 }
 
@@ -91,9 +98,9 @@ fn summary(list: &TaskList) -> Value {
 fn text_arg(args: &Value, key: &str) -> Result<Option<String>, ToolError> {
     match args.get(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if s.len() > MAX_TEXT => {
-            Err(ToolError::invalid(format!("`{key}` is longer than {MAX_TEXT} bytes")))
-        }
+        Some(Value::String(s)) if s.len() > MAX_TEXT => Err(ToolError::invalid(format!(
+            "`{key}` is longer than {MAX_TEXT} bytes"
+        ))),
         Some(Value::String(s)) => Ok(Some(s.trim().to_string())),
         Some(_) => Err(ToolError::invalid(format!("`{key}` must be a string"))),
     }
@@ -106,7 +113,8 @@ impl Provider for TaskProvider {
     }
 
     fn tools(&self) -> Vec<ToolSpec> {
-        let status = json!({"type": "string", "enum": ["pending", "in_progress", "completed", "cancelled"]});
+        let status =
+            json!({"type": "string", "enum": ["pending", "in_progress", "completed", "cancelled"]});
         vec![
             tool(
                 "task__create",
@@ -171,18 +179,29 @@ impl Provider for TaskProvider {
             "task__create" => {
                 let title = str_arg(&args, "title")?.trim().to_string();
                 if title.is_empty() || title.len() > MAX_TEXT {
-                    return Err(ToolError::invalid(format!("`title` must be 1 to {MAX_TEXT} bytes")));
+                    return Err(ToolError::invalid(format!(
+                        "`title` must be 1 to {MAX_TEXT} bytes"
+                    )));
                 }
                 if list.tasks.len() >= MAX_TASKS {
-                    return Err(ToolError::failed(format!("the todo list already holds {MAX_TASKS} tasks")));
+                    return Err(ToolError::failed(format!(
+                        "the todo list already holds {MAX_TASKS} tasks"
+                    )));
                 }
                 let status = match args.get("status").and_then(Value::as_str) {
                     Some(s) => TaskStatus::parse(s)?,
                     None => TaskStatus::Pending,
                 };
-                let id = list.next_id.max(list.tasks.iter().map(|t| t.id + 1).max().unwrap_or(1));
+                let id = list
+                    .next_id
+                    .max(list.tasks.iter().map(|t| t.id + 1).max().unwrap_or(1));
                 list.next_id = id + 1;
-                let task = Task { id, title, description: text_arg(&args, "description")?.unwrap_or_default(), status };
+                let task = Task {
+                    id,
+                    title,
+                    description: text_arg(&args, "description")?.unwrap_or_default(),
+                    status,
+                };
                 list.tasks.push(task.clone());
                 json!({"created": task})
             }
@@ -191,11 +210,17 @@ impl Provider for TaskProvider {
                     .get("id")
                     .and_then(Value::as_u64)
                     .ok_or_else(|| ToolError::invalid("`id` must be a positive integer"))?;
-                let status = args.get("status").and_then(Value::as_str).map(TaskStatus::parse).transpose()?;
+                let status = args
+                    .get("status")
+                    .and_then(Value::as_str)
+                    .map(TaskStatus::parse)
+                    .transpose()?;
                 let title = text_arg(&args, "title")?;
                 let description = text_arg(&args, "description")?;
                 if status.is_none() && title.is_none() && description.is_none() {
-                    return Err(ToolError::invalid("nothing to change: give status, title or description"));
+                    return Err(ToolError::invalid(
+                        "nothing to change: give status, title or description",
+                    ));
                 }
                 let known: Vec<u64> = list.tasks.iter().map(|t| t.id).collect();
                 let task = list.tasks.iter_mut().find(|t| t.id == id).ok_or_else(|| {
@@ -216,7 +241,8 @@ impl Provider for TaskProvider {
                 json!({"updated": task.clone()})
             }
         };
-        let bytes = serde_json::to_vec_pretty(&list).map_err(|e| ToolError::failed(e.to_string()))?;
+        let bytes =
+            serde_json::to_vec_pretty(&list).map_err(|e| ToolError::failed(e.to_string()))?;
         session_file::write_atomic(&path, &bytes).await?;
         let mut out = summary(&list);
         if let (Value::Object(o), Value::Object(c)) = (&mut out, changed) {
@@ -236,11 +262,27 @@ mod tests {
         let a = CallCtx::for_test(ws.path(), "sa");
         let b = CallCtx::for_test(ws.path(), "sb");
         let p = TaskProvider;
-        let r = p.call("task__create", json!({"title": "load data"}), a.clone()).await.unwrap();
+        let r = p
+            .call("task__create", json!({"title": "load data"}), a.clone())
+            .await
+            .unwrap();
         assert_eq!(r["created"]["id"], 1);
         assert_eq!(r["created"]["status"], "pending");
-        p.call("task__create", json!({"title": "plot", "description": "umap"}), a.clone()).await.unwrap();
-        let r = p.call("task__update", json!({"id": 1, "status": "completed"}), a.clone()).await.unwrap();
+        p.call(
+            "task__create",
+            json!({"title": "plot", "description": "umap"}),
+            a.clone(),
+        )
+        .await
+        .unwrap();
+        let r = p
+            .call(
+                "task__update",
+                json!({"id": 1, "status": "completed"}),
+                a.clone(),
+            )
+            .await
+            .unwrap();
         assert_eq!(r["updated"]["status"], "completed");
         assert_eq!(r["counts"]["completed"], 1);
         assert_eq!(r["counts"]["pending"], 1);
@@ -248,20 +290,46 @@ mod tests {
         let rb = p.call("task__list", json!({}), b.clone()).await.unwrap();
         assert_eq!(rb["tasks"].as_array().unwrap().len(), 0);
         // The list is a file: a fresh provider (another runner replica) sees it.
-        let stored: Value =
-            serde_json::from_slice(&std::fs::read(ws.path().join(".omicos/tasks/sa.json")).unwrap()).unwrap();
+        let stored: Value = serde_json::from_slice(
+            &std::fs::read(ws.path().join(".omicos/tasks/sa.json")).unwrap(),
+        )
+        .unwrap();
         assert_eq!(stored["tasks"][1]["title"], "plot");
-        let r = TaskProvider.call("task__list", json!({}), a.clone()).await.unwrap();
+        let r = TaskProvider
+            .call("task__list", json!({}), a.clone())
+            .await
+            .unwrap();
         assert_eq!(r["tasks"][0]["title"], "load data");
         assert_eq!(r["tasks"][1]["description"], "umap");
         // Errors are clear and change nothing.
-        let e = p.call("task__update", json!({"id": 9, "status": "completed"}), a.clone()).await.unwrap_err();
+        let e = p
+            .call(
+                "task__update",
+                json!({"id": 9, "status": "completed"}),
+                a.clone(),
+            )
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("no task 9"), "{e}");
-        let e = p.call("task__update", json!({"id": 1}), a.clone()).await.unwrap_err();
+        let e = p
+            .call("task__update", json!({"id": 1}), a.clone())
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("nothing to change"));
-        let e = p.call("task__update", json!({"id": 1, "status": "maybe"}), a.clone()).await.unwrap_err();
+        let e = p
+            .call(
+                "task__update",
+                json!({"id": 1, "status": "maybe"}),
+                a.clone(),
+            )
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("unknown status"));
-        assert!(p.call("task__create", json!({"title": " "}), a.clone()).await.is_err());
+        assert!(
+            p.call("task__create", json!({"title": " "}), a.clone())
+                .await
+                .is_err()
+        );
     }
 
     #[tokio::test]
@@ -272,14 +340,25 @@ mod tests {
         for i in 0..20 {
             let ctx = ctx.clone();
             handles.push(tokio::spawn(async move {
-                TaskProvider.call("task__create", json!({"title": format!("t{i}")}), ctx).await.unwrap()
+                TaskProvider
+                    .call("task__create", json!({"title": format!("t{i}")}), ctx)
+                    .await
+                    .unwrap()
             }));
         }
         for h in handles {
             h.await.unwrap();
         }
-        let r = TaskProvider.call("task__list", json!({}), ctx).await.unwrap();
-        let mut ids: Vec<u64> = r["tasks"].as_array().unwrap().iter().map(|t| t["id"].as_u64().unwrap()).collect();
+        let r = TaskProvider
+            .call("task__list", json!({}), ctx)
+            .await
+            .unwrap();
+        let mut ids: Vec<u64> = r["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_u64().unwrap())
+            .collect();
         ids.sort();
         assert_eq!(ids, (1..=20).collect::<Vec<_>>());
     }
@@ -289,7 +368,10 @@ mod tests {
         let ws = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(ws.path().join(".omicos/tasks")).unwrap();
         std::fs::write(ws.path().join(".omicos/tasks/s.json"), "{not json").unwrap();
-        let e = TaskProvider.call("task__list", json!({}), CallCtx::for_test(ws.path(), "s")).await.unwrap_err();
+        let e = TaskProvider
+            .call("task__list", json!({}), CallCtx::for_test(ws.path(), "s"))
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("damaged"), "{e}");
     }
 }

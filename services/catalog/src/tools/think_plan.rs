@@ -46,7 +46,9 @@ impl Provider for ThinkProvider {
             return Err(ToolError::invalid("`thought` is empty"));
         }
         if t.len() > MAX_THOUGHT_BYTES {
-            return Err(ToolError::invalid(format!("`thought` is longer than {MAX_THOUGHT_BYTES} bytes")));
+            return Err(ToolError::invalid(format!(
+                "`thought` is longer than {MAX_THOUGHT_BYTES} bytes"
+            )));
         }
         Ok(())
     }
@@ -103,7 +105,9 @@ impl Provider for PlanProvider {
             return Err(ToolError::invalid("`plan` is empty"));
         }
         if p.len() > MAX_PLAN_BYTES {
-            return Err(ToolError::invalid(format!("`plan` is longer than {MAX_PLAN_BYTES} bytes")));
+            return Err(ToolError::invalid(format!(
+                "`plan` is longer than {MAX_PLAN_BYTES} bytes"
+            )));
         }
         session_file::path(&ctx.workspace, "plans", &ctx.session_id, "md").map(|_| ())
     }
@@ -136,10 +140,25 @@ mod tests {
     async fn think_acknowledges_and_refuses_empty() {
         let ws = tempfile::tempdir().unwrap();
         let ctx = CallCtx::for_test(ws.path(), "s1");
-        let out = ThinkProvider.call("think", json!({"thought": "first read the data"}), ctx.clone()).await.unwrap();
+        let out = ThinkProvider
+            .call(
+                "think",
+                json!({"thought": "first read the data"}),
+                ctx.clone(),
+            )
+            .await
+            .unwrap();
         assert_eq!(out, json!("Thought noted. Continue."));
-        assert!(matches!(ThinkProvider.call("think", json!({"thought": "  "}), ctx.clone()).await, Err(ToolError::InvalidInput(_))));
-        assert!(matches!(ThinkProvider.call("think", json!({}), ctx.clone()).await, Err(ToolError::InvalidInput(_))));
+        assert!(matches!(
+            ThinkProvider
+                .call("think", json!({"thought": "  "}), ctx.clone())
+                .await,
+            Err(ToolError::InvalidInput(_))
+        ));
+        assert!(matches!(
+            ThinkProvider.call("think", json!({}), ctx.clone()).await,
+            Err(ToolError::InvalidInput(_))
+        ));
         // It stores nothing: the trajectory is the record.
         assert!(std::fs::read_dir(ws.path()).unwrap().next().is_none());
     }
@@ -151,16 +170,31 @@ mod tests {
         assert_eq!(spec.risk, Risk::FileWrite as i32);
         let ws = tempfile::tempdir().unwrap();
         let ctx = CallCtx::for_test(ws.path(), "sess-7");
-        let out = PlanProvider.call("plan", json!({"plan": "1. read\n2. plot\n\n"}), ctx.clone()).await.unwrap();
+        let out = PlanProvider
+            .call("plan", json!({"plan": "1. read\n2. plot\n\n"}), ctx.clone())
+            .await
+            .unwrap();
         assert_eq!(out["path"], ".omicos/plans/sess-7.md");
         let written = std::fs::read_to_string(ws.path().join(".omicos/plans/sess-7.md")).unwrap();
         assert_eq!(written, "1. read\n2. plot\n");
         // A second plan replaces the first.
-        PlanProvider.call("plan", json!({"plan": "new"}), ctx.clone()).await.unwrap();
-        assert_eq!(std::fs::read_to_string(ws.path().join(".omicos/plans/sess-7.md")).unwrap(), "new\n");
+        PlanProvider
+            .call("plan", json!({"plan": "new"}), ctx.clone())
+            .await
+            .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(ws.path().join(".omicos/plans/sess-7.md")).unwrap(),
+            "new\n"
+        );
         let bad = CallCtx::for_test(ws.path(), "../escape");
-        assert!(matches!(PlanProvider.call("plan", json!({"plan": "x"}), bad).await, Err(ToolError::InvalidInput(_))));
-        assert!(matches!(PlanProvider.call("plan", json!({"plan": ""}), ctx).await, Err(ToolError::InvalidInput(_))));
+        assert!(matches!(
+            PlanProvider.call("plan", json!({"plan": "x"}), bad).await,
+            Err(ToolError::InvalidInput(_))
+        ));
+        assert!(matches!(
+            PlanProvider.call("plan", json!({"plan": ""}), ctx).await,
+            Err(ToolError::InvalidInput(_))
+        ));
     }
 
     #[tokio::test]
@@ -170,7 +204,12 @@ mod tests {
         std::fs::create_dir_all(ws.path().join(".omicos")).unwrap();
         std::os::unix::fs::symlink(outside.path(), ws.path().join(".omicos/plans")).unwrap();
         let ctx = CallCtx::for_test(ws.path(), "s");
-        assert!(PlanProvider.call("plan", json!({"plan": "x"}), ctx).await.is_err());
+        assert!(
+            PlanProvider
+                .call("plan", json!({"plan": "x"}), ctx)
+                .await
+                .is_err()
+        );
         assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none());
     }
 }
