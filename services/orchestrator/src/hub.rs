@@ -1,0 +1,195 @@
+//! Live session state: the gap-free event sequence, subscribers, pending
+//! approvals, tools allowed for the rest of the session, and the running turn.
+
+use omicos_proto::{ChatEvent, Decision, chat_event};
+use omicos_sessionstore::SessionStore;
+use prost::Message;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{broadcast, oneshot};
+use tokio_util::sync::CancellationToken;
+
+/// A turn in progress on this replica.
+#[derive(Clone)]
+pub struct RunningTurn {
+    /// Turn id.
+    pub turn_id: String,
+    /// Cancels the turn.
+    pub cancel: CancellationToken,
+}
+
+/// One session's live state on this replica.
+pub struct SessionState {
+    /// Session id.
+    pub id: String,
+    seq: tokio::sync::Mutex<u64>,
+    tx: broadcast::Sender<ChatEvent>,
+    approvals: Mutex<HashMap<String, oneshot::Sender<Decision>>>,
+    allowed: Mutex<HashSet<String>>,
+    turn: Mutex<Option<RunningTurn>>,
+    store: Arc<dyn SessionStore>,
+}
+
+impl SessionState {
+    /// Reloads the latest seq from the store (another replica may have written).
+    pub async fn sync_seq(&self) {
+        if let Ok(s) = self.store.last_seq(&self.id).await {
+            *self.seq.lock().await = s;
+        }
+    }
+
+    /// Assigns the next seq, persists and broadcasts the event. Returns the seq.
+    pub async fn emit(&self, ev: ChatEvent) -> u64 {
+        self.emit_inner(ev, None).await
+    }
+
+    /// Emits the last event of a turn and clears the running turn in one step,
+    /// so a client that saw turn_done can start the next turn at once, and the
+    /// next turn's first event always comes after it.
+    pub async fn emit_final(&self, ev: ChatEvent, turn_id: &str) -> u64 {
+        self.emit_inner(ev, Some(turn_id)).await
+    }
+
+    async fn emit_inner(&self, mut ev: ChatEvent, ending: Option<&str>) -> u64 {
+        let mut seq = self.seq.lock().await;
+        if let Some(t) = ending {
+            self.end_turn(t);
+        }
+        *seq += 1;
+        ev.event_seq = *seq;
+        ev.session_id = self.id.clone();
+        if ev.timestamp_ms == 0 {
+            ev.timestamp_ms = omicos_sessionstore::now_ms();
+        }
+        if let Err(e) = self.store.append_event(&self.id, *seq, &ev.encode_to_vec()).await {
+            tracing::error!(session = %self.id, error = %e, "event not persisted");
+        }
+        let _ = self.tx.send(ev);
+        *seq
+    }
+
+    /// The conversation store.
+    pub fn store(&self) -> &dyn SessionStore {
+        self.store.as_ref()
+    }
+
+    /// The latest seq.
+    pub async fn last_seq(&self) -> u64 {
+        *self.seq.lock().await
+    }
+
+    /// Live events from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<ChatEvent> {
+        self.tx.subscribe()
+    }
+
+    /// Waits for the decision on `call_id`.
+    pub fn wait_approval(&self, call_id: &str) -> oneshot::Receiver<Decision> {
+        let (tx, rx) = oneshot::channel();
+        self.approvals.lock().expect("approvals").insert(call_id.to_owned(), tx);
+        rx
+    }
+
+    /// Delivers a decision; false when no such call is waiting in this session.
+    pub fn resolve_approval(&self, call_id: &str, decision: Decision) -> bool {
+        match self.approvals.lock().expect("approvals").remove(call_id) {
+            Some(tx) => tx.send(decision).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Forgets a pending approval (the runner timed out).
+    pub fn drop_approval(&self, call_id: &str) -> bool {
+        self.approvals.lock().expect("approvals").remove(call_id).is_some()
+    }
+
+    /// Tools allowed for the rest of the session.
+    pub fn allowed_tools(&self) -> Vec<String> {
+        let mut v: Vec<_> = self.allowed.lock().expect("allowed").iter().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Remembers an allow-for-session decision.
+    pub fn allow_for_session(&self, tool: &str) {
+        self.allowed.lock().expect("allowed").insert(tool.to_owned());
+    }
+
+    /// Marks a turn as running; false if one already runs here.
+    pub fn start_turn(&self, t: RunningTurn) -> bool {
+        let mut cur = self.turn.lock().expect("turn");
+        if cur.is_some() {
+            return false;
+        }
+        *cur = Some(t);
+        true
+    }
+
+    /// Clears the running turn.
+    pub fn end_turn(&self, turn_id: &str) {
+        let mut cur = self.turn.lock().expect("turn");
+        if cur.as_ref().is_some_and(|t| t.turn_id == turn_id) {
+            *cur = None;
+        }
+    }
+
+    /// The running turn, if any.
+    pub fn running(&self) -> Option<RunningTurn> {
+        self.turn.lock().expect("turn").clone()
+    }
+}
+
+/// All live sessions of this replica.
+pub struct Hub {
+    sessions: Mutex<HashMap<String, Arc<SessionState>>>,
+    store: Arc<dyn SessionStore>,
+}
+
+impl Hub {
+    /// A hub over `store`.
+    pub fn new(store: Arc<dyn SessionStore>) -> Self {
+        Self { sessions: Mutex::new(HashMap::new()), store }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn SessionStore> {
+        &self.store
+    }
+
+    /// The live state of `id`, created (with seq loaded from the store) on first use.
+    pub async fn state(&self, id: &str) -> Arc<SessionState> {
+        if let Some(s) = self.sessions.lock().expect("sessions").get(id) {
+            return s.clone();
+        }
+        let last = self.store.last_seq(id).await.unwrap_or(0);
+        let mut map = self.sessions.lock().expect("sessions");
+        map.entry(id.to_owned())
+            .or_insert_with(|| {
+                Arc::new(SessionState {
+                    id: id.to_owned(),
+                    seq: tokio::sync::Mutex::new(last),
+                    tx: broadcast::channel(4096).0,
+                    approvals: Mutex::new(HashMap::new()),
+                    allowed: Mutex::new(HashSet::new()),
+                    turn: Mutex::new(None),
+                    store: self.store.clone(),
+                })
+            })
+            .clone()
+    }
+
+    /// The live state if this replica has it.
+    pub fn existing(&self, id: &str) -> Option<Arc<SessionState>> {
+        self.sessions.lock().expect("sessions").get(id).cloned()
+    }
+
+    /// Forgets a session's live state.
+    pub fn forget(&self, id: &str) {
+        self.sessions.lock().expect("sessions").remove(id);
+    }
+}
+
+/// Whether `ev` ends the turn `turn_id`.
+pub fn is_turn_done(ev: &ChatEvent, turn_id: &str) -> bool {
+    ev.turn_id == turn_id && matches!(ev.kind, Some(chat_event::Kind::TurnDone(_)))
+}

@@ -1,0 +1,276 @@
+//! Anthropic Messages with streaming `tool_use` (`input_json_delta`).
+
+use super::retry::{RetryPolicy, send};
+use super::sse::SseReader;
+use super::{LlmBackend, LlmDelta, LlmError, LlmRequest, LlmTurn, ToolCall, ToolDef};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// The Anthropic backend.
+pub struct AnthropicBackend {
+    http: reqwest::Client,
+    base_url: String,
+    api_key: String,
+    model: String,
+    max_tokens: u32,
+    retry: RetryPolicy,
+    idle_timeout: Duration,
+}
+
+impl AnthropicBackend {
+    /// `base_url` like `https://api.anthropic.com` (with or without `/v1`).
+    pub fn new(base_url: &str, api_key: &str, model: &str, retry: RetryPolicy, idle_timeout: Duration) -> Self {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .expect("reqwest client builds");
+        Self {
+            http,
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            api_key: api_key.to_owned(),
+            model: model.to_owned(),
+            max_tokens: 8192,
+            retry,
+            idle_timeout,
+        }
+    }
+
+    fn url(&self) -> String {
+        if self.base_url.ends_with("/v1") {
+            format!("{}/messages", self.base_url)
+        } else {
+            format!("{}/v1/messages", self.base_url)
+        }
+    }
+}
+
+/// The Anthropic `tools` array for these tools.
+pub fn tools_json(tools: &[ToolDef]) -> Value {
+    Value::Array(
+        tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+            .collect(),
+    )
+}
+
+/// Converts OpenAI-shaped history into Anthropic messages: tool calls become
+/// `tool_use` blocks, tool results `tool_result` blocks in a user message, and
+/// consecutive messages of one role are merged (Anthropic wants alternation).
+pub fn to_anthropic_messages(messages: &[Value]) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for m in messages {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
+        let (role, blocks) = match role {
+            "assistant" => {
+                let mut blocks = Vec::new();
+                if let Some(t) = m.get("content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+                    blocks.push(json!({"type": "text", "text": t}));
+                }
+                for tc in m.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+                    let f = &tc["function"];
+                    let args = f["arguments"].as_str().unwrap_or("{}");
+                    let input = serde_json::from_str::<Value>(args)
+                        .ok()
+                        .filter(Value::is_object)
+                        .unwrap_or_else(|| json!({"_raw_arguments": args}));
+                    blocks.push(json!({"type": "tool_use", "id": tc["id"], "name": f["name"], "input": input}));
+                }
+                ("assistant", blocks)
+            }
+            "tool" => (
+                "user",
+                vec![json!({
+                    "type": "tool_result",
+                    "tool_use_id": m["tool_call_id"],
+                    "content": m.get("content").and_then(Value::as_str).unwrap_or_default(),
+                })],
+            ),
+            _ => {
+                let text = m.get("content").and_then(Value::as_str).unwrap_or_default();
+                ("user", vec![json!({"type": "text", "text": text})])
+            }
+        };
+        if blocks.is_empty() {
+            continue;
+        }
+        match out.last_mut() {
+            Some(last) if last["role"] == role => {
+                last["content"].as_array_mut().expect("content is an array").extend(blocks);
+            }
+            _ => out.push(json!({"role": role, "content": blocks})),
+        }
+    }
+    out
+}
+
+#[async_trait]
+impl LlmBackend for AnthropicBackend {
+    fn name(&self) -> &str {
+        "anthropic"
+    }
+
+    async fn complete(
+        &self,
+        req: &LlmRequest,
+        deltas: mpsc::Sender<LlmDelta>,
+        cancel: &CancellationToken,
+    ) -> Result<LlmTurn, LlmError> {
+        let model = if req.model.is_empty() { self.model.clone() } else { req.model.clone() };
+        let mut body = json!({
+            "model": model,
+            "max_tokens": self.max_tokens,
+            "system": req.system,
+            "messages": to_anthropic_messages(&req.messages),
+            "stream": true,
+        });
+        if !req.tools.is_empty() {
+            body["tools"] = tools_json(&req.tools);
+        }
+        let url = self.url();
+        let resp = send(&self.retry, cancel, || {
+            self.http
+                .post(&url)
+                .header("x-api-key", &self.api_key)
+                .header("anthropic-version", "2023-06-01")
+                .json(&body)
+        })
+        .await?;
+        let mut reader = SseReader::new(Box::pin(resp.bytes_stream()));
+        let mut turn = LlmTurn { model, ..Default::default() };
+        // index → (id, name, partial json); kept in block order.
+        let mut tools: BTreeMap<u64, (String, String, String)> = BTreeMap::new();
+        let mut open_tool_blocks = 0usize;
+        let mut stopped = false;
+        loop {
+            let next = tokio::select! {
+                r = tokio::time::timeout(self.idle_timeout, reader.next_event()) => r,
+                _ = cancel.cancelled() => return Err(LlmError::Cancelled),
+            };
+            let ev = match next {
+                Err(_) => return Err(LlmError::StreamBroken(format!("no data for {:?}", self.idle_timeout))),
+                Ok(Err(e)) => return Err(LlmError::StreamBroken(e)),
+                Ok(Ok(None)) => break,
+                Ok(Ok(Some(ev))) => ev,
+            };
+            let data: Value = match serde_json::from_str(&ev.data) {
+                Ok(v) => v,
+                Err(_) => continue,
+            };
+            let kind = data.get("type").and_then(Value::as_str).unwrap_or(ev.event.as_str());
+            match kind {
+                "message_start" => {
+                    let m = &data["message"];
+                    if let Some(n) = m["usage"]["input_tokens"].as_u64() {
+                        turn.input_tokens = n;
+                    }
+                    if let Some(model) = m["model"].as_str() {
+                        turn.model = model.to_owned();
+                    }
+                }
+                "content_block_start" => {
+                    let idx = data["index"].as_u64().unwrap_or(0);
+                    let block = &data["content_block"];
+                    if block["type"] == "tool_use" {
+                        open_tool_blocks += 1;
+                        tools.insert(
+                            idx,
+                            (
+                                block["id"].as_str().unwrap_or_default().to_owned(),
+                                block["name"].as_str().unwrap_or_default().to_owned(),
+                                String::new(),
+                            ),
+                        );
+                    } else if let Some(t) = block["text"].as_str().filter(|t| !t.is_empty()) {
+                        turn.text.push_str(t);
+                        let _ = deltas.send(LlmDelta::Text(t.to_owned())).await;
+                    }
+                }
+                "content_block_delta" => {
+                    let idx = data["index"].as_u64().unwrap_or(0);
+                    let d = &data["delta"];
+                    match d["type"].as_str() {
+                        Some("text_delta") => {
+                            if let Some(t) = d["text"].as_str() {
+                                turn.text.push_str(t);
+                                let _ = deltas.send(LlmDelta::Text(t.to_owned())).await;
+                            }
+                        }
+                        Some("input_json_delta") => {
+                            if let Some(entry) = tools.get_mut(&idx) {
+                                entry.2.push_str(d["partial_json"].as_str().unwrap_or_default());
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                "content_block_stop" => {
+                    let idx = data["index"].as_u64().unwrap_or(0);
+                    if tools.contains_key(&idx) {
+                        open_tool_blocks = open_tool_blocks.saturating_sub(1);
+                    }
+                }
+                "message_delta" => {
+                    if let Some(n) = data["usage"]["output_tokens"].as_u64() {
+                        turn.output_tokens = n;
+                    }
+                }
+                "message_stop" => {
+                    stopped = true;
+                    break;
+                }
+                "error" => {
+                    let msg = data["error"]["message"].as_str().unwrap_or("unknown error").to_owned();
+                    if super::is_context_overflow(&msg) {
+                        return Err(LlmError::ContextOverflow(msg));
+                    }
+                    return Err(LlmError::StreamBroken(msg));
+                }
+                _ => {}
+            }
+        }
+        if !stopped && (open_tool_blocks > 0 || !tools.is_empty()) {
+            return Err(LlmError::StreamBroken("the stream ended in the middle of a tool call".into()));
+        }
+        if !stopped && turn.text.is_empty() {
+            return Err(LlmError::StreamBroken("the stream ended before any answer".into()));
+        }
+        turn.tool_calls = tools
+            .into_values()
+            .map(|(id, name, args)| ToolCall {
+                id: if id.is_empty() { format!("toolu_{}", uuid::Uuid::new_v4().simple()) } else { id },
+                name,
+                arguments: if args.trim().is_empty() { "{}".into() } else { args },
+            })
+            .collect();
+        Ok(turn)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn history_converts_and_merges() {
+        let msgs = vec![
+            json!({"role": "user", "content": "hi"}),
+            json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "t", "arguments": "{\"x\":1}"}},
+                {"id": "b", "type": "function", "function": {"name": "t", "arguments": "not json"}}]}),
+            json!({"role": "tool", "tool_call_id": "a", "content": "r1"}),
+            json!({"role": "tool", "tool_call_id": "b", "content": "r2"}),
+            json!({"role": "user", "content": "next"}),
+        ];
+        let out = to_anthropic_messages(&msgs);
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[1]["content"][0]["input"]["x"], 1);
+        assert_eq!(out[1]["content"][1]["input"]["_raw_arguments"], "not json");
+        assert_eq!(out[2]["role"], "user");
+        assert_eq!(out[2]["content"].as_array().unwrap().len(), 3);
+    }
+}

@@ -1,0 +1,144 @@
+//! LLM backends behind one trait: OpenAI-compatible Chat Completions, Anthropic
+//! Messages, and a replay backend for tests and offline runs.
+
+pub mod anthropic;
+pub mod openai;
+pub mod replay;
+pub mod retry;
+pub mod sse;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// A function the model may call.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ToolDef {
+    /// Tool name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub parameters: Value,
+}
+
+/// One request to a model.
+#[derive(Clone, Debug)]
+pub struct LlmRequest {
+    /// The system prompt.
+    pub system: String,
+    /// The conversation in OpenAI chat shape (no system message).
+    pub messages: Vec<Value>,
+    /// Tools the model may call.
+    pub tools: Vec<ToolDef>,
+    /// Model override ("" = the backend's configured model).
+    pub model: String,
+    /// The active agent (the replay backend uses it to pick the scripted step).
+    pub agent_id: String,
+}
+
+/// A tool call the model asked for.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ToolCall {
+    /// Call id (generated when the server sent none).
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Raw argument string as the model produced it.
+    pub arguments: String,
+}
+
+/// What a model turn produced.
+#[derive(Clone, Debug, Default)]
+pub struct LlmTurn {
+    /// The text.
+    pub text: String,
+    /// Tool calls, in order.
+    pub tool_calls: Vec<ToolCall>,
+    /// Input tokens, if reported.
+    pub input_tokens: u64,
+    /// Output tokens, if reported.
+    pub output_tokens: u64,
+    /// The model that answered.
+    pub model: String,
+}
+
+/// Streamed while the model answers.
+#[derive(Clone, Debug)]
+pub enum LlmDelta {
+    /// More text.
+    Text(String),
+}
+
+/// Why a model call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LlmError {
+    /// The conversation is longer than the model's context.
+    #[error("context too long for the model: {0}")]
+    ContextOverflow(String),
+    /// The server refused the request (4xx other than 429).
+    #[error("the LLM server refused the request: {0}")]
+    BadRequest(String),
+    /// Retries ran out on 429/5xx/connection errors.
+    #[error("the LLM server is unavailable after {attempts} attempts: {last}")]
+    Unavailable {
+        /// How many attempts were made.
+        attempts: u32,
+        /// The last error.
+        last: String,
+    },
+    /// The stream broke or went idle after text or tool calls had streamed.
+    #[error("the LLM stream broke: {0}")]
+    StreamBroken(String),
+    /// Cancelled by the client.
+    #[error("cancelled")]
+    Cancelled,
+    /// Misconfiguration.
+    #[error("LLM backend not configured: {0}")]
+    Config(String),
+}
+
+impl LlmError {
+    /// The `ErrorEvent.kind` for this error.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LlmError::ContextOverflow(_) => "context_overflow",
+            LlmError::BadRequest(_) => "bad_request",
+            LlmError::Unavailable { .. } => "llm_unavailable",
+            LlmError::StreamBroken(_) => "llm_stream_broken",
+            LlmError::Cancelled => "cancelled",
+            LlmError::Config(_) => "llm_config",
+        }
+    }
+}
+
+/// A model backend.
+#[async_trait]
+pub trait LlmBackend: Send + Sync {
+    /// Backend name ("openai", "anthropic", "replay").
+    fn name(&self) -> &str;
+    /// Streams one answer; text deltas go to `deltas` as they come.
+    async fn complete(
+        &self,
+        req: &LlmRequest,
+        deltas: mpsc::Sender<LlmDelta>,
+        cancel: &CancellationToken,
+    ) -> Result<LlmTurn, LlmError>;
+}
+
+/// Detects a context-length refusal in an error body.
+pub fn is_context_overflow(body: &str) -> bool {
+    let b = body.to_ascii_lowercase();
+    [
+        "context_length_exceeded",
+        "context length",
+        "maximum context",
+        "too many tokens",
+        "prompt is too long",
+        "context window",
+    ]
+    .iter()
+    .any(|p| b.contains(p))
+}

@@ -1,0 +1,223 @@
+//! OpenAI-compatible Chat Completions with streaming tool calls (OpenAI,
+//! Ollama, vLLM, llama.cpp's server).
+
+use super::retry::{RetryPolicy, send};
+use super::sse::SseReader;
+use super::{LlmBackend, LlmDelta, LlmError, LlmRequest, LlmTurn, ToolCall};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// The OpenAI-compatible backend.
+pub struct OpenAiBackend {
+    http: reqwest::Client,
+    base_url: String,
+    api_key: String,
+    model: String,
+    retry: RetryPolicy,
+    idle_timeout: Duration,
+}
+
+impl OpenAiBackend {
+    /// `base_url` ends before `/chat/completions` (e.g. `https://api.openai.com/v1`).
+    pub fn new(base_url: &str, api_key: &str, model: &str, retry: RetryPolicy, idle_timeout: Duration) -> Self {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .expect("reqwest client builds");
+        Self {
+            http,
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            api_key: api_key.to_owned(),
+            model: model.to_owned(),
+            retry,
+            idle_timeout,
+        }
+    }
+
+    fn body(&self, req: &LlmRequest) -> Value {
+        let mut messages = vec![json!({"role": "system", "content": req.system})];
+        messages.extend(req.messages.iter().cloned());
+        let mut body = json!({
+            "model": if req.model.is_empty() { &self.model } else { &req.model },
+            "messages": messages,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+        });
+        if !req.tools.is_empty() {
+            body["tools"] = tools_json(&req.tools);
+        }
+        body
+    }
+}
+
+/// The OpenAI `tools[]` array for these tools.
+pub fn tools_json(tools: &[super::ToolDef]) -> Value {
+    Value::Array(
+        tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.parameters}})
+            })
+            .collect(),
+    )
+}
+
+#[derive(Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+#[async_trait]
+impl LlmBackend for OpenAiBackend {
+    fn name(&self) -> &str {
+        "openai"
+    }
+
+    async fn complete(
+        &self,
+        req: &LlmRequest,
+        deltas: mpsc::Sender<LlmDelta>,
+        cancel: &CancellationToken,
+    ) -> Result<LlmTurn, LlmError> {
+        let url = format!("{}/chat/completions", self.base_url);
+        let body = self.body(req);
+        let resp = send(&self.retry, cancel, || {
+            let mut b = self.http.post(&url).json(&body);
+            if !self.api_key.is_empty() {
+                b = b.bearer_auth(&self.api_key);
+            }
+            b
+        })
+        .await?;
+        let mut reader = SseReader::new(Box::pin(resp.bytes_stream()));
+        let mut turn = LlmTurn { model: body["model"].as_str().unwrap_or_default().to_owned(), ..Default::default() };
+        // Tool calls are keyed by index; servers split arguments over many chunks.
+        let mut calls: Vec<PartialCall> = Vec::new();
+        let mut finished = false;
+        loop {
+            let next = tokio::select! {
+                r = tokio::time::timeout(self.idle_timeout, reader.next_event()) => r,
+                _ = cancel.cancelled() => return Err(LlmError::Cancelled),
+            };
+            let ev = match next {
+                Err(_) => return Err(LlmError::StreamBroken(format!("no data for {:?}", self.idle_timeout))),
+                Ok(Err(e)) => return Err(LlmError::StreamBroken(e)),
+                Ok(Ok(None)) => break,
+                Ok(Ok(Some(ev))) => ev,
+            };
+            let data = ev.data.trim();
+            if data == "[DONE]" {
+                finished = true;
+                break;
+            }
+            if data.is_empty() {
+                continue;
+            }
+            let chunk: Value = match serde_json::from_str(data) {
+                Ok(v) => v,
+                Err(e) => return Err(LlmError::StreamBroken(format!("bad JSON chunk: {e}: {}", trunc(data)))),
+            };
+            if let Some(err) = chunk.get("error") {
+                let msg = err.get("message").and_then(Value::as_str).map(str::to_owned).unwrap_or_else(|| err.to_string());
+                if super::is_context_overflow(&msg) {
+                    return Err(LlmError::ContextOverflow(msg));
+                }
+                return Err(LlmError::StreamBroken(msg));
+            }
+            if let Some(m) = chunk.get("model").and_then(Value::as_str) {
+                turn.model = m.to_owned();
+            }
+            if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
+                turn.input_tokens = u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(turn.input_tokens);
+                turn.output_tokens = u.get("completion_tokens").and_then(Value::as_u64).unwrap_or(turn.output_tokens);
+            }
+            let Some(choice) = chunk.get("choices").and_then(|c| c.get(0)) else { continue };
+            if choice.get("finish_reason").is_some_and(|f| !f.is_null()) {
+                finished = true;
+            }
+            let Some(delta) = choice.get("delta") else { continue };
+            if let Some(text) = delta.get("content").and_then(Value::as_str)
+                && !text.is_empty()
+            {
+                turn.text.push_str(text);
+                let _ = deltas.send(LlmDelta::Text(text.to_owned())).await;
+            }
+            if let Some(tcs) = delta.get("tool_calls").and_then(Value::as_array) {
+                for (pos, tc) in tcs.iter().enumerate() {
+                    let idx = tc.get("index").and_then(Value::as_u64).map(|i| i as usize).unwrap_or(pos);
+                    while calls.len() <= idx {
+                        calls.push(PartialCall::default());
+                    }
+                    let c = &mut calls[idx];
+                    if let Some(id) = tc.get("id").and_then(id_string).filter(|s| !s.is_empty()) {
+                        c.id = id;
+                    }
+                    if let Some(f) = tc.get("function") {
+                        if let Some(n) = f.get("name").and_then(Value::as_str) {
+                            c.name.push_str(n);
+                        }
+                        if let Some(a) = f.get("arguments") {
+                            push_arguments(&mut c.arguments, a);
+                        }
+                    }
+                }
+            }
+            // The legacy `function_call` delta some servers still send.
+            if let Some(fc) = delta.get("function_call").filter(|f| !f.is_null()) {
+                if calls.is_empty() {
+                    calls.push(PartialCall::default());
+                }
+                let c = calls.last_mut().expect("just pushed");
+                if let Some(n) = fc.get("name").and_then(Value::as_str) {
+                    c.name.push_str(n);
+                }
+                if let Some(a) = fc.get("arguments") {
+                    push_arguments(&mut c.arguments, a);
+                }
+            }
+        }
+        if !finished && !calls.is_empty() {
+            return Err(LlmError::StreamBroken("the stream ended in the middle of a tool call".into()));
+        }
+        if !finished && turn.text.is_empty() {
+            return Err(LlmError::StreamBroken("the stream ended before any answer".into()));
+        }
+        turn.tool_calls = calls
+            .into_iter()
+            .filter(|c| !c.name.is_empty())
+            .map(|c| ToolCall {
+                id: if c.id.is_empty() { format!("call_{}", uuid::Uuid::new_v4().simple()) } else { c.id },
+                name: c.name,
+                arguments: if c.arguments.trim().is_empty() { "{}".into() } else { c.arguments },
+            })
+            .collect();
+        Ok(turn)
+    }
+}
+
+fn id_string(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn push_arguments(buf: &mut String, a: &Value) {
+    match a {
+        Value::String(s) => buf.push_str(s),
+        // Some servers send the arguments as an object, already parsed.
+        Value::Null => {}
+        other => buf.push_str(&other.to_string()),
+    }
+}
+
+fn trunc(s: &str) -> String {
+    s.chars().take(200).collect()
+}

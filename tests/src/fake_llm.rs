@@ -1,0 +1,291 @@
+//! A scripted fake LLM server speaking the real wire formats: OpenAI Chat
+//! Completions SSE (`/v1/chat/completions`) and Anthropic Messages SSE
+//! (`/v1/messages`). Each request takes the next scripted reply; every request
+//! body is recorded so tests can check the conversation invariants.
+
+use axum::{Router, body::Body, extract::State, http::StatusCode, response::Response, routing::post};
+use bytes::Bytes;
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// One scripted answer.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    /// Plain text.
+    Text(String),
+    /// Optional text, then tool calls (id, name, raw argument string).
+    Tools(String, Vec<(String, String, String)>),
+    /// An HTTP error with a body (and optional Retry-After seconds).
+    Status(u16, String, Option<u32>),
+    /// Starts a tool call and closes the stream in the middle of it.
+    CutMidToolCall,
+    /// Streams text slowly: (text, delay between chunks).
+    Slow(String, Duration),
+}
+
+/// A recorded request.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    /// `openai` or `anthropic`.
+    pub format: &'static str,
+    /// The JSON body.
+    pub body: Value,
+}
+
+#[derive(Default)]
+struct Inner {
+    script: VecDeque<Reply>,
+    requests: Vec<Recorded>,
+}
+
+/// The fake server.
+#[derive(Clone)]
+pub struct FakeLlm {
+    inner: Arc<Mutex<Inner>>,
+    /// `http://127.0.0.1:PORT`
+    pub base: String,
+}
+
+impl FakeLlm {
+    /// Starts on 127.0.0.1:0 with `script`.
+    pub async fn start(script: Vec<Reply>) -> Self {
+        let inner = Arc::new(Mutex::new(Inner { script: script.into(), requests: vec![] }));
+        let app = Router::new()
+            .route("/v1/chat/completions", post(openai))
+            .route("/v1/messages", post(anthropic))
+            .with_state(inner.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind fake llm");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self { inner, base: format!("http://{addr}") }
+    }
+
+    /// The OpenAI base URL (`…/v1`).
+    pub fn openai_url(&self) -> String {
+        format!("{}/v1", self.base)
+    }
+
+    /// Adds replies to the script.
+    pub fn push(&self, replies: Vec<Reply>) {
+        self.inner.lock().unwrap().script.extend(replies);
+    }
+
+    /// Every request so far.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.inner.lock().unwrap().requests.clone()
+    }
+
+    /// Checks, for every recorded request, that each tool call is answered
+    /// exactly once and no tool result is an orphan. Panics with details.
+    pub fn assert_invariants(&self) {
+        for (i, r) in self.requests().iter().enumerate() {
+            let (calls, results) = match r.format {
+                "openai" => openai_ids(&r.body),
+                _ => anthropic_ids(&r.body),
+            };
+            for c in &calls {
+                let n = results.iter().filter(|x| *x == c).count();
+                assert_eq!(n, 1, "request {i}: tool call {c} answered {n} times\n{}", r.body);
+            }
+            for x in &results {
+                assert!(calls.contains(x), "request {i}: orphan tool result {x}\n{}", r.body);
+            }
+        }
+    }
+}
+
+fn openai_ids(body: &Value) -> (Vec<String>, Vec<String>) {
+    let mut calls = vec![];
+    let mut results = vec![];
+    for m in body["messages"].as_array().into_iter().flatten() {
+        for tc in m["tool_calls"].as_array().into_iter().flatten() {
+            calls.push(tc["id"].as_str().unwrap_or_default().to_owned());
+        }
+        if m["role"] == "tool" {
+            results.push(m["tool_call_id"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    (calls, results)
+}
+
+fn anthropic_ids(body: &Value) -> (Vec<String>, Vec<String>) {
+    let mut calls = vec![];
+    let mut results = vec![];
+    for m in body["messages"].as_array().into_iter().flatten() {
+        for b in m["content"].as_array().into_iter().flatten() {
+            match b["type"].as_str() {
+                Some("tool_use") => calls.push(b["id"].as_str().unwrap_or_default().to_owned()),
+                Some("tool_result") => results.push(b["tool_use_id"].as_str().unwrap_or_default().to_owned()),
+                _ => {}
+            }
+        }
+    }
+    (calls, results)
+}
+
+type Shared = State<Arc<Mutex<Inner>>>;
+
+fn next(inner: &Arc<Mutex<Inner>>, format: &'static str, body: Value) -> Reply {
+    let mut g = inner.lock().unwrap();
+    g.requests.push(Recorded { format, body });
+    g.script.pop_front().unwrap_or_else(|| Reply::Text("(fake LLM script exhausted)".into()))
+}
+
+fn sse(frames: Vec<(Option<&'static str>, Value)>, done: bool) -> Vec<String> {
+    let mut out: Vec<String> = frames
+        .into_iter()
+        .map(|(ev, data)| match ev {
+            Some(e) => format!("event: {e}\ndata: {data}\n\n"),
+            None => format!("data: {data}\n\n"),
+        })
+        .collect();
+    if done {
+        out.push("data: [DONE]\n\n".into());
+    }
+    out
+}
+
+fn stream_response(chunks: Vec<String>, delay: Duration) -> Response {
+    let s = futures::stream::unfold(chunks.into_iter(), move |mut it| async move {
+        let c = it.next()?;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        Some((Ok::<Bytes, std::io::Error>(Bytes::from(c)), it))
+    });
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(s))
+        .unwrap()
+}
+
+fn error_response(status: u16, body: String, retry_after: Option<u32>) -> Response {
+    let mut b = Response::builder().status(StatusCode::from_u16(status).unwrap()).header("content-type", "application/json");
+    if let Some(s) = retry_after {
+        b = b.header("retry-after", s.to_string());
+    }
+    b.body(Body::from(body)).unwrap()
+}
+
+fn pieces(s: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = s.chars().collect();
+    chars.chunks(n.max(1)).map(|c| c.iter().collect()).collect()
+}
+
+async fn openai(state: Shared, body: axum::Json<Value>) -> Response {
+    let reply = next(&state.0, "openai", body.0);
+    let chunk = |delta: Value, finish: Value| json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "fake-gpt",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+    let usage = json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "fake-gpt", "choices": [],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}});
+    match reply {
+        Reply::Text(t) => {
+            let mut frames = vec![(None, chunk(json!({"role": "assistant", "content": ""}), Value::Null))];
+            for p in pieces(&t, 5) {
+                frames.push((None, chunk(json!({"content": p}), Value::Null)));
+            }
+            frames.push((None, chunk(json!({}), json!("stop"))));
+            frames.push((None, usage));
+            stream_response(sse(frames, true), Duration::ZERO)
+        }
+        Reply::Slow(t, d) => {
+            let mut frames = vec![];
+            for p in pieces(&t, 3) {
+                frames.push((None, chunk(json!({"content": p}), Value::Null)));
+            }
+            frames.push((None, chunk(json!({}), json!("stop"))));
+            stream_response(sse(frames, true), d)
+        }
+        Reply::Tools(text, calls) => {
+            let mut frames = vec![];
+            if !text.is_empty() {
+                frames.push((None, chunk(json!({"role": "assistant", "content": text}), Value::Null)));
+            }
+            for (i, (id, name, args)) in calls.iter().enumerate() {
+                frames.push((None, chunk(json!({"tool_calls": [{"index": i, "id": id, "type": "function",
+                    "function": {"name": name, "arguments": ""}}]}), Value::Null)));
+                // Arguments split over many chunks, as real servers do.
+                for p in pieces(args, 4) {
+                    frames.push((None, chunk(json!({"tool_calls": [{"index": i, "function": {"arguments": p}}]}), Value::Null)));
+                }
+            }
+            frames.push((None, chunk(json!({}), json!("tool_calls"))));
+            frames.push((None, usage));
+            stream_response(sse(frames, true), Duration::ZERO)
+        }
+        Reply::Status(code, body, ra) => error_response(code, body, ra),
+        Reply::CutMidToolCall => {
+            let frames = vec![
+                (None, chunk(json!({"tool_calls": [{"index": 0, "id": "call_cut", "type": "function",
+                    "function": {"name": "file_manager__read", "arguments": ""}}]}), Value::Null)),
+                (None, chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"pa"}}]}), Value::Null)),
+            ];
+            stream_response(sse(frames, false), Duration::ZERO)
+        }
+    }
+}
+
+async fn anthropic(state: Shared, body: axum::Json<Value>) -> Response {
+    let reply = next(&state.0, "anthropic", body.0);
+    let start = (Some("message_start"), json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+        "role": "assistant", "model": "fake-claude", "content": [], "usage": {"input_tokens": 13, "output_tokens": 1}}}));
+    let stop = |reason: &str| {
+        vec![
+            (Some("message_delta"), json!({"type": "message_delta", "delta": {"stop_reason": reason}, "usage": {"output_tokens": 9}})),
+            (Some("message_stop"), json!({"type": "message_stop"})),
+        ]
+    };
+    let text_block = |idx: usize, t: &str| {
+        let mut f = vec![(Some("content_block_start"), json!({"type": "content_block_start", "index": idx,
+            "content_block": {"type": "text", "text": ""}}))];
+        for p in pieces(t, 5) {
+            f.push((Some("content_block_delta"), json!({"type": "content_block_delta", "index": idx,
+                "delta": {"type": "text_delta", "text": p}})));
+        }
+        f.push((Some("content_block_stop"), json!({"type": "content_block_stop", "index": idx})));
+        f
+    };
+    match reply {
+        Reply::Text(t) | Reply::Slow(t, _) => {
+            let mut frames = vec![start];
+            frames.extend(text_block(0, &t));
+            frames.extend(stop("end_turn"));
+            stream_response(sse(frames, false), Duration::ZERO)
+        }
+        Reply::Tools(text, calls) => {
+            let mut frames = vec![start];
+            let mut idx = 0;
+            if !text.is_empty() {
+                frames.extend(text_block(0, &text));
+                idx = 1;
+            }
+            for (id, name, args) in calls {
+                frames.push((Some("content_block_start"), json!({"type": "content_block_start", "index": idx,
+                    "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}})));
+                for p in pieces(&args, 4) {
+                    frames.push((Some("content_block_delta"), json!({"type": "content_block_delta", "index": idx,
+                        "delta": {"type": "input_json_delta", "partial_json": p}})));
+                }
+                frames.push((Some("content_block_stop"), json!({"type": "content_block_stop", "index": idx})));
+                idx += 1;
+            }
+            frames.extend(stop("tool_use"));
+            stream_response(sse(frames, false), Duration::ZERO)
+        }
+        Reply::Status(code, body, ra) => error_response(code, body, ra),
+        Reply::CutMidToolCall => {
+            let frames = vec![
+                start,
+                (Some("content_block_start"), json!({"type": "content_block_start", "index": 0,
+                    "content_block": {"type": "tool_use", "id": "toolu_cut", "name": "file_manager__read", "input": {}}})),
+                (Some("content_block_delta"), json!({"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "input_json_delta", "partial_json": "{\"pa"}})),
+            ];
+            stream_response(sse(frames, false), Duration::ZERO)
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! Test support for omicos end-to-end tests: a scripted fake LLM, an
+//! in-process stack of real services on loopback ports, and a Chat client.
+
+pub mod fake_llm;
+pub mod stack;
+
+pub use fake_llm::{FakeLlm, Reply};
+pub use stack::{ChatHandle, Stack, StackOptions, assert_gap_free, done_reason, events_text, finished_calls};

@@ -1,0 +1,260 @@
+//! A real stack on loopback ports: the tool-runner (with its registry) and the
+//! orchestrator, each on its own 127.0.0.1 port, sharing a temporary workspace.
+
+use crate::fake_llm::FakeLlm;
+use omicos_orchestrator::{Parts, agents::AgentDirectory, config::Config};
+use omicos_proto::{
+    ApprovalDecision, CancelRequest, ChatClientMessage, ChatEvent, ChatRequest, Decision, ToolCallFinished, chat_client_message,
+    chat_event, orchestrator_client::OrchestratorClient,
+};
+use omicos_servicekit::Shutdown;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+
+/// How to start a stack.
+pub struct StackOptions {
+    /// `openai`, `anthropic` or `replay`.
+    pub backend: String,
+    /// Replay script path (replay backend).
+    pub replay_file: String,
+    /// Agents; None: the single default agent.
+    pub agents: Option<Arc<dyn AgentDirectory>>,
+    /// Extra in-process providers for the runner.
+    pub providers: Vec<Arc<dyn omicos_toolkit::Provider>>,
+    /// Runner config overrides (JSON object merged over the defaults).
+    pub runner_overrides: serde_json::Value,
+    /// Orchestrator config tweak.
+    pub tweak: Option<Box<dyn FnOnce(&mut Config) + Send>>,
+    /// Conversation store URL; empty: memory.
+    pub store_url: String,
+    /// Workspace to use; None: a new temporary directory.
+    pub workspace: Option<std::path::PathBuf>,
+}
+
+impl Default for StackOptions {
+    fn default() -> Self {
+        Self {
+            backend: "openai".into(),
+            replay_file: String::new(),
+            agents: None,
+            providers: vec![],
+            runner_overrides: serde_json::json!({}),
+            tweak: None,
+            store_url: "memory:".into(),
+            workspace: None,
+        }
+    }
+}
+
+/// A running stack.
+pub struct Stack {
+    /// Orchestrator URL.
+    pub orchestrator: String,
+    /// Tool-runner URL (also the registry).
+    pub runner: String,
+    /// Workspace root.
+    pub workspace: std::path::PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    /// The fake LLM.
+    pub llm: FakeLlm,
+    /// Stops the orchestrator.
+    pub orch_shutdown: Shutdown,
+    /// Stops the runner.
+    pub runner_shutdown: Shutdown,
+}
+
+fn merge(base: &mut serde_json::Value, over: serde_json::Value) {
+    if let (Some(b), serde_json::Value::Object(o)) = (base.as_object_mut(), over) {
+        for (k, v) in o {
+            b.insert(k, v);
+        }
+    }
+}
+
+impl Stack {
+    /// Starts the runner and the orchestrator against `llm`.
+    pub async fn start(llm: FakeLlm, opts: StackOptions) -> Stack {
+        let _ = omicos_servicekit::telemetry::init("omicos-tests", "warn");
+        let (tmp, workspace) = match opts.workspace {
+            Some(w) => (None, w),
+            None => {
+                let t = tempfile::tempdir().expect("tempdir");
+                let p = t.path().to_path_buf();
+                (Some(t), p)
+            }
+        };
+        let runner_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let runner_url = format!("http://{}", runner_listener.local_addr().unwrap());
+        let mut rc = serde_json::json!({"workspace": workspace, "approval_timeout_secs": 5});
+        merge(&mut rc, opts.runner_overrides);
+        let runner_cfg: omicos_tool_runner::Config = serde_json::from_value(rc).expect("runner config");
+        let runner_shutdown = Shutdown::new(Duration::from_secs(2));
+        tokio::spawn(omicos_tool_runner::run(runner_cfg, runner_listener, runner_shutdown.clone(), opts.providers));
+
+        let mut cfg = Config {
+            workspace: workspace.clone(),
+            tool_runner: runner_url.clone(),
+            store_url: opts.store_url.clone(),
+            heartbeat_secs: 30,
+            ..Default::default()
+        };
+        cfg.llm.backend = opts.backend.clone();
+        cfg.llm.base_url = match opts.backend.as_str() {
+            "anthropic" => llm.base.clone(),
+            _ => llm.openai_url(),
+        };
+        cfg.llm.api_key = "test-key".into();
+        cfg.llm.model = "fake-model".into();
+        cfg.llm.replay_file = opts.replay_file;
+        cfg.llm.retry_base_ms = 20;
+        cfg.llm.retry_max_ms = 200;
+        cfg.llm.idle_timeout_secs = 5;
+        if let Some(t) = opts.tweak {
+            t(&mut cfg);
+        }
+        let backends = omicos_orchestrator::build_backends(&cfg.llm).expect("backends");
+        let store = omicos_orchestrator::open_store(&cfg).await.expect("store");
+        let agents = opts.agents.unwrap_or_else(|| Arc::new(omicos_orchestrator::agents::SingleAgent));
+        let orch_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let orch_url = format!("http://{}", orch_listener.local_addr().unwrap());
+        let orch_shutdown = Shutdown::new(Duration::from_secs(2));
+        tokio::spawn(omicos_orchestrator::serve(Parts { config: cfg, agents, store, backends }, orch_listener, orch_shutdown.clone()));
+        let stack = Stack { orchestrator: orch_url, runner: runner_url, workspace, _tmp: tmp, llm, orch_shutdown, runner_shutdown };
+        stack.wait_serving(&stack.orchestrator).await;
+        stack
+    }
+
+    /// Waits until the health service at `url` says SERVING.
+    pub async fn wait_serving(&self, url: &str) {
+        for _ in 0..200 {
+            if let Ok(ch) = Channel::from_shared(url.to_owned()).unwrap().connect().await {
+                let mut h = tonic_health::pb::health_client::HealthClient::new(ch);
+                if let Ok(r) = h.check(tonic_health::pb::HealthCheckRequest { service: String::new() }).await
+                    && r.into_inner().status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+                {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{url} never became SERVING");
+    }
+
+    /// A client of the orchestrator.
+    pub async fn client(&self) -> OrchestratorClient<Channel> {
+        OrchestratorClient::connect(self.orchestrator.clone()).await.expect("connect orchestrator")
+    }
+
+    /// Opens a Chat with `req`.
+    pub async fn chat(&self, req: ChatRequest) -> Result<ChatHandle, tonic::Status> {
+        ChatHandle::open(self.client().await, req).await
+    }
+}
+
+/// An open Chat stream.
+pub struct ChatHandle {
+    tx: mpsc::Sender<ChatClientMessage>,
+    stream: tonic::Streaming<ChatEvent>,
+    /// Events received so far.
+    pub events: Vec<ChatEvent>,
+}
+
+impl ChatHandle {
+    /// Opens a Chat.
+    pub async fn open(mut client: OrchestratorClient<Channel>, req: ChatRequest) -> Result<Self, tonic::Status> {
+        let (tx, rx) = mpsc::channel(16);
+        tx.send(ChatClientMessage { msg: Some(chat_client_message::Msg::Request(req)) }).await.unwrap();
+        let stream = client.chat(ReceiverStream::new(rx)).await?.into_inner();
+        Ok(Self { tx, stream, events: vec![] })
+    }
+
+    /// The next non-heartbeat event (None at the end), within 30 s.
+    pub async fn next(&mut self) -> Option<ChatEvent> {
+        loop {
+            let m = tokio::time::timeout(Duration::from_secs(30), self.stream.message())
+                .await
+                .expect("no chat event within 30 s")
+                .ok()??;
+            if matches!(m.kind, Some(chat_event::Kind::Heartbeat(_))) {
+                continue;
+            }
+            self.events.push(m.clone());
+            return Some(m);
+        }
+    }
+
+    /// Reads until turn_done or the end; returns all events read so far.
+    pub async fn until_done(&mut self) -> Vec<ChatEvent> {
+        while let Some(ev) = self.next().await {
+            if matches!(ev.kind, Some(chat_event::Kind::TurnDone(_))) {
+                break;
+            }
+        }
+        self.events.clone()
+    }
+
+    /// Reads until an approval request; returns its call id.
+    pub async fn until_approval(&mut self) -> String {
+        while let Some(ev) = self.next().await {
+            if let Some(chat_event::Kind::ToolApprovalRequest(a)) = ev.kind {
+                return a.call_id;
+            }
+        }
+        panic!("stream ended without an approval request: {:#?}", self.events);
+    }
+
+    /// Answers an approval on the stream.
+    pub async fn approve(&self, call_id: &str, decision: Decision) {
+        self.tx
+            .send(ChatClientMessage {
+                msg: Some(chat_client_message::Msg::Approval(ApprovalDecision { call_id: call_id.into(), decision: decision as i32 })),
+            })
+            .await
+            .unwrap();
+    }
+
+    /// Cancels the turn on the stream.
+    pub async fn cancel(&self) {
+        self.tx.send(ChatClientMessage { msg: Some(chat_client_message::Msg::Cancel(CancelRequest { reason: "test".into() })) }).await.unwrap();
+    }
+}
+
+/// The streamed text of these events.
+pub fn events_text(events: &[ChatEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Some(chat_event::Kind::TextDelta(t)) => Some(t.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The finished tool calls among these events.
+pub fn finished_calls(events: &[ChatEvent]) -> Vec<ToolCallFinished> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Some(chat_event::Kind::ToolCallFinished(f)) => Some(f.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The turn_done reason, if any.
+pub fn done_reason(events: &[ChatEvent]) -> Option<String> {
+    events.iter().find_map(|e| match &e.kind {
+        Some(chat_event::Kind::TurnDone(d)) => Some(d.reason.clone()),
+        _ => None,
+    })
+}
+
+/// Asserts that seqs are consecutive, starting after `from`.
+pub fn assert_gap_free(events: &[ChatEvent], from: u64) {
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e.event_seq, from + 1 + i as u64, "event {i} out of sequence: {:#?}", e);
+    }
+}
