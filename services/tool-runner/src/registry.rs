@@ -390,7 +390,7 @@ mod tests {
         r.route("kernel", "run_python_code", "s1").unwrap();
         assert_eq!(r.pinned("kernel", "s1").as_deref(), Some(pinned.as_str()));
         r.deregister(&pinned);
-        let err = r.route("kernel", "run_python_code", "s1").unwrap_err().0;
+        let err = r.route("kernel", "run_python_code", "s1").err().expect("the pinned instance is gone").0;
         assert!(err.contains("kernel state") && err.contains("lost"), "{err}");
         // The next call is pinned afresh.
         r.route("kernel", "run_python_code", "s1").unwrap();
