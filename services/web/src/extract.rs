@@ -138,7 +138,8 @@ fn measure(root: &NodeRef<'_>) -> Shape {
         let mut child = node.first_child();
         while let Some(c) = child {
             child = c.next_sibling();
-            stack.push((c, d + 1));
+            let deeper = d + usize::from(c.is_element());
+            stack.push((c, deeper));
         }
     }
     Shape { elements, depth }

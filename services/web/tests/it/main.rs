@@ -1,1 +1,7 @@
+//! Integration tests of the web provider against real HTTP servers on loopback.
 
+mod fetch;
+mod grpc;
+mod search;
+mod ssrf;
+mod support;
