@@ -13,11 +13,13 @@ use std::time::Duration;
 pub struct TestKit {
     pub name: String,
     pub affinity: bool,
+    /// Returned by `echo`, to tell instances apart.
+    pub tag: String,
 }
 
 impl TestKit {
     pub fn new() -> Self {
-        Self { name: "testkit".into(), affinity: false }
+        Self { name: "testkit".into(), affinity: false, tag: "testkit".into() }
     }
 }
 
@@ -66,7 +68,7 @@ impl Provider for TestKit {
     async fn call(&self, tool: &str, args: Value, ctx: CallCtx) -> Result<Value, ToolError> {
         match tool {
             "noop" => Ok(json!("ok")),
-            "echo" => Ok(json!({"args": args, "user_modified": ctx.user_modified, "instance": self.name})),
+            "echo" => Ok(json!({"args": args, "user_modified": ctx.user_modified, "instance": self.tag})),
             "big" => Ok(Value::String(big_text())),
             "boom" => panic!("the test provider panics on purpose"),
             "slow" => {
