@@ -299,6 +299,8 @@ struct Bar {
 #[derive(Debug, Default)]
 pub struct StreamSplitter {
     open: Vec<Bar>,
+    // Bars that reached their total: tqdm redraws the final state on close.
+    finished: Vec<Bar>,
     next_id: usize,
     last_was_bar: bool,
 }
@@ -318,7 +320,7 @@ impl StreamSplitter {
             rest = next;
             if let Some(p) = parse_bar(seg) {
                 let done = term == "\n";
-                events.push(self.update(p, done));
+                events.extend(self.update(p, done));
                 self.last_was_bar = !done;
                 continue;
             }
@@ -344,7 +346,10 @@ impl StreamSplitter {
         (plain, events)
     }
 
-    fn update(&mut self, mut p: ToolProgress, close: bool) -> ToolProgress {
+    fn update(&mut self, mut p: ToolProgress, close: bool) -> Option<ToolProgress> {
+        if self.finished.iter().any(|b| b.label == p.label && b.last.current == p.current && b.last.total == p.total) {
+            return None;
+        }
         let pos = self.open.iter().position(|b| b.label == p.label && p.current >= b.last.current);
         let idx = match pos {
             Some(i) => i,
@@ -356,12 +361,15 @@ impl StreamSplitter {
         };
         p.bar_id = self.open[idx].id.clone();
         p.done = p.done || close;
+        self.open[idx].last = p.clone();
         if p.done {
-            self.open.remove(idx);
-        } else {
-            self.open[idx].last = p.clone();
+            let bar = self.open.remove(idx);
+            self.finished.push(bar);
+            if self.finished.len() > 16 {
+                self.finished.remove(0);
+            }
         }
-        p
+        Some(p)
     }
 
     /// Bars still open when the cell ended: reported done.
