@@ -7,7 +7,10 @@
 //! Everything here is synchronous: it runs on the worker thread that
 //! [`crate::worker`] gives it.
 
-use lopdf::{Dictionary, Document, Object, ObjectId, content::Content};
+use lopdf::{
+    Dictionary, Document, Object, ObjectId,
+    content::{Content, Operation},
+};
 use omicos_toolkit::ToolError;
 use std::{
     collections::BTreeMap,
@@ -75,11 +78,15 @@ impl PageText {
 /// Reads and parses `path`, or says plainly why it cannot be used.
 pub fn open(path: &Path, shown: &str, budget: &Budget) -> Result<Opened, ToolError> {
     let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => ToolError::failed(format!("{shown}: no such file in the workspace")),
+        std::io::ErrorKind::NotFound => {
+            ToolError::failed(format!("{shown}: no such file in the workspace"))
+        }
         _ => ToolError::failed(format!("{shown}: cannot be read: {e}")),
     })?;
     if meta.is_dir() {
-        return Err(ToolError::failed(format!("{shown} is a directory, not a PDF file")));
+        return Err(ToolError::failed(format!(
+            "{shown} is a directory, not a PDF file"
+        )));
     }
     if meta.len() > budget.max_file_bytes {
         return Err(ToolError::failed(format!(
@@ -94,14 +101,18 @@ pub fn open(path: &Path, shown: &str, budget: &Budget) -> Result<Opened, ToolErr
         .and_then(|f| f.take(budget.max_file_bytes + 1).read_to_end(&mut bytes))
         .map_err(|e| ToolError::failed(format!("{shown}: cannot be read: {e}")))?;
     if bytes.len() as u64 > budget.max_file_bytes {
-        return Err(ToolError::failed(format!("{shown} grew past the size limit while being read")));
+        return Err(ToolError::failed(format!(
+            "{shown} grew past the size limit while being read"
+        )));
     }
     // The header may follow some junk, but within the first KiB (as readers allow).
     let head = &bytes[..bytes.len().min(1024)];
     if !head.windows(5).any(|w| w == b"%PDF-") {
         return Err(ToolError::failed(format!(
             "{shown} is not a PDF: it does not start with the `%PDF-` header{}",
-            sniff(head).map(|k| format!(" (it looks like {k})")).unwrap_or_default()
+            sniff(head)
+                .map(|k| format!(" (it looks like {k})"))
+                .unwrap_or_default()
         )));
     }
     let doc = Document::load_mem(&bytes).map_err(|e| {
@@ -121,7 +132,11 @@ pub fn open(path: &Path, shown: &str, budget: &Budget) -> Result<Opened, ToolErr
         )));
     }
     let was_encrypted = doc.was_encrypted();
-    Ok(Opened { doc, pages, was_encrypted })
+    Ok(Opened {
+        doc,
+        pages,
+        was_encrypted,
+    })
 }
 
 /// A guess at what a non-PDF file is, for the error message.
@@ -133,7 +148,9 @@ fn sniff(head: &[u8]) -> Option<&'static str> {
         [0xff, 0xd8, 0xff, ..] => "a JPEG image",
         [b'P', b'K', 3, 4, ..] => "a ZIP archive (a .docx, .xlsx or .epub is one)",
         [0x1f, 0x8b, ..] => "a gzip file",
-        _ if t.starts_with("<!doctype html") || t.starts_with("<html") => "an HTML page (a download that returned a web page?)",
+        _ if t.starts_with("<!doctype html") || t.starts_with("<html") => {
+            "an HTML page (a download that returned a web page?)"
+        }
         _ if t.starts_with('{') || t.starts_with('[') => "JSON",
         _ if std::str::from_utf8(head).is_ok() && !head.is_empty() => "plain text",
         _ => return None,
@@ -141,22 +158,84 @@ fn sniff(head: &[u8]) -> Option<&'static str> {
 }
 
 /// The text of page `num`. Never panics: a parser panic becomes
-/// [`PageText::Unreadable`].
-pub fn page_text(doc: &Document, num: u32, id: ObjectId, budget: &Budget) -> PageText {
-    if let Err(why) = check_page(doc, id, budget) {
-        return PageText::Unreadable(why);
-    }
+/// [`PageText::Unreadable`]. The document is changed in one way: the page's
+/// content (and that of its forms) is replaced by the checked, decoded and
+/// normalised bytes the extractor is then given.
+pub fn page_text(doc: &mut Document, num: u32, id: ObjectId, budget: &Budget) -> PageText {
+    let prepared = match check_page(doc, id, budget) {
+        Ok(p) => p,
+        Err(why) => return PageText::Unreadable(why),
+    };
+    prepared.apply(doc, id);
+    let doc = &*doc;
     let run = catch_unwind(AssertUnwindSafe(|| {
-        let mut s = String::new();
-        let mut out = pdf_extract::PlainTextOutput::new(&mut s);
-        pdf_extract::output_doc_page(doc, &mut out, num).map(|_| s)
+        let mut out = crate::layout::LineText::new();
+        pdf_extract::output_doc_page(doc, &mut out, num).map(|_| out.into_text())
     }));
     match run {
-        Ok(Ok(text)) if text.trim().is_empty() => PageText::NoText { images: count_images(doc, id) },
-        Ok(Ok(text)) => PageText::Text(tidy(&text)),
+        Ok(Ok(text)) if text.trim().is_empty() => PageText::NoText {
+            images: count_images(doc, id),
+        },
+        Ok(Ok(text)) => PageText::Text(tidy(&crate::layout::expand_ligatures(&text))),
         Ok(Err(e)) => PageText::Unreadable(format!("the PDF parser could not read this page: {e}")),
-        Err(_) => PageText::Unreadable("the PDF parser failed on this page (malformed content)".into()),
+        Err(_) => {
+            PageText::Unreadable("the PDF parser failed on this page (malformed content)".into())
+        }
     }
+}
+
+/// A page's content after the checks, ready to hand to the extractor.
+struct Prepared {
+    content: Vec<u8>,
+    /// Forms whose content had to be rewritten.
+    forms: Vec<(ObjectId, Vec<u8>)>,
+}
+
+impl Prepared {
+    fn apply(self, doc: &mut Document, id: ObjectId) {
+        let sid = doc.add_object(lopdf::Stream::new(Dictionary::new(), self.content));
+        if let Ok(page) = doc.get_object_mut(id).and_then(Object::as_dict_mut) {
+            page.set("Contents", sid);
+        }
+        for (fid, content) in self.forms {
+            if let Ok(form) = doc.get_object_mut(fid).and_then(Object::as_stream_mut) {
+                form.set_plain_content(content);
+            }
+        }
+    }
+}
+
+/// Rewrites the `'` and `"` operators (next line, then show text), which
+/// pdf-extract ignores, into the `T*`/`Tw`/`Tc`/`Tj` they stand for. Ghostscript
+/// writes `'` for many lines, whose text would otherwise be lost. None when
+/// nothing needs rewriting.
+fn rewrite_quotes(content: &[u8]) -> Option<Vec<u8>> {
+    if !content.iter().any(|&b| b == b'\'' || b == b'"') {
+        return None;
+    }
+    let ops = Content::decode(content).ok()?.operations;
+    if !ops.iter().any(|o| o.operator == "'" || o.operator == "\"") {
+        return None;
+    }
+    let mut out = Vec::with_capacity(ops.len() + 16);
+    for op in ops {
+        match (op.operator.as_str(), op.operands.len()) {
+            ("'", 1) => {
+                out.push(Operation::new("T*", vec![]));
+                out.push(Operation::new("Tj", op.operands));
+            }
+            ("\"", 3) => {
+                let mut it = op.operands.into_iter();
+                let (aw, ac, s) = (it.next()?, it.next()?, it.next()?);
+                out.push(Operation::new("Tw", vec![aw]));
+                out.push(Operation::new("Tc", vec![ac]));
+                out.push(Operation::new("T*", vec![]));
+                out.push(Operation::new("Tj", vec![s]));
+            }
+            _ => out.push(op),
+        }
+    }
+    Content { operations: out }.encode().ok()
 }
 
 /// Drops trailing spaces and runs of more than two blank lines, which PDF
@@ -182,7 +261,10 @@ fn tidy(text: &str) -> String {
 }
 
 fn count_images(doc: &Document, id: ObjectId) -> usize {
-    catch_unwind(AssertUnwindSafe(|| doc.get_page_images(id).map(|v| v.len()).unwrap_or(0))).unwrap_or(0)
+    catch_unwind(AssertUnwindSafe(|| {
+        doc.get_page_images(id).map(|v| v.len()).unwrap_or(0)
+    }))
+    .unwrap_or(0)
 }
 
 /// Deepest page-tree ancestry and form nesting accepted. Real files use a
@@ -194,8 +276,10 @@ const MAX_FORM_VISITS: usize = 5_000;
 
 /// Refuses pages the text extractor would loop on, recurse on without end, or
 /// inflate without bound. The reason is for the model.
-fn check_page(doc: &Document, id: ObjectId, budget: &Budget) -> Result<(), String> {
-    let page = doc.get_dictionary(id).map_err(|_| "the page object is missing or not a dictionary".to_string())?;
+fn check_page(doc: &Document, id: ObjectId, budget: &Budget) -> Result<Prepared, String> {
+    let page = doc
+        .get_dictionary(id)
+        .map_err(|_| "the page object is missing or not a dictionary".to_string())?;
     // The extractor looks up Resources and MediaBox through /Parent without a limit.
     let mut node = page;
     let mut resources = None;
@@ -208,7 +292,11 @@ fn check_page(doc: &Document, id: ObjectId, budget: &Budget) -> Result<(), Strin
             resources = node.get(b"Resources").ok().and_then(|r| deref_dict(doc, r));
         }
         media_box |= node.has(b"MediaBox");
-        match node.get(b"Parent").and_then(Object::as_reference).and_then(|p| doc.get_dictionary(p)) {
+        match node
+            .get(b"Parent")
+            .and_then(Object::as_reference)
+            .and_then(|p| doc.get_dictionary(p))
+        {
             Ok(parent) => node = parent,
             Err(_) => break,
         }
@@ -219,15 +307,29 @@ fn check_page(doc: &Document, id: ObjectId, budget: &Budget) -> Result<(), Strin
     let mut used = 0usize;
     let mut content = Vec::new();
     for sid in doc.get_page_contents(id) {
-        let Ok(stream) = doc.get_object(sid).and_then(Object::as_stream) else { continue };
+        let Ok(stream) = doc.get_object(sid).and_then(Object::as_stream) else {
+            continue;
+        };
         let plain = bounded_content(stream, budget.max_page_content_bytes - used)?;
         used += plain.len();
         content.extend_from_slice(&plain);
         content.push(b'\n');
     }
     let empty = Dictionary::new();
-    let mut walk = FormWalk { doc, budget, used, visits: 0, stack: Vec::new() };
-    walk.check(&content, resources.unwrap_or(&empty))
+    let mut walk = FormWalk {
+        doc,
+        budget,
+        used,
+        visits: 0,
+        stack: Vec::new(),
+        rewritten: Vec::new(),
+    };
+    walk.check(&content, resources.unwrap_or(&empty))?;
+    let content = rewrite_quotes(&content).unwrap_or(content);
+    Ok(Prepared {
+        content,
+        forms: walk.rewritten,
+    })
 }
 
 fn deref_dict<'a>(doc: &'a Document, o: &'a Object) -> Option<&'a Dictionary> {
@@ -244,6 +346,7 @@ struct FormWalk<'a> {
     used: usize,
     visits: usize,
     stack: Vec<ObjectId>,
+    rewritten: Vec<(ObjectId, Vec<u8>)>,
 }
 
 impl<'a> FormWalk<'a> {
@@ -253,28 +356,58 @@ impl<'a> FormWalk<'a> {
         if !content.windows(2).any(|w| w == b"Do") {
             return Ok(());
         }
-        let ops = Content::decode(content).map(|c| c.operations).unwrap_or_default();
-        let xobjects = resources.get(b"XObject").ok().and_then(|x| deref_dict(self.doc, x));
+        let ops = Content::decode(content)
+            .map(|c| c.operations)
+            .unwrap_or_default();
+        let xobjects = resources
+            .get(b"XObject")
+            .ok()
+            .and_then(|x| deref_dict(self.doc, x));
         for op in ops.iter().filter(|o| o.operator == "Do") {
-            let (Some(xobjects), Some(Ok(name))) = (xobjects, op.operands.first().map(Object::as_name)) else { continue };
-            let Ok(fid) = xobjects.get(name).and_then(Object::as_reference) else { continue };
-            let Ok(form) = self.doc.get_object(fid).and_then(Object::as_stream) else { continue };
-            if form.dict.get(b"Subtype").and_then(Object::as_name).ok() != Some(b"Form".as_slice()) {
+            let (Some(xobjects), Some(Ok(name))) =
+                (xobjects, op.operands.first().map(Object::as_name))
+            else {
+                continue;
+            };
+            let Ok(fid) = xobjects.get(name).and_then(Object::as_reference) else {
+                continue;
+            };
+            let Ok(form) = self.doc.get_object(fid).and_then(Object::as_stream) else {
+                continue;
+            };
+            if form.dict.get(b"Subtype").and_then(Object::as_name).ok() != Some(b"Form".as_slice())
+            {
                 continue;
             }
             if self.stack.contains(&fid) {
-                return Err("a form on this page draws itself (a cycle), so the page cannot be read".into());
+                return Err(
+                    "a form on this page draws itself (a cycle), so the page cannot be read".into(),
+                );
             }
             self.visits += 1;
             if self.stack.len() >= MAX_FORM_DEPTH || self.visits > MAX_FORM_VISITS {
-                return Err("the page nests or repeats drawn forms too much to be read safely".into());
+                return Err(
+                    "the page nests or repeats drawn forms too much to be read safely".into(),
+                );
             }
-            let inner = bounded_content(form, self.budget.max_page_content_bytes.saturating_sub(self.used))?;
+            let inner = bounded_content(
+                form,
+                self.budget.max_page_content_bytes.saturating_sub(self.used),
+            )?;
             self.used += inner.len();
-            let res = form.dict.get(b"Resources").ok().and_then(|r| deref_dict(self.doc, r)).unwrap_or(resources);
+            let res = form
+                .dict
+                .get(b"Resources")
+                .ok()
+                .and_then(|r| deref_dict(self.doc, r))
+                .unwrap_or(resources);
             self.stack.push(fid);
             self.check(&inner, res)?;
             self.stack.pop();
+            if !self.rewritten.iter().any(|(id, _)| *id == fid) {
+                self.rewritten
+                    .push((fid, rewrite_quotes(&inner).unwrap_or(inner)));
+            }
         }
         Ok(())
     }
@@ -283,10 +416,22 @@ impl<'a> FormWalk<'a> {
 /// The decoded bytes of a content stream, refusing anything that would
 /// decode past `limit` bytes.
 fn bounded_content(stream: &lopdf::Stream, limit: usize) -> Result<Vec<u8>, String> {
-    let too_big = || format!("the page's content is larger than {} MiB once decompressed; it is skipped", limit >> 20);
-    let filters: Vec<Vec<u8>> = stream.filters().map(|f| f.into_iter().map(<[u8]>::to_vec).collect()).unwrap_or_default();
+    let too_big = || {
+        format!(
+            "the page's content is larger than {} MiB once decompressed; it is skipped",
+            limit >> 20
+        )
+    };
+    let filters: Vec<Vec<u8>> = stream
+        .filters()
+        .map(|f| f.into_iter().map(<[u8]>::to_vec).collect())
+        .unwrap_or_default();
     if filters.is_empty() {
-        return if stream.content.len() > limit { Err(too_big()) } else { Ok(stream.content.clone()) };
+        return if stream.content.len() > limit {
+            Err(too_big())
+        } else {
+            Ok(stream.content.clone())
+        };
     }
     if filters.iter().all(|f| f == b"FlateDecode" || f == b"Fl") && filters.len() == 1 {
         // Inflate at most limit+1 bytes: a zip bomb stops here. Predictors
@@ -305,7 +450,11 @@ fn bounded_content(stream: &lopdf::Stream, limit: usize) -> Result<Vec<u8>, Stri
         // go; only small streams are let through, with room for their ratio.
         return Err(format!(
             "the page's content uses a {} compression too large to decode safely",
-            filters.iter().map(|f| String::from_utf8_lossy(f).into_owned()).collect::<Vec<_>>().join("+")
+            filters
+                .iter()
+                .map(|f| String::from_utf8_lossy(f).into_owned())
+                .collect::<Vec<_>>()
+                .join("+")
         ));
     }
     stream

@@ -10,12 +10,15 @@
 //! front of them.
 
 pub mod extract;
+pub mod layout;
 pub mod pages;
 pub mod worker;
 
 use async_trait::async_trait;
 use extract::{Budget, Opened, PageText};
-use omicos_toolkit::{CallCtx, Provider, Risk, ToolError, ToolSpec, confine::relative_to, confine_path, tool};
+use omicos_toolkit::{
+    CallCtx, Provider, Risk, ToolError, ToolSpec, confine::relative_to, confine_path, tool,
+};
 use pages::PageSelection;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -85,14 +88,19 @@ impl PdfProvider {
     }
 
     fn budget(&self) -> Budget {
-        let secs = if self.config.time_budget_secs.is_finite() && self.config.time_budget_secs > 0.0 {
+        let secs = if self.config.time_budget_secs.is_finite() && self.config.time_budget_secs > 0.0
+        {
             self.config.time_budget_secs
         } else {
             Config::default().time_budget_secs
         };
         Budget {
             max_file_bytes: self.config.max_file_mb.saturating_mul(1 << 20),
-            max_page_content_bytes: self.config.max_page_content_mb.saturating_mul(1 << 20).max(1),
+            max_page_content_bytes: self
+                .config
+                .max_page_content_mb
+                .saturating_mul(1 << 20)
+                .max(1),
             deadline: Instant::now() + Duration::from_secs_f64(secs.min(3600.0)),
             stop: Arc::new(AtomicBool::new(false)),
         }
@@ -111,8 +119,12 @@ fn path_schema() -> Value {
 
 /// The path argument, confined to the workspace, and its shown form.
 fn resolve(args: &Value, ctx: &CallCtx) -> Result<(PathBuf, String), ToolError> {
-    let p = args.get("path").and_then(Value::as_str).ok_or_else(|| ToolError::invalid("`path` is required"))?;
-    let resolved = confine_path(&ctx.workspace, p).map_err(|e| ToolError::invalid(e.to_string()))?;
+    let p = args
+        .get("path")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolError::invalid("`path` is required"))?;
+    let resolved =
+        confine_path(&ctx.workspace, p).map_err(|e| ToolError::invalid(e.to_string()))?;
     let shown = relative_to(&ctx.workspace, &resolved);
     Ok((resolved, shown))
 }
@@ -122,7 +134,9 @@ fn opt_usize(args: &Value, key: &str) -> Result<Option<usize>, ToolError> {
         None | Some(Value::Null) => Ok(None),
         Some(v) => match v.as_u64() {
             Some(n) if n >= 1 => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
-            _ => Err(ToolError::invalid(format!("`{key}` must be a whole number of at least 1, got {v}"))),
+            _ => Err(ToolError::invalid(format!(
+                "`{key}` must be a whole number of at least 1, got {v}"
+            ))),
         },
     }
 }
@@ -130,9 +144,15 @@ fn opt_usize(args: &Value, key: &str) -> Result<Option<usize>, ToolError> {
 fn selection(args: &Value) -> Result<PageSelection, ToolError> {
     match args.get("pages") {
         None | Some(Value::Null) => Ok(PageSelection::all()),
-        Some(Value::String(s)) => PageSelection::parse(s).map_err(|e| ToolError::invalid(e.to_string())),
-        Some(Value::Number(n)) => PageSelection::parse(&n.to_string()).map_err(|e| ToolError::invalid(e.to_string())),
-        Some(v) => Err(ToolError::invalid(format!("`pages` must be a string like \"1-3,7\", got {v}"))),
+        Some(Value::String(s)) => {
+            PageSelection::parse(s).map_err(|e| ToolError::invalid(e.to_string()))
+        }
+        Some(Value::Number(n)) => {
+            PageSelection::parse(&n.to_string()).map_err(|e| ToolError::invalid(e.to_string()))
+        }
+        Some(v) => Err(ToolError::invalid(format!(
+            "`pages` must be a string like \"1-3,7\", got {v}"
+        ))),
     }
 }
 
@@ -211,12 +231,17 @@ impl Provider for PdfProvider {
                 opt_usize(args, "max_chars")?;
             }
             "pdf__search" => {
-                let q = args.get("query").and_then(Value::as_str).unwrap_or_default();
+                let q = args
+                    .get("query")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
                 if q.trim().is_empty() {
                     return Err(ToolError::invalid("`query` must contain some text"));
                 }
                 if q.chars().count() > 1000 {
-                    return Err(ToolError::invalid("`query` is longer than 1000 characters; search for a shorter phrase"));
+                    return Err(ToolError::invalid(
+                        "`query` is longer than 1000 characters; search for a shorter phrase",
+                    ));
                 }
                 opt_usize(args, "max_results")?;
             }
@@ -231,21 +256,37 @@ impl Provider for PdfProvider {
         let (path, shown) = resolve(&args, &ctx)?;
         let budget = self.budget();
         match tool {
-            "pdf__info" => self.workers.run(&ctx, budget, move |b| info(&path, &shown, b)).await,
+            "pdf__info" => {
+                self.workers
+                    .run(&ctx, budget, move |b| info(&path, &shown, b))
+                    .await
+            }
             "pdf__read" => {
                 let sel = selection(&args)?;
                 let max_chars = opt_usize(&args, "max_chars")?
                     .unwrap_or(self.config.default_max_chars)
                     .min(self.config.max_chars_limit)
                     .max(1);
-                self.workers.run(&ctx, budget, move |b| read(&path, &shown, &sel, max_chars, b).map(Value::String)).await
+                self.workers
+                    .run(&ctx, budget, move |b| {
+                        read(&path, &shown, &sel, max_chars, b).map(Value::String)
+                    })
+                    .await
             }
             "pdf__search" => {
-                let query = args.get("query").and_then(Value::as_str).unwrap_or_default().to_owned();
+                let query = args
+                    .get("query")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
                 let max_results = opt_usize(&args, "max_results")?
                     .unwrap_or(self.config.default_max_results)
                     .min(MAX_RESULTS_LIMIT);
-                self.workers.run(&ctx, budget, move |b| search(&path, &shown, &query, max_results, b)).await
+                self.workers
+                    .run(&ctx, budget, move |b| {
+                        search(&path, &shown, &query, max_results, b)
+                    })
+                    .await
             }
             other => Err(ToolError::UnknownTool(other.into())),
         }
@@ -273,24 +314,27 @@ fn info_string(o: &Opened, key: &[u8]) -> Option<String> {
 }
 
 fn info(path: &std::path::Path, shown: &str, b: &Budget) -> Result<Value, ToolError> {
-    let o = extract::open(path, shown, b)?;
+    let mut o = extract::open(path, shown, b)?;
     let count = o.pages.len() as u32;
     let mut with_text = Vec::new();
     let mut without_text = Vec::new();
     let mut unreadable = Vec::new();
     let mut checked = 0u32;
-    for (&num, &id) in &o.pages {
+    for (&num, &id) in o.pages.iter() {
         if b.exhausted() {
             break;
         }
-        match extract::page_text(&o.doc, num, id, b) {
+        match extract::page_text(&mut o.doc, num, id, b) {
             PageText::Text(_) => with_text.push(num),
             PageText::NoText { .. } => without_text.push(num),
             PageText::Unreadable(_) => unreadable.push(num),
         }
         checked += 1;
     }
-    let layer = match (with_text.is_empty(), without_text.is_empty() && unreadable.is_empty()) {
+    let layer = match (
+        with_text.is_empty(),
+        without_text.is_empty() && unreadable.is_empty(),
+    ) {
         (false, true) => "yes",
         (true, _) => "no",
         (false, false) => "partial",
@@ -315,14 +359,22 @@ fn info(path: &std::path::Path, shown: &str, b: &Budget) -> Result<Value, ToolEr
     m.insert("text_layer".into(), Value::String(layer.into()));
     m.insert("pages_with_text".into(), json!(with_text.len()));
     if !without_text.is_empty() {
-        m.insert("pages_without_text".into(), Value::String(pages::describe(&without_text)));
+        m.insert(
+            "pages_without_text".into(),
+            Value::String(pages::describe(&without_text)),
+        );
     }
     if !unreadable.is_empty() {
-        m.insert("unreadable_pages".into(), Value::String(pages::describe(&unreadable)));
+        m.insert(
+            "unreadable_pages".into(),
+            Value::String(pages::describe(&unreadable)),
+        );
     }
     let mut notes = Vec::new();
     if checked < count {
-        notes.push(format!("only the first {checked} of {count} pages were checked for text within the time budget"));
+        notes.push(format!(
+            "only the first {checked} of {count} pages were checked for text within the time budget"
+        ));
     }
     if layer == "no" {
         notes.push("no page has a text layer: the PDF is probably scanned images; its text cannot be read without OCR, which these tools do not do".into());
@@ -336,8 +388,14 @@ fn info(path: &std::path::Path, shown: &str, b: &Budget) -> Result<Value, ToolEr
     Ok(v)
 }
 
-fn read(path: &std::path::Path, shown: &str, sel: &PageSelection, max_chars: usize, b: &Budget) -> Result<String, ToolError> {
-    let o = extract::open(path, shown, b)?;
+fn read(
+    path: &std::path::Path,
+    shown: &str,
+    sel: &PageSelection,
+    max_chars: usize,
+    b: &Budget,
+) -> Result<String, ToolError> {
+    let mut o = extract::open(path, shown, b)?;
     let count = o.pages.len() as u32;
     let (wanted, missing) = sel.resolve(count);
     if wanted.is_empty() {
@@ -360,8 +418,10 @@ fn read(path: &std::path::Path, shown: &str, sel: &PageSelection, max_chars: usi
             ));
             break;
         }
-        let Some(&id) = o.pages.get(&num) else { continue };
-        let text = match extract::page_text(&o.doc, num, id, b) {
+        let Some(&id) = o.pages.get(&num) else {
+            continue;
+        };
+        let text = match extract::page_text(&mut o.doc, num, id, b) {
             PageText::Text(t) => t,
             PageText::NoText { images } => {
                 no_text.push(num);
@@ -393,9 +453,20 @@ fn read(path: &std::path::Path, shown: &str, sel: &PageSelection, max_chars: usi
         body.push_str(&block);
         done.push(num);
     }
-    let mut head = format!("{shown}: page{} {} of {count}", if done.len() == 1 { "" } else { "s" }, pages::describe(&done));
+    let mut head = format!(
+        "{shown}: page{} {} of {count}",
+        if done.len() == 1 { "" } else { "s" },
+        pages::describe(&done)
+    );
     if !missing.is_empty() {
-        head.push_str(&format!(" (the file has no page {})", missing.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")));
+        head.push_str(&format!(
+            " (the file has no page {})",
+            missing
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
     }
     if !done.is_empty() && no_text.len() == done.len() {
         head.push_str(
@@ -441,20 +512,26 @@ fn squash(text: &str) -> Vec<char> {
     out
 }
 
-fn search(path: &std::path::Path, shown: &str, query: &str, max_results: usize, b: &Budget) -> Result<Value, ToolError> {
-    let o = extract::open(path, shown, b)?;
+fn search(
+    path: &std::path::Path,
+    shown: &str,
+    query: &str,
+    max_results: usize,
+    b: &Budget,
+) -> Result<Value, ToolError> {
+    let mut o = extract::open(path, shown, b)?;
     let needle: Vec<char> = squash(query).into_iter().map(fold).collect();
     let mut matches = Vec::new();
     let mut total = 0usize;
     let mut pages_with_hits = Vec::new();
     let mut no_text = 0usize;
     let mut searched = 0u32;
-    for (&num, &id) in &o.pages {
+    for (&num, &id) in o.pages.iter() {
         if b.exhausted() {
             break;
         }
         searched += 1;
-        let text = match extract::page_text(&o.doc, num, id, b) {
+        let text = match extract::page_text(&mut o.doc, num, id, b) {
             PageText::Text(t) => t,
             _ => {
                 no_text += 1;
@@ -497,7 +574,9 @@ fn search(path: &std::path::Path, shown: &str, query: &str, max_results: usize, 
         notes.push(format!("{total} matches; the first {max_results} are listed (raise max_results or read the pages)"));
     }
     if searched < count {
-        notes.push(format!("the time budget ran out: only pages 1-{searched} of {count} were searched"));
+        notes.push(format!(
+            "the time budget ran out: only pages 1-{searched} of {count} were searched"
+        ));
     }
     if no_text > 0 {
         notes.push(format!(
@@ -542,10 +621,17 @@ mod tests {
 
     #[test]
     fn snippets_cut_at_words_and_mark_cuts() {
-        let text: Vec<char> = squash(&format!("{} needle here {}", "alpha ".repeat(30), "omega ".repeat(30)));
+        let text: Vec<char> = squash(&format!(
+            "{} needle here {}",
+            "alpha ".repeat(30),
+            "omega ".repeat(30)
+        ));
         let folded: Vec<char> = text.iter().copied().map(fold).collect();
         let needle: Vec<char> = "needle".chars().collect();
-        let at = folded.windows(needle.len()).position(|w| w == needle.as_slice()).unwrap();
+        let at = folded
+            .windows(needle.len())
+            .position(|w| w == needle.as_slice())
+            .unwrap();
         let s = snippet(&text, at, needle.len());
         assert!(s.starts_with("…alpha") && s.ends_with("omega…"), "{s}");
         assert!(s.contains("needle here"));

@@ -24,7 +24,11 @@ pub struct PageSpecError(String);
 
 impl fmt::Display for PageSpecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (expected page numbers and ranges like \"1-3,7\", \"5-\" or \"all\")", self.0)
+        write!(
+            f,
+            "{} (expected page numbers and ranges like \"1-3,7\", \"5-\" or \"all\")",
+            self.0
+        )
     }
 }
 
@@ -36,14 +40,22 @@ const MAX_SPEC_LEN: usize = 1000;
 impl PageSelection {
     /// Every page.
     pub fn all() -> Self {
-        Self { ranges: vec![Range { start: 1, end: None }] }
+        Self {
+            ranges: vec![Range {
+                start: 1,
+                end: None,
+            }],
+        }
     }
 
     /// Parses `"1-3,7"`, `"5-"`, `"all"`, `"3"` (spaces allowed around parts).
     pub fn parse(spec: &str) -> Result<Self, PageSpecError> {
         let spec = spec.trim();
         if spec.len() > MAX_SPEC_LEN {
-            return Err(PageSpecError(format!("the page selection is {} characters long", spec.len())));
+            return Err(PageSpecError(format!(
+                "the page selection is {} characters long",
+                spec.len()
+            )));
         }
         if spec.is_empty() || spec.eq_ignore_ascii_case("all") {
             return Ok(Self::all());
@@ -52,30 +64,43 @@ impl PageSelection {
         for part in spec.split(',') {
             let part = part.trim();
             if part.is_empty() {
-                return Err(PageSpecError(format!("empty part in page selection \"{spec}\"")));
+                return Err(PageSpecError(format!(
+                    "empty part in page selection \"{spec}\""
+                )));
             }
             let num = |s: &str| -> Result<u32, PageSpecError> {
                 let s = s.trim();
-                let n: u32 = s
-                    .parse()
-                    .map_err(|_| PageSpecError(format!("\"{s}\" is not a page number in \"{spec}\"")))?;
+                let n: u32 = s.parse().map_err(|_| {
+                    PageSpecError(format!("\"{s}\" is not a page number in \"{spec}\""))
+                })?;
                 if n == 0 {
-                    return Err(PageSpecError(format!("pages are numbered from 1, got 0 in \"{spec}\"")));
+                    return Err(PageSpecError(format!(
+                        "pages are numbered from 1, got 0 in \"{spec}\""
+                    )));
                 }
                 Ok(n)
             };
             let range = match part.split_once('-') {
                 None => {
                     let n = num(part)?;
-                    Range { start: n, end: Some(n) }
+                    Range {
+                        start: n,
+                        end: Some(n),
+                    }
                 }
                 Some((a, b)) => {
                     let start = if a.trim().is_empty() { 1 } else { num(a)? };
-                    let end = if b.trim().is_empty() { None } else { Some(num(b)?) };
+                    let end = if b.trim().is_empty() {
+                        None
+                    } else {
+                        Some(num(b)?)
+                    };
                     if let Some(e) = end
                         && e < start
                     {
-                        return Err(PageSpecError(format!("range \"{part}\" ends before it starts")));
+                        return Err(PageSpecError(format!(
+                            "range \"{part}\" ends before it starts"
+                        )));
                     }
                     Range { start, end }
                 }
@@ -118,7 +143,11 @@ pub fn describe(pages: &[u32]) -> String {
             i += 1;
             end = pages[i];
         }
-        out.push(if start == end { start.to_string() } else { format!("{start}-{end}") });
+        out.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
         i += 1;
     }
     out.join(", ")
@@ -132,9 +161,18 @@ mod tests {
     fn parses_and_resolves() {
         let s = PageSelection::parse("1-3, 7,2").unwrap();
         assert_eq!(s.resolve(10), (vec![1, 2, 3, 7], vec![]));
-        assert_eq!(PageSelection::parse("8-").unwrap().resolve(10).0, vec![8, 9, 10]);
-        assert_eq!(PageSelection::parse("-2").unwrap().resolve(10).0, vec![1, 2]);
-        assert_eq!(PageSelection::parse("all").unwrap().resolve(3).0, vec![1, 2, 3]);
+        assert_eq!(
+            PageSelection::parse("8-").unwrap().resolve(10).0,
+            vec![8, 9, 10]
+        );
+        assert_eq!(
+            PageSelection::parse("-2").unwrap().resolve(10).0,
+            vec![1, 2]
+        );
+        assert_eq!(
+            PageSelection::parse("all").unwrap().resolve(3).0,
+            vec![1, 2, 3]
+        );
         assert_eq!(PageSelection::parse("").unwrap().resolve(2).0, vec![1, 2]);
     }
 
@@ -144,7 +182,10 @@ mod tests {
         let (pages, missing) = s.resolve(5);
         assert_eq!(pages, vec![1, 2, 3, 4, 5]);
         assert_eq!(missing, vec![4000000000]);
-        assert_eq!(PageSelection::parse("9").unwrap().resolve(5), (vec![], vec![9]));
+        assert_eq!(
+            PageSelection::parse("9").unwrap().resolve(5),
+            (vec![], vec![9])
+        );
     }
 
     #[test]

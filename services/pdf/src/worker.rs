@@ -26,7 +26,9 @@ pub struct Workers {
 impl Workers {
     /// At most `n` (at least 1) files are parsed at once.
     pub fn new(n: usize) -> Self {
-        Self { slots: Arc::new(Semaphore::new(n.max(1))) }
+        Self {
+            slots: Arc::new(Semaphore::new(n.max(1))),
+        }
     }
 
     /// Runs `job` on a parsing thread within `budget`. Stops waiting at the
@@ -37,7 +39,10 @@ impl Workers {
         T: Send + 'static,
         F: FnOnce(&Budget) -> Result<T, ToolError> + Send + 'static,
     {
-        let seconds = budget.deadline.saturating_duration_since(std::time::Instant::now()).as_secs_f64();
+        let seconds = budget
+            .deadline
+            .saturating_duration_since(std::time::Instant::now())
+            .as_secs_f64();
         let permit = tokio::select! {
             p = self.slots.clone().acquire_owned() => p.map_err(|_| ToolError::Unavailable("the pdf tools are shutting down".into()))?,
             _ = tokio::time::sleep_until(budget.deadline.into()) => {
@@ -75,8 +80,12 @@ impl Workers {
         };
         match outcome {
             Ok(Ok(r)) => r,
-            Ok(Err(_panic)) => Err(ToolError::failed("the PDF parser failed on this file (it is malformed in a way it cannot handle)")),
-            Err(_) => Err(ToolError::failed("the PDF parsing thread ended without an answer")),
+            Ok(Err(_panic)) => Err(ToolError::failed(
+                "the PDF parser failed on this file (it is malformed in a way it cannot handle)",
+            )),
+            Err(_) => Err(ToolError::failed(
+                "the PDF parsing thread ended without an answer",
+            )),
         }
     }
 }
