@@ -38,7 +38,11 @@ pub struct ToolEntry {
 
 impl ToolEntry {
     fn new(spec: ToolSpec, route: Route) -> Self {
-        Self { spec, route, compiled: OnceLock::new() }
+        Self {
+            spec,
+            route,
+            compiled: OnceLock::new(),
+        }
     }
 
     /// The schema, compiled on first use and then reused for every call.
@@ -67,7 +71,8 @@ fn compile(spec: &ToolSpec) -> Compiled {
         }
     };
     // Without the default features there is no HTTP retriever: a remote $ref fails here, cleanly.
-    let validator = jsonschema::validator_for(&schema).map_err(|e| format!("the schema of `{}` is not usable: {e}", spec.name));
+    let validator = jsonschema::validator_for(&schema)
+        .map_err(|e| format!("the schema of `{}` is not usable: {e}", spec.name));
     Compiled { schema, validator }
 }
 
@@ -82,7 +87,11 @@ impl Catalog {
     /// Builds the index. In-process tools win over remote tools of the same
     /// name; entries whose spec did not change are taken from `previous` so
     /// their compiled schemas survive.
-    pub fn build(local: &[Arc<dyn Provider>], remote: Vec<ToolSpec>, previous: Option<&Catalog>) -> Self {
+    pub fn build(
+        local: &[Arc<dyn Provider>],
+        remote: Vec<ToolSpec>,
+        previous: Option<&Catalog>,
+    ) -> Self {
         let mut specs: Vec<(ToolSpec, Route)> = Vec::new();
         for p in local {
             for mut t in p.tools() {
@@ -98,21 +107,32 @@ impl Catalog {
         }
         let mut me = Catalog::default();
         for (spec, route) in specs {
-            if me.names.get(&spec.name).is_some_and(|(_, m)| *m == Matched::Name) {
+            if me
+                .names
+                .get(&spec.name)
+                .is_some_and(|(_, m)| *m == Matched::Name)
+            {
                 tracing::warn!(tool = %spec.name, provider = %spec.provider, "tool served twice; keeping the first");
                 continue;
             }
-            let reused = previous.and_then(|p| p.lookup(&spec.name)).filter(|(e, m)| {
-                *m == Matched::Name
-                    && e.spec == spec
-                    && matches!((&e.route, &route), (Route::Local(_), Route::Local(_)) | (Route::Remote(_), Route::Remote(_)))
-            });
+            let reused = previous
+                .and_then(|p| p.lookup(&spec.name))
+                .filter(|(e, m)| {
+                    *m == Matched::Name
+                        && e.spec == spec
+                        && matches!(
+                            (&e.route, &route),
+                            (Route::Local(_), Route::Local(_))
+                                | (Route::Remote(_), Route::Remote(_))
+                        )
+                });
             let entry = match reused {
                 Some((e, _)) => e,
                 None => Arc::new(ToolEntry::new(spec, route)),
             };
             let idx = me.entries.len();
-            me.names.insert(entry.spec.name.clone(), (idx, Matched::Name));
+            me.names
+                .insert(entry.spec.name.clone(), (idx, Matched::Name));
             me.entries.push(entry);
         }
         // Aliases and deprecated names never shadow a real name.
@@ -121,7 +141,9 @@ impl Catalog {
                 me.names.entry(a.clone()).or_insert((idx, Matched::Alias));
             }
             for d in &e.spec.deprecated_names {
-                me.names.entry(d.clone()).or_insert((idx, Matched::Deprecated));
+                me.names
+                    .entry(d.clone())
+                    .or_insert((idx, Matched::Deprecated));
             }
         }
         me
@@ -129,7 +151,9 @@ impl Catalog {
 
     /// Finds a tool by name, alias or deprecated name.
     pub fn lookup(&self, name: &str) -> Option<(Arc<ToolEntry>, Matched)> {
-        self.names.get(name).map(|(i, m)| (self.entries[*i].clone(), *m))
+        self.names
+            .get(name)
+            .map(|(i, m)| (self.entries[*i].clone(), *m))
     }
 
     /// Every tool, in provider order.
@@ -150,7 +174,11 @@ impl Tools {
     pub fn new(local: Vec<Arc<dyn Provider>>, registry: Arc<Registry>) -> Self {
         let version = registry.version();
         let cat = Catalog::build(&local, registry.live_tools(), None);
-        Self { local, registry, current: RwLock::new((version, Arc::new(cat))) }
+        Self {
+            local,
+            registry,
+            current: RwLock::new((version, Arc::new(cat))),
+        }
     }
 
     /// The registry behind the remote tools.

@@ -131,14 +131,19 @@ impl Config {
                         ));
                     }
                     if h.command.trim().is_empty() {
-                        return Err(format!("config key `hooks.{event}[{i}].hooks[{j}].command`: empty command"));
+                        return Err(format!(
+                            "config key `hooks.{event}[{i}].hooks[{j}].command`: empty command"
+                        ));
                     }
                 }
             }
         }
         for (i, p) in self.providers.iter().enumerate() {
             if !(p.endpoint.starts_with("http://") || p.endpoint.starts_with("https://")) {
-                return Err(format!("config key `providers[{i}].endpoint`: expected http://host:port, got `{}`", p.endpoint));
+                return Err(format!(
+                    "config key `providers[{i}].endpoint`: expected http://host:port, got `{}`",
+                    p.endpoint
+                ));
             }
         }
         if self.registry_ttl_secs == 0 {

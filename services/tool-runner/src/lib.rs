@@ -27,7 +27,10 @@ use tokio::net::TcpListener;
 pub fn builtin_providers(config: &Config) -> Vec<Arc<dyn Provider>> {
     vec![
         Arc::new(providers::FileManager),
-        Arc::new(providers::Shell::new(Duration::from_secs(config.shell_timeout_secs.max(1)), config.shell_output_cap_bytes)),
+        Arc::new(providers::Shell::new(
+            Duration::from_secs(config.shell_timeout_secs.max(1)),
+            config.shell_output_cap_bytes,
+        )),
     ]
 }
 
@@ -58,7 +61,11 @@ pub async fn run(
     let stop = shutdown.streams_token();
     let pipeline = build(&config, extra_providers, stop.clone())
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let host = Host::new(HostOptions { name: "tool-runner", services: vec!["omicos.v1.ToolRunner", "omicos.v1.Registry"] }).await;
+    let host = Host::new(HostOptions {
+        name: "tool-runner",
+        services: vec!["omicos.v1.ToolRunner", "omicos.v1.Registry"],
+    })
+    .await;
     let registry = registry::RegistryService::new(pipeline.registry().clone());
     let router = host
         .router()

@@ -6,7 +6,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(name = "omicos-tool-runner", about = "Runs every tool call through the governed pipeline")]
+#[command(
+    name = "omicos-tool-runner",
+    about = "Runs every tool call through the governed pipeline"
+)]
 struct Args {
     /// YAML config file (then OMICOS_* environment variables override it).
     #[arg(long)]
@@ -17,14 +20,16 @@ struct Args {
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let _telemetry = omicos_servicekit::telemetry::init("omicos-tool-runner", "info");
-    let config: omicos_tool_runner::Config =
-        match omicos_servicekit::load_config(args.config.as_deref(), &omicos_servicekit::config::process_env()) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("omicos-tool-runner: {e}");
-                return std::process::ExitCode::from(2);
-            }
-        };
+    let config: omicos_tool_runner::Config = match omicos_servicekit::load_config(
+        args.config.as_deref(),
+        &omicos_servicekit::config::process_env(),
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("omicos-tool-runner: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     if let Err(e) = config.validate() {
         eprintln!("omicos-tool-runner: {e}");
         return std::process::ExitCode::from(2);
@@ -40,7 +45,8 @@ async fn main() -> std::process::ExitCode {
         Ok(a) => println!("listening on http://{a}"),
         Err(e) => eprintln!("omicos-tool-runner: {e}"),
     }
-    let shutdown = omicos_servicekit::Shutdown::new(Duration::from_secs(config.shutdown_grace_secs));
+    let shutdown =
+        omicos_servicekit::Shutdown::new(Duration::from_secs(config.shutdown_grace_secs));
     shutdown.on_signals();
     match omicos_tool_runner::run(config, listener, shutdown, Vec::new()).await {
         Ok(()) => std::process::ExitCode::SUCCESS,

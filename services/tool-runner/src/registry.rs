@@ -6,8 +6,9 @@
 
 use crate::config::StaticProvider;
 use omicos_proto::{
-    DeregisterRequest, DeregisterResponse, HeartbeatRequest, HeartbeatResponse, ListProvidersRequest,
-    ListProvidersResponse, ProviderInstance, RegisterRequest, RegisterResponse, ToolSpec,
+    DeregisterRequest, DeregisterResponse, HeartbeatRequest, HeartbeatResponse,
+    ListProvidersRequest, ListProvidersResponse, ProviderInstance, RegisterRequest,
+    RegisterResponse, ToolSpec,
     registry_server::{Registry as RegistryRpc, RegistryServer},
 };
 use omicos_toolkit::remote::RemoteProvider;
@@ -54,7 +55,12 @@ pub struct RouteError(pub String);
 impl Registry {
     /// An empty registry whose instances live `ttl` without a heartbeat.
     pub fn new(ttl: Duration) -> Self {
-        Self { state: Mutex::new(State::default()), version: AtomicU64::new(1), ttl, round_robin: AtomicUsize::new(0) }
+        Self {
+            state: Mutex::new(State::default()),
+            version: AtomicU64::new(1),
+            ttl,
+            round_robin: AtomicUsize::new(0),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -89,11 +95,24 @@ impl Registry {
             }
         }
         let ttl = if ttl.is_zero() { self.ttl } else { ttl };
-        let client = RemoteProvider::lazy(&info.provider, &info.endpoint, info.tools.clone(), info.session_affinity)
-            .map_err(|e| e.to_string())?;
+        let client = RemoteProvider::lazy(
+            &info.provider,
+            &info.endpoint,
+            info.tools.clone(),
+            info.session_affinity,
+        )
+        .map_err(|e| e.to_string())?;
         info.last_seen_ms = now_ms();
         tracing::info!(provider = %info.provider, instance = %info.instance_id, endpoint = %info.endpoint, tools = info.tools.len(), "provider registered");
-        self.lock().instances.insert(info.instance_id.clone(), Instance { info, last_seen: Instant::now(), ttl, client: Arc::new(client) });
+        self.lock().instances.insert(
+            info.instance_id.clone(),
+            Instance {
+                info,
+                last_seen: Instant::now(),
+                ttl,
+                client: Arc::new(client),
+            },
+        );
         self.bump();
         Ok(ttl)
     }
@@ -143,8 +162,17 @@ impl Registry {
     pub fn list(&self) -> Vec<ProviderInstance> {
         let now = Instant::now();
         let st = self.lock();
-        let mut v: Vec<ProviderInstance> = st.instances.values().filter(|i| i.live(now)).map(|i| i.info.clone()).collect();
-        v.sort_by(|a, b| a.provider.cmp(&b.provider).then_with(|| a.instance_id.cmp(&b.instance_id)));
+        let mut v: Vec<ProviderInstance> = st
+            .instances
+            .values()
+            .filter(|i| i.live(now))
+            .map(|i| i.info.clone())
+            .collect();
+        v.sort_by(|a, b| {
+            a.provider
+                .cmp(&b.provider)
+                .then_with(|| a.instance_id.cmp(&b.instance_id))
+        });
         v
     }
 
@@ -162,7 +190,11 @@ impl Registry {
             }
         }
         let mut v: Vec<ToolSpec> = by_name.into_values().map(|(_, t)| t).collect();
-        v.sort_by(|a, b| a.provider.cmp(&b.provider).then_with(|| a.name.cmp(&b.name)));
+        v.sort_by(|a, b| {
+            a.provider
+                .cmp(&b.provider)
+                .then_with(|| a.name.cmp(&b.name))
+        });
         v
     }
 
@@ -172,13 +204,22 @@ impl Registry {
     /// first call pins by rendezvous hashing over the live instances. When the
     /// pinned instance is gone the error says the session's state is lost, and
     /// the pin is dropped so the next call starts fresh elsewhere.
-    pub fn route(&self, provider: &str, tool: &str, session: &str) -> Result<Arc<RemoteProvider>, RouteError> {
+    pub fn route(
+        &self,
+        provider: &str,
+        tool: &str,
+        session: &str,
+    ) -> Result<Arc<RemoteProvider>, RouteError> {
         let now = Instant::now();
         let mut st = self.lock();
         let candidates: Vec<&Instance> = st
             .instances
             .values()
-            .filter(|i| i.info.provider == provider && i.live(now) && i.info.tools.iter().any(|t| t.name == tool))
+            .filter(|i| {
+                i.info.provider == provider
+                    && i.live(now)
+                    && i.info.tools.iter().any(|t| t.name == tool)
+            })
             .collect();
         let affine = candidates.iter().any(|i| i.info.session_affinity);
         if !affine {
@@ -217,7 +258,10 @@ impl Registry {
 
     /// The instance a session is pinned to, if any.
     pub fn pinned(&self, provider: &str, session: &str) -> Option<String> {
-        self.lock().pins.get(&(provider.to_owned(), session.to_owned())).cloned()
+        self.lock()
+            .pins
+            .get(&(provider.to_owned(), session.to_owned()))
+            .cloned()
     }
 
     /// Sweeps expired instances every second until `stop`.
@@ -245,13 +289,19 @@ impl Registry {
                 loop {
                     match RemoteProvider::connect(&p.endpoint).await {
                         Ok(remote) => {
-                            let name = if remote.name().is_empty() { p.name.clone() } else { remote.name().to_owned() };
+                            let name = if remote.name().is_empty() {
+                                p.name.clone()
+                            } else {
+                                remote.name().to_owned()
+                            };
                             let info = ProviderInstance {
                                 instance_id: format!("static:{}@{}", p.name, p.endpoint),
                                 provider: name,
                                 endpoint: p.endpoint.clone(),
                                 tools: omicos_toolkit::Provider::tools(&remote),
-                                session_affinity: omicos_toolkit::Provider::session_affinity(&remote),
+                                session_affinity: omicos_toolkit::Provider::session_affinity(
+                                    &remote,
+                                ),
                                 static_entry: true,
                                 last_seen_ms: 0,
                             };
@@ -291,7 +341,10 @@ pub fn rendezvous_score(session: &str, instance_id: &str) -> u64 {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// The `omicos.v1.Registry` gRPC face of a [`Registry`].
@@ -312,28 +365,49 @@ impl RegistryService {
 
 #[tonic::async_trait]
 impl RegistryRpc for RegistryService {
-    async fn register(&self, req: Request<RegisterRequest>) -> Result<Response<RegisterResponse>, Status> {
+    async fn register(
+        &self,
+        req: Request<RegisterRequest>,
+    ) -> Result<Response<RegisterResponse>, Status> {
         let req = req.into_inner();
-        let info = req.instance.ok_or_else(|| Status::invalid_argument("RegisterRequest.instance is missing"))?;
+        let info = req
+            .instance
+            .ok_or_else(|| Status::invalid_argument("RegisterRequest.instance is missing"))?;
         let ttl = self
             .registry
             .register(info, Duration::from_secs(req.ttl_seconds as u64))
             .map_err(|e| Status::invalid_argument(format!("cannot register: {e}")))?;
         let secs = ttl.as_secs().max(1) as u32;
-        Ok(Response::new(RegisterResponse { ttl_seconds: secs, heartbeat_seconds: (secs / 3).max(1) }))
+        Ok(Response::new(RegisterResponse {
+            ttl_seconds: secs,
+            heartbeat_seconds: (secs / 3).max(1),
+        }))
     }
 
-    async fn heartbeat(&self, req: Request<HeartbeatRequest>) -> Result<Response<HeartbeatResponse>, Status> {
-        Ok(Response::new(HeartbeatResponse { known: self.registry.heartbeat(&req.into_inner().instance_id) }))
+    async fn heartbeat(
+        &self,
+        req: Request<HeartbeatRequest>,
+    ) -> Result<Response<HeartbeatResponse>, Status> {
+        Ok(Response::new(HeartbeatResponse {
+            known: self.registry.heartbeat(&req.into_inner().instance_id),
+        }))
     }
 
-    async fn deregister(&self, req: Request<DeregisterRequest>) -> Result<Response<DeregisterResponse>, Status> {
+    async fn deregister(
+        &self,
+        req: Request<DeregisterRequest>,
+    ) -> Result<Response<DeregisterResponse>, Status> {
         self.registry.deregister(&req.into_inner().instance_id);
         Ok(Response::new(DeregisterResponse {}))
     }
 
-    async fn list(&self, _req: Request<ListProvidersRequest>) -> Result<Response<ListProvidersResponse>, Status> {
-        Ok(Response::new(ListProvidersResponse { instances: self.registry.list() }))
+    async fn list(
+        &self,
+        _req: Request<ListProvidersRequest>,
+    ) -> Result<Response<ListProvidersResponse>, Status> {
+        Ok(Response::new(ListProvidersResponse {
+            instances: self.registry.list(),
+        }))
     }
 }
 
@@ -346,7 +420,10 @@ mod tests {
             instance_id: id.into(),
             provider: "kernel".into(),
             endpoint: "http://127.0.0.1:1".into(),
-            tools: vec![omicos_toolkit::tool("run_python_code", "", serde_json::json!({"type": "object"})).build()],
+            tools: vec![
+                omicos_toolkit::tool("run_python_code", "", serde_json::json!({"type": "object"}))
+                    .build(),
+            ],
             session_affinity: affinity,
             static_entry: false,
             last_seen_ms: 0,
@@ -361,7 +438,10 @@ mod tests {
         assert_eq!(r.list().len(), 1);
         tokio::time::sleep(Duration::from_millis(250)).await;
         assert!(r.list().is_empty(), "expired instance still listed");
-        assert!(!r.heartbeat("a"), "heartbeat of an expired instance must say unknown");
+        assert!(
+            !r.heartbeat("a"),
+            "heartbeat of an expired instance must say unknown"
+        );
         let v = r.version();
         r.sweep();
         assert!(r.version() > v);
@@ -390,8 +470,15 @@ mod tests {
         r.route("kernel", "run_python_code", "s1").unwrap();
         assert_eq!(r.pinned("kernel", "s1").as_deref(), Some(pinned.as_str()));
         r.deregister(&pinned);
-        let err = r.route("kernel", "run_python_code", "s1").err().expect("the pinned instance is gone").0;
-        assert!(err.contains("kernel state") && err.contains("lost"), "{err}");
+        let err = r
+            .route("kernel", "run_python_code", "s1")
+            .err()
+            .expect("the pinned instance is gone")
+            .0;
+        assert!(
+            err.contains("kernel state") && err.contains("lost"),
+            "{err}"
+        );
         // The next call is pinned afresh.
         r.route("kernel", "run_python_code", "s1").unwrap();
         assert_ne!(r.pinned("kernel", "s1").as_deref(), Some(pinned.as_str()));

@@ -4,8 +4,8 @@
 
 use crate::pipeline::{CallIo, CallRequest, Pipeline, permission::Legacy};
 use omicos_proto::{
-    ExecuteClientMessage, ExecuteServerMessage, ListToolsRequest, ListToolsResponse, execute_client_message,
-    execute_server_message,
+    ExecuteClientMessage, ExecuteServerMessage, ListToolsRequest, ListToolsResponse,
+    execute_client_message, execute_server_message,
     tool_runner_server::{ToolRunner, ToolRunnerServer},
 };
 use std::pin::Pin;
@@ -29,7 +29,9 @@ impl ToolRunnerService {
 
     /// The tonic server (64 MiB messages: arguments may carry whole files).
     pub fn into_server(self) -> ToolRunnerServer<Self> {
-        ToolRunnerServer::new(self).max_decoding_message_size(64 << 20).max_encoding_message_size(64 << 20)
+        ToolRunnerServer::new(self)
+            .max_decoding_message_size(64 << 20)
+            .max_encoding_message_size(64 << 20)
     }
 }
 
@@ -39,14 +41,27 @@ type OutStream = Pin<Box<dyn Stream<Item = Result<ExecuteServerMessage, Status>>
 impl ToolRunner for ToolRunnerService {
     type ExecuteStream = OutStream;
 
-    async fn execute(&self, req: Request<Streaming<ExecuteClientMessage>>) -> Result<Response<OutStream>, Status> {
+    async fn execute(
+        &self,
+        req: Request<Streaming<ExecuteClientMessage>>,
+    ) -> Result<Response<OutStream>, Status> {
         let span = tracing::info_span!("ToolRunner.Execute", call_id = tracing::field::Empty);
         omicos_servicekit::telemetry::set_parent_from(&span, req.metadata());
         let mut inbound = req.into_inner();
         let start = match inbound.message().await? {
-            Some(ExecuteClientMessage { msg: Some(execute_client_message::Msg::Start(s)) }) => s,
-            Some(_) => return Err(Status::invalid_argument("the first message of Execute must be ExecuteStart")),
-            None => return Err(Status::invalid_argument("Execute stream closed before ExecuteStart")),
+            Some(ExecuteClientMessage {
+                msg: Some(execute_client_message::Msg::Start(s)),
+            }) => s,
+            Some(_) => {
+                return Err(Status::invalid_argument(
+                    "the first message of Execute must be ExecuteStart",
+                ));
+            }
+            None => {
+                return Err(Status::invalid_argument(
+                    "Execute stream closed before ExecuteStart",
+                ));
+            }
         };
         span.record("call_id", start.call_id.as_str());
         let cancel = self.streams.child_token();
@@ -92,24 +107,43 @@ impl ToolRunner for ToolRunnerService {
         }
 
         let pipeline = self.pipeline.clone();
-        let io = CallIo { events: Some(out_tx.clone()), approvals: Some(appr_rx), cancel };
+        let io = CallIo {
+            events: Some(out_tx.clone()),
+            approvals: Some(appr_rx),
+            cancel,
+        };
         tokio::spawn(
             async move {
                 let outcome = pipeline.execute(CallRequest::from(start), io).await;
                 done.cancel();
                 let result = outcome.into_result();
-                let _ = out_tx.send(ExecuteServerMessage { msg: Some(execute_server_message::Msg::Result(result)) }).await;
+                let _ = out_tx
+                    .send(ExecuteServerMessage {
+                        msg: Some(execute_server_message::Msg::Result(result)),
+                    })
+                    .await;
             }
             .instrument(span),
         );
         Ok(Response::new(Box::pin(ReceiverStream::new(out_rx).map(Ok))))
     }
 
-    async fn list_tools(&self, req: Request<ListToolsRequest>) -> Result<Response<ListToolsResponse>, Status> {
+    async fn list_tools(
+        &self,
+        req: Request<ListToolsRequest>,
+    ) -> Result<Response<ListToolsResponse>, Status> {
         let req = req.into_inner();
-        let legacy = Legacy { allow_shell: req.allow_shell, allow_file_write: req.allow_file_write };
-        let (tools, unknown_toolsets) =
-            self.pipeline.list_tools(&req.toolsets, &req.permission_mode, legacy).map_err(Status::invalid_argument)?;
-        Ok(Response::new(ListToolsResponse { tools, unknown_toolsets }))
+        let legacy = Legacy {
+            allow_shell: req.allow_shell,
+            allow_file_write: req.allow_file_write,
+        };
+        let (tools, unknown_toolsets) = self
+            .pipeline
+            .list_tools(&req.toolsets, &req.permission_mode, legacy)
+            .map_err(Status::invalid_argument)?;
+        Ok(Response::new(ListToolsResponse {
+            tools,
+            unknown_toolsets,
+        }))
     }
 }

@@ -4,8 +4,9 @@
 mod support;
 
 use omicos_proto::{
-    Decision, ExecuteApproval, ExecuteCancel, ExecuteClientMessage, ExecuteStart, ListProvidersRequest, ListToolsRequest,
-    ProviderInstance, RegisterRequest, ToolResult, execute_client_message::Msg as In, execute_server_message::Msg as Out,
+    Decision, ExecuteApproval, ExecuteCancel, ExecuteClientMessage, ExecuteStart,
+    ListProvidersRequest, ListToolsRequest, ProviderInstance, RegisterRequest, ToolResult,
+    execute_client_message::Msg as In, execute_server_message::Msg as Out,
     registry_client::RegistryClient, tool_runner_client::ToolRunnerClient,
 };
 use omicos_servicekit::Shutdown;
@@ -30,20 +31,43 @@ struct Runner {
 async fn start_runner(f: impl FnOnce(&mut Config)) -> Runner {
     let dir = tempfile::tempdir().unwrap();
     let workspace = dir.path().join("ws");
-    let mut cfg = Config { workspace: workspace.clone(), approval_timeout_secs: 5, ..Config::default() };
+    let mut cfg = Config {
+        workspace: workspace.clone(),
+        approval_timeout_secs: 5,
+        ..Config::default()
+    };
     f(&mut cfg);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = format!("http://{}", listener.local_addr().unwrap());
     let shutdown = Shutdown::new(Duration::from_secs(1));
-    tokio::spawn(omicos_tool_runner::run(cfg, listener, shutdown.clone(), vec![]));
-    let r = Runner { addr, shutdown, _dir: dir, workspace };
+    tokio::spawn(omicos_tool_runner::run(
+        cfg,
+        listener,
+        shutdown.clone(),
+        vec![],
+    ));
+    let r = Runner {
+        addr,
+        shutdown,
+        _dir: dir,
+        workspace,
+    };
     // Ready when health answers.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        if let Ok(ch) = Channel::from_shared(r.addr.clone()).unwrap().connect().await {
+        if let Ok(ch) = Channel::from_shared(r.addr.clone())
+            .unwrap()
+            .connect()
+            .await
+        {
             let mut h = tonic_health::pb::health_client::HealthClient::new(ch);
-            if let Ok(resp) = h.check(tonic_health::pb::HealthCheckRequest { service: "omicos.v1.ToolRunner".into() }).await
-                && resp.into_inner().status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+            if let Ok(resp) = h
+                .check(tonic_health::pb::HealthCheckRequest {
+                    service: "omicos.v1.ToolRunner".into(),
+                })
+                .await
+                && resp.into_inner().status
+                    == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
             {
                 return r;
             }
@@ -61,10 +85,26 @@ impl Runner {
         RegistryClient::connect(self.addr.clone()).await.unwrap()
     }
     /// Opens an Execute stream; returns the sender for later messages and the response stream.
-    async fn open(&self, start: ExecuteStart) -> (mpsc::Sender<ExecuteClientMessage>, tonic::Streaming<omicos_proto::ExecuteServerMessage>) {
+    async fn open(
+        &self,
+        start: ExecuteStart,
+    ) -> (
+        mpsc::Sender<ExecuteClientMessage>,
+        tonic::Streaming<omicos_proto::ExecuteServerMessage>,
+    ) {
         let (tx, rx) = mpsc::channel(8);
-        tx.send(ExecuteClientMessage { msg: Some(In::Start(start)) }).await.unwrap();
-        let resp = self.client().await.execute(ReceiverStream::new(rx)).await.unwrap().into_inner();
+        tx.send(ExecuteClientMessage {
+            msg: Some(In::Start(start)),
+        })
+        .await
+        .unwrap();
+        let resp = self
+            .client()
+            .await
+            .execute(ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
         (tx, resp)
     }
     /// Runs one call to completion (no approvals answered).
@@ -83,7 +123,10 @@ impl Runner {
             let tools = self
                 .client()
                 .await
-                .list_tools(ListToolsRequest { permission_mode: "full".into(), ..Default::default() })
+                .list_tools(ListToolsRequest {
+                    permission_mode: "full".into(),
+                    ..Default::default()
+                })
                 .await
                 .unwrap()
                 .into_inner()
@@ -91,7 +134,10 @@ impl Runner {
             if tools.iter().any(|t| t.name == tool) == present {
                 return;
             }
-            assert!(Instant::now() < deadline, "tool {tool} present={present} never happened");
+            assert!(
+                Instant::now() < deadline,
+                "tool {tool} present={present} never happened"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -101,7 +147,11 @@ fn start(tool: &str, args: Value, mode: &str, session: &str) -> ExecuteStart {
     ExecuteStart {
         call_id: format!("call_{tool}"),
         tool_name: tool.into(),
-        arguments: if args.is_string() { args.as_str().unwrap().to_owned() } else { args.to_string() },
+        arguments: if args.is_string() {
+            args.as_str().unwrap().to_owned()
+        } else {
+            args.to_string()
+        },
         session_id: session.into(),
         agent_id: "tester".into(),
         permission_mode: mode.into(),
@@ -114,8 +164,18 @@ async fn start_provider(kit: TestKit, registry: Option<String>) -> (String, Shut
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = format!("http://{}", listener.local_addr().unwrap());
     let shutdown = Shutdown::new(Duration::from_millis(200));
-    let hosting = ProviderHosting { registry, advertise: None, workspace: std::env::temp_dir(), ttl_seconds: 0 };
-    tokio::spawn(serve_provider(Arc::new(kit), listener, hosting, shutdown.clone()));
+    let hosting = ProviderHosting {
+        registry,
+        advertise: None,
+        workspace: std::env::temp_dir(),
+        ttl_seconds: 0,
+    };
+    tokio::spawn(serve_provider(
+        Arc::new(kit),
+        listener,
+        hosting,
+        shutdown.clone(),
+    ));
     (addr, shutdown)
 }
 
@@ -123,30 +183,70 @@ async fn start_provider(kit: TestKit, registry: Option<String>) -> (String, Shut
 async fn health_reflection_and_list_tools() {
     let r = start_runner(|_| {}).await;
     // Reflection (v1) lists both services.
-    let ch = Channel::from_shared(r.addr.clone()).unwrap().connect().await.unwrap();
-    let mut refl = tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient::new(ch);
+    let ch = Channel::from_shared(r.addr.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut refl =
+        tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient::new(ch);
     let req = tonic_reflection::pb::v1::ServerReflectionRequest {
         host: String::new(),
-        message_request: Some(tonic_reflection::pb::v1::server_reflection_request::MessageRequest::ListServices(String::new())),
+        message_request: Some(
+            tonic_reflection::pb::v1::server_reflection_request::MessageRequest::ListServices(
+                String::new(),
+            ),
+        ),
     };
-    let mut stream = refl.server_reflection_info(tokio_stream::iter(vec![req])).await.unwrap().into_inner();
+    let mut stream = refl
+        .server_reflection_info(tokio_stream::iter(vec![req]))
+        .await
+        .unwrap()
+        .into_inner();
     let resp = stream.message().await.unwrap().unwrap();
-    let Some(tonic_reflection::pb::v1::server_reflection_response::MessageResponse::ListServicesResponse(list)) = resp.message_response else {
+    let Some(
+        tonic_reflection::pb::v1::server_reflection_response::MessageResponse::ListServicesResponse(
+            list,
+        ),
+    ) = resp.message_response
+    else {
         panic!("no service list")
     };
     let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
-    assert!(names.contains(&"omicos.v1.ToolRunner".to_string()) && names.contains(&"omicos.v1.Registry".to_string()), "{names:?}");
+    assert!(
+        names.contains(&"omicos.v1.ToolRunner".to_string())
+            && names.contains(&"omicos.v1.Registry".to_string()),
+        "{names:?}"
+    );
 
     let mut c = r.client().await;
     let resp = c
-        .list_tools(ListToolsRequest { toolsets: vec!["file_manager".into(), "shell".into(), "bogus".into()], permission_mode: "readonly".into(), ..Default::default() })
+        .list_tools(ListToolsRequest {
+            toolsets: vec!["file_manager".into(), "shell".into(), "bogus".into()],
+            permission_mode: "readonly".into(),
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
     let names: Vec<&str> = resp.tools.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(names, ["file_manager__list", "file_manager__read", "file_manager__glob", "file_manager__grep"]);
+    assert_eq!(
+        names,
+        [
+            "file_manager__list",
+            "file_manager__read",
+            "file_manager__glob",
+            "file_manager__grep"
+        ]
+    );
     assert_eq!(resp.unknown_toolsets, ["bogus"]);
-    let e = c.list_tools(ListToolsRequest { permission_mode: "bogus".into(), ..Default::default() }).await.unwrap_err();
+    let e = c
+        .list_tools(ListToolsRequest {
+            permission_mode: "bogus".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
     assert!(e.message().contains("unknown permission mode"));
 }
@@ -154,38 +254,116 @@ async fn health_reflection_and_list_tools() {
 #[tokio::test]
 async fn write_then_read_through_execute() {
     let r = start_runner(|_| {}).await;
-    let w = r.call("file_manager__write", json!({"path":"notes/a.md","content":"# hi\n"}), "full", "s").await;
+    let w = r
+        .call(
+            "file_manager__write",
+            json!({"path":"notes/a.md","content":"# hi\n"}),
+            "full",
+            "s",
+        )
+        .await;
     assert_eq!(w.status, "done", "{}", w.result);
-    assert_eq!(std::fs::read_to_string(r.workspace.join("notes/a.md")).unwrap(), "# hi\n");
-    let rd = r.call("file_manager__read", json!({"path":"notes/a.md"}), "read_only", "s").await;
-    assert_eq!((rd.status.as_str(), rd.result.as_str(), rd.tool_name.as_str()), ("done", "# hi\n", "file_manager__read"));
+    assert_eq!(
+        std::fs::read_to_string(r.workspace.join("notes/a.md")).unwrap(),
+        "# hi\n"
+    );
+    let rd = r
+        .call(
+            "file_manager__read",
+            json!({"path":"notes/a.md"}),
+            "read_only",
+            "s",
+        )
+        .await;
+    assert_eq!(
+        (
+            rd.status.as_str(),
+            rd.result.as_str(),
+            rd.tool_name.as_str()
+        ),
+        ("done", "# hi\n", "file_manager__read")
+    );
     let rec: Value = serde_json::from_str(&rd.record_json).unwrap();
     assert_eq!(rec["arguments"], r#"{"path":"notes/a.md"}"#);
     assert_eq!(rec["status"], "done");
     // Bad input gives clear results and the service keeps serving.
-    let bad = r.call("file_manager__read", json!("{not json"), "full", "s").await;
-    assert!(bad.status == "error" && bad.result.contains("not valid JSON"), "{}", bad.result);
-    let esc = r.call("file_manager__read", json!({"path":"../../etc/passwd"}), "full", "s").await;
-    assert!(esc.result.contains("outside the workspace"), "{}", esc.result);
+    let bad = r
+        .call("file_manager__read", json!("{not json"), "full", "s")
+        .await;
+    assert!(
+        bad.status == "error" && bad.result.contains("not valid JSON"),
+        "{}",
+        bad.result
+    );
+    let esc = r
+        .call(
+            "file_manager__read",
+            json!({"path":"../../etc/passwd"}),
+            "full",
+            "s",
+        )
+        .await;
+    assert!(
+        esc.result.contains("outside the workspace"),
+        "{}",
+        esc.result
+    );
     let unknown = r.call("flie_manager__read", json!({}), "full", "s").await;
-    assert!(unknown.result.contains("closest known names: file_manager__read"), "{}", unknown.result);
-    let big = r.call("shell", json!({"command":"seq 1 40000"}), "full", "s").await;
-    assert!(big.status == "done" && big.spool_path.starts_with(".omicos/tool_outputs/"), "{}", big.spool_path);
+    assert!(
+        unknown
+            .result
+            .contains("closest known names: file_manager__read"),
+        "{}",
+        unknown.result
+    );
+    let big = r
+        .call("shell", json!({"command":"seq 1 40000"}), "full", "s")
+        .await;
+    assert!(
+        big.status == "done" && big.spool_path.starts_with(".omicos/tool_outputs/"),
+        "{}",
+        big.spool_path
+    );
 }
 
 #[tokio::test]
 async fn approval_on_the_same_stream() {
     let r = start_runner(|_| {}).await;
-    for (decision, status) in [(Decision::AllowOnce, "done"), (Decision::AllowSession, "done"), (Decision::Deny, "error")] {
-        let (tx, mut resp) = r.open(start("shell", json!({"command":"echo approved"}), "auto", "s")).await;
+    for (decision, status) in [
+        (Decision::AllowOnce, "done"),
+        (Decision::AllowSession, "done"),
+        (Decision::Deny, "error"),
+    ] {
+        let (tx, mut resp) = r
+            .open(start(
+                "shell",
+                json!({"command":"echo approved"}),
+                "auto",
+                "s",
+            ))
+            .await;
         let mut result = None;
         while let Some(m) = resp.message().await.unwrap() {
             match m.msg {
                 Some(Out::ApprovalRequired(a)) => {
                     assert_eq!(a.summary, "shell: echo approved");
                     // A decision for another call is refused; the right one is taken.
-                    tx.send(ExecuteClientMessage { msg: Some(In::Approval(ExecuteApproval { call_id: "other".into(), decision: Decision::AllowOnce as i32 })) }).await.unwrap();
-                    tx.send(ExecuteClientMessage { msg: Some(In::Approval(ExecuteApproval { call_id: a.call_id, decision: decision as i32 })) }).await.unwrap();
+                    tx.send(ExecuteClientMessage {
+                        msg: Some(In::Approval(ExecuteApproval {
+                            call_id: "other".into(),
+                            decision: Decision::AllowOnce as i32,
+                        })),
+                    })
+                    .await
+                    .unwrap();
+                    tx.send(ExecuteClientMessage {
+                        msg: Some(In::Approval(ExecuteApproval {
+                            call_id: a.call_id,
+                            decision: decision as i32,
+                        })),
+                    })
+                    .await
+                    .unwrap();
                 }
                 Some(Out::Result(res)) => result = Some(res),
                 _ => {}
@@ -206,24 +384,45 @@ async fn approval_on_the_same_stream() {
 async fn cancel_message_and_dropped_stream_stop_the_call() {
     let r = start_runner(|_| {}).await;
     // ExecuteCancel mid-call.
-    let (tx, mut resp) = r.open(start("shell", json!({"command":"echo started; sleep 30"}), "full", "s")).await;
+    let (tx, mut resp) = r
+        .open(start(
+            "shell",
+            json!({"command":"echo started; sleep 30"}),
+            "full",
+            "s",
+        ))
+        .await;
     let started = Instant::now();
     let mut result = None;
     while let Some(m) = resp.message().await.unwrap() {
         match m.msg {
             Some(Out::Output(o)) if o.text.contains("started") => {
-                tx.send(ExecuteClientMessage { msg: Some(In::Cancel(ExecuteCancel {})) }).await.unwrap();
+                tx.send(ExecuteClientMessage {
+                    msg: Some(In::Cancel(ExecuteCancel {})),
+                })
+                .await
+                .unwrap();
             }
             Some(Out::Result(res)) => result = Some(res),
             _ => {}
         }
     }
     let res = result.unwrap();
-    assert_eq!((res.status.as_str(), res.result.as_str()), ("error", "cancelled"));
+    assert_eq!(
+        (res.status.as_str(), res.result.as_str()),
+        ("error", "cancelled")
+    );
     assert!(started.elapsed() < Duration::from_secs(5));
 
     // A dropped stream: the shell's process is killed.
-    let (tx, mut resp) = r.open(start("shell", json!({"command":"echo $$; sleep 30"}), "full", "s")).await;
+    let (tx, mut resp) = r
+        .open(start(
+            "shell",
+            json!({"command":"echo $$; sleep 30"}),
+            "full",
+            "s",
+        ))
+        .await;
     let mut pid = 0;
     while let Some(m) = resp.message().await.unwrap() {
         if let Some(Out::Output(o)) = m.msg {
@@ -235,11 +434,19 @@ async fn cancel_message_and_dropped_stream_stop_the_call() {
     drop(tx);
     let deadline = Instant::now() + Duration::from_secs(5);
     while std::path::Path::new(&format!("/proc/{pid}")).exists() {
-        assert!(Instant::now() < deadline, "bash {pid} survived the dropped stream");
+        assert!(
+            Instant::now() < deadline,
+            "bash {pid} survived the dropped stream"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Still serving.
-    assert_eq!(r.call("file_manager__list", json!({}), "read_only", "s").await.status, "done");
+    assert_eq!(
+        r.call("file_manager__list", json!({}), "read_only", "s")
+            .await
+            .status,
+        "done"
+    );
 }
 
 #[tokio::test]
@@ -253,7 +460,11 @@ async fn registered_provider_panic_vanish_and_unreachable() {
     assert_eq!(v["args"], json!({"packages":["a"]}));
     // Progress/output of a remote tool streams through; a panic is an error result.
     let boom = r.call("boom", json!({}), "full", "s").await;
-    assert!(boom.status == "error" && boom.result.contains("panic"), "{}", boom.result);
+    assert!(
+        boom.status == "error" && boom.result.contains("panic"),
+        "{}",
+        boom.result
+    );
     assert_eq!(r.call("noop", json!({}), "full", "s").await.status, "done");
 
     // The provider stops: it deregisters, and its tools answer clearly.
@@ -280,8 +491,17 @@ async fn registered_provider_panic_vanish_and_unreachable() {
     .await
     .unwrap();
     let res = r.call("ghost_tool", json!({}), "full", "s").await;
-    assert!(res.status == "error" && res.result.contains("provider unavailable"), "{}", res.result);
-    assert_eq!(r.call("file_manager__list", json!({}), "read_only", "s").await.status, "done");
+    assert!(
+        res.status == "error" && res.result.contains("provider unavailable"),
+        "{}",
+        res.result
+    );
+    assert_eq!(
+        r.call("file_manager__list", json!({}), "read_only", "s")
+            .await
+            .status,
+        "done"
+    );
 }
 
 #[tokio::test]
@@ -290,19 +510,61 @@ async fn registry_ttl_expiry_and_heartbeat() {
     let mut reg = r.registry().await;
     let resp = reg
         .register(RegisterRequest {
-            instance: Some(ProviderInstance { instance_id: "i1".into(), provider: "p".into(), endpoint: "http://127.0.0.1:9".into(), ..Default::default() }),
+            instance: Some(ProviderInstance {
+                instance_id: "i1".into(),
+                provider: "p".into(),
+                endpoint: "http://127.0.0.1:9".into(),
+                ..Default::default()
+            }),
             ttl_seconds: 1,
         })
         .await
         .unwrap()
         .into_inner();
     assert_eq!((resp.ttl_seconds, resp.heartbeat_seconds), (1, 1));
-    assert!(reg.heartbeat(omicos_proto::HeartbeatRequest { instance_id: "i1".into() }).await.unwrap().into_inner().known);
-    assert_eq!(reg.list(ListProvidersRequest {}).await.unwrap().into_inner().instances.len(), 1);
+    assert!(
+        reg.heartbeat(omicos_proto::HeartbeatRequest {
+            instance_id: "i1".into()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .known
+    );
+    assert_eq!(
+        reg.list(ListProvidersRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .instances
+            .len(),
+        1
+    );
     tokio::time::sleep(Duration::from_millis(1600)).await;
-    assert!(reg.list(ListProvidersRequest {}).await.unwrap().into_inner().instances.is_empty());
-    assert!(!reg.heartbeat(omicos_proto::HeartbeatRequest { instance_id: "i1".into() }).await.unwrap().into_inner().known);
-    let e = reg.register(RegisterRequest { instance: None, ttl_seconds: 0 }).await.unwrap_err();
+    assert!(
+        reg.list(ListProvidersRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .instances
+            .is_empty()
+    );
+    assert!(
+        !reg.heartbeat(omicos_proto::HeartbeatRequest {
+            instance_id: "i1".into()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .known
+    );
+    let e = reg
+        .register(RegisterRequest {
+            instance: None,
+            ttl_seconds: 0,
+        })
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
 }
 
@@ -314,15 +576,41 @@ async fn static_providers_are_described_with_retry() {
     drop(probe);
     let endpoint = format!("http://127.0.0.1:{port}");
     let ep = endpoint.clone();
-    let r = start_runner(move |c| c.providers = vec![omicos_tool_runner::config::StaticProvider { name: "testkit".into(), endpoint: ep }]).await;
+    let r = start_runner(move |c| {
+        c.providers = vec![omicos_tool_runner::config::StaticProvider {
+            name: "testkit".into(),
+            endpoint: ep,
+        }]
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
     let sd = Shutdown::new(Duration::from_millis(200));
-    let hosting = ProviderHosting { registry: None, advertise: None, workspace: std::env::temp_dir(), ttl_seconds: 0 };
-    tokio::spawn(serve_provider(Arc::new(TestKit::new()), listener, hosting, sd.clone()));
+    let hosting = ProviderHosting {
+        registry: None,
+        advertise: None,
+        workspace: std::env::temp_dir(),
+        ttl_seconds: 0,
+    };
+    tokio::spawn(serve_provider(
+        Arc::new(TestKit::new()),
+        listener,
+        hosting,
+        sd.clone(),
+    ));
     r.wait_for_tool("echo", true).await;
-    let list = r.registry().await.list(ListProvidersRequest {}).await.unwrap().into_inner().instances;
-    assert!(list.iter().any(|i| i.static_entry && i.endpoint == endpoint));
+    let list = r
+        .registry()
+        .await
+        .list(ListProvidersRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .instances;
+    assert!(
+        list.iter()
+            .any(|i| i.static_entry && i.endpoint == endpoint)
+    );
     assert_eq!(r.call("noop", json!({}), "full", "s").await.status, "done");
     sd.trigger();
 }
@@ -332,31 +620,67 @@ async fn kernel_sessions_stay_pinned_and_lost_state_is_said_plainly() {
     let r = start_runner(|_| {}).await;
     let mut shutdowns = std::collections::HashMap::new();
     for tag in ["kernel-a", "kernel-b"] {
-        let kit = TestKit { name: "kernel".into(), affinity: true, tag: tag.into() };
+        let kit = TestKit {
+            name: "kernel".into(),
+            affinity: true,
+            tag: tag.into(),
+        };
         let (_, sd) = start_provider(kit, Some(r.addr.clone())).await;
         shutdowns.insert(tag.to_string(), sd);
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    while r.registry().await.list(ListProvidersRequest {}).await.unwrap().into_inner().instances.len() < 2 {
+    while r
+        .registry()
+        .await
+        .list(ListProvidersRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .instances
+        .len()
+        < 2
+    {
         assert!(Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let instance = |res: &ToolResult| -> String {
         assert_eq!(res.status, "done", "{}", res.result);
-        serde_json::from_str::<Value>(&res.result).unwrap()["instance"].as_str().unwrap().to_owned()
+        serde_json::from_str::<Value>(&res.result).unwrap()["instance"]
+            .as_str()
+            .unwrap()
+            .to_owned()
     };
     let first = instance(&r.call("echo", json!({}), "full", "sess-1").await);
     for _ in 0..5 {
-        assert_eq!(instance(&r.call("echo", json!({}), "full", "sess-1").await), first);
+        assert_eq!(
+            instance(&r.call("echo", json!({}), "full", "sess-1").await),
+            first
+        );
     }
     shutdowns[&first].trigger();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while r.registry().await.list(ListProvidersRequest {}).await.unwrap().into_inner().instances.len() > 1 {
+    while r
+        .registry()
+        .await
+        .list(ListProvidersRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .instances
+        .len()
+        > 1
+    {
         assert!(Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let lost = r.call("echo", json!({}), "full", "sess-1").await;
-    assert!(lost.status == "error" && lost.result.contains("kernel state") && lost.result.contains("lost"), "{}", lost.result);
+    assert!(
+        lost.status == "error"
+            && lost.result.contains("kernel state")
+            && lost.result.contains("lost"),
+        "{}",
+        lost.result
+    );
     let second = instance(&r.call("echo", json!({}), "full", "sess-1").await);
     assert_ne!(second, first);
     r.shutdown.trigger();

@@ -5,7 +5,9 @@ mod support;
 use omicos_proto::{Decision, ExecuteApproval, ExecuteServerMessage, execute_server_message::Msg};
 use omicos_tool_runner::config::{HookCommand, HookMatcher, HooksConfig};
 use omicos_tool_runner::pipeline::permission::Legacy;
-use omicos_tool_runner::{CallIo, CallOutcome, CallRequest, Config, Pipeline, Registry, ToolCallInfo};
+use omicos_tool_runner::{
+    CallIo, CallOutcome, CallRequest, Config, Pipeline, Registry, ToolCallInfo,
+};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;
@@ -19,7 +21,11 @@ struct Fixture {
 }
 
 fn config(dir: &Path) -> Config {
-    Config { workspace: dir.join("ws"), approval_timeout_secs: 1, ..Config::default() }
+    Config {
+        workspace: dir.join("ws"),
+        approval_timeout_secs: 1,
+        ..Config::default()
+    }
 }
 
 fn fixture_with(f: impl FnOnce(&mut Config, &Path)) -> Fixture {
@@ -28,7 +34,12 @@ fn fixture_with(f: impl FnOnce(&mut Config, &Path)) -> Fixture {
     f(&mut cfg, dir.path());
     let mut providers = omicos_tool_runner::builtin_providers(&cfg);
     providers.push(Arc::new(TestKit::new()));
-    let pipeline = Pipeline::new(&cfg, Arc::new(Registry::new(Duration::from_secs(30))), providers).unwrap();
+    let pipeline = Pipeline::new(
+        &cfg,
+        Arc::new(Registry::new(Duration::from_secs(30))),
+        providers,
+    )
+    .unwrap();
     Fixture { dir, pipeline }
 }
 
@@ -53,37 +64,59 @@ async fn run(p: &Pipeline, r: CallRequest) -> CallOutcome {
 }
 
 fn ok(o: &CallOutcome) -> &str {
-    assert_eq!(o.result.status, "done", "expected done, got error: {}", o.result.result);
+    assert_eq!(
+        o.result.status, "done",
+        "expected done, got error: {}",
+        o.result.result
+    );
     &o.result.result
 }
 
 fn err(o: &CallOutcome) -> &str {
-    assert_eq!(o.result.status, "error", "expected an error, got: {}", o.result.result);
+    assert_eq!(
+        o.result.status, "error",
+        "expected an error, got: {}",
+        o.result.result
+    );
     &o.result.result
 }
 
 /// Runs a call whose approval is answered by `answer` (None: never answered).
-async fn with_approval(p: &Pipeline, r: CallRequest, answer: Option<(String, Decision)>) -> (CallOutcome, Vec<ExecuteServerMessage>) {
+async fn with_approval(
+    p: &Pipeline,
+    r: CallRequest,
+    answer: Option<(String, Decision)>,
+) -> (CallOutcome, Vec<ExecuteServerMessage>) {
     let (ev_tx, mut ev_rx) = mpsc::channel(64);
     let (ap_tx, ap_rx) = mpsc::channel(8);
-    let io = CallIo { events: Some(ev_tx), approvals: Some(ap_rx), cancel: Default::default() };
+    let io = CallIo {
+        events: Some(ev_tx),
+        approvals: Some(ap_rx),
+        cancel: Default::default(),
+    };
     let p2 = p.clone();
     let task = tokio::spawn(async move { p2.execute(r, io).await });
     let mut seen = Vec::new();
     while let Some(m) = ev_rx.recv().await {
         let is_approval = matches!(m.msg, Some(Msg::ApprovalRequired(_)));
         seen.push(m);
-        if is_approval {
-            if let Some((call_id, d)) = &answer {
-                ap_tx.send(ExecuteApproval { call_id: call_id.clone(), decision: *d as i32 }).await.unwrap();
-            }
+        if is_approval && let Some((call_id, d)) = &answer {
+            ap_tx
+                .send(ExecuteApproval {
+                    call_id: call_id.clone(),
+                    decision: *d as i32,
+                })
+                .await
+                .unwrap();
         }
     }
     (task.await.unwrap(), seen)
 }
 
 fn approvals_asked(msgs: &[ExecuteServerMessage]) -> usize {
-    msgs.iter().filter(|m| matches!(m.msg, Some(Msg::ApprovalRequired(_)))).count()
+    msgs.iter()
+        .filter(|m| matches!(m.msg, Some(Msg::ApprovalRequired(_))))
+        .count()
 }
 
 // ---------- 1. resolve ----------
@@ -95,15 +128,27 @@ async fn resolve_aliases_deprecated_unknown_and_call_agent() {
     assert_eq!(ok(&o), "py ran");
     assert_eq!(o.result.tool_name, "py");
     assert_eq!(o.record.requested_name, "python");
-    assert_eq!(ok(&run(&f.pipeline, req("old_py", "{}", "full")).await), "py ran");
+    assert_eq!(
+        ok(&run(&f.pipeline, req("old_py", "{}", "full")).await),
+        "py ran"
+    );
 
     let o = run(&f.pipeline, req("file_manager__raed", "{}", "full")).await;
     let m = err(&o);
-    assert!(m.contains("unknown tool `file_manager__raed`") && m.contains("file_manager__read"), "{m}");
+    assert!(
+        m.contains("unknown tool `file_manager__raed`") && m.contains("file_manager__read"),
+        "{m}"
+    );
     assert_eq!(o.record.error_stage.as_deref(), Some("resolve"));
 
-    let m = run(&f.pipeline, req("call_agent", r#"{"agent":"x"}"#, "full")).await.result.result;
-    assert!(m.contains("should have been intercepted by the orchestrator"), "{m}");
+    let m = run(&f.pipeline, req("call_agent", r#"{"agent":"x"}"#, "full"))
+        .await
+        .result
+        .result;
+    assert!(
+        m.contains("should have been intercepted by the orchestrator"),
+        "{m}"
+    );
 
     // Toolsets restrict what resolves.
     let mut r = req("shell", r#"{"command":"true"}"#, "full");
@@ -115,17 +160,50 @@ async fn resolve_aliases_deprecated_unknown_and_call_agent() {
 #[tokio::test]
 async fn list_tools_filters_by_toolset_and_mode() {
     let f = fixture();
-    let (tools, unknown) = f.pipeline.list_tools(&["file_manager".into(), "nope".into()], "read_only", Legacy::default()).unwrap();
+    let (tools, unknown) = f
+        .pipeline
+        .list_tools(
+            &["file_manager".into(), "nope".into()],
+            "read_only",
+            Legacy::default(),
+        )
+        .unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(names, ["file_manager__list", "file_manager__read", "file_manager__glob", "file_manager__grep"]);
+    assert_eq!(
+        names,
+        [
+            "file_manager__list",
+            "file_manager__read",
+            "file_manager__glob",
+            "file_manager__grep"
+        ]
+    );
     assert_eq!(unknown, ["nope"]);
-    let (tools, _) = f.pipeline.list_tools(&[], "auto", Legacy::default()).unwrap();
+    let (tools, _) = f
+        .pipeline
+        .list_tools(&[], "auto", Legacy::default())
+        .unwrap();
     assert!(tools.iter().any(|t| t.name == "shell") && tools.iter().any(|t| t.name == "py"));
     // Deprecated names never appear as tools.
     assert!(!tools.iter().any(|t| t.name == "old_py"));
-    let (tools, _) = f.pipeline.list_tools(&[], "full", Legacy { allow_shell: Some(false), allow_file_write: None }).unwrap();
+    let (tools, _) = f
+        .pipeline
+        .list_tools(
+            &[],
+            "full",
+            Legacy {
+                allow_shell: Some(false),
+                allow_file_write: None,
+            },
+        )
+        .unwrap();
     assert!(!tools.iter().any(|t| t.name == "shell"));
-    assert!(f.pipeline.list_tools(&[], "sideways", Legacy::default()).unwrap_err().contains("unknown permission mode"));
+    assert!(
+        f.pipeline
+            .list_tools(&[], "sideways", Legacy::default())
+            .unwrap_err()
+            .contains("unknown permission mode")
+    );
 }
 
 // ---------- 2. parse (+ repair) and 3. validate ----------
@@ -133,27 +211,65 @@ async fn list_tools_filters_by_toolset_and_mode() {
 #[tokio::test]
 async fn parse_repairs_and_says_so() {
     let f = fixture();
-    let o = run(&f.pipeline, req("echo", r#"{"packages":"[\"numpy\"]","n":"3","flag":"false"}"#, "full")).await;
+    let o = run(
+        &f.pipeline,
+        req(
+            "echo",
+            r#"{"packages":"[\"numpy\"]","n":"3","flag":"false"}"#,
+            "full",
+        ),
+    )
+    .await;
     let text = ok(&o).to_owned();
     let v: Value = serde_json::from_str(text.split("\n\n[note").next().unwrap()).unwrap();
     assert_eq!(v["args"], json!({"packages":["numpy"],"n":3,"flag":false}));
-    assert!(text.contains("[note: the arguments were repaired:") && text.contains("/packages"), "{text}");
-    assert_eq!(o.record.arguments, r#"{"packages":"[\"numpy\"]","n":"3","flag":"false"}"#);
-    assert_eq!(o.record.arguments_run, Some(json!({"packages":["numpy"],"n":3,"flag":false})));
+    assert!(
+        text.contains("[note: the arguments were repaired:") && text.contains("/packages"),
+        "{text}"
+    );
+    assert_eq!(
+        o.record.arguments,
+        r#"{"packages":"[\"numpy\"]","n":"3","flag":"false"}"#
+    );
+    assert_eq!(
+        o.record.arguments_run,
+        Some(json!({"packages":["numpy"],"n":3,"flag":false}))
+    );
     assert_eq!(o.record.repairs.len(), 3);
 }
 
 #[tokio::test]
 async fn parse_and_validate_errors_quote_the_path() {
     let f = fixture();
-    let m = run(&f.pipeline, req("echo", r#"{"packages": [1, "b"]}"#, "full")).await.result.result;
-    assert!(m.contains("/packages/0: expected string, got integer"), "{m}");
-    let m = run(&f.pipeline, req("echo", r#"{"packages": ["a"], "extra": 1}"#, "full")).await.result.result;
-    assert!(m.contains("invalid arguments for `echo`") && m.contains("extra"), "{m}");
+    let m = run(
+        &f.pipeline,
+        req("echo", r#"{"packages": [1, "b"]}"#, "full"),
+    )
+    .await
+    .result
+    .result;
+    assert!(
+        m.contains("/packages/0: expected string, got integer"),
+        "{m}"
+    );
+    let m = run(
+        &f.pipeline,
+        req("echo", r#"{"packages": ["a"], "extra": 1}"#, "full"),
+    )
+    .await
+    .result
+    .result;
+    assert!(
+        m.contains("invalid arguments for `echo`") && m.contains("extra"),
+        "{m}"
+    );
     let o = run(&f.pipeline, req("echo", r#"{"n": 1,"#, "full")).await;
     assert!(err(&o).contains("not valid JSON"));
     assert_eq!(o.record.error_stage.as_deref(), Some("parse"));
-    let m = run(&f.pipeline, req("echo", r#"{"n":"three"}"#, "full")).await.result.result;
+    let m = run(&f.pipeline, req("echo", r#"{"n":"three"}"#, "full"))
+        .await
+        .result
+        .result;
     assert!(m.contains("/n: expected integer, got string"), "{m}");
 }
 
@@ -166,11 +282,31 @@ async fn validate_input_refuses_paths_out_of_the_workspace() {
     std::fs::write(outside.join("secret.txt"), "secret").unwrap();
     std::os::unix::fs::symlink(&outside, ws.join("escape")).unwrap();
     for path in ["../../etc/passwd", "escape/secret.txt", "/etc/passwd"] {
-        let o = run(&f.pipeline, req("file_manager__read", &json!({"path": path}).to_string(), "read_only")).await;
-        assert!(err(&o).contains("outside the workspace"), "{path}: {}", o.result.result);
+        let o = run(
+            &f.pipeline,
+            req(
+                "file_manager__read",
+                &json!({"path": path}).to_string(),
+                "read_only",
+            ),
+        )
+        .await;
+        assert!(
+            err(&o).contains("outside the workspace"),
+            "{path}: {}",
+            o.result.result
+        );
         assert_eq!(o.record.error_stage.as_deref(), Some("validate"));
     }
-    let o = run(&f.pipeline, req("file_manager__write", &json!({"path": "escape/x", "content": "x"}).to_string(), "full")).await;
+    let o = run(
+        &f.pipeline,
+        req(
+            "file_manager__write",
+            &json!({"path": "escape/x", "content": "x"}).to_string(),
+            "full",
+        ),
+    )
+    .await;
     assert!(err(&o).contains("outside the workspace"));
     assert!(!outside.join("x").exists());
 }
@@ -180,24 +316,44 @@ async fn validate_input_refuses_paths_out_of_the_workspace() {
 #[tokio::test]
 async fn every_mode_times_every_risk_through_the_pipeline() {
     let f = fixture();
-    for (tool, risk_is_read) in [("noop", true), ("writer", false), ("py", false), ("sh", false)] {
+    for (tool, risk_is_read) in [
+        ("noop", true),
+        ("writer", false),
+        ("py", false),
+        ("sh", false),
+    ] {
         // read_only: only Read runs.
         let o = run(&f.pipeline, req(tool, "{}", "read-only")).await;
         if risk_is_read {
             ok(&o);
         } else {
-            assert!(err(&o).contains("read_only allows only read tools"), "{tool}");
+            assert!(
+                err(&o).contains("read_only allows only read tools"),
+                "{tool}"
+            );
         }
         // auto: Read runs; the others ask (answered with allow once here).
-        let (o, msgs) = with_approval(&f.pipeline, req(tool, "{}", "auto"), Some((format!("call_{tool}"), Decision::AllowOnce))).await;
+        let (o, msgs) = with_approval(
+            &f.pipeline,
+            req(tool, "{}", "auto"),
+            Some((format!("call_{tool}"), Decision::AllowOnce)),
+        )
+        .await;
         ok(&o);
-        assert_eq!(approvals_asked(&msgs), if risk_is_read { 0 } else { 1 }, "{tool}");
+        assert_eq!(
+            approvals_asked(&msgs),
+            if risk_is_read { 0 } else { 1 },
+            "{tool}"
+        );
         // full: everything runs, nobody is asked.
         let (o, msgs) = with_approval(&f.pipeline, req(tool, "{}", "full_access"), None).await;
         ok(&o);
         assert_eq!(approvals_asked(&msgs), 0);
     }
-    let m = run(&f.pipeline, req("noop", "{}", "yolo")).await.result.result;
+    let m = run(&f.pipeline, req("noop", "{}", "yolo"))
+        .await
+        .result
+        .result;
     assert!(m.contains("unknown permission mode `yolo`"), "{m}");
 }
 
@@ -214,15 +370,30 @@ async fn missing_mode_defaults_to_read_only() {
 async fn approval_allow_once_session_deny_timeout_and_foreign_answers() {
     let f = fixture();
     // Allow once.
-    let (o, msgs) = with_approval(&f.pipeline, req("writer", "{}", "auto"), Some(("call_writer".into(), Decision::AllowOnce))).await;
+    let (o, msgs) = with_approval(
+        &f.pipeline,
+        req("writer", "{}", "auto"),
+        Some(("call_writer".into(), Decision::AllowOnce)),
+    )
+    .await;
     assert_eq!(ok(&o), "writer ran");
     assert_eq!(o.result.approval, Decision::AllowOnce as i32);
-    let Some(Msg::ApprovalRequired(a)) = &msgs[0].msg else { panic!("no approval request") };
-    assert_eq!((a.tool_name.as_str(), a.reason.as_str()), ("writer", "permission_mode=auto"));
+    let Some(Msg::ApprovalRequired(a)) = &msgs[0].msg else {
+        panic!("no approval request")
+    };
+    assert_eq!(
+        (a.tool_name.as_str(), a.reason.as_str()),
+        ("writer", "permission_mode=auto")
+    );
     assert_eq!(a.risk, omicos_proto::Risk::FileWrite as i32);
 
     // Allow for the session: reported, and the next call (with the session's list) is not asked.
-    let (o, _) = with_approval(&f.pipeline, req("sh", "{}", "auto"), Some(("call_sh".into(), Decision::AllowSession))).await;
+    let (o, _) = with_approval(
+        &f.pipeline,
+        req("sh", "{}", "auto"),
+        Some(("call_sh".into(), Decision::AllowSession)),
+    )
+    .await;
     ok(&o);
     assert_eq!(o.result.approval, Decision::AllowSession as i32);
     let mut again = req("sh", "{}", "auto");
@@ -233,30 +404,58 @@ async fn approval_allow_once_session_deny_timeout_and_foreign_answers() {
     assert_eq!(o.record.approval.as_ref().unwrap().source, "session");
 
     // Deny.
-    let (o, _) = with_approval(&f.pipeline, req("py", "{}", "auto"), Some(("call_py".into(), Decision::Deny))).await;
+    let (o, _) = with_approval(
+        &f.pipeline,
+        req("py", "{}", "auto"),
+        Some(("call_py".into(), Decision::Deny)),
+    )
+    .await;
     assert_eq!(err(&o), "denied by user");
     assert_eq!(o.result.approval, Decision::Deny as i32);
 
     // No answer within the timeout (1 s here) counts as denied.
     let started = Instant::now();
     let (o, _) = with_approval(&f.pipeline, req("py", "{}", "auto"), None).await;
-    assert!(err(&o).contains("no approval within 1s"), "{}", o.result.result);
-    assert!(started.elapsed() >= Duration::from_secs(1) && started.elapsed() < Duration::from_secs(3));
+    assert!(
+        err(&o).contains("no approval within 1s"),
+        "{}",
+        o.result.result
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(1) && started.elapsed() < Duration::from_secs(3)
+    );
     assert_eq!(o.record.approval.as_ref().unwrap().source, "timeout");
 
     // An answer for another call (another session's) is refused: the call still times out.
-    let (o, _) = with_approval(&f.pipeline, req("py", "{}", "auto"), Some(("call_of_another_session".into(), Decision::AllowOnce))).await;
-    assert!(err(&o).contains("no approval within"), "{}", o.result.result);
+    let (o, _) = with_approval(
+        &f.pipeline,
+        req("py", "{}", "auto"),
+        Some(("call_of_another_session".into(), Decision::AllowOnce)),
+    )
+    .await;
+    assert!(
+        err(&o).contains("no approval within"),
+        "{}",
+        o.result.result
+    );
 
     // always_ask asks even in full mode, and even when the session allowed it.
     let mut plan = req("plan", "{}", "full");
     plan.session_allowed_tools = vec!["plan".into()];
-    let (o, msgs) = with_approval(&f.pipeline, plan, Some(("call_plan".into(), Decision::AllowOnce))).await;
+    let (o, msgs) = with_approval(
+        &f.pipeline,
+        plan,
+        Some(("call_plan".into(), Decision::AllowOnce)),
+    )
+    .await;
     ok(&o);
     assert_eq!(approvals_asked(&msgs), 1);
 
     // Nobody to ask: denied with a clear message.
-    let m = run(&f.pipeline, req("writer", "{}", "auto")).await.result.result;
+    let m = run(&f.pipeline, req("writer", "{}", "auto"))
+        .await
+        .result
+        .result;
     assert!(m.contains("no client is connected"), "{m}");
 }
 
@@ -264,12 +463,31 @@ async fn approval_allow_once_session_deny_timeout_and_foreign_answers() {
 async fn legacy_fields_win_over_the_mode() {
     let f = fixture();
     let mut r = req("shell", r#"{"command":"echo hi"}"#, "full");
-    r.legacy = Legacy { allow_shell: Some(false), allow_file_write: None };
-    assert!(run(&f.pipeline, r).await.result.result.contains("allow_shell=false"));
-    let mut r = req("file_manager__write", r#"{"path":"a.txt","content":"A"}"#, "read_only");
-    r.legacy = Legacy { allow_shell: None, allow_file_write: Some(true) };
+    r.legacy = Legacy {
+        allow_shell: Some(false),
+        allow_file_write: None,
+    };
+    assert!(
+        run(&f.pipeline, r)
+            .await
+            .result
+            .result
+            .contains("allow_shell=false")
+    );
+    let mut r = req(
+        "file_manager__write",
+        r#"{"path":"a.txt","content":"A"}"#,
+        "read_only",
+    );
+    r.legacy = Legacy {
+        allow_shell: None,
+        allow_file_write: Some(true),
+    };
     ok(&run(&f.pipeline, r).await);
-    assert_eq!(std::fs::read_to_string(f.pipeline.workspace().join("a.txt")).unwrap(), "A");
+    assert_eq!(
+        std::fs::read_to_string(f.pipeline.workspace().join("a.txt")).unwrap(),
+        "A"
+    );
 }
 
 // ---------- 5. hooks ----------
@@ -283,12 +501,22 @@ fn script(dir: &Path, name: &str, body: &str) -> String {
 }
 
 fn hook(matcher: &str, command: String, timeout: Option<u64>) -> Vec<HookMatcher> {
-    vec![HookMatcher { matcher: matcher.into(), hooks: vec![HookCommand { kind: "command".into(), command, timeout }] }]
+    vec![HookMatcher {
+        matcher: matcher.into(),
+        hooks: vec![HookCommand {
+            kind: "command".into(),
+            command,
+            timeout,
+        }],
+    }]
 }
 
 fn pre_hook(body: &'static str, matcher: &'static str) -> Fixture {
     fixture_with(move |cfg, dir| {
-        cfg.hooks = HooksConfig { pre_tool_use: hook(matcher, script(dir, "pre.sh", body), Some(5)), ..Default::default() };
+        cfg.hooks = HooksConfig {
+            pre_tool_use: hook(matcher, script(dir, "pre.sh", body), Some(5)),
+            ..Default::default()
+        };
     })
 }
 
@@ -304,7 +532,9 @@ echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"
     ok(&o);
     assert_eq!(approvals_asked(&msgs), 0);
     assert_eq!(o.record.hooks[0].outcome, "allow");
-    let input: Value = serde_json::from_str(&std::fs::read_to_string(f.dir.path().join("stdin.json")).unwrap()).unwrap();
+    let input: Value =
+        serde_json::from_str(&std::fs::read_to_string(f.dir.path().join("stdin.json")).unwrap())
+            .unwrap();
     assert_eq!(input["hook_event_name"], "PreToolUse");
     assert_eq!(input["tool_name"], "writer");
     assert_eq!(input["tool_input"], json!({"a":1}));
@@ -340,9 +570,16 @@ async fn pre_tool_use_ask_forces_an_approval_even_in_full() {
         r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"ask","permissionDecisionReason":"double-check"}}'"#,
         "",
     );
-    let (o, msgs) = with_approval(&f.pipeline, req("noop", "{}", "full"), Some(("call_noop".into(), Decision::AllowOnce))).await;
+    let (o, msgs) = with_approval(
+        &f.pipeline,
+        req("noop", "{}", "full"),
+        Some(("call_noop".into(), Decision::AllowOnce)),
+    )
+    .await;
     ok(&o);
-    let Some(Msg::ApprovalRequired(a)) = &msgs[0].msg else { panic!("not asked") };
+    let Some(Msg::ApprovalRequired(a)) = &msgs[0].msg else {
+        panic!("not asked")
+    };
     assert_eq!(a.reason, "hook: double-check");
 }
 
@@ -354,7 +591,10 @@ async fn pre_tool_use_updated_input_is_validated_and_used() {
     );
     let o = run(&f.pipeline, req("echo", r#"{"packages":["evil"]}"#, "full")).await;
     let text = ok(&o);
-    assert!(text.contains(r#""packages":["safe"]"#) && text.contains(r#""user_modified":true"#), "{text}");
+    assert!(
+        text.contains(r#""packages":["safe"]"#) && text.contains(r#""user_modified":true"#),
+        "{text}"
+    );
     assert!(text.contains("[hook context] input was sanitized"));
     assert_eq!(o.record.arguments_run, Some(json!({"packages":["safe"]})));
     assert!(o.record.user_modified);
@@ -363,25 +603,41 @@ async fn pre_tool_use_updated_input_is_validated_and_used() {
         r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","updatedInput":{"packages":[1]}}}'"#,
         "echo",
     );
-    let m = run(&f.pipeline, req("echo", r#"{"packages":["x"]}"#, "full")).await.result.result;
-    assert!(m.contains("rewrote the input into something invalid") && m.contains("/packages/0"), "{m}");
+    let m = run(&f.pipeline, req("echo", r#"{"packages":["x"]}"#, "full"))
+        .await
+        .result
+        .result;
+    assert!(
+        m.contains("rewrote the input into something invalid") && m.contains("/packages/0"),
+        "{m}"
+    );
 }
 
 #[tokio::test]
 async fn pre_tool_use_timeout_fails_closed_unless_configured() {
     let body = "sleep 10";
     let f = fixture_with(|cfg, dir| {
-        cfg.hooks = HooksConfig { pre_tool_use: hook("", script(dir, "slow.sh", body), Some(1)), ..Default::default() };
+        cfg.hooks = HooksConfig {
+            pre_tool_use: hook("", script(dir, "slow.sh", body), Some(1)),
+            ..Default::default()
+        };
     });
     let started = Instant::now();
     let o = run(&f.pipeline, req("noop", "{}", "full")).await;
-    assert!(err(&o).contains("timed out after 1s"), "{}", o.result.result);
+    assert!(
+        err(&o).contains("timed out after 1s"),
+        "{}",
+        o.result.result
+    );
     assert!(started.elapsed() < Duration::from_secs(4));
     assert_eq!(o.record.hooks[0].outcome, "timeout");
 
     let f = fixture_with(|cfg, dir| {
         cfg.pre_tool_use_timeout_blocks = false;
-        cfg.hooks = HooksConfig { pre_tool_use: hook("", script(dir, "slow.sh", body), Some(1)), ..Default::default() };
+        cfg.hooks = HooksConfig {
+            pre_tool_use: hook("", script(dir, "slow.sh", body), Some(1)),
+            ..Default::default()
+        };
     });
     ok(&run(&f.pipeline, req("noop", "{}", "full")).await);
 }
@@ -397,7 +653,9 @@ async fn bad_json_and_other_exit_codes_are_non_blocking() {
     let f = pre_hook("echo oops >&2; exit 1", "");
     let o = run(&f.pipeline, req("noop", "{}", "full")).await;
     assert_eq!(ok(&o), "ok");
-    assert!(o.record.hooks[0].message.contains("code 1") && o.record.hooks[0].message.contains("oops"));
+    assert!(
+        o.record.hooks[0].message.contains("code 1") && o.record.hooks[0].message.contains("oops")
+    );
 }
 
 #[tokio::test]
@@ -406,30 +664,66 @@ async fn post_tool_use_replaces_blocks_and_adds_context() {
         cfg.hooks = HooksConfig {
             post_tool_use: hook(
                 "noop",
-                script(dir, "post.sh", r#"echo '{"hookSpecificOutput":{"hookEventName":"PostToolUse","updatedMCPToolOutput":"redacted","additionalContext":"checked"}}'"#),
+                script(
+                    dir,
+                    "post.sh",
+                    r#"echo '{"hookSpecificOutput":{"hookEventName":"PostToolUse","updatedMCPToolOutput":"redacted","additionalContext":"checked"}}'"#,
+                ),
                 None,
             ),
             ..Default::default()
         };
-        let block = script(dir, "block.sh", r#"cat > "$CLAUDE_PROJECT_DIR/../post_stdin.json"; echo '{"decision":"block","reason":"output leaks a key"}'"#);
+        let block = script(
+            dir,
+            "block.sh",
+            r#"cat > "$CLAUDE_PROJECT_DIR/../post_stdin.json"; echo '{"decision":"block","reason":"output leaks a key"}'"#,
+        );
         cfg.hooks.post_tool_use.extend(hook("echo", block, None));
-        cfg.hooks.post_tool_use_failure = hook("boom", script(dir, "fail.sh", r#"echo '{"hookSpecificOutput":{"hookEventName":"PostToolUseFailure","additionalContext":"known flaky tool"}}'"#), None);
+        cfg.hooks.post_tool_use_failure = hook(
+            "boom",
+            script(
+                dir,
+                "fail.sh",
+                r#"echo '{"hookSpecificOutput":{"hookEventName":"PostToolUseFailure","additionalContext":"known flaky tool"}}'"#,
+            ),
+            None,
+        );
     });
-    assert_eq!(ok(&run(&f.pipeline, req("noop", "{}", "full")).await), "redacted\n\n[hook context] checked");
+    assert_eq!(
+        ok(&run(&f.pipeline, req("noop", "{}", "full")).await),
+        "redacted\n\n[hook context] checked"
+    );
     let o = run(&f.pipeline, req("echo", "{}", "full")).await;
     assert_eq!(err(&o), "blocked by PostToolUse hook: output leaks a key");
-    let input: Value = serde_json::from_str(&std::fs::read_to_string(f.dir.path().join("post_stdin.json")).unwrap()).unwrap();
+    let input: Value = serde_json::from_str(
+        &std::fs::read_to_string(f.dir.path().join("post_stdin.json")).unwrap(),
+    )
+    .unwrap();
     assert_eq!(input["hook_event_name"], "PostToolUse");
     assert_eq!(input["tool_response"]["instance"], "testkit");
-    let m = run(&f.pipeline, req("boom", "{}", "full")).await.result.result;
-    assert!(m.contains("panic") && m.contains("[hook context] known flaky tool"), "{m}");
+    let m = run(&f.pipeline, req("boom", "{}", "full"))
+        .await
+        .result
+        .result;
+    assert!(
+        m.contains("panic") && m.contains("[hook context] known flaky tool"),
+        "{m}"
+    );
 }
 
 #[tokio::test]
 async fn permission_request_hook_answers_for_the_user() {
     let f = fixture_with(|cfg, dir| {
         cfg.hooks = HooksConfig {
-            permission_request: hook("writer", script(dir, "allow.sh", r#"echo '{"hookSpecificOutput":{"hookEventName":"PermissionRequest","decision":{"behavior":"allow"}}}'"#), None),
+            permission_request: hook(
+                "writer",
+                script(
+                    dir,
+                    "allow.sh",
+                    r#"echo '{"hookSpecificOutput":{"hookEventName":"PermissionRequest","decision":{"behavior":"allow"}}}'"#,
+                ),
+                None,
+            ),
             ..Default::default()
         };
         cfg.hooks.permission_request.extend(hook("py", script(dir, "deny.sh", r#"echo '{"hookSpecificOutput":{"hookEventName":"PermissionRequest","decision":{"behavior":"deny","message":"no python here"}}}'"#), None));
@@ -448,7 +742,10 @@ async fn permission_request_hook_answers_for_the_user() {
 #[tokio::test]
 async fn a_panicking_provider_gives_an_error_and_the_pipeline_goes_on() {
     let f = fixture();
-    let m = run(&f.pipeline, req("boom", "{}", "full")).await.result.result;
+    let m = run(&f.pipeline, req("boom", "{}", "full"))
+        .await
+        .result
+        .result;
     assert!(m.contains("crashed (panic)"), "{m}");
     ok(&run(&f.pipeline, req("noop", "{}", "full")).await);
 }
@@ -457,9 +754,17 @@ async fn a_panicking_provider_gives_an_error_and_the_pipeline_goes_on() {
 async fn cancel_mid_call_kills_the_shell() {
     let f = fixture();
     let pidfile = f.pipeline.workspace().join("pid");
-    let r = req("shell", &json!({"command": "echo $$ > pid; sleep 30"}).to_string(), "full");
+    let r = req(
+        "shell",
+        &json!({"command": "echo $$ > pid; sleep 30"}).to_string(),
+        "full",
+    );
     let (ev_tx, mut ev_rx) = mpsc::channel(64);
-    let io = CallIo { events: Some(ev_tx), approvals: None, cancel: Default::default() };
+    let io = CallIo {
+        events: Some(ev_tx),
+        approvals: None,
+        cancel: Default::default(),
+    };
     let cancel = io.cancel.clone();
     let p = f.pipeline.clone();
     let started = Instant::now();
@@ -471,7 +776,11 @@ async fn cancel_mid_call_kills_the_shell() {
     let o = task.await.unwrap();
     assert_eq!(err(&o), "cancelled");
     assert!(started.elapsed() < Duration::from_secs(5));
-    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     // The shell's process group is gone.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(unsafe { libc_kill(pid) }, -1, "bash {pid} is still alive");
@@ -490,8 +799,16 @@ unsafe fn libc_kill(pid: i32) -> i32 {
 async fn output_streams_while_the_tool_runs() {
     let f = fixture();
     let (ev_tx, mut ev_rx) = mpsc::channel(64);
-    let io = CallIo { events: Some(ev_tx), approvals: None, cancel: Default::default() };
-    let r = req("shell", &json!({"command": "echo one; sleep 0.3; echo two"}).to_string(), "full");
+    let io = CallIo {
+        events: Some(ev_tx),
+        approvals: None,
+        cancel: Default::default(),
+    };
+    let r = req(
+        "shell",
+        &json!({"command": "echo one; sleep 0.3; echo two"}).to_string(),
+        "full",
+    );
     let o = f.pipeline.execute(r, io).await;
     ok(&o);
     let mut chunks = String::new();
@@ -512,18 +829,38 @@ async fn a_200_kb_result_is_spooled_byte_exact() {
     let preview = ok(&o).to_owned();
     let big = support::big_text();
     let rel = o.result.spool_path.clone();
-    assert!(rel.starts_with(".omicos/tool_outputs/") && rel.ends_with("__call_big.txt"), "{rel}");
-    assert_eq!(std::fs::read(f.pipeline.workspace().join(&rel)).unwrap(), big.as_bytes());
+    assert!(
+        rel.starts_with(".omicos/tool_outputs/") && rel.ends_with("__call_big.txt"),
+        "{rel}"
+    );
+    assert_eq!(
+        std::fs::read(f.pipeline.workspace().join(&rel)).unwrap(),
+        big.as_bytes()
+    );
     let head: String = big.chars().take(2000).collect();
     let tail: String = big.chars().skip(big.chars().count() - 500).collect();
     assert!(preview.starts_with(&head));
     assert!(preview.contains(&tail));
-    assert!(preview.contains(&format!("spooled to {rel}")) && preview.contains("file_manager__read"));
+    assert!(
+        preview.contains(&format!("spooled to {rel}")) && preview.contains("file_manager__read")
+    );
     assert_eq!(o.record.spool_path.as_deref(), Some(rel.as_str()));
     assert_eq!(o.record.result_bytes, big.len());
     // The model can page through it with file_manager__read.
-    let page = run(&f.pipeline, req("file_manager__read", &json!({"path": rel, "offset": 2, "limit": 1}).to_string(), "read_only")).await;
-    assert!(ok(&page).starts_with("row 000001 µ✓ data\n"), "{}", page.result.result);
+    let page = run(
+        &f.pipeline,
+        req(
+            "file_manager__read",
+            &json!({"path": rel, "offset": 2, "limit": 1}).to_string(),
+            "read_only",
+        ),
+    )
+    .await;
+    assert!(
+        ok(&page).starts_with("row 000001 µ✓ data\n"),
+        "{}",
+        page.result.result
+    );
 }
 
 // ---------- 8. normalize + record ----------
@@ -531,16 +868,30 @@ async fn a_200_kb_result_is_spooled_byte_exact() {
 #[tokio::test]
 async fn the_record_holds_the_whole_call() {
     let f = fixture();
-    let (o, _) = with_approval(&f.pipeline, req("writer", r#"{"x":"1"}"#, "auto"), Some(("call_writer".into(), Decision::AllowSession))).await;
+    let (o, _) = with_approval(
+        &f.pipeline,
+        req("writer", r#"{"x":"1"}"#, "auto"),
+        Some(("call_writer".into(), Decision::AllowSession)),
+    )
+    .await;
     let rec: ToolCallInfo = serde_json::from_str(&o.clone().into_result().record_json).unwrap();
     assert_eq!(rec, o.record);
-    assert_eq!((rec.id.as_str(), rec.name.as_str(), rec.status.as_str()), ("call_writer", "writer", "done"));
+    assert_eq!(
+        (rec.id.as_str(), rec.name.as_str(), rec.status.as_str()),
+        ("call_writer", "writer", "done")
+    );
     assert_eq!(rec.arguments, r#"{"x":"1"}"#);
     assert_eq!(rec.arguments_run, Some(json!({"x":"1"})));
     assert_eq!(rec.result, "writer ran");
     assert_eq!(rec.risk, "file_write");
     assert_eq!(rec.provider, "testkit");
     let a = rec.approval.unwrap();
-    assert_eq!((a.asked, a.decision.as_str(), a.source.as_str()), (true, "allow_session", "client"));
-    assert_eq!(omicos_tool_runner::pipeline::normalize::model_message("error", "denied by user"), r#"{"status":"error","result":"denied by user"}"#);
+    assert_eq!(
+        (a.asked, a.decision.as_str(), a.source.as_str()),
+        (true, "allow_session", "client")
+    );
+    assert_eq!(
+        omicos_tool_runner::pipeline::normalize::model_message("error", "denied by user"),
+        r#"{"status":"error","result":"denied by user"}"#
+    );
 }

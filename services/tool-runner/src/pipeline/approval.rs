@@ -3,8 +3,8 @@
 //! as denied. A decision for another call id is refused (it belongs to some
 //! other call, maybe of another session) and the wait goes on.
 
-use super::normalize::{Failure, Stage};
 use super::CallIo;
+use super::normalize::{Failure, Stage};
 use crate::record::ApprovalRecord;
 use omicos_proto::{ApprovalRequired, Decision, ExecuteServerMessage, execute_server_message};
 use std::time::Duration;
@@ -19,12 +19,23 @@ pub struct Answer {
 }
 
 /// Sends `request` and waits for the matching decision.
-pub async fn ask(io: &mut CallIo, request: ApprovalRequired, timeout: Duration) -> Result<Answer, (Failure, ApprovalRecord)> {
-    let mut record = ApprovalRecord { asked: true, decision: "deny".into(), source: String::new(), reason: request.reason.clone() };
+pub async fn ask(
+    io: &mut CallIo,
+    request: ApprovalRequired,
+    timeout: Duration,
+) -> Result<Answer, (Failure, ApprovalRecord)> {
+    let mut record = ApprovalRecord {
+        asked: true,
+        decision: "deny".into(),
+        source: String::new(),
+        reason: request.reason.clone(),
+    };
     let call_id = request.call_id.clone();
     let sent = match &io.events {
         Some(tx) => tx
-            .send(ExecuteServerMessage { msg: Some(execute_server_message::Msg::ApprovalRequired(request)) })
+            .send(ExecuteServerMessage {
+                msg: Some(execute_server_message::Msg::ApprovalRequired(request)),
+            })
             .await
             .is_ok(),
         None => false,
@@ -32,7 +43,10 @@ pub async fn ask(io: &mut CallIo, request: ApprovalRequired, timeout: Duration) 
     let Some(rx) = io.approvals.as_mut().filter(|_| sent) else {
         record.source = "closed".into();
         return Err((
-            Failure::new(Stage::Permission, "denied: this call needs the user's approval, but no client is connected to answer"),
+            Failure::new(
+                Stage::Permission,
+                "denied: this call needs the user's approval, but no client is connected to answer",
+            ),
             record,
         ));
     };
@@ -51,7 +65,10 @@ pub async fn ask(io: &mut CallIo, request: ApprovalRequired, timeout: Duration) 
                 return Err((
                     Failure::new(
                         Stage::Permission,
-                        format!("denied: no approval within {}s (an unanswered request counts as denied)", timeout.as_secs()),
+                        format!(
+                            "denied: no approval within {}s (an unanswered request counts as denied)",
+                            timeout.as_secs()
+                        ),
                     ),
                     record,
                 ));
@@ -59,7 +76,10 @@ pub async fn ask(io: &mut CallIo, request: ApprovalRequired, timeout: Duration) 
             Ok(None) => {
                 record.source = "closed".into();
                 return Err((
-                    Failure::new(Stage::Permission, "denied: the client stopped sending before answering the approval request"),
+                    Failure::new(
+                        Stage::Permission,
+                        "denied: the client stopped sending before answering the approval request",
+                    ),
                     record,
                 ));
             }
@@ -71,10 +91,20 @@ pub async fn ask(io: &mut CallIo, request: ApprovalRequired, timeout: Duration) 
                 record.source = "client".into();
                 match Decision::try_from(a.decision).unwrap_or(Decision::Unspecified) {
                     d @ (Decision::AllowOnce | Decision::AllowSession) => {
-                        record.decision = if d == Decision::AllowOnce { "allow_once" } else { "allow_session" }.into();
-                        return Ok(Answer { decision: d, record });
+                        record.decision = if d == Decision::AllowOnce {
+                            "allow_once"
+                        } else {
+                            "allow_session"
+                        }
+                        .into();
+                        return Ok(Answer {
+                            decision: d,
+                            record,
+                        });
                     }
-                    Decision::Deny => return Err((Failure::new(Stage::Permission, "denied by user"), record)),
+                    Decision::Deny => {
+                        return Err((Failure::new(Stage::Permission, "denied by user"), record));
+                    }
                     Decision::Unspecified => {
                         tracing::warn!(call_id = %call_id, "approval without a decision ignored");
                         continue;

@@ -32,7 +32,11 @@ pub async fn dispatch(
     };
     let cancel = ctx.cancel.clone();
     let (ev_tx, mut ev_rx) = mpsc::channel::<ProviderEvent>(256);
-    ctx.events = if out.is_some() { EventSink::new(ev_tx) } else { EventSink::discard() };
+    ctx.events = if out.is_some() {
+        EventSink::new(ev_tx)
+    } else {
+        EventSink::discard()
+    };
     let name = tool.spec.name.clone();
     // Its own task, so that a panic inside the provider becomes an error result.
     let mut handle = tokio::spawn(async move { provider.call(&name, args, ctx).await });
@@ -59,7 +63,10 @@ pub async fn dispatch(
         Ok(Err(e)) => Err(Failure::new(Stage::Dispatch, e.to_string())),
         Err(j) if j.is_panic() => Err(Failure::new(
             Stage::Dispatch,
-            format!("the `{}` tool crashed (panic) in the `{}` provider; the runner is still serving", tool.spec.name, tool.spec.provider),
+            format!(
+                "the `{}` tool crashed (panic) in the `{}` provider; the runner is still serving",
+                tool.spec.name, tool.spec.provider
+            ),
         )),
         Err(_) => Err(Failure::new(Stage::Dispatch, "cancelled")),
     }

@@ -29,7 +29,9 @@ pub fn compile_matcher(m: &str) -> Result<Option<Regex>, String> {
     if m.is_empty() || m == "*" {
         return Ok(None);
     }
-    Regex::new(&format!("^(?:{m})$")).map(Some).map_err(|e| format!("not a valid regex: {e}"))
+    Regex::new(&format!("^(?:{m})$"))
+        .map(Some)
+        .map_err(|e| format!("not a valid regex: {e}"))
 }
 
 struct Matcher {
@@ -44,7 +46,14 @@ impl Matcher {
 }
 
 fn compile_all(list: &[HookMatcher]) -> Result<Vec<Matcher>, String> {
-    list.iter().map(|m| Ok(Matcher { re: compile_matcher(&m.matcher)?, hooks: m.hooks.clone() })).collect()
+    list.iter()
+        .map(|m| {
+            Ok(Matcher {
+                re: compile_matcher(&m.matcher)?,
+                hooks: m.hooks.clone(),
+            })
+        })
+        .collect()
 }
 
 /// The configured hooks, compiled.
@@ -149,8 +158,13 @@ impl Hooks {
         })
     }
 
-    fn matching<'a>(list: &'a [Matcher], tool: &'a str) -> impl Iterator<Item = &'a HookCommand> + 'a {
-        list.iter().filter(move |m| m.matches(tool)).flat_map(|m| m.hooks.iter())
+    fn matching<'a>(
+        list: &'a [Matcher],
+        tool: &'a str,
+    ) -> impl Iterator<Item = &'a HookCommand> + 'a {
+        list.iter()
+            .filter(move |m| m.matches(tool))
+            .flat_map(|m| m.hooks.iter())
     }
 
     fn payload(&self, event: &str, input: &HookInput<'_>) -> Value {
@@ -167,7 +181,11 @@ impl Hooks {
     }
 
     /// PreToolUse: allow, deny or ask; rewrite the input; add context.
-    pub async fn pre_tool_use(&self, input: &HookInput<'_>, records: &mut Vec<HookOutcome>) -> Decision {
+    pub async fn pre_tool_use(
+        &self,
+        input: &HookInput<'_>,
+        records: &mut Vec<HookOutcome>,
+    ) -> Decision {
         let mut out = Decision::default();
         if self.pre.is_empty() {
             return out;
@@ -189,15 +207,23 @@ impl Hooks {
                 }
             } else {
                 match classify(&raw, &mut rec) {
-                    Exit::Block(reason) => Verdict::Deny(format!("blocked by PreToolUse hook: {reason}")),
+                    Exit::Block(reason) => {
+                        Verdict::Deny(format!("blocked by PreToolUse hook: {reason}"))
+                    }
                     Exit::Json(j) => {
                         let v = pre_verdict(&j);
                         let hso = j.get("hookSpecificOutput");
-                        if let Some(u) = hso.and_then(|h| h.get("updatedInput")).filter(|u| u.is_object()) {
+                        if let Some(u) = hso
+                            .and_then(|h| h.get("updatedInput"))
+                            .filter(|u| u.is_object())
+                        {
                             out.updated_input = Some(u.clone());
                             rec.outcome = "updated_input".into();
                         }
-                        if let Some(c) = hso.and_then(|h| h.get("additionalContext")).and_then(Value::as_str) {
+                        if let Some(c) = hso
+                            .and_then(|h| h.get("additionalContext"))
+                            .and_then(Value::as_str)
+                        {
                             out.context.push(c.to_owned());
                         }
                         label(&mut rec, &v);
@@ -217,7 +243,11 @@ impl Hooks {
     }
 
     /// PermissionRequest: allow or deny on the user's behalf (else the user is asked).
-    pub async fn permission_request(&self, input: &HookInput<'_>, records: &mut Vec<HookOutcome>) -> Decision {
+    pub async fn permission_request(
+        &self,
+        input: &HookInput<'_>,
+        records: &mut Vec<HookOutcome>,
+    ) -> Decision {
         let mut out = Decision::default();
         if self.permission.is_empty() {
             return out;
@@ -231,12 +261,24 @@ impl Hooks {
                 Verdict::None
             } else {
                 match classify(&raw, &mut rec) {
-                    Exit::Block(reason) => Verdict::Deny(format!("denied by PermissionRequest hook: {reason}")),
+                    Exit::Block(reason) => {
+                        Verdict::Deny(format!("denied by PermissionRequest hook: {reason}"))
+                    }
                     Exit::Json(j) => {
                         let d = j.get("hookSpecificOutput").and_then(|h| h.get("decision"));
-                        let behavior = d.and_then(|d| d.get("behavior")).and_then(Value::as_str).unwrap_or("");
-                        let message = d.and_then(|d| d.get("message")).and_then(Value::as_str).unwrap_or("").to_owned();
-                        if let Some(u) = d.and_then(|d| d.get("updatedInput")).filter(|u| u.is_object()) {
+                        let behavior = d
+                            .and_then(|d| d.get("behavior"))
+                            .and_then(Value::as_str)
+                            .unwrap_or("");
+                        let message = d
+                            .and_then(|d| d.get("message"))
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_owned();
+                        if let Some(u) = d
+                            .and_then(|d| d.get("updatedInput"))
+                            .filter(|u| u.is_object())
+                        {
                             out.updated_input = Some(u.clone());
                         }
                         let v = match behavior {
@@ -265,7 +307,12 @@ impl Hooks {
     }
 
     /// PostToolUse: block or replace the output; add context.
-    pub async fn post_tool_use(&self, input: &HookInput<'_>, response: &Value, records: &mut Vec<HookOutcome>) -> PostDecision {
+    pub async fn post_tool_use(
+        &self,
+        input: &HookInput<'_>,
+        response: &Value,
+        records: &mut Vec<HookOutcome>,
+    ) -> PostDecision {
         let mut out = PostDecision::default();
         if self.post.is_empty() {
             return out;
@@ -284,7 +331,9 @@ impl Hooks {
                         out.block = Some(reason);
                     }
                     Exit::Json(j) => {
-                        if j.get("continue") == Some(&Value::Bool(false)) || j.get("decision").and_then(Value::as_str) == Some("block") {
+                        if j.get("continue") == Some(&Value::Bool(false))
+                            || j.get("decision").and_then(Value::as_str) == Some("block")
+                        {
                             let reason = j
                                 .get("reason")
                                 .or_else(|| j.get("stopReason"))
@@ -294,13 +343,19 @@ impl Hooks {
                             out.block = Some(reason.to_owned());
                         }
                         let hso = j.get("hookSpecificOutput");
-                        if let Some(o) = hso.and_then(|h| h.get("updatedToolOutput").or_else(|| h.get("updatedMCPToolOutput"))) {
+                        if let Some(o) = hso.and_then(|h| {
+                            h.get("updatedToolOutput")
+                                .or_else(|| h.get("updatedMCPToolOutput"))
+                        }) {
                             out.updated_output = Some(o.clone());
                             if rec.outcome != "block" {
                                 rec.outcome = "updated_output".into();
                             }
                         }
-                        if let Some(c) = hso.and_then(|h| h.get("additionalContext")).and_then(Value::as_str) {
+                        if let Some(c) = hso
+                            .and_then(|h| h.get("additionalContext"))
+                            .and_then(Value::as_str)
+                        {
                             out.context.push(c.to_owned());
                             if rec.outcome == "none" {
                                 rec.outcome = "context".into();
@@ -319,7 +374,12 @@ impl Hooks {
     }
 
     /// PostToolUseFailure: add context to the error the model sees.
-    pub async fn post_tool_use_failure(&self, input: &HookInput<'_>, error: &str, records: &mut Vec<HookOutcome>) -> Vec<String> {
+    pub async fn post_tool_use_failure(
+        &self,
+        input: &HookInput<'_>,
+        error: &str,
+        records: &mut Vec<HookOutcome>,
+    ) -> Vec<String> {
         let mut context = Vec::new();
         if self.post_failure.is_empty() {
             return context;
@@ -336,7 +396,11 @@ impl Hooks {
                 match classify(&raw, &mut rec) {
                     Exit::Block(reason) => context.push(reason),
                     Exit::Json(j) => {
-                        if let Some(c) = j.get("hookSpecificOutput").and_then(|h| h.get("additionalContext")).and_then(Value::as_str) {
+                        if let Some(c) = j
+                            .get("hookSpecificOutput")
+                            .and_then(|h| h.get("additionalContext"))
+                            .and_then(Value::as_str)
+                        {
                             context.push(c.to_owned());
                             rec.outcome = "context".into();
                         }
@@ -448,7 +512,10 @@ fn classify(raw: &Raw, rec: &mut HookOutcome) -> Exit {
                 Ok(v @ Value::Object(_)) => Exit::Json(v),
                 Ok(_) | Err(_) => {
                     rec.outcome = "error".into();
-                    rec.message = format!("hook stdout is not a JSON object (ignored): {}", text.chars().take(300).collect::<String>());
+                    rec.message = format!(
+                        "hook stdout is not a JSON object (ignored): {}",
+                        text.chars().take(300).collect::<String>()
+                    );
                     Exit::Nothing
                 }
             }
@@ -457,13 +524,19 @@ fn classify(raw: &Raw, rec: &mut HookOutcome) -> Exit {
             let reason = raw.stderr.trim();
             rec.outcome = "block".into();
             rec.message = reason.to_owned();
-            Exit::Block(if reason.is_empty() { "the hook exited with code 2".into() } else { reason.to_owned() })
+            Exit::Block(if reason.is_empty() {
+                "the hook exited with code 2".into()
+            } else {
+                reason.to_owned()
+            })
         }
         other => {
             rec.outcome = "error".into();
             rec.message = format!(
                 "hook exited with {} (non-blocking): {}",
-                other.map(|c| format!("code {c}")).unwrap_or_else(|| "a signal".into()),
+                other
+                    .map(|c| format!("code {c}"))
+                    .unwrap_or_else(|| "a signal".into()),
                 raw.stderr.trim()
             );
             Exit::Nothing
@@ -473,7 +546,10 @@ fn classify(raw: &Raw, rec: &mut HookOutcome) -> Exit {
 
 fn pre_verdict(j: &Value) -> Verdict {
     if j.get("continue") == Some(&Value::Bool(false)) {
-        let why = j.get("stopReason").and_then(Value::as_str).unwrap_or("the hook stopped the call");
+        let why = j
+            .get("stopReason")
+            .and_then(Value::as_str)
+            .unwrap_or("the hook stopped the call");
         return Verdict::Deny(format!("blocked by PreToolUse hook: {why}"));
     }
     let hso = j.get("hookSpecificOutput");

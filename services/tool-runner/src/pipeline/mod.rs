@@ -19,7 +19,9 @@ use crate::record::{ApprovalRecord, ToolCallInfo};
 use crate::registry::Registry;
 use hooks::{HookInput, Hooks, Verdict};
 use normalize::{Failure, Stage};
-use omicos_proto::{ApprovalRequired, Decision, ExecuteApproval, ExecuteServerMessage, ToolResult, ToolSpec};
+use omicos_proto::{
+    ApprovalRequired, Decision, ExecuteApproval, ExecuteServerMessage, ToolResult, ToolSpec,
+};
 use omicos_toolkit::{CallCtx, EventSink, Provider};
 use permission::{Gate, Legacy, Mode};
 use serde_json::Value;
@@ -66,7 +68,10 @@ impl From<omicos_proto::ExecuteStart> for CallRequest {
             session_id: s.session_id,
             agent_id: s.agent_id,
             permission_mode: s.permission_mode,
-            legacy: Legacy { allow_shell: s.allow_shell, allow_file_write: s.allow_file_write },
+            legacy: Legacy {
+                allow_shell: s.allow_shell,
+                allow_file_write: s.allow_file_write,
+            },
             toolsets: s.toolsets,
             session_allowed_tools: s.session_allowed_tools,
             transcript_path: s.transcript_path,
@@ -88,7 +93,11 @@ pub struct CallIo {
 impl CallIo {
     /// No client: events are dropped, approvals cannot be answered.
     pub fn detached() -> Self {
-        Self { events: None, approvals: None, cancel: CancellationToken::new() }
+        Self {
+            events: None,
+            approvals: None,
+            cancel: CancellationToken::new(),
+        }
     }
 }
 
@@ -136,10 +145,18 @@ struct Ran {
 impl Pipeline {
     /// Builds the pipeline over `providers` (in process) and `registry`
     /// (remote). The workspace is created if missing.
-    pub fn new(config: &Config, registry: Arc<Registry>, providers: Vec<Arc<dyn Provider>>) -> Result<Self, String> {
+    pub fn new(
+        config: &Config,
+        registry: Arc<Registry>,
+        providers: Vec<Arc<dyn Provider>>,
+    ) -> Result<Self, String> {
         config.validate()?;
         let workspace = canonical_workspace(&config.workspace)?;
-        let hooks = Hooks::new(&config.hooks, &workspace, config.pre_tool_use_timeout_blocks)?;
+        let hooks = Hooks::new(
+            &config.hooks,
+            &workspace,
+            config.pre_tool_use_timeout_blocks,
+        )?;
         Ok(Self {
             inner: Arc::new(Inner {
                 tools: Tools::new(providers, registry),
@@ -165,7 +182,12 @@ impl Pipeline {
 
     /// The tools visible under `toolsets` and a permission mode, and the
     /// toolset names that matched no tool.
-    pub fn list_tools(&self, toolsets: &[String], mode: &str, legacy: Legacy) -> Result<(Vec<ToolSpec>, Vec<String>), String> {
+    pub fn list_tools(
+        &self,
+        toolsets: &[String],
+        mode: &str,
+        legacy: Legacy,
+    ) -> Result<(Vec<ToolSpec>, Vec<String>), String> {
         let mode = Mode::for_call(mode, self.inner.default_mode).map_err(|f| f.message)?;
         let catalog = self.inner.tools.snapshot();
         let tools: Vec<ToolSpec> = catalog
@@ -177,7 +199,9 @@ impl Pipeline {
         let unknown = toolsets
             .iter()
             .filter(|ts| {
-                !catalog.entries().any(|e| omicos_toolkit::toolsets::in_toolsets(std::slice::from_ref(*ts), &e.spec.name))
+                !catalog.entries().any(|e| {
+                    omicos_toolkit::toolsets::in_toolsets(std::slice::from_ref(*ts), &e.spec.name)
+                })
             })
             .cloned()
             .collect();
@@ -207,7 +231,10 @@ impl Pipeline {
             started_at_ms: unix_ms(),
             ..Default::default()
         };
-        let outcome = self.run_stages(&req, &mut io, &mut rec).instrument(span.clone()).await;
+        let outcome = self
+            .run_stages(&req, &mut io, &mut rec)
+            .instrument(span.clone())
+            .await;
         let (ok, text, spool_path, full_bytes, approval) = match outcome {
             Ok(r) => (true, r.text, r.spool_path, r.full_bytes, r.approval),
             Err((f, approval)) => {
@@ -244,7 +271,12 @@ impl Pipeline {
     }
 
     /// The stages, in order. Reads like the pipeline.
-    async fn run_stages(&self, req: &CallRequest, io: &mut CallIo, rec: &mut ToolCallInfo) -> Result<Ran, (Failure, Decision)> {
+    async fn run_stages(
+        &self,
+        req: &CallRequest,
+        io: &mut CallIo,
+        rec: &mut ToolCallInfo,
+    ) -> Result<Ran, (Failure, Decision)> {
         let no = |f: Failure| (f, Decision::Unspecified);
         let me = &*self.inner;
 
@@ -253,7 +285,8 @@ impl Pipeline {
 
         // 1. Resolve.
         let catalog = me.tools.snapshot();
-        let (tool, _matched) = resolve::resolve(&catalog, &req.tool_name, &req.toolsets).map_err(no)?;
+        let (tool, _matched) =
+            resolve::resolve(&catalog, &req.tool_name, &req.toolsets).map_err(no)?;
         rec.name = tool.spec.name.clone();
         rec.provider = tool.spec.provider.clone();
         rec.risk = permission::risk_name(tool.risk()).to_owned();
@@ -276,10 +309,22 @@ impl Pipeline {
 
         // 5. PreToolUse hooks: allow, deny, ask, rewrite the input, add context.
         let mut context = Vec::new();
-        let pre = me.hooks.pre_tool_use(&self.hook_input(req, mode, &tool.spec.name, &args), &mut rec.hooks).await;
+        let pre = me
+            .hooks
+            .pre_tool_use(
+                &self.hook_input(req, mode, &tool.spec.name, &args),
+                &mut rec.hooks,
+            )
+            .await;
         if let Some(updated) = pre.updated_input {
             validate::validate(&tool, &updated, &ctx, &[]).map_err(|f| {
-                no(Failure::new(Stage::Hook, format!("the PreToolUse hook rewrote the input into something invalid: {}", f.message)))
+                no(Failure::new(
+                    Stage::Hook,
+                    format!(
+                        "the PreToolUse hook rewrote the input into something invalid: {}",
+                        f.message
+                    ),
+                ))
             })?;
             args = updated;
             ctx.user_modified = true;
@@ -289,9 +334,20 @@ impl Pipeline {
         context.extend(pre.context);
         gate = match (pre.verdict, gate) {
             (Verdict::Deny(reason), _) => return Err(no(Failure::new(Stage::Hook, reason))),
-            (Verdict::Ask(reason), _) => Gate::Ask { reason: if reason.is_empty() { "hook".into() } else { format!("hook: {reason}") } },
+            (Verdict::Ask(reason), _) => Gate::Ask {
+                reason: if reason.is_empty() {
+                    "hook".into()
+                } else {
+                    format!("hook: {reason}")
+                },
+            },
             (Verdict::Allow, Gate::Ask { .. }) => {
-                rec.approval = Some(ApprovalRecord { asked: false, decision: "allow_once".into(), source: "hook".into(), reason: "PreToolUse".into() });
+                rec.approval = Some(ApprovalRecord {
+                    asked: false,
+                    decision: "allow_once".into(),
+                    source: "hook".into(),
+                    reason: "PreToolUse".into(),
+                });
                 Gate::Run { source: "hook" }
             }
             (_, g) => g,
@@ -301,13 +357,19 @@ impl Pipeline {
         let approval = match gate {
             Gate::Ask { reason } => {
                 let waited = Instant::now();
-                let answer = self.approve(req, io, &tool.spec, mode, &mut args, &mut ctx, reason, rec).await;
+                let answer = self
+                    .approve(req, io, &tool.spec, mode, &mut args, &mut ctx, reason, rec)
+                    .await;
                 rec.approval_wait_ms = waited.elapsed().as_millis() as u64;
                 answer?
             }
             Gate::Run { source: "session" } => {
-                rec.approval =
-                    Some(ApprovalRecord { asked: false, decision: "allow_session".into(), source: "session".into(), reason: String::new() });
+                rec.approval = Some(ApprovalRecord {
+                    asked: false,
+                    decision: "allow_session".into(),
+                    source: "session".into(),
+                    reason: String::new(),
+                });
                 Decision::Unspecified
             }
             _ => Decision::Unspecified,
@@ -316,13 +378,23 @@ impl Pipeline {
 
         // 6. Dispatch.
         let dispatched = Instant::now();
-        let result = dispatch::dispatch(&tool, me.tools.registry(), args.clone(), ctx, io.events.as_ref()).await;
+        let result = dispatch::dispatch(
+            &tool,
+            me.tools.registry(),
+            args.clone(),
+            ctx,
+            io.events.as_ref(),
+        )
+        .await;
         rec.dispatch_ms = dispatched.elapsed().as_millis() as u64;
         let input = self.hook_input(req, mode, &tool.spec.name, &args);
         let value = match result {
             Ok(v) => v,
             Err(f) => {
-                let extra = me.hooks.post_tool_use_failure(&input, &f.message, &mut rec.hooks).await;
+                let extra = me
+                    .hooks
+                    .post_tool_use_failure(&input, &f.message, &mut rec.hooks)
+                    .await;
                 return Err(keep(Failure::new(f.stage, with_context(f.message, &extra))));
             }
         };
@@ -330,7 +402,13 @@ impl Pipeline {
         // 5b. PostToolUse hooks: block or replace the output, add context.
         let post = me.hooks.post_tool_use(&input, &value, &mut rec.hooks).await;
         if let Some(reason) = post.block {
-            return Err(keep(Failure::new(Stage::Hook, with_context(format!("blocked by PostToolUse hook: {reason}"), &post.context))));
+            return Err(keep(Failure::new(
+                Stage::Hook,
+                with_context(
+                    format!("blocked by PostToolUse hook: {reason}"),
+                    &post.context,
+                ),
+            )));
         }
         let value = post.updated_output.unwrap_or(value);
         context.extend(post.context);
@@ -338,13 +416,22 @@ impl Pipeline {
         // 7. Shape (spool large results).
         let mut text = shape::stringify(&value);
         if !rec.repairs.is_empty() {
-            text.push_str(&format!("\n\n[note: the arguments were repaired: {}]", rec.repairs.join("; ")));
+            text.push_str(&format!(
+                "\n\n[note: the arguments were repaired: {}]",
+                rec.repairs.join("; ")
+            ));
         }
         let text = with_context(text, &context);
-        let shaped = shape::shape(text, &me.workspace, &req.call_id, me.spool_threshold).map_err(keep)?;
+        let shaped =
+            shape::shape(text, &me.workspace, &req.call_id, me.spool_threshold).map_err(keep)?;
 
         // 8. Normalize happens in `execute`: Ok → "done".
-        Ok(Ran { text: shaped.text, spool_path: shaped.spool_path, full_bytes: shaped.full_bytes, approval })
+        Ok(Ran {
+            text: shaped.text,
+            spool_path: shaped.spool_path,
+            full_bytes: shaped.full_bytes,
+            approval,
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -360,7 +447,13 @@ impl Pipeline {
         rec: &mut ToolCallInfo,
     ) -> Result<Decision, (Failure, Decision)> {
         let me = &*self.inner;
-        let hook = me.hooks.permission_request(&self.hook_input(req, mode, &spec.name, args), &mut rec.hooks).await;
+        let hook = me
+            .hooks
+            .permission_request(
+                &self.hook_input(req, mode, &spec.name, args),
+                &mut rec.hooks,
+            )
+            .await;
         if let Some(updated) = hook.updated_input {
             let tool = me.tools.snapshot().lookup(&spec.name).map(|(t, _)| t);
             if let Some(tool) = tool {
@@ -375,11 +468,21 @@ impl Pipeline {
         }
         match hook.verdict {
             Verdict::Allow => {
-                rec.approval = Some(ApprovalRecord { asked: false, decision: "allow_once".into(), source: "hook".into(), reason });
+                rec.approval = Some(ApprovalRecord {
+                    asked: false,
+                    decision: "allow_once".into(),
+                    source: "hook".into(),
+                    reason,
+                });
                 return Ok(Decision::Unspecified);
             }
             Verdict::Deny(msg) => {
-                rec.approval = Some(ApprovalRecord { asked: false, decision: "deny".into(), source: "hook".into(), reason });
+                rec.approval = Some(ApprovalRecord {
+                    asked: false,
+                    decision: "deny".into(),
+                    source: "hook".into(),
+                    reason,
+                });
                 return Err((Failure::new(Stage::Permission, msg), Decision::Deny));
             }
             _ => {}
@@ -417,7 +520,13 @@ impl Pipeline {
         }
     }
 
-    fn hook_input<'a>(&self, req: &'a CallRequest, mode: Mode, tool: &'a str, args: &'a Value) -> HookInput<'a> {
+    fn hook_input<'a>(
+        &self,
+        req: &'a CallRequest,
+        mode: Mode,
+        tool: &'a str,
+        args: &'a Value,
+    ) -> HookInput<'a> {
         HookInput {
             session_id: &req.session_id,
             transcript_path: &req.transcript_path,
@@ -449,15 +558,28 @@ fn summary(tool: &str, args: &Value) -> String {
         .unwrap_or_else(|| args.to_string());
     let line = detail.lines().next().unwrap_or("").to_owned();
     let short: String = line.chars().take(120).collect();
-    let more = if short.len() < detail.len() { "…" } else { "" };
+    let more = if short.len() < detail.len() {
+        "…"
+    } else {
+        ""
+    };
     format!("{tool}: {short}{more}")
 }
 
 fn canonical_workspace(p: &Path) -> Result<PathBuf, String> {
-    std::fs::create_dir_all(p).map_err(|e| format!("config key `workspace`: cannot create {}: {e}", p.display()))?;
-    p.canonicalize().map_err(|e| format!("config key `workspace`: cannot resolve {}: {e}", p.display()))
+    std::fs::create_dir_all(p)
+        .map_err(|e| format!("config key `workspace`: cannot create {}: {e}", p.display()))?;
+    p.canonicalize().map_err(|e| {
+        format!(
+            "config key `workspace`: cannot resolve {}: {e}",
+            p.display()
+        )
+    })
 }
 
 fn unix_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }

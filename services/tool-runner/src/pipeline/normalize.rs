@@ -52,7 +52,10 @@ pub struct Failure {
 impl Failure {
     /// A failure at `stage`.
     pub fn new(stage: Stage, message: impl Into<String>) -> Self {
-        Self { stage, message: message.into() }
+        Self {
+            stage,
+            message: message.into(),
+        }
     }
 }
 

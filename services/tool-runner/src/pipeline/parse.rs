@@ -26,7 +26,13 @@ pub fn parse(raw: &str, schema: &Value) -> Result<Parsed, Failure> {
         Value::Object(Map::new())
     } else {
         serde_json::from_str::<Value>(trimmed).map_err(|e| {
-            Failure::new(Stage::Parse, format!("the arguments are not valid JSON ({e}): {}", snippet(trimmed, 200)))
+            Failure::new(
+                Stage::Parse,
+                format!(
+                    "the arguments are not valid JSON ({e}): {}",
+                    snippet(trimmed, 200)
+                ),
+            )
         })?
     };
     // An object sent as a JSON string of an object (double-encoded).
@@ -39,7 +45,11 @@ pub fn parse(raw: &str, schema: &Value) -> Result<Parsed, Failure> {
     if !value.is_object() {
         return Err(Failure::new(
             Stage::Parse,
-            format!("the arguments must be a JSON object, got {}: {}", kind_of(&value), snippet(trimmed, 200)),
+            format!(
+                "the arguments must be a JSON object, got {}: {}",
+                kind_of(&value),
+                snippet(trimmed, 200)
+            ),
         ));
     }
     repair(&mut value, schema, &mut String::new(), &mut repairs);
@@ -78,7 +88,9 @@ fn expected_types(schema: &Value) -> Vec<&str> {
 fn matches_type(v: &Value, t: &str) -> bool {
     match t {
         "integer" => match v {
-            Value::Number(n) => n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0),
+            Value::Number(n) => {
+                n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0)
+            }
             _ => false,
         },
         "number" => v.is_number(),
@@ -120,19 +132,29 @@ fn repair(value: &mut Value, schema: &Value, path: &mut String, repairs: &mut Ve
     }
 }
 
-fn try_repair(value: &mut Value, schema: &Value, types: &[&str], path: &str, repairs: &mut Vec<String>) {
+fn try_repair(
+    value: &mut Value,
+    schema: &Value,
+    types: &[&str],
+    path: &str,
+    repairs: &mut Vec<String>,
+) {
     let at = if path.is_empty() { "/" } else { path };
     if let Value::String(s) = &*value {
         let text = s.trim();
         for t in types {
             let fixed = match *t {
-                "array" | "object" => serde_json::from_str::<Value>(text).ok().filter(|v| matches_type(v, t)),
-                "integer" => text.parse::<i64>().ok().map(Value::from),
-                "number" => text
-                    .parse::<i64>()
+                "array" | "object" => serde_json::from_str::<Value>(text)
                     .ok()
-                    .map(Value::from)
-                    .or_else(|| text.parse::<f64>().ok().filter(|f| f.is_finite()).and_then(serde_json::Number::from_f64).map(Value::Number)),
+                    .filter(|v| matches_type(v, t)),
+                "integer" => text.parse::<i64>().ok().map(Value::from),
+                "number" => text.parse::<i64>().ok().map(Value::from).or_else(|| {
+                    text.parse::<f64>()
+                        .ok()
+                        .filter(|f| f.is_finite())
+                        .and_then(serde_json::Number::from_f64)
+                        .map(Value::Number)
+                }),
                 "boolean" => match text.to_ascii_lowercase().as_str() {
                     "true" => Some(Value::Bool(true)),
                     "false" => Some(Value::Bool(false)),
@@ -153,12 +175,21 @@ fn try_repair(value: &mut Value, schema: &Value, types: &[&str], path: &str, rep
         let mut item = value.clone();
         if !item_types.is_empty() && !item_types.iter().any(|t| matches_type(&item, t)) {
             let mut sub = Vec::new();
-            try_repair(&mut item, schema.get("items").unwrap_or(&Value::Null), &item_types, path, &mut sub);
+            try_repair(
+                &mut item,
+                schema.get("items").unwrap_or(&Value::Null),
+                &item_types,
+                path,
+                &mut sub,
+            );
             if !item_types.iter().any(|t| matches_type(&item, t)) {
                 return;
             }
         }
-        repairs.push(format!("{at}: a lone {} where an array is expected was wrapped in an array", kind_of(value)));
+        repairs.push(format!(
+            "{at}: a lone {} where an array is expected was wrapped in an array",
+            kind_of(value)
+        ));
         *value = Value::Array(vec![item]);
     }
 }
@@ -202,7 +233,14 @@ mod tests {
             json!({"packages":["numpy","scipy"],"upgrade":true,"count":7,"ratio":0.5,"opts":{"depth":2}})
         );
         let all = p.repairs.join("\n");
-        for path in ["/packages", "/upgrade", "/count", "/ratio", "/opts", "/opts/depth"] {
+        for path in [
+            "/packages",
+            "/upgrade",
+            "/count",
+            "/ratio",
+            "/opts",
+            "/opts/depth",
+        ] {
             assert!(all.contains(&format!("{path}:")), "{path} missing in {all}");
         }
     }
@@ -223,8 +261,15 @@ mod tests {
         let p = parse(r#"{"name":"[1,2]"}"#, &schema()).unwrap();
         assert_eq!(p.value, json!({"name":"[1,2]"}));
         // Not a number: left alone for validation to refuse.
-        let p = parse(r#"{"count":"seven","upgrade":"yes","packages":[1]}"#, &schema()).unwrap();
-        assert_eq!(p.value, json!({"count":"seven","upgrade":"yes","packages":[1]}));
+        let p = parse(
+            r#"{"count":"seven","upgrade":"yes","packages":[1]}"#,
+            &schema(),
+        )
+        .unwrap();
+        assert_eq!(
+            p.value,
+            json!({"count":"seven","upgrade":"yes","packages":[1]})
+        );
         assert!(p.repairs.is_empty());
         // A lone object where an array of strings is expected is not wrapped.
         let p = parse(r#"{"packages":{"a":1}}"#, &schema()).unwrap();
@@ -234,7 +279,11 @@ mod tests {
         assert_eq!(e.stage, Stage::Parse);
         assert!(e.message.contains("not valid JSON"), "{}", e.message);
         let e = parse("[1,2]", &schema()).unwrap_err();
-        assert!(e.message.contains("must be a JSON object, got array"), "{}", e.message);
+        assert!(
+            e.message.contains("must be a JSON object, got array"),
+            "{}",
+            e.message
+        );
         // Empty string → {}.
         assert_eq!(parse("  ", &schema()).unwrap().value, json!({}));
     }

@@ -41,7 +41,11 @@ impl Mode {
 
     /// `mode` from a call, or `default` when it is empty.
     pub fn for_call(mode: &str, default: Mode) -> Result<Mode, Failure> {
-        if mode.trim().is_empty() { Ok(default) } else { Mode::parse(mode).map_err(|e| Failure::new(Stage::Mode, e)) }
+        if mode.trim().is_empty() {
+            Ok(default)
+        } else {
+            Mode::parse(mode).map_err(|e| Failure::new(Stage::Mode, e))
+        }
     }
 
     /// The canonical spelling.
@@ -101,7 +105,11 @@ pub fn gate(mode: Mode, legacy: Legacy, spec: &ToolSpec, session_allowed: &[Stri
     let base = match (legacy_switch, risk, mode) {
         (Some((true, _)), _, _) => Gate::Run { source: "legacy" },
         (Some((false, field)), _, _) => {
-            return Gate::Refuse(format!("refused: `{}` is a {} tool and {field}=false", spec.name, risk_name(risk)));
+            return Gate::Refuse(format!(
+                "refused: `{}` is a {} tool and {field}=false",
+                spec.name,
+                risk_name(risk)
+            ));
         }
         (None, Risk::Read, _) => Gate::Run { source: "mode" },
         (None, _, Mode::ReadOnly) => {
@@ -111,14 +119,20 @@ pub fn gate(mode: Mode, legacy: Legacy, spec: &ToolSpec, session_allowed: &[Stri
                 risk_name(risk)
             ));
         }
-        (None, _, Mode::Auto) => Gate::Ask { reason: "permission_mode=auto".into() },
+        (None, _, Mode::Auto) => Gate::Ask {
+            reason: "permission_mode=auto".into(),
+        },
         (None, _, Mode::Full) => Gate::Run { source: "mode" },
     };
     if spec.always_ask {
-        return Gate::Ask { reason: "always_ask".into() };
+        return Gate::Ask {
+            reason: "always_ask".into(),
+        };
     }
     match base {
-        Gate::Ask { .. } if session_allowed.iter().any(|t| t == &spec.name) => Gate::Run { source: "session" },
+        Gate::Ask { .. } if session_allowed.iter().any(|t| t == &spec.name) => {
+            Gate::Run { source: "session" }
+        }
         other => other,
     }
 }
@@ -134,7 +148,9 @@ mod tests {
     use serde_json::json;
 
     fn spec(name: &str, risk: Risk) -> ToolSpec {
-        omicos_toolkit::tool(name, "", json!({"type": "object"})).risk(risk).build()
+        omicos_toolkit::tool(name, "", json!({"type": "object"}))
+            .risk(risk)
+            .build()
     }
 
     #[test]
@@ -149,7 +165,10 @@ mod tests {
         let e = Mode::parse("yolo").unwrap_err();
         assert!(e.contains("unknown permission mode `yolo`"), "{e}");
         assert_eq!(Mode::for_call("", Mode::ReadOnly).unwrap(), Mode::ReadOnly);
-        assert_eq!(Mode::for_call("bogus", Mode::Full).unwrap_err().stage, Stage::Mode);
+        assert_eq!(
+            Mode::for_call("bogus", Mode::Full).unwrap_err().stage,
+            Stage::Mode
+        );
     }
 
     #[test]
@@ -171,7 +190,10 @@ mod tests {
                     Refuse(_) => "refuse",
                 };
                 assert_eq!(got, want, "{mode:?} × {risk:?}: {g:?}");
-                assert_eq!(visible(mode, Legacy::default(), &spec("t", risk)), want != "refuse");
+                assert_eq!(
+                    visible(mode, Legacy::default(), &spec("t", risk)),
+                    want != "refuse"
+                );
             }
         }
     }
@@ -179,12 +201,21 @@ mod tests {
     #[test]
     fn session_allow_and_always_ask() {
         let shell = spec("shell", Risk::Shell);
-        assert_eq!(gate(Mode::Auto, Legacy::default(), &shell, &["shell".into()]), Gate::Run { source: "session" });
+        assert_eq!(
+            gate(Mode::Auto, Legacy::default(), &shell, &["shell".into()]),
+            Gate::Run { source: "session" }
+        );
         // Allowing another tool does not allow this one.
-        assert!(matches!(gate(Mode::Auto, Legacy::default(), &shell, &["other".into()]), Gate::Ask { .. }));
+        assert!(matches!(
+            gate(Mode::Auto, Legacy::default(), &shell, &["other".into()]),
+            Gate::Ask { .. }
+        ));
         let mut plan = spec("plan", Risk::Read);
         plan.always_ask = true;
-        assert!(matches!(gate(Mode::Full, Legacy::default(), &plan, &["plan".into()]), Gate::Ask { .. }));
+        assert!(matches!(
+            gate(Mode::Full, Legacy::default(), &plan, &["plan".into()]),
+            Gate::Ask { .. }
+        ));
     }
 
     #[test]
@@ -192,19 +223,44 @@ mod tests {
         let shell = spec("shell", Risk::Shell);
         let write = spec("file_manager__write", Risk::FileWrite);
         let py = spec("run_python_code", Risk::Python);
-        let deny = Legacy { allow_shell: Some(false), allow_file_write: Some(false) };
-        let allow = Legacy { allow_shell: Some(true), allow_file_write: Some(true) };
+        let deny = Legacy {
+            allow_shell: Some(false),
+            allow_file_write: Some(false),
+        };
+        let allow = Legacy {
+            allow_shell: Some(true),
+            allow_file_write: Some(true),
+        };
         // full + legacy false → refused.
-        assert!(matches!(gate(Mode::Full, deny, &shell, &[]), Gate::Refuse(m) if m.contains("allow_shell=false")));
-        assert!(matches!(gate(Mode::Full, deny, &write, &[]), Gate::Refuse(m) if m.contains("allow_file_write=false")));
+        assert!(
+            matches!(gate(Mode::Full, deny, &shell, &[]), Gate::Refuse(m) if m.contains("allow_shell=false"))
+        );
+        assert!(
+            matches!(gate(Mode::Full, deny, &write, &[]), Gate::Refuse(m) if m.contains("allow_file_write=false"))
+        );
         // read_only + legacy true → runs.
-        assert_eq!(gate(Mode::ReadOnly, allow, &shell, &[]), Gate::Run { source: "legacy" });
-        assert_eq!(gate(Mode::Auto, allow, &write, &[]), Gate::Run { source: "legacy" });
+        assert_eq!(
+            gate(Mode::ReadOnly, allow, &shell, &[]),
+            Gate::Run { source: "legacy" }
+        );
+        assert_eq!(
+            gate(Mode::Auto, allow, &write, &[]),
+            Gate::Run { source: "legacy" }
+        );
         // Python has no legacy switch: the mode decides.
-        assert!(matches!(gate(Mode::ReadOnly, allow, &py, &[]), Gate::Refuse(_)));
+        assert!(matches!(
+            gate(Mode::ReadOnly, allow, &py, &[]),
+            Gate::Refuse(_)
+        ));
         // Only one legacy field present: the other class follows the mode.
-        let only_shell = Legacy { allow_shell: Some(true), allow_file_write: None };
-        assert!(matches!(gate(Mode::Auto, only_shell, &write, &[]), Gate::Ask { .. }));
+        let only_shell = Legacy {
+            allow_shell: Some(true),
+            allow_file_write: None,
+        };
+        assert!(matches!(
+            gate(Mode::Auto, only_shell, &write, &[]),
+            Gate::Ask { .. }
+        ));
         assert!(!visible(Mode::Full, deny, &shell));
         assert!(visible(Mode::ReadOnly, allow, &shell));
     }

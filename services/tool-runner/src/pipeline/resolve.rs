@@ -21,7 +21,11 @@ pub enum Matched {
 }
 
 /// Resolves `name` to a tool visible under `toolsets` (empty: every tool).
-pub fn resolve(catalog: &Catalog, name: &str, toolsets: &[String]) -> Result<(Arc<ToolEntry>, Matched), Failure> {
+pub fn resolve(
+    catalog: &Catalog,
+    name: &str,
+    toolsets: &[String],
+) -> Result<(Arc<ToolEntry>, Matched), Failure> {
     let name = name.trim();
     if name == CALL_AGENT {
         return Err(Failure::new(
@@ -30,10 +34,16 @@ pub fn resolve(catalog: &Catalog, name: &str, toolsets: &[String]) -> Result<(Ar
         ));
     }
     if name.is_empty() {
-        return Err(Failure::new(Stage::Resolve, "the tool call has no tool name"));
+        return Err(Failure::new(
+            Stage::Resolve,
+            "the tool call has no tool name",
+        ));
     }
     let Some((entry, matched)) = catalog.lookup(name) else {
-        return Err(Failure::new(Stage::Resolve, unknown_message(catalog, name, toolsets)));
+        return Err(Failure::new(
+            Stage::Resolve,
+            unknown_message(catalog, name, toolsets),
+        ));
     };
     if !omicos_toolkit::toolsets::in_toolsets(toolsets, &entry.spec.name) {
         return Err(Failure::new(
@@ -63,14 +73,27 @@ fn unknown_message(catalog: &Catalog, name: &str, toolsets: &[String]) -> String
         .entries()
         .filter(|e| omicos_toolkit::toolsets::in_toolsets(toolsets, &e.spec.name))
         .flat_map(|e| std::iter::once(e.spec.name.clone()).chain(e.spec.aliases.iter().cloned()))
-        .map(|cand| (strsim::jaro_winkler(&name.to_lowercase(), &cand.to_lowercase()), cand))
+        .map(|cand| {
+            (
+                strsim::jaro_winkler(&name.to_lowercase(), &cand.to_lowercase()),
+                cand,
+            )
+        })
         .collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-    let close: Vec<String> = scored.iter().filter(|(s, _)| *s >= 0.7).take(3).map(|(_, n)| n.clone()).collect();
+    let close: Vec<String> = scored
+        .iter()
+        .filter(|(s, _)| *s >= 0.7)
+        .take(3)
+        .map(|(_, n)| n.clone())
+        .collect();
     if close.is_empty() {
         let all: Vec<String> = scored.iter().take(12).map(|(_, n)| n.clone()).collect();
         format!("unknown tool `{name}`; known tools: {}", all.join(", "))
     } else {
-        format!("unknown tool `{name}`; closest known names: {}", close.join(", "))
+        format!(
+            "unknown tool `{name}`; closest known names: {}",
+            close.join(", ")
+        )
     }
 }

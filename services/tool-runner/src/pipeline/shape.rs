@@ -39,22 +39,46 @@ pub fn stringify(value: &Value) -> String {
 }
 
 /// Spools `text` when it is `threshold` bytes or more.
-pub fn shape(text: String, workspace: &Path, call_id: &str, threshold: usize) -> Result<Shaped, Failure> {
+pub fn shape(
+    text: String,
+    workspace: &Path,
+    call_id: &str,
+    threshold: usize,
+) -> Result<Shaped, Failure> {
     let full_bytes = text.len();
     if full_bytes < threshold {
-        return Ok(Shaped { text, spool_path: None, full_bytes });
+        return Ok(Shaped {
+            text,
+            spool_path: None,
+            full_bytes,
+        });
     }
-    let rel = spool(&text, workspace, call_id)
-        .map_err(|e| Failure::new(Stage::Shape, format!("the result ({full_bytes} bytes) could not be spooled to the workspace: {e}")))?;
-    Ok(Shaped { text: preview(&text, &rel), spool_path: Some(rel), full_bytes })
+    let rel = spool(&text, workspace, call_id).map_err(|e| {
+        Failure::new(
+            Stage::Shape,
+            format!("the result ({full_bytes} bytes) could not be spooled to the workspace: {e}"),
+        )
+    })?;
+    Ok(Shaped {
+        text: preview(&text, &rel),
+        spool_path: Some(rel),
+        full_bytes,
+    })
 }
 
 /// The head + tail preview with the line that names the spool file.
 pub fn preview(text: &str, rel: &str) -> String {
     let total = text.chars().count();
-    let head_end = text.char_indices().nth(PREVIEW_HEAD_CHARS).map(|(i, _)| i).unwrap_or(text.len());
+    let head_end = text
+        .char_indices()
+        .nth(PREVIEW_HEAD_CHARS)
+        .map(|(i, _)| i)
+        .unwrap_or(text.len());
     let tail_start = if total > PREVIEW_HEAD_CHARS + PREVIEW_TAIL_CHARS {
-        text.char_indices().nth(total - PREVIEW_TAIL_CHARS).map(|(i, _)| i).unwrap_or(text.len())
+        text.char_indices()
+            .nth(total - PREVIEW_TAIL_CHARS)
+            .map(|(i, _)| i)
+            .unwrap_or(text.len())
     } else {
         head_end
     };
@@ -70,16 +94,37 @@ pub fn preview(text: &str, rel: &str) -> String {
 fn spool(text: &str, workspace: &Path, call_id: &str) -> std::io::Result<String> {
     let dir = workspace.join(SPOOL_DIR);
     std::fs::create_dir_all(&dir)?;
-    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
     let safe: String = call_id
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .take(120)
         .collect();
-    let safe = if safe.is_empty() { "call".to_owned() } else { safe };
+    let safe = if safe.is_empty() {
+        "call".to_owned()
+    } else {
+        safe
+    };
     for n in 0.. {
-        let name = if n == 0 { format!("{ms}__{safe}.txt") } else { format!("{ms}__{safe}-{n}.txt") };
-        match std::fs::OpenOptions::new().write(true).create_new(true).open(dir.join(&name)) {
+        let name = if n == 0 {
+            format!("{ms}__{safe}.txt")
+        } else {
+            format!("{ms}__{safe}-{n}.txt")
+        };
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(dir.join(&name))
+        {
             Ok(mut f) => {
                 f.write_all(text.as_bytes())?;
                 f.sync_data()?;
@@ -100,12 +145,31 @@ mod tests {
     fn small_results_are_untouched() {
         let d = tempfile::tempdir().unwrap();
         let s = shape("hello".into(), d.path(), "c1", SPOOL_THRESHOLD_BYTES).unwrap();
-        assert_eq!(s, Shaped { text: "hello".into(), spool_path: None, full_bytes: 5 });
+        assert_eq!(
+            s,
+            Shaped {
+                text: "hello".into(),
+                spool_path: None,
+                full_bytes: 5
+            }
+        );
         assert!(!d.path().join(SPOOL_DIR).exists());
         // One byte under the threshold stays inline; at the threshold it spools.
-        let s = shape("x".repeat(SPOOL_THRESHOLD_BYTES - 1), d.path(), "c1", SPOOL_THRESHOLD_BYTES).unwrap();
+        let s = shape(
+            "x".repeat(SPOOL_THRESHOLD_BYTES - 1),
+            d.path(),
+            "c1",
+            SPOOL_THRESHOLD_BYTES,
+        )
+        .unwrap();
         assert!(s.spool_path.is_none());
-        let s = shape("x".repeat(SPOOL_THRESHOLD_BYTES), d.path(), "c1", SPOOL_THRESHOLD_BYTES).unwrap();
+        let s = shape(
+            "x".repeat(SPOOL_THRESHOLD_BYTES),
+            d.path(),
+            "c1",
+            SPOOL_THRESHOLD_BYTES,
+        )
+        .unwrap();
         assert!(s.spool_path.is_some());
     }
 
@@ -121,10 +185,16 @@ mod tests {
         }
         let s = shape(text.clone(), d.path(), "call/../x y", SPOOL_THRESHOLD_BYTES).unwrap();
         let rel = s.spool_path.clone().unwrap();
-        assert!(rel.starts_with(".omicos/tool_outputs/") && rel.ends_with("__call____x_y.txt"), "{rel}");
+        assert!(
+            rel.starts_with(".omicos/tool_outputs/") && rel.ends_with("__call____x_y.txt"),
+            "{rel}"
+        );
         assert_eq!(std::fs::read(d.path().join(&rel)).unwrap(), text.as_bytes());
         let head: String = text.chars().take(PREVIEW_HEAD_CHARS).collect();
-        let tail: String = text.chars().skip(text.chars().count() - PREVIEW_TAIL_CHARS).collect();
+        let tail: String = text
+            .chars()
+            .skip(text.chars().count() - PREVIEW_TAIL_CHARS)
+            .collect();
         assert!(s.text.starts_with(&head));
         let before_note = s.text.rsplit_once("\n\n[Full output").unwrap().0;
         assert!(before_note.ends_with(&tail));

@@ -125,16 +125,18 @@ impl Provider for FileManager {
     fn validate_input(&self, tool: &str, args: &Value, ctx: &CallCtx) -> Result<(), ToolError> {
         confine(ctx, path_arg(args, "path", "."))?;
         match tool {
-            "file_manager__edit" => {
-                if s(args, "old_string") == s(args, "new_string") {
-                    return Err(ToolError::invalid("old_string and new_string are the same: nothing to edit"));
-                }
+            "file_manager__edit" if s(args, "old_string") == s(args, "new_string") => {
+                return Err(ToolError::invalid(
+                    "old_string and new_string are the same: nothing to edit",
+                ));
             }
             "file_manager__grep" => {
-                regex::Regex::new(s(args, "pattern").unwrap_or_default())
-                    .map_err(|e| ToolError::invalid(format!("pattern is not a valid regex: {e}")))?;
+                regex::Regex::new(s(args, "pattern").unwrap_or_default()).map_err(|e| {
+                    ToolError::invalid(format!("pattern is not a valid regex: {e}"))
+                })?;
                 if let Some(g) = s(args, "glob") {
-                    globset::Glob::new(g).map_err(|e| ToolError::invalid(format!("glob is not valid: {e}")))?;
+                    globset::Glob::new(g)
+                        .map_err(|e| ToolError::invalid(format!("glob is not valid: {e}")))?;
                 }
             }
             "file_manager__glob" => {
@@ -179,10 +181,16 @@ fn list(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
     if !dir.is_dir() {
         return Err(ToolError::failed(format!("`{given}` is not a directory")));
     }
-    let recursive = args.get("recursive").and_then(Value::as_bool).unwrap_or(false);
+    let recursive = args
+        .get("recursive")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let mut entries = Vec::new();
     let mut truncated = false;
-    let walker = walkdir::WalkDir::new(&dir).min_depth(1).max_depth(if recursive { usize::MAX } else { 1 }).sort_by_file_name();
+    let walker = walkdir::WalkDir::new(&dir)
+        .min_depth(1)
+        .max_depth(if recursive { usize::MAX } else { 1 })
+        .sort_by_file_name();
     for e in walker {
         let Ok(e) = e else { continue };
         if entries.len() >= MAX_ENTRIES {
@@ -196,31 +204,53 @@ fn list(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
             "size": size,
         }));
     }
-    Ok(json!({"path": relative_to(&ctx.workspace, &dir), "entries": entries, "truncated": truncated}))
+    Ok(
+        json!({"path": relative_to(&ctx.workspace, &dir), "entries": entries, "truncated": truncated}),
+    )
 }
 
 fn read(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
     let given = path_arg(args, "path", "");
     let path = confine(ctx, given)?;
     if path.is_dir() {
-        return Err(ToolError::failed(format!("`{given}` is a directory; use file_manager__list")));
+        return Err(ToolError::failed(format!(
+            "`{given}` is a directory; use file_manager__list"
+        )));
     }
     let bytes = std::fs::read(&path).map_err(|e| io_err("read", given, e))?;
     let text = String::from_utf8(bytes).map_err(|e| {
-        ToolError::failed(format!("`{given}` is not UTF-8 text ({} bytes); it cannot be read as text", e.as_bytes().len()))
+        ToolError::failed(format!(
+            "`{given}` is not UTF-8 text ({} bytes); it cannot be read as text",
+            e.as_bytes().len()
+        ))
     })?;
-    let offset = args.get("offset").and_then(Value::as_u64).unwrap_or(1).max(1) as usize;
-    let limit = args.get("limit").and_then(Value::as_u64).map(|l| l as usize).unwrap_or(READ_DEFAULT_LINES);
+    let offset = args
+        .get("offset")
+        .and_then(Value::as_u64)
+        .unwrap_or(1)
+        .max(1) as usize;
+    let limit = args
+        .get("limit")
+        .and_then(Value::as_u64)
+        .map(|l| l as usize)
+        .unwrap_or(READ_DEFAULT_LINES);
     let total = text.lines().count();
     if offset == 1 && limit >= total && text.len() <= READ_MAX_BYTES {
         return Ok(Value::String(text));
     }
     if offset > total.max(1) {
-        return Err(ToolError::failed(format!("offset {offset} is past the end of `{given}` ({total} lines)")));
+        return Err(ToolError::failed(format!(
+            "offset {offset} is past the end of `{given}` ({total} lines)"
+        )));
     }
     let mut out = String::new();
     let mut last = offset - 1;
-    for (i, line) in text.split_inclusive('\n').enumerate().skip(offset - 1).take(limit) {
+    for (i, line) in text
+        .split_inclusive('\n')
+        .enumerate()
+        .skip(offset - 1)
+        .take(limit)
+    {
         if out.len() + line.len() > READ_MAX_BYTES && i >= offset {
             break;
         }
@@ -231,7 +261,10 @@ fn read(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
         out.push('\n');
     }
     if last < total {
-        out.push_str(&format!("[lines {offset}-{last} of {total}; continue with offset={}]", last + 1));
+        out.push_str(&format!(
+            "[lines {offset}-{last} of {total}; continue with offset={}]",
+            last + 1
+        ));
     } else {
         out.push_str(&format!("[lines {offset}-{last} of {total}; end of file]"));
     }
@@ -254,8 +287,13 @@ fn write(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
     let append = args.get("append").and_then(Value::as_bool).unwrap_or(false);
     if append {
         use std::io::Write;
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| io_err("open", given, e))?;
-        f.write_all(content.as_bytes()).map_err(|e| io_err("write", given, e))?;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| io_err("open", given, e))?;
+        f.write_all(content.as_bytes())
+            .map_err(|e| io_err("write", given, e))?;
     } else {
         std::fs::write(&path, content).map_err(|e| io_err("write", given, e))?;
     }
@@ -272,20 +310,33 @@ fn edit(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
     let path = confine(ctx, given)?;
     let old = s(args, "old_string").unwrap_or_default();
     let new = s(args, "new_string").unwrap_or_default();
-    let replace_all = args.get("replace_all").and_then(Value::as_bool).unwrap_or(false);
+    let replace_all = args
+        .get("replace_all")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let text = std::fs::read_to_string(&path).map_err(|e| io_err("read", given, e))?;
     let count = text.matches(old).count();
     if count == 0 {
-        return Err(ToolError::failed(format!("old_string was not found in `{given}`; nothing changed")));
+        return Err(ToolError::failed(format!(
+            "old_string was not found in `{given}`; nothing changed"
+        )));
     }
     if count > 1 && !replace_all {
         return Err(ToolError::failed(format!(
             "old_string occurs {count} times in `{given}`; add surrounding context to make it unique, or set replace_all"
         )));
     }
-    let updated = if replace_all { text.replace(old, new) } else { text.replacen(old, new, 1) };
+    let updated = if replace_all {
+        text.replace(old, new)
+    } else {
+        text.replacen(old, new, 1)
+    };
     std::fs::write(&path, updated).map_err(|e| io_err("write", given, e))?;
-    Ok(Value::String(format!("replaced {count} occurrence{} in {}", if count == 1 { "" } else { "s" }, relative_to(&ctx.workspace, &path))))
+    Ok(Value::String(format!(
+        "replaced {count} occurrence{} in {}",
+        if count == 1 { "" } else { "s" },
+        relative_to(&ctx.workspace, &path)
+    )))
 }
 
 fn glob(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
@@ -299,7 +350,12 @@ fn glob(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
         .compile_matcher();
     let mut found = Vec::new();
     let mut truncated = false;
-    for e in walkdir::WalkDir::new(&base).min_depth(1).sort_by_file_name().into_iter().flatten() {
+    for e in walkdir::WalkDir::new(&base)
+        .min_depth(1)
+        .sort_by_file_name()
+        .into_iter()
+        .flatten()
+    {
         let rel = e.path().strip_prefix(&base).unwrap_or(e.path());
         if matcher.is_match(rel) {
             if found.len() >= MAX_ENTRIES {
@@ -317,20 +373,35 @@ fn grep(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
     let root = confine(ctx, given)?;
     let pattern = s(args, "pattern").unwrap_or_default();
     let re = regex::RegexBuilder::new(pattern)
-        .case_insensitive(args.get("case_insensitive").and_then(Value::as_bool).unwrap_or(false))
+        .case_insensitive(
+            args.get("case_insensitive")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        )
         .size_limit(1 << 20)
         .build()
         .map_err(|e| ToolError::invalid(format!("pattern is not a valid regex: {e}")))?;
     let filter = match s(args, "glob") {
         Some(g) => Some(
-            globset::Glob::new(g).map_err(|e| ToolError::invalid(format!("glob is not valid: {e}")))?.compile_matcher(),
+            globset::Glob::new(g)
+                .map_err(|e| ToolError::invalid(format!("glob is not valid: {e}")))?
+                .compile_matcher(),
         ),
         None => None,
     };
-    let max = args.get("max_matches").and_then(Value::as_u64).map(|m| m as usize).unwrap_or(GREP_DEFAULT_MATCHES).min(GREP_MAX_MATCHES);
+    let max = args
+        .get("max_matches")
+        .and_then(Value::as_u64)
+        .map(|m| m as usize)
+        .unwrap_or(GREP_DEFAULT_MATCHES)
+        .min(GREP_MAX_MATCHES);
     let mut lines = Vec::new();
     let mut truncated = false;
-    'files: for e in walkdir::WalkDir::new(&root).sort_by_file_name().into_iter().flatten() {
+    'files: for e in walkdir::WalkDir::new(&root)
+        .sort_by_file_name()
+        .into_iter()
+        .flatten()
+    {
         // Symlinks are not followed: a link out of the workspace is never read.
         if !e.file_type().is_file() {
             continue;
@@ -342,10 +413,15 @@ fn grep(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
         {
             continue;
         }
-        if e.metadata().map(|m| m.len() > GREP_MAX_FILE_BYTES).unwrap_or(true) {
+        if e.metadata()
+            .map(|m| m.len() > GREP_MAX_FILE_BYTES)
+            .unwrap_or(true)
+        {
             continue;
         }
-        let Ok(text) = std::fs::read_to_string(e.path()) else { continue };
+        let Ok(text) = std::fs::read_to_string(e.path()) else {
+            continue;
+        };
         for (i, line) in text.lines().enumerate() {
             if re.is_match(line) {
                 if lines.len() >= max {
@@ -357,9 +433,15 @@ fn grep(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
             }
         }
     }
-    let mut out = if lines.is_empty() { "no matches".to_owned() } else { lines.join("\n") };
+    let mut out = if lines.is_empty() {
+        "no matches".to_owned()
+    } else {
+        lines.join("\n")
+    };
     if truncated {
-        out.push_str(&format!("\n[stopped after {max} matches; narrow the pattern or path]"));
+        out.push_str(&format!(
+            "\n[stopped after {max} matches; narrow the pattern or path]"
+        ));
     }
     Ok(Value::String(out))
 }
@@ -378,17 +460,64 @@ mod tests {
     #[tokio::test]
     async fn write_read_edit_roundtrip() {
         let d = tempfile::tempdir().unwrap();
-        call(d.path(), "file_manager__write", json!({"path":"a/b.txt","content":"one\ntwo\ntwo\n"})).await.unwrap();
-        assert_eq!(call(d.path(), "file_manager__read", json!({"path":"a/b.txt"})).await.unwrap(), json!("one\ntwo\ntwo\n"));
-        let e = call(d.path(), "file_manager__edit", json!({"path":"a/b.txt","old_string":"two","new_string":"2"})).await.unwrap_err();
+        call(
+            d.path(),
+            "file_manager__write",
+            json!({"path":"a/b.txt","content":"one\ntwo\ntwo\n"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            call(d.path(), "file_manager__read", json!({"path":"a/b.txt"}))
+                .await
+                .unwrap(),
+            json!("one\ntwo\ntwo\n")
+        );
+        let e = call(
+            d.path(),
+            "file_manager__edit",
+            json!({"path":"a/b.txt","old_string":"two","new_string":"2"}),
+        )
+        .await
+        .unwrap_err();
         assert!(e.to_string().contains("occurs 2 times"), "{e}");
-        let e = call(d.path(), "file_manager__edit", json!({"path":"a/b.txt","old_string":"zzz","new_string":"2"})).await.unwrap_err();
+        let e = call(
+            d.path(),
+            "file_manager__edit",
+            json!({"path":"a/b.txt","old_string":"zzz","new_string":"2"}),
+        )
+        .await
+        .unwrap_err();
         assert!(e.to_string().contains("not found"), "{e}");
-        call(d.path(), "file_manager__edit", json!({"path":"a/b.txt","old_string":"one","new_string":"1"})).await.unwrap();
-        call(d.path(), "file_manager__edit", json!({"path":"a/b.txt","old_string":"two","new_string":"2","replace_all":true})).await.unwrap();
-        assert_eq!(std::fs::read_to_string(d.path().join("a/b.txt")).unwrap(), "1\n2\n2\n");
-        call(d.path(), "file_manager__write", json!({"path":"a/b.txt","content":"3\n","append":true})).await.unwrap();
-        assert_eq!(std::fs::read_to_string(d.path().join("a/b.txt")).unwrap(), "1\n2\n2\n3\n");
+        call(
+            d.path(),
+            "file_manager__edit",
+            json!({"path":"a/b.txt","old_string":"one","new_string":"1"}),
+        )
+        .await
+        .unwrap();
+        call(
+            d.path(),
+            "file_manager__edit",
+            json!({"path":"a/b.txt","old_string":"two","new_string":"2","replace_all":true}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("a/b.txt")).unwrap(),
+            "1\n2\n2\n"
+        );
+        call(
+            d.path(),
+            "file_manager__write",
+            json!({"path":"a/b.txt","content":"3\n","append":true}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("a/b.txt")).unwrap(),
+            "1\n2\n2\n3\n"
+        );
     }
 
     #[tokio::test]
@@ -396,15 +525,39 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let text: String = (1..=100).map(|i| format!("L{i}\n")).collect();
         std::fs::write(d.path().join("f.txt"), &text).unwrap();
-        let v = call(d.path(), "file_manager__read", json!({"path":"f.txt","offset":10,"limit":3})).await.unwrap();
-        assert_eq!(v, json!("L10\nL11\nL12\n[lines 10-12 of 100; continue with offset=13]"));
+        let v = call(
+            d.path(),
+            "file_manager__read",
+            json!({"path":"f.txt","offset":10,"limit":3}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            v,
+            json!("L10\nL11\nL12\n[lines 10-12 of 100; continue with offset=13]")
+        );
         let big: String = (0..5000).map(|i| format!("{i:080}\n")).collect();
         std::fs::write(d.path().join("big.txt"), &big).unwrap();
-        let v = call(d.path(), "file_manager__read", json!({"path":"big.txt"})).await.unwrap();
+        let v = call(d.path(), "file_manager__read", json!({"path":"big.txt"}))
+            .await
+            .unwrap();
         let s = v.as_str().unwrap();
-        assert!(s.len() < 16 * 1024, "a read must stay under the spool threshold");
-        assert!(s.contains("continue with offset="), "{}", &s[s.len() - 80..]);
-        let e = call(d.path(), "file_manager__read", json!({"path":"f.txt","offset":500})).await.unwrap_err();
+        assert!(
+            s.len() < 16 * 1024,
+            "a read must stay under the spool threshold"
+        );
+        assert!(
+            s.contains("continue with offset="),
+            "{}",
+            &s[s.len() - 80..]
+        );
+        let e = call(
+            d.path(),
+            "file_manager__read",
+            json!({"path":"f.txt","offset":500}),
+        )
+        .await
+        .unwrap_err();
         assert!(e.to_string().contains("past the end"));
     }
 
@@ -415,16 +568,39 @@ mod tests {
         std::fs::write(d.path().join("src/a.py"), "import os\nprint('hi')\n").unwrap();
         std::fs::write(d.path().join("src/x/b.py"), "PRINT\n").unwrap();
         std::fs::write(d.path().join("c.txt"), "print\n").unwrap();
-        let v = call(d.path(), "file_manager__glob", json!({"pattern":"**/*.py"})).await.unwrap();
+        let v = call(d.path(), "file_manager__glob", json!({"pattern":"**/*.py"}))
+            .await
+            .unwrap();
         assert_eq!(v["matches"], json!(["src/a.py", "src/x/b.py"]));
-        let v = call(d.path(), "file_manager__grep", json!({"pattern":"print","glob":"*.py","case_insensitive":true})).await.unwrap();
+        let v = call(
+            d.path(),
+            "file_manager__grep",
+            json!({"pattern":"print","glob":"*.py","case_insensitive":true}),
+        )
+        .await
+        .unwrap();
         assert_eq!(v, json!("src/a.py:2: print('hi')\nsrc/x/b.py:1: PRINT"));
-        let v = call(d.path(), "file_manager__grep", json!({"pattern":"print","max_matches":1})).await.unwrap();
+        let v = call(
+            d.path(),
+            "file_manager__grep",
+            json!({"pattern":"print","max_matches":1}),
+        )
+        .await
+        .unwrap();
         assert!(v.as_str().unwrap().contains("stopped after 1 matches"));
-        let v = call(d.path(), "file_manager__list", json!({})).await.unwrap();
-        let names: Vec<&str> = v["entries"].as_array().unwrap().iter().map(|e| e["path"].as_str().unwrap()).collect();
+        let v = call(d.path(), "file_manager__list", json!({}))
+            .await
+            .unwrap();
+        let names: Vec<&str> = v["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["path"].as_str().unwrap())
+            .collect();
         assert_eq!(names, vec!["c.txt", "src"]);
-        let e = call(d.path(), "file_manager__grep", json!({"pattern":"("})).await.unwrap_err();
+        let e = call(d.path(), "file_manager__grep", json!({"pattern":"("}))
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("not a valid regex"));
     }
 
@@ -438,16 +614,27 @@ mod tests {
             ("file_manager__read", json!({"path":"../../etc/passwd"})),
             ("file_manager__read", json!({"path":"/etc/passwd"})),
             ("file_manager__read", json!({"path":"link/secret"})),
-            ("file_manager__write", json!({"path":"link/new","content":"x"})),
+            (
+                "file_manager__write",
+                json!({"path":"link/new","content":"x"}),
+            ),
             ("file_manager__list", json!({"path":"link"})),
-            ("file_manager__grep", json!({"pattern":"s3cret","path":"link"})),
+            (
+                "file_manager__grep",
+                json!({"pattern":"s3cret","path":"link"}),
+            ),
         ] {
             let e = call(d.path(), tool, args.clone()).await.unwrap_err();
-            assert!(e.to_string().contains("outside the workspace"), "{tool} {args}: {e}");
+            assert!(
+                e.to_string().contains("outside the workspace"),
+                "{tool} {args}: {e}"
+            );
         }
         assert!(!outside.path().join("new").exists());
         // grep over the whole workspace does not follow the link out.
-        let v = call(d.path(), "file_manager__grep", json!({"pattern":"s3cret"})).await.unwrap();
+        let v = call(d.path(), "file_manager__grep", json!({"pattern":"s3cret"}))
+            .await
+            .unwrap();
         assert_eq!(v, json!("no matches"));
     }
 }

@@ -23,7 +23,10 @@ pub struct Shell {
 impl Shell {
     /// A shell with these limits.
     pub fn new(max_timeout: Duration, output_cap: usize) -> Self {
-        Self { max_timeout, output_cap }
+        Self {
+            max_timeout,
+            output_cap,
+        }
     }
 }
 
@@ -37,7 +40,11 @@ fn killpg(pid: Option<u32>) {
 }
 
 /// Reads a pipe to the end, in chunks, forwarding them.
-async fn pump(mut r: impl AsyncRead + Unpin, stream: &'static str, tx: mpsc::Sender<(&'static str, Vec<u8>)>) {
+async fn pump(
+    mut r: impl AsyncRead + Unpin,
+    stream: &'static str,
+    tx: mpsc::Sender<(&'static str, Vec<u8>)>,
+) {
     let mut buf = vec![0u8; 8192];
     loop {
         match r.read(&mut buf).await {
@@ -77,16 +84,22 @@ impl Provider for Shell {
 
     fn validate_input(&self, _tool: &str, args: &Value, ctx: &CallCtx) -> Result<(), ToolError> {
         if let Some(w) = args.get("workdir").and_then(Value::as_str) {
-            let p = confine_path(&ctx.workspace, w).map_err(|e| ToolError::invalid(e.to_string()))?;
+            let p =
+                confine_path(&ctx.workspace, w).map_err(|e| ToolError::invalid(e.to_string()))?;
             if !p.is_dir() {
-                return Err(ToolError::invalid(format!("workdir `{w}` is not a directory")));
+                return Err(ToolError::invalid(format!(
+                    "workdir `{w}` is not a directory"
+                )));
             }
         }
         Ok(())
     }
 
     async fn call(&self, _tool: &str, args: Value, ctx: CallCtx) -> Result<Value, ToolError> {
-        let command = args.get("command").and_then(Value::as_str).unwrap_or_default();
+        let command = args
+            .get("command")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let timeout = args
             .get("timeout_secs")
             .and_then(Value::as_u64)
@@ -94,7 +107,9 @@ impl Provider for Shell {
             .unwrap_or(self.max_timeout)
             .min(self.max_timeout);
         let cwd = match args.get("workdir").and_then(Value::as_str) {
-            Some(w) => confine_path(&ctx.workspace, w).map_err(|e| ToolError::invalid(e.to_string()))?,
+            Some(w) => {
+                confine_path(&ctx.workspace, w).map_err(|e| ToolError::invalid(e.to_string()))?
+            }
             None => ctx.workspace.clone(),
         };
         let mut child = tokio::process::Command::new("bash")
@@ -187,7 +202,10 @@ impl Provider for Shell {
             "stderr": String::from_utf8_lossy(&err),
         });
         if dropped > 0 {
-            result["truncated"] = json!(format!("{dropped} bytes of output beyond the {}-byte cap were dropped", self.output_cap));
+            result["truncated"] = json!(format!(
+                "{dropped} bytes of output beyond the {}-byte cap were dropped",
+                self.output_cap
+            ));
         }
         Ok(result)
     }
@@ -207,9 +225,15 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let ws = d.path().canonicalize().unwrap();
         let ctx = CallCtx::for_test(&ws, "s");
-        let v = shell().call("shell", json!({"command":"pwd; echo err >&2; exit 3"}), ctx).await.unwrap();
+        let v = shell()
+            .call("shell", json!({"command":"pwd; echo err >&2; exit 3"}), ctx)
+            .await
+            .unwrap();
         assert_eq!(v["exit_code"], 3);
-        assert_eq!(v["stdout"].as_str().unwrap().trim(), ws.display().to_string());
+        assert_eq!(
+            v["stdout"].as_str().unwrap().trim(),
+            ws.display().to_string()
+        );
         assert_eq!(v["stderr"], "err\n");
     }
 
@@ -217,13 +241,23 @@ mod tests {
     async fn output_cap_and_timeout_kill_the_group() {
         let d = tempfile::tempdir().unwrap();
         let ctx = CallCtx::for_test(d.path(), "s");
-        let v = shell().call("shell", json!({"command":"head -c 5000 /dev/zero | tr '\\0' x"}), ctx.clone()).await.unwrap();
+        let v = shell()
+            .call(
+                "shell",
+                json!({"command":"head -c 5000 /dev/zero | tr '\\0' x"}),
+                ctx.clone(),
+            )
+            .await
+            .unwrap();
         assert_eq!(v["stdout"].as_str().unwrap().len(), 1000);
         assert!(v["truncated"].as_str().unwrap().contains("4000 bytes"));
         let started = Instant::now();
         let marker = d.path().join("survivor");
         let cmd = format!("(sleep 3; touch {}) & sleep 30", marker.display());
-        let e = shell().call("shell", json!({"command": cmd, "timeout_secs": 1}), ctx).await.unwrap_err();
+        let e = shell()
+            .call("shell", json!({"command": cmd, "timeout_secs": 1}), ctx)
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("timed out after 1s"), "{e}");
         assert!(started.elapsed() < Duration::from_secs(5));
         tokio::time::sleep(Duration::from_millis(3500)).await;
@@ -234,7 +268,9 @@ mod tests {
     async fn workdir_outside_is_refused() {
         let d = tempfile::tempdir().unwrap();
         let ctx = CallCtx::for_test(d.path().canonicalize().unwrap(), "s");
-        let e = shell().validate_input("shell", &json!({"command":"ls","workdir":"../.."}), &ctx).unwrap_err();
+        let e = shell()
+            .validate_input("shell", &json!({"command":"ls","workdir":"../.."}), &ctx)
+            .unwrap_err();
         assert!(e.to_string().contains("outside the workspace"));
     }
 }

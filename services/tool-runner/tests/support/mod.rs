@@ -19,7 +19,11 @@ pub struct TestKit {
 
 impl TestKit {
     pub fn new() -> Self {
-        Self { name: "testkit".into(), affinity: false, tag: "testkit".into() }
+        Self {
+            name: "testkit".into(),
+            affinity: false,
+            tag: "testkit".into(),
+        }
     }
 }
 
@@ -59,16 +63,26 @@ impl Provider for TestKit {
             tool("big", "returns 200 KB", obj.clone()).build(),
             tool("boom", "panics", obj.clone()).build(),
             tool("slow", "waits until cancelled", obj.clone()).build(),
-            tool("writer", "a FileWrite tool", obj.clone()).risk(Risk::FileWrite).build(),
-            tool("py", "a Python tool", obj.clone()).risk(Risk::Python).alias("python").deprecated("old_py").build(),
-            tool("sh", "a Shell tool", obj.clone()).risk(Risk::Shell).build(),
+            tool("writer", "a FileWrite tool", obj.clone())
+                .risk(Risk::FileWrite)
+                .build(),
+            tool("py", "a Python tool", obj.clone())
+                .risk(Risk::Python)
+                .alias("python")
+                .deprecated("old_py")
+                .build(),
+            tool("sh", "a Shell tool", obj.clone())
+                .risk(Risk::Shell)
+                .build(),
             tool("plan", "asks every time", obj).always_ask().build(),
         ]
     }
     async fn call(&self, tool: &str, args: Value, ctx: CallCtx) -> Result<Value, ToolError> {
         match tool {
             "noop" => Ok(json!("ok")),
-            "echo" => Ok(json!({"args": args, "user_modified": ctx.user_modified, "instance": self.tag})),
+            "echo" => {
+                Ok(json!({"args": args, "user_modified": ctx.user_modified, "instance": self.tag}))
+            }
             "big" => Ok(Value::String(big_text())),
             "boom" => panic!("the test provider panics on purpose"),
             "slow" => {
