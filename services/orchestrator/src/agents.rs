@@ -78,3 +78,72 @@ impl AgentDirectory for SingleAgent {
         RefreshCatalogResponse { agents: 1, skills: 0, warnings: vec![] }
     }
 }
+
+/// Agents from the catalog (agent files, built-ins, skills), reloaded on
+/// `RefreshCatalog` and when files change.
+pub struct CatalogAgents {
+    catalog: omicos_catalog::Catalog,
+    _watcher: Option<omicos_catalog::CatalogWatcher>,
+}
+
+impl CatalogAgents {
+    /// Loads the catalog for the orchestrator's configuration and starts watching it.
+    pub fn load(cfg: &crate::config::Config) -> Result<(Self, Vec<String>), String> {
+        let tier: omicos_catalog::Tier = cfg.tier.parse().map_err(|e| format!("config key `tier`: {e}"))?;
+        let mut cc = omicos_catalog::CatalogConfig::new(&cfg.workspace, tier);
+        if !cfg.agent_cache_dir.is_empty() {
+            cc.agent_cache_dir = Some(cfg.agent_cache_dir.clone().into());
+        }
+        let env_roots = std::env::var("OMICOS_SKILL_ROOTS").unwrap_or_default();
+        cc.skill_roots = env_roots
+            .split(':')
+            .chain(cfg.skill_roots.split(':'))
+            .filter(|s| !s.trim().is_empty())
+            .map(std::path::PathBuf::from)
+            .collect();
+        let (catalog, warnings) = omicos_catalog::Catalog::load(cc);
+        let watcher = match catalog.watch() {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(error = %e, "catalog files are not watched; use RefreshCatalog");
+                None
+            }
+        };
+        Ok((Self { catalog, _watcher: watcher }, warnings))
+    }
+
+    /// Wraps an already loaded catalog (tests).
+    pub fn from_catalog(catalog: omicos_catalog::Catalog) -> Self {
+        Self { catalog, _watcher: None }
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &omicos_catalog::Catalog {
+        &self.catalog
+    }
+
+    fn profile(&self, team: &omicos_catalog::Team) -> AgentProfile {
+        AgentProfile {
+            id: team.active.id.clone(),
+            name: team.active.name.clone(),
+            description: team.active.description.clone(),
+            system_prompt: self.catalog.system_prompt(team),
+            toolsets: self.catalog.runtime_toolsets(&team.active, team.len()),
+        }
+    }
+}
+
+impl AgentDirectory for CatalogAgents {
+    fn resolve_team(&self, members: &[String], active: &str) -> Result<TeamView, String> {
+        let team = self.catalog.resolve_team(members, active).map_err(|e| e.to_string())?;
+        Ok(TeamView { active: self.profile(&team), members: team.agents.iter().map(|a| a.id.clone()).collect() })
+    }
+
+    fn list(&self) -> (Vec<AgentInfo>, String) {
+        (self.catalog.agents().iter().map(|a| a.to_info()).collect(), self.catalog.tier().as_str().to_owned())
+    }
+
+    fn refresh(&self) -> RefreshCatalogResponse {
+        self.catalog.refresh().to_proto()
+    }
+}

@@ -1,7 +1,7 @@
 //! The orchestrator binary.
 
 use clap::Parser;
-use omicos_orchestrator::{Parts, agents::SingleAgent, build_backends, config::Config, open_store, serve};
+use omicos_orchestrator::{Parts, agents::CatalogAgents, build_backends, config::Config, open_store, serve};
 use omicos_servicekit::{Shutdown, load_config};
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +36,11 @@ async fn main() -> std::process::ExitCode {
         println!("listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);
         let shutdown = Shutdown::new(Duration::from_secs(cfg.grace_secs));
         shutdown.on_signals();
-        let parts = Parts { agents: Arc::new(SingleAgent), store, backends, config: cfg };
+        let (agents, warnings) = CatalogAgents::load(&cfg)?;
+        for w in warnings {
+            tracing::warn!("{w}");
+        }
+        let parts = Parts { agents: Arc::new(agents), store, backends, config: cfg };
         serve(parts, listener, shutdown).await.map_err(|e| e.to_string())
     }
     .await;

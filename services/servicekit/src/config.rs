@@ -7,7 +7,7 @@
 //! the file are refused, naming the key.
 
 use serde::{Serialize, de::DeserializeOwned};
-use serde_yaml::Value;
+pub use serde_yaml::Value;
 use std::path::Path;
 
 /// A configuration that cannot be used. The message names the key.
@@ -44,28 +44,40 @@ pub fn load_config<T>(file: Option<&Path>, env: &[(String, String)]) -> Result<T
 where
     T: Serialize + DeserializeOwned + Default,
 {
+    let overlay = match file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.display().to_string(),
+                source,
+            })?;
+            let expanded = expand_vars(&text, env);
+            let v: Value = serde_yaml::from_str(&expanded).map_err(|e| ConfigError::Syntax {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            })?;
+            Some(v)
+        }
+        None => None,
+    };
+    load_config_value(overlay, env, "")
+}
+
+/// Like [`load_config`], with the file already parsed (e.g. one section of a
+/// whole-stack file). `section` prefixes key names in error messages.
+pub fn load_config_value<T>(overlay: Option<Value>, env: &[(String, String)], section: &str) -> Result<T, ConfigError>
+where
+    T: Serialize + DeserializeOwned + Default,
+{
     let mut tree = serde_yaml::to_value(T::default()).map_err(|e| ConfigError::Key {
         key: String::new(),
         message: e.to_string(),
     })?;
-    if let Some(path) = file {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let expanded = expand_vars(&text, env);
-        let overlay: Value = serde_yaml::from_str(&expanded).map_err(|e| ConfigError::Syntax {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
-        if !overlay.is_null() {
-            merge(&mut tree, overlay, "")?;
-        }
+    if let Some(overlay) = overlay.filter(|v| !v.is_null()) {
+        merge(&mut tree, overlay, section)?;
     }
     apply_env(&mut tree, env);
-    let de = tree;
-    serde_path_to_error::deserialize(de).map_err(|e| ConfigError::Key {
-        key: e.path().to_string(),
+    serde_path_to_error::deserialize(tree).map_err(|e| ConfigError::Key {
+        key: if section.is_empty() { e.path().to_string() } else { format!("{section}.{}", e.path()) },
         message: e.inner().to_string(),
     })
 }

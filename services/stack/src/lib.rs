@@ -1,0 +1,316 @@
+//! The whole omicos stack in one process, as `omicos up` and `omicos demo` run
+//! it: the tool-runner (with its registry and the in-process providers), the
+//! kernel, web and memory providers (each registered with the registry) and
+//! the orchestrator, every service on its own loopback port.
+//!
+//! Configuration: each service reads its own defaults and `OMICOS_*`
+//! variables, as when it runs alone; an optional YAML file has one section per
+//! service (`orchestrator`, `tool_runner`, `kernel`, `web`, `memory`, `pdf`).
+
+use omicos_servicekit::config::{Value, load_config_value};
+use omicos_servicekit::{ConfigError, Shutdown};
+use omicos_toolkit::{Provider, ProviderHosting, serve_provider};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+/// The replay script `omicos up` uses when no model is configured.
+pub const DEFAULT_REPLAY: &str = include_str!("../scripts/offline.yaml");
+
+/// How to start the stack.
+#[derive(Clone, Debug)]
+pub struct UpOptions {
+    /// Workspace root (created if missing).
+    pub workspace: PathBuf,
+    /// Whole-stack YAML file.
+    pub config_file: Option<PathBuf>,
+    /// Host to bind.
+    pub host: String,
+    /// Orchestrator port; the others follow (+1 runner, +2 kernel, +3 web, +4 memory). 0: ephemeral ports.
+    pub port_base: u16,
+    /// Use this replay script (forces the replay backend).
+    pub replay_file: Option<PathBuf>,
+    /// The environment to read `OMICOS_*` from.
+    pub env: Vec<(String, String)>,
+    /// Start the kernel provider.
+    pub kernel: bool,
+    /// Start the web provider.
+    pub web: bool,
+    /// Start the memory provider.
+    pub memory: bool,
+}
+
+impl UpOptions {
+    /// Defaults for a workspace: ports from 7000, every provider, the process environment.
+    pub fn new(workspace: impl Into<PathBuf>) -> Self {
+        Self {
+            workspace: workspace.into(),
+            config_file: None,
+            host: "127.0.0.1".into(),
+            port_base: 7000,
+            replay_file: None,
+            env: omicos_servicekit::config::process_env(),
+            kernel: true,
+            web: true,
+            memory: true,
+        }
+    }
+}
+
+/// A started stack.
+pub struct RunningStack {
+    /// (service, URL), in start order.
+    pub endpoints: Vec<(&'static str, String)>,
+    /// The orchestrator's URL.
+    pub orchestrator: String,
+    /// The tool-runner's URL (also the registry).
+    pub runner: String,
+    /// The workspace.
+    pub workspace: PathBuf,
+    /// Drains every service.
+    pub shutdown: Shutdown,
+    /// Which LLM backend the orchestrator uses by default.
+    pub llm_backend: String,
+    tasks: JoinSet<(&'static str, std::io::Result<()>)>,
+    kernel: Option<Arc<omicos_kernel::KernelProvider>>,
+}
+
+fn section(file: &Option<serde_yaml::Mapping>, name: &str) -> Option<Value> {
+    file.as_ref().and_then(|m| m.get(name)).cloned()
+}
+
+fn known_sections(m: &serde_yaml::Mapping) -> Result<(), String> {
+    for k in m.keys() {
+        let k = k.as_str().unwrap_or_default();
+        if !["orchestrator", "tool_runner", "kernel", "web", "memory", "pdf"].contains(&k) {
+            return Err(format!(
+                "config key `{k}`: unknown section (known: orchestrator, tool_runner, kernel, web, memory, pdf)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+async fn bind(host: &str, base: u16, offset: u16) -> Result<TcpListener, String> {
+    let port = if base == 0 { 0 } else { base + offset };
+    let addr = format!("{host}:{port}");
+    omicos_servicekit::host::bind(&addr).await.map_err(|e| e.to_string())
+}
+
+fn url(l: &TcpListener) -> String {
+    format!("http://{}", l.local_addr().expect("bound listener has an address"))
+}
+
+fn cfg_err(e: ConfigError) -> String {
+    e.to_string()
+}
+
+/// Whether the environment configures a real model.
+pub fn llm_configured(env: &[(String, String)]) -> bool {
+    let set = |k: &str| env.iter().any(|(n, v)| n == k && !v.is_empty());
+    set("OMICOS_LLM_BASE_URL")
+        || set("OMICOS_LLM_BACKEND")
+        || set("OMICOS_LLM_REPLAY_FILE")
+        || set("OPENAI_API_KEY")
+        || set("ANTHROPIC_API_KEY")
+}
+
+/// Starts every service. Returns once the orchestrator is ready.
+pub async fn up(opts: UpOptions) -> Result<RunningStack, String> {
+    std::fs::create_dir_all(&opts.workspace).map_err(|e| format!("workspace {}: {e}", opts.workspace.display()))?;
+    let workspace = opts.workspace.canonicalize().map_err(|e| format!("workspace {}: {e}", opts.workspace.display()))?;
+    std::fs::create_dir_all(workspace.join(".omicos")).map_err(|e| e.to_string())?;
+    let file: Option<serde_yaml::Mapping> = match &opts.config_file {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| format!("config file {}: {e}", p.display()))?;
+            let text = omicos_servicekit::config::expand_vars(&text, &opts.env);
+            let v: Value = serde_yaml::from_str(&text).map_err(|e| format!("config file {}: not valid YAML: {e}", p.display()))?;
+            match v {
+                Value::Mapping(m) => {
+                    known_sections(&m)?;
+                    Some(m)
+                }
+                Value::Null => None,
+                _ => return Err(format!("config file {}: expected a mapping of sections", p.display())),
+            }
+        }
+        None => None,
+    };
+    let env = &opts.env;
+    let shutdown = Shutdown::new(Duration::from_secs(5));
+    let mut tasks = JoinSet::new();
+    let mut endpoints = Vec::new();
+
+    // Orchestrator config first: the catalog feeds the runner's skill provider.
+    let mut ocfg: omicos_orchestrator::config::Config =
+        load_config_value(section(&file, "orchestrator"), env, "orchestrator").map_err(cfg_err)?;
+    ocfg.workspace = workspace.clone();
+    if let Some(r) = &opts.replay_file {
+        ocfg.llm.backend = "replay".into();
+        ocfg.llm.replay_file = r.display().to_string();
+    } else if !llm_configured(env) && ocfg.llm.backend.is_empty() && ocfg.llm.base_url.is_empty() {
+        let p = workspace.join(".omicos").join("offline-replay.yaml");
+        std::fs::write(&p, DEFAULT_REPLAY).map_err(|e| e.to_string())?;
+        ocfg.llm.backend = "replay".into();
+        ocfg.llm.replay_file = p.display().to_string();
+    }
+    ocfg.validate()?;
+    let (agents, warnings) = omicos_orchestrator::agents::CatalogAgents::load(&ocfg)?;
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    let catalog = agents.catalog().clone();
+
+    // Tool-runner with the registry and the in-process providers.
+    let runner_l = bind(&opts.host, opts.port_base, 1).await?;
+    let runner_url = url(&runner_l);
+    let mut rcfg: omicos_tool_runner::Config = load_config_value(section(&file, "tool_runner"), env, "tool_runner").map_err(cfg_err)?;
+    rcfg.workspace = workspace.clone();
+    rcfg.listen = runner_l.local_addr().map_err(|e| e.to_string())?.to_string();
+    rcfg.validate()?;
+    let pdf_cfg: omicos_pdf::Config = load_config_value(section(&file, "pdf"), env, "pdf").map_err(cfg_err)?;
+    let local: Vec<Arc<dyn Provider>> = vec![
+        Arc::new(omicos_pdf::PdfProvider::new(pdf_cfg)),
+        Arc::new(omicos_catalog::SkillProvider::new(catalog)),
+        Arc::new(omicos_catalog::ThinkProvider),
+        Arc::new(omicos_catalog::TaskProvider),
+        Arc::new(omicos_catalog::PlanProvider),
+    ];
+    let sd = shutdown.clone();
+    tasks.spawn(async move { ("tool-runner", omicos_tool_runner::run(rcfg, runner_l, sd, local).await) });
+    endpoints.push(("tool-runner", runner_url.clone()));
+
+    let hosting = |ttl: u32| ProviderHosting {
+        registry: Some(runner_url.clone()),
+        advertise: None,
+        workspace: workspace.clone(),
+        ttl_seconds: ttl,
+    };
+
+    let mut kernel = None;
+    if opts.kernel {
+        let kcfg: omicos_kernel::Config = load_config_value(section(&file, "kernel"), env, "kernel").map_err(cfg_err)?;
+        kcfg.kernel.validate()?;
+        let l = bind(&opts.host, opts.port_base, 2).await?;
+        endpoints.push(("kernel", url(&l)));
+        let p = omicos_kernel::KernelProvider::new(kcfg.kernel.clone(), workspace.clone(), env.clone())?;
+        kernel = Some(p.clone());
+        let (h, sd) = (hosting(kcfg.ttl_seconds), shutdown.clone());
+        tasks.spawn(async move { ("kernel", serve_provider(p, l, h, sd).await) });
+    }
+    if opts.web {
+        let wcfg: omicos_web::Config = load_config_value(section(&file, "web"), env, "web").map_err(cfg_err)?;
+        let l = bind(&opts.host, opts.port_base, 3).await?;
+        endpoints.push(("web", url(&l)));
+        let p = Arc::new(omicos_web::WebProvider::from_config(&wcfg.web)?);
+        let (h, sd) = (hosting(wcfg.registry_ttl_seconds), shutdown.clone());
+        tasks.spawn(async move { ("web", serve_provider(p, l, h, sd).await) });
+    }
+    if opts.memory {
+        let mut mcfg: omicos_memory::Config = load_config_value(section(&file, "memory"), env, "memory").map_err(cfg_err)?;
+        mcfg.workspace = workspace.clone();
+        let store_url = mcfg.store_url();
+        let store = omicos_memory::MemoryStore::open(&store_url).await.map_err(|e| format!("memory store: {e}"))?;
+        let l = bind(&opts.host, opts.port_base, 4).await?;
+        endpoints.push(("memory", url(&l)));
+        let p = Arc::new(omicos_memory::MemoryProvider::new(store));
+        let (h, sd) = (hosting(0), shutdown.clone());
+        tasks.spawn(async move { ("memory", serve_provider(p, l, h, sd).await) });
+    }
+
+    // The orchestrator last: it is ready once the runner answers.
+    let orch_l = bind(&opts.host, opts.port_base, 0).await?;
+    let orch_url = url(&orch_l);
+    ocfg.listen = orch_l.local_addr().map_err(|e| e.to_string())?.to_string();
+    ocfg.tool_runner = runner_url.clone();
+    let backends = omicos_orchestrator::build_backends(&ocfg.llm)?;
+    let llm_backend = backends.1.clone();
+    let store = omicos_orchestrator::open_store(&ocfg).await?;
+    let parts = omicos_orchestrator::Parts { config: ocfg, agents: Arc::new(agents), store, backends };
+    let sd = shutdown.clone();
+    tasks.spawn(async move { ("orchestrator", omicos_orchestrator::serve(parts, orch_l, sd).await) });
+    endpoints.insert(0, ("orchestrator", orch_url.clone()));
+
+    let stack = RunningStack {
+        endpoints,
+        orchestrator: orch_url,
+        runner: runner_url,
+        workspace,
+        shutdown,
+        llm_backend,
+        tasks,
+        kernel,
+    };
+    wait_serving(&stack.orchestrator, Duration::from_secs(30)).await?;
+    if opts.kernel || opts.web || opts.memory {
+        wait_providers(&stack.runner, opts.kernel as usize + opts.web as usize + opts.memory as usize).await;
+    }
+    Ok(stack)
+}
+
+/// Waits until `url`'s health says SERVING.
+pub async fn wait_serving(url: &str, limit: Duration) -> Result<(), String> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if let Ok(ch) = tonic::transport::Channel::from_shared(url.to_owned()).map_err(|e| e.to_string())?.connect().await {
+            let mut h = tonic_health::pb::health_client::HealthClient::new(ch);
+            if let Ok(r) = h.check(tonic_health::pb::HealthCheckRequest { service: String::new() }).await
+                && r.into_inner().status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+            {
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err(format!("{url} did not become ready within {limit:?}"))
+}
+
+async fn wait_providers(runner: &str, n: usize) {
+    let Ok(ep) = tonic::transport::Channel::from_shared(runner.to_owned()) else { return };
+    let Ok(ch) = ep.connect().await else { return };
+    let mut c = omicos_proto::registry_client::RegistryClient::new(ch);
+    for _ in 0..100 {
+        if let Ok(r) = c.list(omicos_proto::ListProvidersRequest {}).await
+            && r.into_inner().instances.len() >= n
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tracing::warn!("not every provider registered within 5 s");
+}
+
+impl RunningStack {
+    /// Drains every service and waits for them to stop.
+    pub async fn stop(self) -> Result<(), String> {
+        self.shutdown.trigger();
+        self.wait().await
+    }
+
+    /// Waits until every service stopped (after a drain), stopping kernels last.
+    pub async fn wait(mut self) -> Result<(), String> {
+        let mut errors = vec![];
+        while let Some(r) = self.tasks.join_next().await {
+            match r {
+                Ok((name, Err(e))) => {
+                    errors.push(format!("{name}: {e}"));
+                    // One service failing stops the others.
+                    self.shutdown.trigger();
+                }
+                Ok(_) => {}
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        if let Some(k) = self.kernel.take() {
+            k.close().await;
+        }
+        if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
+    }
+
+    /// The workspace path.
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+}
