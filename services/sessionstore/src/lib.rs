@@ -3,14 +3,29 @@
 //! after a restart and any orchestrator replica can serve any session.
 //!
 //! [`MemoryStore`] keeps everything in process (tests, embedded use without
-//! persistence). SQL backends implement the same trait.
+//! persistence). [`SqlStore`] keeps it in SQLite (the default, one node) or
+//! PostgreSQL (replicas sharing sessions). [`open`] picks one from a URL.
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub mod memory;
+pub mod sql;
 pub use memory::MemoryStore;
+pub use sql::{SqlStore, default_url};
+
+use std::sync::Arc;
+
+/// Opens the store named by `url`: `memory:` (in process, lost on exit),
+/// `sqlite://PATH` or `postgres://USER@HOST/DB`. SQL stores run their
+/// migrations before this returns.
+pub async fn open(url: &str) -> Result<Arc<dyn SessionStore>, StoreError> {
+    if url == "memory:" || url == "memory://" {
+        return Ok(Arc::new(MemoryStore::new()));
+    }
+    Ok(Arc::new(SqlStore::open(url).await?))
+}
 
 /// A session's metadata.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

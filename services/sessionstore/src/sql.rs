@@ -1,0 +1,453 @@
+//! The conversation store on SQLite (single node, the default) or PostgreSQL
+//! (several orchestrator replicas sharing sessions).
+//!
+//! Every write is one transaction, so a crash loses at most the write in
+//! progress. SQLite runs in WAL mode with `BEGIN IMMEDIATE` write
+//! transactions; PostgreSQL locks the session row for appends so that two
+//! replicas never interleave one session's messages or events. The turn lease
+//! is a row (owner, expiry) taken with one atomic upsert.
+
+use crate::{SessionMeta, SessionStore, StoreError, StoreResult, now_ms};
+use async_trait::async_trait;
+use serde_json::Value;
+use sqlx::{
+    Row,
+    postgres::{PgConnectOptions, PgPool, PgPoolOptions},
+    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous},
+};
+use std::{str::FromStr, time::Duration};
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        StoreError::Backend(e.to_string())
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Db {
+    Sqlite(SqlitePool),
+    Pg(PgPool),
+}
+
+/// Runs the same body on either pool type (`$n` placeholders work on both).
+macro_rules! on_db {
+    ($db:expr, $p:ident => $body:expr) => {
+        match $db {
+            Db::Sqlite($p) => $body,
+            Db::Pg($p) => $body,
+        }
+    };
+}
+
+/// Runs the body in a write transaction (`BEGIN IMMEDIATE` on SQLite, so
+/// writers queue on the busy timeout instead of failing a lock upgrade).
+/// `$pg` is true inside the PostgreSQL arm.
+macro_rules! in_tx {
+    ($db:expr, $tx:ident, $pg:ident => $body:expr) => {
+        match $db {
+            Db::Sqlite(p) => {
+                let $pg = false;
+                let mut $tx = p.begin_with("BEGIN IMMEDIATE").await?;
+                let r = $body;
+                $tx.commit().await?;
+                r
+            }
+            Db::Pg(p) => {
+                let $pg = true;
+                let mut $tx = p.begin().await?;
+                let r = $body;
+                $tx.commit().await?;
+                r
+            }
+        }
+    };
+}
+
+macro_rules! meta_from_row {
+    ($row:expr) => {{
+        let row = $row;
+        let team: String = row.try_get("team_members")?;
+        SessionMeta {
+            id: row.try_get("id")?,
+            title: row.try_get("title")?,
+            agent: row.try_get("agent")?,
+            team_members: serde_json::from_str(&team)
+                .map_err(|e| StoreError::Backend(format!("session team_members is not a JSON list: {e}")))?,
+            created_ms: row.try_get("created_ms")?,
+            last_active_ms: row.try_get("last_active_ms")?,
+        }
+    }};
+}
+
+const SQLITE_SCHEMA_V1: &str = r#"
+CREATE TABLE sessions (
+    id TEXT PRIMARY KEY,
+    title TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    team_members TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    last_active_ms INTEGER NOT NULL
+);
+CREATE INDEX sessions_last_active ON sessions(last_active_ms);
+CREATE TABLE session_messages (
+    session_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (session_id, idx)
+);
+CREATE TABLE session_events (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE session_leases (
+    session_id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    expires_ms INTEGER NOT NULL
+);
+"#;
+
+const PG_SCHEMA_V1: &str = r#"
+CREATE TABLE sessions (
+    id TEXT PRIMARY KEY,
+    title TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    team_members TEXT NOT NULL,
+    created_ms BIGINT NOT NULL,
+    last_active_ms BIGINT NOT NULL
+);
+CREATE INDEX sessions_last_active ON sessions(last_active_ms);
+CREATE TABLE session_messages (
+    session_id TEXT NOT NULL,
+    idx BIGINT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (session_id, idx)
+);
+CREATE TABLE session_events (
+    session_id TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    body BYTEA NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE session_leases (
+    session_id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    expires_ms BIGINT NOT NULL
+);
+"#;
+
+/// Schema steps in order; index + 1 is the version.
+const SQLITE_MIGRATIONS: &[&str] = &[SQLITE_SCHEMA_V1];
+const PG_MIGRATIONS: &[&str] = &[PG_SCHEMA_V1];
+
+/// A [`SessionStore`] on SQLite or PostgreSQL. Cheap to clone (a pool inside).
+#[derive(Clone, Debug)]
+pub struct SqlStore {
+    db: Db,
+}
+
+/// `sqlite://<workspace>/.omicos/sessions.db`, the default store URL.
+pub fn default_url(workspace: &std::path::Path) -> String {
+    format!("sqlite://{}", workspace.join(".omicos").join("sessions.db").display())
+}
+
+impl SqlStore {
+    /// Opens `url` (`sqlite://PATH`, `sqlite::memory:`, `postgres://...`),
+    /// creating the SQLite file and its directory when missing, and runs the
+    /// migrations.
+    pub async fn open(url: &str) -> StoreResult<Self> {
+        let db = if url.starts_with("sqlite:") {
+            let opts = SqliteConnectOptions::from_str(url)
+                .map_err(|e| StoreError::Backend(format!("conversation store URL {url}: {e}")))?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                // NORMAL in WAL mode: a killed process loses nothing that
+                // committed; only a power cut may lose the last commits.
+                .synchronous(SqliteSynchronous::Normal)
+                .busy_timeout(Duration::from_secs(30));
+            if let Some(dir) = std::path::Path::new(opts.get_filename()).parent()
+                && !dir.as_os_str().is_empty()
+            {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| StoreError::Backend(format!("cannot create {}: {e}", dir.display())))?;
+            }
+            let max = if url.contains(":memory:") { 1 } else { 8 };
+            Db::Sqlite(SqlitePoolOptions::new().max_connections(max).connect_with(opts).await?)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let opts = PgConnectOptions::from_str(url)
+                .map_err(|e| StoreError::Backend(format!("conversation store URL: {e}")))?;
+            Db::Pg(
+                PgPoolOptions::new()
+                    .max_connections(16)
+                    .acquire_timeout(Duration::from_secs(10))
+                    .connect_with(opts)
+                    .await?,
+            )
+        } else {
+            return Err(StoreError::Backend(format!(
+                "conversation store URL {url:?}: expected memory:, sqlite://PATH or postgres://..."
+            )));
+        };
+        let me = Self { db };
+        me.migrate().await?;
+        Ok(me)
+    }
+
+    /// `sqlite` or `postgres`.
+    pub fn backend(&self) -> &'static str {
+        match self.db {
+            Db::Sqlite(_) => "sqlite",
+            Db::Pg(_) => "postgres",
+        }
+    }
+
+    async fn migrate(&self) -> StoreResult<()> {
+        const CREATE: &str =
+            "CREATE TABLE IF NOT EXISTS omicos_sessions_schema (version BIGINT PRIMARY KEY, applied_ms BIGINT NOT NULL)";
+        let steps = match self.db {
+            Db::Sqlite(_) => SQLITE_MIGRATIONS,
+            Db::Pg(_) => PG_MIGRATIONS,
+        };
+        in_tx!(&self.db, tx, pg => {
+            if pg {
+                // Replicas starting together migrate one at a time.
+                sqlx::query("SELECT pg_advisory_xact_lock(7002002)").execute(&mut *tx).await?;
+            }
+            sqlx::query(CREATE).execute(&mut *tx).await?;
+            let have: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM omicos_sessions_schema")
+                .fetch_one(&mut *tx)
+                .await?;
+            for (i, step) in steps.iter().enumerate().skip(have as usize) {
+                sqlx::raw_sql(*step).execute(&mut *tx).await?;
+                sqlx::query("INSERT INTO omicos_sessions_schema (version, applied_ms) VALUES ($1, $2)")
+                    .bind(i as i64 + 1)
+                    .bind(now_ms())
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        });
+        Ok(())
+    }
+
+    /// SQLite's `PRAGMA integrity_check` ("ok" when sound; PostgreSQL: "ok").
+    pub async fn integrity_check(&self) -> StoreResult<String> {
+        match &self.db {
+            Db::Sqlite(p) => Ok(sqlx::query_scalar("PRAGMA integrity_check").fetch_one(p).await?),
+            Db::Pg(_) => Ok("ok".into()),
+        }
+    }
+
+    /// Closes the pool.
+    pub async fn close(&self) {
+        on_db!(&self.db, p => p.close().await)
+    }
+}
+
+/// Locks the session row for the rest of the transaction (PostgreSQL; SQLite's
+/// IMMEDIATE transaction already holds the write lock) and tells whether it exists.
+macro_rules! lock_session {
+    ($tx:ident, $pg:ident, $id:expr) => {{
+        let sql = if $pg {
+            "SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE"
+        } else {
+            "SELECT 1 FROM sessions WHERE id = $1"
+        };
+        sqlx::query(sql).bind($id).fetch_optional(&mut *$tx).await?.is_some()
+    }};
+}
+
+#[async_trait]
+impl SessionStore for SqlStore {
+    async fn put_session(&self, meta: &SessionMeta) -> StoreResult<()> {
+        let team = serde_json::to_string(&meta.team_members).unwrap_or_else(|_| "[]".into());
+        on_db!(&self.db, p => {
+            sqlx::query(
+                "INSERT INTO sessions (id, title, agent, team_members, created_ms, last_active_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6) \
+                 ON CONFLICT (id) DO UPDATE SET title = excluded.title, agent = excluded.agent, \
+                 team_members = excluded.team_members, created_ms = excluded.created_ms, \
+                 last_active_ms = excluded.last_active_ms",
+            )
+            .bind(&meta.id)
+            .bind(&meta.title)
+            .bind(&meta.agent)
+            .bind(&team)
+            .bind(meta.created_ms)
+            .bind(meta.last_active_ms)
+            .execute(p)
+            .await?;
+        });
+        Ok(())
+    }
+
+    async fn get_session(&self, id: &str) -> StoreResult<Option<SessionMeta>> {
+        on_db!(&self.db, p => {
+            let row = sqlx::query("SELECT id, title, agent, team_members, created_ms, last_active_ms FROM sessions WHERE id = $1")
+                .bind(id)
+                .fetch_optional(p)
+                .await?;
+            match row {
+                Some(r) => Ok(Some(meta_from_row!(&r))),
+                None => Ok(None),
+            }
+        })
+    }
+
+    async fn list_sessions(&self, limit: usize) -> StoreResult<Vec<SessionMeta>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        on_db!(&self.db, p => {
+            let rows = sqlx::query(
+                "SELECT id, title, agent, team_members, created_ms, last_active_ms FROM sessions \
+                 ORDER BY last_active_ms DESC, id LIMIT $1",
+            )
+            .bind(limit)
+            .fetch_all(p)
+            .await?;
+            let mut out = Vec::with_capacity(rows.len());
+            for r in &rows {
+                out.push(meta_from_row!(r));
+            }
+            Ok(out)
+        })
+    }
+
+    async fn delete_session(&self, id: &str) -> StoreResult<bool> {
+        let existed = in_tx!(&self.db, tx, _pg => {
+            for sql in [
+                "DELETE FROM session_messages WHERE session_id = $1",
+                "DELETE FROM session_events WHERE session_id = $1",
+                "DELETE FROM session_leases WHERE session_id = $1",
+            ] {
+                sqlx::query(sql).bind(id).execute(&mut *tx).await?;
+            }
+            sqlx::query("DELETE FROM sessions WHERE id = $1").bind(id).execute(&mut *tx).await?.rows_affected() > 0
+        });
+        Ok(existed)
+    }
+
+    async fn append_messages(&self, id: &str, messages: &[Value]) -> StoreResult<()> {
+        let now = now_ms();
+        in_tx!(&self.db, tx, pg => {
+            if !lock_session!(tx, pg, id) {
+                return Err(StoreError::NotFound(id.into()));
+            }
+            let last: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(idx), 0) FROM session_messages WHERE session_id = $1")
+                .bind(id)
+                .fetch_one(&mut *tx)
+                .await?;
+            for (i, m) in messages.iter().enumerate() {
+                sqlx::query("INSERT INTO session_messages (session_id, idx, body) VALUES ($1, $2, $3)")
+                    .bind(id)
+                    .bind(last + 1 + i as i64)
+                    .bind(m.to_string())
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            sqlx::query("UPDATE sessions SET last_active_ms = $1 WHERE id = $2")
+                .bind(now)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        });
+        Ok(())
+    }
+
+    async fn messages(&self, id: &str) -> StoreResult<Vec<Value>> {
+        let bodies: Vec<String> = on_db!(&self.db, p => {
+            sqlx::query_scalar("SELECT body FROM session_messages WHERE session_id = $1 ORDER BY idx")
+                .bind(id)
+                .fetch_all(p)
+                .await?
+        });
+        bodies
+            .iter()
+            .map(|b| serde_json::from_str(b).map_err(|e| StoreError::Backend(format!("stored message is not JSON: {e}"))))
+            .collect()
+    }
+
+    async fn append_event(&self, id: &str, seq: u64, event: &[u8]) -> StoreResult<()> {
+        let seq_i = i64::try_from(seq).map_err(|_| StoreError::Backend(format!("event seq {seq} is too large")))?;
+        in_tx!(&self.db, tx, pg => {
+            if !lock_session!(tx, pg, id) {
+                return Err(StoreError::NotFound(id.into()));
+            }
+            let last: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM session_events WHERE session_id = $1")
+                .bind(id)
+                .fetch_one(&mut *tx)
+                .await?;
+            if seq_i != last + 1 {
+                return Err(StoreError::Backend(format!("event seq {seq} out of order (last {last})")));
+            }
+            sqlx::query("INSERT INTO session_events (session_id, seq, body) VALUES ($1, $2, $3)")
+                .bind(id)
+                .bind(seq_i)
+                .bind(event)
+                .execute(&mut *tx)
+                .await?;
+        });
+        Ok(())
+    }
+
+    async fn events_since(&self, id: &str, since: u64) -> StoreResult<Vec<(u64, Vec<u8>)>> {
+        let since = i64::try_from(since).unwrap_or(i64::MAX);
+        on_db!(&self.db, p => {
+            let rows = sqlx::query("SELECT seq, body FROM session_events WHERE session_id = $1 AND seq > $2 ORDER BY seq")
+                .bind(id)
+                .bind(since)
+                .fetch_all(p)
+                .await?;
+            let mut out = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let seq: i64 = r.try_get("seq")?;
+                out.push((seq as u64, r.try_get::<Vec<u8>, _>("body")?));
+            }
+            Ok(out)
+        })
+    }
+
+    async fn last_seq(&self, id: &str) -> StoreResult<u64> {
+        let last: i64 = on_db!(&self.db, p => {
+            sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM session_events WHERE session_id = $1")
+                .bind(id)
+                .fetch_one(p)
+                .await?
+        });
+        Ok(last as u64)
+    }
+
+    async fn try_lease_turn(&self, id: &str, owner: &str, ttl_ms: i64) -> StoreResult<bool> {
+        let now = now_ms();
+        on_db!(&self.db, p => {
+            let exists = sqlx::query("SELECT 1 FROM sessions WHERE id = $1").bind(id).fetch_optional(p).await?.is_some();
+            if !exists {
+                return Err(StoreError::NotFound(id.into()));
+            }
+            // One statement: insert, or take over a lease that is ours or has
+            // expired. When another owner's lease is live, nothing changes.
+            let r = sqlx::query(
+                "INSERT INTO session_leases (session_id, owner, expires_ms) VALUES ($1, $2, $3) \
+                 ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, expires_ms = excluded.expires_ms \
+                 WHERE session_leases.owner = excluded.owner OR session_leases.expires_ms <= $4",
+            )
+            .bind(id)
+            .bind(owner)
+            .bind(now.saturating_add(ttl_ms))
+            .bind(now)
+            .execute(p)
+            .await?;
+            Ok(r.rows_affected() == 1)
+        })
+    }
+
+    async fn release_turn(&self, id: &str, owner: &str) -> StoreResult<()> {
+        on_db!(&self.db, p => {
+            sqlx::query("DELETE FROM session_leases WHERE session_id = $1 AND owner = $2")
+                .bind(id)
+                .bind(owner)
+                .execute(p)
+                .await?;
+        });
+        Ok(())
+    }
+}
