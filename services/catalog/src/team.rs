@@ -50,6 +50,24 @@ impl Team {
         self.agents.iter().find(|a| a.id == id)
     }
 
+    /// What `list_agents` returns: every member with id, name, description,
+    /// and which one is speaking. UI-only fields stay out: the model reads it.
+    pub fn listing(&self) -> serde_json::Value {
+        let agents: Vec<serde_json::Value> = self
+            .agents
+            .iter()
+            .map(|a| {
+                serde_json::json!({
+                    "id": a.id,
+                    "name": a.name,
+                    "description": a.description,
+                    "active": a.id == self.active.id,
+                })
+            })
+            .collect();
+        serde_json::json!({ "agents": agents })
+    }
+
     /// The same team with another member active (for a `call_agent` sub-turn).
     /// None when `id` is not a member.
     pub fn with_active(&self, id: &str) -> Option<Team> {

@@ -123,7 +123,9 @@ impl State {
         out
     }
 
-    fn sync(&mut self) {
+    /// Brings the watches up to date; true when a directory is newly watched.
+    fn sync(&mut self) -> bool {
+        let mut added = false;
         let wanted = self.wanted();
         let stale: Vec<PathBuf> = self
             .watched
@@ -142,12 +144,14 @@ impl State {
             match self.watcher.watch(&p, m) {
                 Ok(()) => {
                     self.watched.insert(p, m);
+                    added = true;
                 }
                 Err(e) => {
                     tracing::warn!(target: "omicos_catalog", "cannot watch {}: {e}", p.display())
                 }
             }
         }
+        added
     }
 
     /// Whether a changed path can affect the catalog: inside a source, or an
@@ -198,10 +202,14 @@ impl State {
                     Ok(Msg::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
                 }
             }
-            let report = self.catalog.refresh();
+            let mut report = self.catalog.refresh();
+            if self.sync() {
+                // A directory that just appeared may have got files between
+                // the reload and its watch: read once more so none is missed.
+                report = self.catalog.refresh();
+            }
             reloads.fetch_add(1, Ordering::SeqCst);
             tracing::info!(target: "omicos_catalog", agents = report.agents, skills = report.skills, "catalog reloaded after a file change");
-            self.sync();
             if let Some(cb) = &on_reload {
                 cb(&report);
             }

@@ -408,6 +408,13 @@ fn team_rules() {
     assert_eq!(sub.active.id, "data_analyst");
     assert!(cat.system_prompt(&sub).contains("- `generalist`"));
     assert!(t.with_active("nobody").is_none());
+    // list_agents: the team, for the model (no UI-only fields).
+    let l = t.listing();
+    assert_eq!(l["agents"].as_array().unwrap().len(), 3);
+    assert_eq!(l["agents"][0]["id"], "generalist");
+    assert_eq!(l["agents"][0]["active"], true);
+    assert_eq!(l["agents"][1]["active"], false);
+    assert!(l["agents"][0].get("summary").is_none());
 
     // Run-time toolsets: team with ≥2 agents, skill when skills exist, memory always.
     let g = cat.get("generalist").unwrap();

@@ -26,7 +26,7 @@ fn file_changes_reload_the_catalog() {
     let mut cfg = CatalogConfig::new(&ws, Tier::Lab);
     cfg.agent_cache_dir = Some(tmp.path().join("agents-cache"));
     cfg.skill_cache_dir = Some(skills.clone());
-    cfg.watch_debounce = Duration::from_millis(50);
+    cfg.watch_debounce = Duration::from_millis(100);
     let (cat, _) = Catalog::load(cfg);
     let reports = Arc::new(Mutex::new(Vec::new()));
     let seen = reports.clone();
@@ -98,7 +98,7 @@ fn file_changes_reload_the_catalog() {
     std::thread::sleep(Duration::from_millis(300));
     let burst_reloads = watcher.reloads() - before;
     assert!(
-        (1..=5).contains(&burst_reloads),
+        (1..=10).contains(&burst_reloads), // about 30 without debouncing
         "{burst_reloads} reloads for one burst"
     );
     assert!(!reports.lock().unwrap().is_empty());
