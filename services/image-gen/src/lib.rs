@@ -108,7 +108,9 @@ impl ImageGenConfig {
     /// OpenAI tools do.
     pub fn with_env_fallbacks(mut self, env: &[(String, String)]) -> Self {
         if self.api_key.trim().is_empty()
-            && let Some((_, v)) = env.iter().find(|(k, v)| k == "OPENAI_API_KEY" && !v.trim().is_empty())
+            && let Some((_, v)) = env
+                .iter()
+                .find(|(k, v)| k == "OPENAI_API_KEY" && !v.trim().is_empty())
         {
             self.api_key = v.trim().to_owned();
         }
@@ -174,7 +176,9 @@ fn valid_size(size: &str) -> bool {
         return true;
     }
     match size.split_once('x') {
-        Some((w, h)) => [w, h].iter().all(|d| !d.is_empty() && d.len() <= 5 && d.bytes().all(|b| b.is_ascii_digit())),
+        Some((w, h)) => [w, h]
+            .iter()
+            .all(|d| !d.is_empty() && d.len() <= 5 && d.bytes().all(|b| b.is_ascii_digit())),
         None => false,
     }
 }
@@ -217,18 +221,25 @@ impl Provider for ImageGenProvider {
         if tool != "image_gen__generate" {
             return Err(ToolError::UnknownTool(tool.into()));
         }
-        let prompt = args.get("prompt").and_then(Value::as_str).unwrap_or_default();
+        let prompt = args
+            .get("prompt")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         if prompt.trim().is_empty() {
             return Err(ToolError::invalid("`prompt` must describe the image"));
         }
         if prompt.chars().count() > MAX_PROMPT_CHARS {
-            return Err(ToolError::invalid(format!("`prompt` is longer than {MAX_PROMPT_CHARS} characters")));
+            return Err(ToolError::invalid(format!(
+                "`prompt` is longer than {MAX_PROMPT_CHARS} characters"
+            )));
         }
         match args.get("size") {
             None | Some(Value::Null) => {}
             Some(Value::String(s)) if valid_size(s) => {}
             Some(v) => {
-                return Err(ToolError::invalid(format!("`size` must be WIDTHxHEIGHT (e.g. 1024x1024) or auto, got {v}")));
+                return Err(ToolError::invalid(format!(
+                    "`size` must be WIDTHxHEIGHT (e.g. 1024x1024) or auto, got {v}"
+                )));
             }
         }
         match args.get("n") {
@@ -251,11 +262,23 @@ impl Provider for ImageGenProvider {
         let Some(base) = self.config.endpoint() else {
             return Err(ToolError::Unavailable(NOT_CONFIGURED.into()));
         };
-        let prompt = args.get("prompt").and_then(Value::as_str).unwrap_or_default().to_owned();
-        let size = args.get("size").and_then(Value::as_str).map(str::to_owned).unwrap_or_else(|| self.config.default_size.clone());
+        let prompt = args
+            .get("prompt")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let size = args
+            .get("size")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_else(|| self.config.default_size.clone());
         let n = args.get("n").and_then(Value::as_u64).unwrap_or(1) as u32;
         let dir = save::output_dir(&ctx.workspace, &ctx.session_id)?;
-        let request = client::GenerateRequest { prompt, size: size.clone(), n };
+        let request = client::GenerateRequest {
+            prompt,
+            size: size.clone(),
+            n,
+        };
         let answer = client::generate(&self.http, &self.config, &base, &request, &ctx).await?;
         let limit = self.config.max_image_mb.saturating_mul(1 << 20);
         let mut saved = Vec::new();
@@ -295,7 +318,13 @@ impl Provider for ImageGenProvider {
             m.insert("errors".into(), json!(failed));
         }
         if (saved.len() as u32) < n {
-            m.insert("note".into(), Value::String(format!("{n} images were asked for; {} were saved", saved.len())));
+            m.insert(
+                "note".into(),
+                Value::String(format!(
+                    "{n} images were asked for; {} were saved",
+                    saved.len()
+                )),
+            );
         }
         Ok(v)
     }
@@ -310,7 +339,15 @@ mod tests {
         for ok in ["1024x1024", "auto", "256x256", "1536x1024"] {
             assert!(valid_size(ok), "{ok}");
         }
-        for bad in ["1024", "x1024", "1024x", "big", "1024x1024x2", "99999999x1", "-1x5"] {
+        for bad in [
+            "1024",
+            "x1024",
+            "1024x",
+            "big",
+            "1024x1024x2",
+            "99999999x1",
+            "-1x5",
+        ] {
             assert!(!valid_size(bad), "{bad}");
         }
     }
@@ -323,8 +360,12 @@ mod tests {
         let c = c.with_env_fallbacks(&env);
         assert_eq!(c.api_key, "sk-test");
         assert_eq!(c.endpoint().as_deref(), Some(OPENAI_BASE_URL));
-        let c = ImageGenConfig { base_url: "http://127.0.0.1:9/v1/".into(), api_key: "mine".into(), ..Default::default() }
-            .with_env_fallbacks(&env);
+        let c = ImageGenConfig {
+            base_url: "http://127.0.0.1:9/v1/".into(),
+            api_key: "mine".into(),
+            ..Default::default()
+        }
+        .with_env_fallbacks(&env);
         assert_eq!(c.api_key, "mine");
         assert_eq!(c.endpoint().as_deref(), Some("http://127.0.0.1:9/v1"));
     }
@@ -332,8 +373,14 @@ mod tests {
     #[test]
     fn env_names_follow_the_key_paths() {
         let env = vec![
-            ("OMICOS_IMAGE_GEN_BASE_URL".to_string(), "http://x/v1".to_string()),
-            ("OMICOS_IMAGE_GEN_MODEL".to_string(), "gpt-image-1".to_string()),
+            (
+                "OMICOS_IMAGE_GEN_BASE_URL".to_string(),
+                "http://x/v1".to_string(),
+            ),
+            (
+                "OMICOS_IMAGE_GEN_MODEL".to_string(),
+                "gpt-image-1".to_string(),
+            ),
             ("OMICOS_IMAGE_GEN_MAX_N".to_string(), "2".to_string()),
         ];
         let c: Config = omicos_servicekit::load_config(None, &env).unwrap();

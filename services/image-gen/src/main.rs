@@ -26,14 +26,20 @@ async fn main() -> anyhow::Result<()> {
     if image_cfg.endpoint().is_none() {
         // Still serve: the tool then answers with how to configure it, which
         // the model can relay, instead of the tool silently missing.
-        tracing::warn!("image generation is not configured (OMICOS_IMAGE_GEN_BASE_URL / OMICOS_IMAGE_GEN_API_KEY / OPENAI_API_KEY)");
+        tracing::warn!(
+            "image generation is not configured (OMICOS_IMAGE_GEN_BASE_URL / OMICOS_IMAGE_GEN_API_KEY / OPENAI_API_KEY)"
+        );
     }
     let provider = ImageGenProvider::new(image_cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
     let listener = omicos_servicekit::host::bind(&cfg.listen).await?;
     println!("listening on http://{}", listener.local_addr()?);
     let shutdown = Shutdown::new(Duration::from_secs(cfg.grace_seconds));
     shutdown.on_signals();
-    let workspace = if cfg.workspace.is_empty() { std::env::current_dir()? } else { PathBuf::from(&cfg.workspace) };
+    let workspace = if cfg.workspace.is_empty() {
+        std::env::current_dir()?
+    } else {
+        PathBuf::from(&cfg.workspace)
+    };
     let hosting = ProviderHosting {
         registry: Some(cfg.registry.clone()).filter(|r| !r.is_empty()),
         advertise: Some(cfg.advertise.clone()).filter(|a| !a.is_empty()),
