@@ -70,7 +70,10 @@ impl Config {
 /// `url` when set, else `sqlite://<workspace>/.omicos/memory.db`.
 pub fn default_store_url(url: &str, workspace: &Path) -> String {
     if url.trim().is_empty() {
-        format!("sqlite://{}", workspace.join(".omicos").join("memory.db").display())
+        format!(
+            "sqlite://{}",
+            workspace.join(".omicos").join("memory.db").display()
+        )
     } else {
         url.trim().to_owned()
     }

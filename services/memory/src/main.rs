@@ -37,7 +37,9 @@ async fn main() {
 
 async fn run(cfg: Config) -> Result<(), String> {
     let url = cfg.store_url();
-    let store = MemoryStore::open(&url).await.map_err(|e| format!("opening {}: {e}", redact(&url)))?;
+    let store = MemoryStore::open(&url)
+        .await
+        .map_err(|e| format!("opening {}: {e}", redact(&url)))?;
     tracing::info!(backend = store.backend(), "memory store ready");
     let listener = tokio::net::TcpListener::bind(&cfg.listen)
         .await
@@ -52,9 +54,14 @@ async fn run(cfg: Config) -> Result<(), String> {
         workspace: cfg.workspace.clone(),
         ttl_seconds: 0,
     };
-    serve_provider(Arc::new(MemoryProvider::new(store.clone())), listener, hosting, shutdown)
-        .await
-        .map_err(|e| e.to_string())?;
+    serve_provider(
+        Arc::new(MemoryProvider::new(store.clone())),
+        listener,
+        hosting,
+        shutdown,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     store.close().await;
     Ok(())
 }

@@ -102,7 +102,9 @@ fn check_limit(limit: i64) -> Result<(), ToolError> {
     if (1..=MAX_LIMIT).contains(&limit) {
         Ok(())
     } else {
-        Err(ToolError::invalid(format!("limit must be between 1 and {MAX_LIMIT}, got {limit}")))
+        Err(ToolError::invalid(format!(
+            "limit must be between 1 and {MAX_LIMIT}, got {limit}"
+        )))
     }
 }
 
@@ -253,14 +255,24 @@ impl Provider for MemoryProvider {
         self.validate_input(tool, &args, &ctx)?;
         let scope = ctx.scope.as_str();
         if scope.is_empty() {
-            return Err(ToolError::failed("the call carries no memory scope; the runner must set one"));
+            return Err(ToolError::failed(
+                "the call carries no memory scope; the runner must set one",
+            ));
         }
         let s = &self.store;
         let out = match tool {
             "memory__save" => {
                 let a: SaveArgs = parse(tool, args)?;
                 let m = s
-                    .save(scope, NewMemory { content: a.content, category: a.category, tags: a.tags, key: a.key })
+                    .save(
+                        scope,
+                        NewMemory {
+                            content: a.content,
+                            category: a.category,
+                            tags: a.tags,
+                            key: a.key,
+                        },
+                    )
                     .await
                     .map_err(to_tool_error)?;
                 json!({"saved": m})
@@ -284,14 +296,23 @@ impl Provider for MemoryProvider {
             "memory__list" => {
                 let a: ListArgs = parse(tool, args)?;
                 let page = s
-                    .list(scope, a.category.as_deref(), a.limit, a.cursor.as_deref(), a.include_expired)
+                    .list(
+                        scope,
+                        a.category.as_deref(),
+                        a.limit,
+                        a.cursor.as_deref(),
+                        a.include_expired,
+                    )
                     .await
                     .map_err(to_tool_error)?;
                 serde_json::to_value(page).map_err(|e| ToolError::failed(e.to_string()))?
             }
             "memory__update" => {
                 let a: UpdateArgs = parse(tool, args)?;
-                let m = s.update(scope, a.id, &a.content).await.map_err(to_tool_error)?;
+                let m = s
+                    .update(scope, a.id, &a.content)
+                    .await
+                    .map_err(to_tool_error)?;
                 json!({"updated": m})
             }
             "memory__forget" => {

@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 use sqlx::{
     Row,
     postgres::{PgConnectOptions, PgPool, PgPoolOptions},
-    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous},
+    sqlite::{
+        SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    },
 };
 use std::{str::FromStr, time::Duration};
 
@@ -48,8 +50,12 @@ pub enum MemoryError {
 
 impl From<sqlx::Error> for MemoryError {
     fn from(e: sqlx::Error) -> Self {
-        if e.as_database_error().is_some_and(|d| d.is_unique_violation()) {
-            return MemoryError::Conflict("another writer saved an entry with the same key at the same time; retry".into());
+        if e.as_database_error()
+            .is_some_and(|d| d.is_unique_violation())
+        {
+            return MemoryError::Conflict(
+                "another writer saved an entry with the same key at the same time; retry".into(),
+            );
         }
         MemoryError::Backend(e.to_string())
     }
@@ -339,12 +345,18 @@ impl MemoryStore {
             if let Some(dir) = std::path::Path::new(opts.get_filename()).parent()
                 && !dir.as_os_str().is_empty()
             {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| MemoryError::Backend(format!("cannot create {}: {e}", dir.display())))?;
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    MemoryError::Backend(format!("cannot create {}: {e}", dir.display()))
+                })?;
             }
             // An in-memory database exists per connection: keep one.
             let max = if url.contains(":memory:") { 1 } else { 8 };
-            Db::Sqlite(SqlitePoolOptions::new().max_connections(max).connect_with(opts).await?)
+            Db::Sqlite(
+                SqlitePoolOptions::new()
+                    .max_connections(max)
+                    .connect_with(opts)
+                    .await?,
+            )
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let opts = PgConnectOptions::from_str(url)
                 .map_err(|e| MemoryError::Invalid(format!("memory store URL: {e}")))?;
@@ -374,8 +386,7 @@ impl MemoryStore {
     }
 
     async fn migrate(&self) -> MemoryResult<()> {
-        const CREATE: &str =
-            "CREATE TABLE IF NOT EXISTS omicos_memory_schema (version BIGINT PRIMARY KEY, applied_ms BIGINT NOT NULL)";
+        const CREATE: &str = "CREATE TABLE IF NOT EXISTS omicos_memory_schema (version BIGINT PRIMARY KEY, applied_ms BIGINT NOT NULL)";
         let steps = match self.db {
             Db::Sqlite(_) => SQLITE_MIGRATIONS,
             Db::Pg(_) => PG_MIGRATIONS,
@@ -429,7 +440,10 @@ impl MemoryStore {
     /// Saves many entries in one transaction (imports, benchmarks): all or
     /// none. Keys supersede as in [`MemoryStore::save`]. Returns the new ids.
     pub async fn save_many(&self, scope: &str, entries: Vec<NewMemory>) -> MemoryResult<Vec<i64>> {
-        let entries = entries.into_iter().map(check_new).collect::<MemoryResult<Vec<_>>>()?;
+        let entries = entries
+            .into_iter()
+            .map(check_new)
+            .collect::<MemoryResult<Vec<_>>>()?;
         let now = now_ms();
         let ids = in_tx!(&self.db, tx => {
             let mut ids = Vec::with_capacity(entries.len());
@@ -564,8 +578,13 @@ impl MemoryStore {
                 )
             })
             .collect();
-        let recency = format!("(1.0 + 1.0 / (1.0 + ($5 - m.last_used_ms) / {RECENCY_SCALE_MS:.1}))");
-        let cols = COLUMNS.split(", ").map(|c| format!("m.{c}")).collect::<Vec<_>>().join(", ");
+        let recency =
+            format!("(1.0 + 1.0 / (1.0 + ($5 - m.last_used_ms) / {RECENCY_SCALE_MS:.1}))");
+        let cols = COLUMNS
+            .split(", ")
+            .map(|c| format!("m.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let hits: Vec<Hit> = match &self.db {
             Db::Sqlite(p) => {
                 // bm25() is negative, lower is better: flip it for the score.
@@ -589,7 +608,10 @@ impl MemoryStore {
                 let rows = query.fetch_all(p).await?;
                 let mut out = Vec::with_capacity(rows.len());
                 for r in &rows {
-                    out.push(Hit { memory: memory_from_row!(r), score: r.try_get("score")? });
+                    out.push(Hit {
+                        memory: memory_from_row!(r),
+                        score: r.try_get("score")?,
+                    });
                 }
                 out
             }
@@ -617,7 +639,10 @@ impl MemoryStore {
                 let rows = query.fetch_all(p).await?;
                 let mut out = Vec::with_capacity(rows.len());
                 for r in &rows {
-                    out.push(Hit { memory: memory_from_row!(r), score: r.try_get("score")? });
+                    out.push(Hit {
+                        memory: memory_from_row!(r),
+                        score: r.try_get("score")?,
+                    });
                 }
                 out
             }
@@ -646,11 +671,9 @@ impl MemoryStore {
         let limit = limit.clamp(1, MAX_LIMIT);
         let before = match cursor.filter(|c| !c.is_empty()) {
             None => i64::MAX,
-            Some(c) => c
-                .parse::<i64>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| MemoryError::Invalid(format!("cursor {c:?} is not one this tool returned")))?,
+            Some(c) => c.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                MemoryError::Invalid(format!("cursor {c:?} is not one this tool returned"))
+            })?,
         };
         let sql = format!(
             "SELECT {COLUMNS} FROM memories WHERE scope = $1 AND id < $2 AND ($3 = 1 OR expired_ms IS NULL) \
@@ -683,7 +706,10 @@ impl MemoryStore {
         for m in &mut entries {
             m.last_used_ms = now;
         }
-        Ok(Page { entries, next_cursor })
+        Ok(Page {
+            entries,
+            next_cursor,
+        })
     }
 
     /// Sets the last-used time of `ids` (reads count as use).
@@ -717,12 +743,19 @@ impl MemoryStore {
     pub async fn integrity_check(&self) -> MemoryResult<String> {
         match &self.db {
             Db::Sqlite(p) => {
-                let verdict: String = sqlx::query_scalar("PRAGMA integrity_check").fetch_one(p).await?;
+                let verdict: String = sqlx::query_scalar("PRAGMA integrity_check")
+                    .fetch_one(p)
+                    .await?;
                 if verdict != "ok" {
                     return Ok(verdict);
                 }
                 // The full-text index must agree with the table it indexes.
-                match sqlx::query("INSERT INTO memories_fts(memories_fts) VALUES ('integrity-check')").execute(p).await {
+                match sqlx::query(
+                    "INSERT INTO memories_fts(memories_fts) VALUES ('integrity-check')",
+                )
+                .execute(p)
+                .await
+                {
                     Ok(_) => Ok("ok".into()),
                     Err(e) => Ok(format!("full-text index: {e}")),
                 }
@@ -772,14 +805,19 @@ fn check_tags(tags: Vec<String>) -> MemoryResult<Vec<String>> {
             continue;
         }
         if t.chars().count() > MAX_TAG_CHARS {
-            return Err(MemoryError::Invalid(format!("tag {t:?} is longer than {MAX_TAG_CHARS} characters")));
+            return Err(MemoryError::Invalid(format!(
+                "tag {t:?} is longer than {MAX_TAG_CHARS} characters"
+            )));
         }
         if !out.contains(&t) {
             out.push(t);
         }
     }
     if out.len() > MAX_TAGS {
-        return Err(MemoryError::Invalid(format!("{} tags; at most {MAX_TAGS}", out.len())));
+        return Err(MemoryError::Invalid(format!(
+            "{} tags; at most {MAX_TAGS}",
+            out.len()
+        )));
     }
     Ok(out)
 }
@@ -792,11 +830,21 @@ fn check_new(new: NewMemory) -> MemoryResult<NewMemory> {
             CATEGORIES.join(", ")
         )));
     }
-    let key = new.key.map(|k| k.trim().to_owned()).filter(|k| !k.is_empty());
+    let key = new
+        .key
+        .map(|k| k.trim().to_owned())
+        .filter(|k| !k.is_empty());
     if key.as_ref().is_some_and(|k| k.chars().count() > 200) {
-        return Err(MemoryError::Invalid("key is longer than 200 characters".into()));
+        return Err(MemoryError::Invalid(
+            "key is longer than 200 characters".into(),
+        ));
     }
-    Ok(NewMemory { content: check_content(&new.content)?, category: new.category, tags: check_tags(new.tags)?, key })
+    Ok(NewMemory {
+        content: check_content(&new.content)?,
+        category: new.category,
+        tags: check_tags(new.tags)?,
+        key,
+    })
 }
 
 /// Unix milliseconds now.

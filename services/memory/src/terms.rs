@@ -21,7 +21,11 @@ pub fn words(text: &str) -> Vec<String> {
         if raw.is_empty() {
             continue;
         }
-        let w: String = raw.chars().take(MAX_TERM_CHARS).collect::<String>().to_lowercase();
+        let w: String = raw
+            .chars()
+            .take(MAX_TERM_CHARS)
+            .collect::<String>()
+            .to_lowercase();
         if !out.contains(&w) {
             out.push(w);
             if out.len() == MAX_TERMS {
@@ -60,13 +64,19 @@ mod tests {
         assert!(words("\"").is_empty());
         assert_eq!(words("AND OR"), vec!["and", "or"]);
         assert_eq!(fts5_match(&words("AND OR")), "\"and\" OR \"or\"");
-        assert_eq!(words("foo* -bar NEAR(baz) col:qux"), vec!["foo", "bar", "near", "baz", "col", "qux"]);
+        assert_eq!(
+            words("foo* -bar NEAR(baz) col:qux"),
+            vec!["foo", "bar", "near", "baz", "col", "qux"]
+        );
         assert_eq!(tsquery(&words("it's")), "'it' | 's'");
     }
 
     #[test]
     fn unicode_words_survive() {
-        assert_eq!(words("Café naïve 東京 – привет!"), vec!["café", "naïve", "東京", "привет"]);
+        assert_eq!(
+            words("Café naïve 東京 – привет!"),
+            vec!["café", "naïve", "東京", "привет"]
+        );
     }
 
     #[test]

@@ -34,24 +34,51 @@ async fn kill_9_during_writes_keeps_the_database_intact() {
     for b in common::all("kill9").await {
         for round in 0..3 {
             let seen = run_and_kill(&b.url, "crash", 150);
-            let s = MemoryStore::open(&b.url).await.expect("reopens after kill -9");
-            assert_eq!(s.integrity_check().await.unwrap(), "ok", "{} round {round}", b.name);
+            let s = MemoryStore::open(&b.url)
+                .await
+                .expect("reopens after kill -9");
+            assert_eq!(
+                s.integrity_check().await.unwrap(),
+                "ok",
+                "{} round {round}",
+                b.name
+            );
             let (valid, total) = s.count("crash").await.unwrap();
             // Every reported write committed; at most the one in flight is lost.
-            assert!(total as u64 >= seen, "{}: {total} rows < {seen} reported writes", b.name);
+            assert!(
+                total as u64 >= seen,
+                "{}: {total} rows < {seen} reported writes",
+                b.name
+            );
             // One valid entry per key (13 keys), however the kill landed.
-            assert_eq!(valid, 13, "{} round {round}: valid {valid} of {total}", b.name);
+            assert_eq!(
+                valid, 13,
+                "{} round {round}: valid {valid} of {total}",
+                b.name
+            );
             // Supersede links are whole: every superseded entry names its successor.
             let page = s.list("crash", None, 100, None, true).await.unwrap();
             for m in &page.entries {
                 if m.expired_reason.as_deref() == Some("superseded") {
-                    let next = m.superseded_by.expect("superseded entries point to their successor");
+                    let next = m
+                        .superseded_by
+                        .expect("superseded entries point to their successor");
                     let n = s.get("crash", next).await.unwrap().unwrap();
                     assert_eq!(n.supersedes, Some(m.id));
                 }
             }
             // The full-text index answers and agrees with the table.
-            let hits = s.search("crash", &SearchQuery { text: "note".into(), limit: 100, ..Default::default() }).await.unwrap();
+            let hits = s
+                .search(
+                    "crash",
+                    &SearchQuery {
+                        text: "note".into(),
+                        limit: 100,
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap();
             assert_eq!(hits.len(), 13, "{}", b.name);
             s.close().await;
         }

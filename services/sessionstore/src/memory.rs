@@ -35,12 +35,17 @@ impl SessionStore for MemoryStore {
         Ok(())
     }
     async fn get_session(&self, id: &str) -> StoreResult<Option<SessionMeta>> {
-        Ok(self.sessions.lock().unwrap().get(id).map(|e| e.meta.clone()))
+        Ok(self
+            .sessions
+            .lock()
+            .unwrap()
+            .get(id)
+            .map(|e| e.meta.clone()))
     }
     async fn list_sessions(&self, limit: usize) -> StoreResult<Vec<SessionMeta>> {
         let s = self.sessions.lock().unwrap();
         let mut v: Vec<_> = s.values().map(|e| e.meta.clone()).collect();
-        v.sort_by(|a, b| b.last_active_ms.cmp(&a.last_active_ms));
+        v.sort_by_key(|m| std::cmp::Reverse(m.last_active_ms));
         v.truncate(limit);
         Ok(v)
     }
@@ -49,7 +54,9 @@ impl SessionStore for MemoryStore {
     }
     async fn append_messages(&self, id: &str, messages: &[Value]) -> StoreResult<()> {
         let mut s = self.sessions.lock().unwrap();
-        let e = s.get_mut(id).ok_or_else(|| StoreError::NotFound(id.into()))?;
+        let e = s
+            .get_mut(id)
+            .ok_or_else(|| StoreError::NotFound(id.into()))?;
         e.messages.extend_from_slice(messages);
         e.meta.last_active_ms = now_ms();
         Ok(())
@@ -60,9 +67,14 @@ impl SessionStore for MemoryStore {
     }
     async fn append_event(&self, id: &str, seq: u64, event: &[u8]) -> StoreResult<()> {
         let mut s = self.sessions.lock().unwrap();
-        let e = s.get_mut(id).ok_or_else(|| StoreError::NotFound(id.into()))?;
+        let e = s
+            .get_mut(id)
+            .ok_or_else(|| StoreError::NotFound(id.into()))?;
         if seq != e.events.len() as u64 + 1 {
-            return Err(StoreError::Backend(format!("event seq {seq} out of order (last {})", e.events.len())));
+            return Err(StoreError::Backend(format!(
+                "event seq {seq} out of order (last {})",
+                e.events.len()
+            )));
         }
         e.events.push(event.to_vec());
         Ok(())
@@ -81,11 +93,19 @@ impl SessionStore for MemoryStore {
             .unwrap_or_default())
     }
     async fn last_seq(&self, id: &str) -> StoreResult<u64> {
-        Ok(self.sessions.lock().unwrap().get(id).map(|e| e.events.len() as u64).unwrap_or(0))
+        Ok(self
+            .sessions
+            .lock()
+            .unwrap()
+            .get(id)
+            .map(|e| e.events.len() as u64)
+            .unwrap_or(0))
     }
     async fn try_lease_turn(&self, id: &str, owner: &str, ttl_ms: i64) -> StoreResult<bool> {
         let mut s = self.sessions.lock().unwrap();
-        let e = s.get_mut(id).ok_or_else(|| StoreError::NotFound(id.into()))?;
+        let e = s
+            .get_mut(id)
+            .ok_or_else(|| StoreError::NotFound(id.into()))?;
         let now = now_ms();
         match &e.lease {
             Some((o, until)) if o != owner && *until > now => Ok(false),

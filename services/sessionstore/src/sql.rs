@@ -13,7 +13,9 @@ use serde_json::Value;
 use sqlx::{
     Row,
     postgres::{PgConnectOptions, PgPool, PgPoolOptions},
-    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous},
+    sqlite::{
+        SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    },
 };
 use std::{str::FromStr, time::Duration};
 
@@ -71,8 +73,9 @@ macro_rules! meta_from_row {
             id: row.try_get("id")?,
             title: row.try_get("title")?,
             agent: row.try_get("agent")?,
-            team_members: serde_json::from_str(&team)
-                .map_err(|e| StoreError::Backend(format!("session team_members is not a JSON list: {e}")))?,
+            team_members: serde_json::from_str(&team).map_err(|e| {
+                StoreError::Backend(format!("session team_members is not a JSON list: {e}"))
+            })?,
             created_ms: row.try_get("created_ms")?,
             last_active_ms: row.try_get("last_active_ms")?,
         }
@@ -149,7 +152,10 @@ pub struct SqlStore {
 
 /// `sqlite://<workspace>/.omicos/sessions.db`, the default store URL.
 pub fn default_url(workspace: &std::path::Path) -> String {
-    format!("sqlite://{}", workspace.join(".omicos").join("sessions.db").display())
+    format!(
+        "sqlite://{}",
+        workspace.join(".omicos").join("sessions.db").display()
+    )
 }
 
 impl SqlStore {
@@ -169,11 +175,17 @@ impl SqlStore {
             if let Some(dir) = std::path::Path::new(opts.get_filename()).parent()
                 && !dir.as_os_str().is_empty()
             {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| StoreError::Backend(format!("cannot create {}: {e}", dir.display())))?;
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    StoreError::Backend(format!("cannot create {}: {e}", dir.display()))
+                })?;
             }
             let max = if url.contains(":memory:") { 1 } else { 8 };
-            Db::Sqlite(SqlitePoolOptions::new().max_connections(max).connect_with(opts).await?)
+            Db::Sqlite(
+                SqlitePoolOptions::new()
+                    .max_connections(max)
+                    .connect_with(opts)
+                    .await?,
+            )
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let opts = PgConnectOptions::from_str(url)
                 .map_err(|e| StoreError::Backend(format!("conversation store URL: {e}")))?;
@@ -203,8 +215,7 @@ impl SqlStore {
     }
 
     async fn migrate(&self) -> StoreResult<()> {
-        const CREATE: &str =
-            "CREATE TABLE IF NOT EXISTS omicos_sessions_schema (version BIGINT PRIMARY KEY, applied_ms BIGINT NOT NULL)";
+        const CREATE: &str = "CREATE TABLE IF NOT EXISTS omicos_sessions_schema (version BIGINT PRIMARY KEY, applied_ms BIGINT NOT NULL)";
         let steps = match self.db {
             Db::Sqlite(_) => SQLITE_MIGRATIONS,
             Db::Pg(_) => PG_MIGRATIONS,
@@ -233,7 +244,9 @@ impl SqlStore {
     /// SQLite's `PRAGMA integrity_check` ("ok" when sound; PostgreSQL: "ok").
     pub async fn integrity_check(&self) -> StoreResult<String> {
         match &self.db {
-            Db::Sqlite(p) => Ok(sqlx::query_scalar("PRAGMA integrity_check").fetch_one(p).await?),
+            Db::Sqlite(p) => Ok(sqlx::query_scalar("PRAGMA integrity_check")
+                .fetch_one(p)
+                .await?),
             Db::Pg(_) => Ok("ok".into()),
         }
     }
@@ -253,7 +266,11 @@ macro_rules! lock_session {
         } else {
             "SELECT 1 FROM sessions WHERE id = $1"
         };
-        sqlx::query(sql).bind($id).fetch_optional(&mut *$tx).await?.is_some()
+        sqlx::query(sql)
+            .bind($id)
+            .fetch_optional(&mut *$tx)
+            .await?
+            .is_some()
     }};
 }
 
@@ -362,12 +379,16 @@ impl SessionStore for SqlStore {
         });
         bodies
             .iter()
-            .map(|b| serde_json::from_str(b).map_err(|e| StoreError::Backend(format!("stored message is not JSON: {e}"))))
+            .map(|b| {
+                serde_json::from_str(b)
+                    .map_err(|e| StoreError::Backend(format!("stored message is not JSON: {e}")))
+            })
             .collect()
     }
 
     async fn append_event(&self, id: &str, seq: u64, event: &[u8]) -> StoreResult<()> {
-        let seq_i = i64::try_from(seq).map_err(|_| StoreError::Backend(format!("event seq {seq} is too large")))?;
+        let seq_i = i64::try_from(seq)
+            .map_err(|_| StoreError::Backend(format!("event seq {seq} is too large")))?;
         in_tx!(&self.db, tx, pg => {
             if !lock_session!(tx, pg, id) {
                 return Err(StoreError::NotFound(id.into()));

@@ -24,8 +24,18 @@ async fn contract(s: Arc<dyn SessionStore>, name: &str) {
     s.put_session(&meta("a", 10)).await.unwrap();
     s.put_session(&meta("b", 30)).await.unwrap();
     s.put_session(&meta("c", 20)).await.unwrap();
-    assert_eq!(s.get_session("a").await.unwrap().unwrap(), meta("a", 10), "{name}");
-    let order: Vec<String> = s.list_sessions(10).await.unwrap().into_iter().map(|m| m.id).collect();
+    assert_eq!(
+        s.get_session("a").await.unwrap().unwrap(),
+        meta("a", 10),
+        "{name}"
+    );
+    let order: Vec<String> = s
+        .list_sessions(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
     assert_eq!(order, ["b", "c", "a"], "{name}: most recently active first");
     assert_eq!(s.list_sessions(2).await.unwrap().len(), 2);
     // put_session upserts.
@@ -38,44 +48,89 @@ async fn contract(s: Arc<dyn SessionStore>, name: &str) {
     let m1 = json!({"role": "user", "content": "hi ünïcode 🙂"});
     let m2 = json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "shell", "arguments": "{\"cmd\":\"ls\"}"}}]});
     let m3 = json!({"role": "tool", "tool_call_id": "c1", "content": "{\"status\":\"done\",\"result\":\"x\"}"});
-    s.append_messages("a", &[m1.clone(), m2.clone()]).await.unwrap();
-    s.append_messages("a", &[m3.clone()]).await.unwrap();
+    s.append_messages("a", &[m1.clone(), m2.clone()])
+        .await
+        .unwrap();
+    s.append_messages("a", std::slice::from_ref(&m3))
+        .await
+        .unwrap();
     assert_eq!(s.messages("a").await.unwrap(), vec![m1, m2, m3], "{name}");
     assert!(s.get_session("a").await.unwrap().unwrap().last_active_ms >= now_ms() - 60_000);
     assert_eq!(s.list_sessions(1).await.unwrap()[0].id, "a");
     assert!(s.messages("b").await.unwrap().is_empty());
-    assert!(matches!(s.append_messages("ghost", &[json!({})]).await, Err(StoreError::NotFound(_))), "{name}");
+    assert!(
+        matches!(
+            s.append_messages("ghost", &[json!({})]).await,
+            Err(StoreError::NotFound(_))
+        ),
+        "{name}"
+    );
 
     // events: gap-free seq
     assert_eq!(s.last_seq("a").await.unwrap(), 0);
     for seq in 1..=5u64 {
-        s.append_event("a", seq, format!("ev{seq}").as_bytes()).await.unwrap();
+        s.append_event("a", seq, format!("ev{seq}").as_bytes())
+            .await
+            .unwrap();
     }
     let e = s.append_event("a", 7, b"gap").await.unwrap_err();
     assert!(e.to_string().contains("out of order"), "{name}: {e}");
-    assert!(s.append_event("a", 5, b"dup").await.is_err(), "{name}: a seq is written once");
-    assert!(matches!(s.append_event("ghost", 1, b"x").await, Err(StoreError::NotFound(_))));
+    assert!(
+        s.append_event("a", 5, b"dup").await.is_err(),
+        "{name}: a seq is written once"
+    );
+    assert!(matches!(
+        s.append_event("ghost", 1, b"x").await,
+        Err(StoreError::NotFound(_))
+    ));
     assert_eq!(s.last_seq("a").await.unwrap(), 5);
     let since: Vec<(u64, Vec<u8>)> = s.events_since("a", 3).await.unwrap();
-    assert_eq!(since, vec![(4, b"ev4".to_vec()), (5, b"ev5".to_vec())], "{name}");
+    assert_eq!(
+        since,
+        vec![(4, b"ev4".to_vec()), (5, b"ev5".to_vec())],
+        "{name}"
+    );
     assert_eq!(s.events_since("a", 0).await.unwrap().len(), 5);
     assert!(s.events_since("a", 5).await.unwrap().is_empty());
     assert!(s.events_since("a", u64::MAX).await.unwrap().is_empty());
     // Binary events survive byte for byte.
-    s.append_event("b", 1, &[0, 159, 146, 150, 255]).await.unwrap();
-    assert_eq!(s.events_since("b", 0).await.unwrap()[0].1, vec![0, 159, 146, 150, 255]);
+    s.append_event("b", 1, &[0, 159, 146, 150, 255])
+        .await
+        .unwrap();
+    assert_eq!(
+        s.events_since("b", 0).await.unwrap()[0].1,
+        vec![0, 159, 146, 150, 255]
+    );
 
     // the turn lease
-    assert!(s.try_lease_turn("a", "replica-1", 60_000).await.unwrap(), "{name}");
-    assert!(!s.try_lease_turn("a", "replica-2", 60_000).await.unwrap(), "{name}: busy");
-    assert!(s.try_lease_turn("a", "replica-1", 60_000).await.unwrap(), "the holder renews");
+    assert!(
+        s.try_lease_turn("a", "replica-1", 60_000).await.unwrap(),
+        "{name}"
+    );
+    assert!(
+        !s.try_lease_turn("a", "replica-2", 60_000).await.unwrap(),
+        "{name}: busy"
+    );
+    assert!(
+        s.try_lease_turn("a", "replica-1", 60_000).await.unwrap(),
+        "the holder renews"
+    );
     s.release_turn("a", "replica-2").await.unwrap();
-    assert!(!s.try_lease_turn("a", "replica-2", 60_000).await.unwrap(), "only the holder releases");
+    assert!(
+        !s.try_lease_turn("a", "replica-2", 60_000).await.unwrap(),
+        "only the holder releases"
+    );
     s.release_turn("a", "replica-1").await.unwrap();
     assert!(s.try_lease_turn("a", "replica-2", 50).await.unwrap());
     tokio::time::sleep(std::time::Duration::from_millis(80)).await;
-    assert!(s.try_lease_turn("a", "replica-3", 60_000).await.unwrap(), "{name}: an expired lease is taken over");
-    assert!(matches!(s.try_lease_turn("ghost", "r", 1000).await, Err(StoreError::NotFound(_))));
+    assert!(
+        s.try_lease_turn("a", "replica-3", 60_000).await.unwrap(),
+        "{name}: an expired lease is taken over"
+    );
+    assert!(matches!(
+        s.try_lease_turn("ghost", "r", 1000).await,
+        Err(StoreError::NotFound(_))
+    ));
     s.release_turn("ghost", "r").await.unwrap();
 
     // delete takes messages, events and the lease with it
@@ -86,7 +141,10 @@ async fn contract(s: Arc<dyn SessionStore>, name: &str) {
     assert!(s.events_since("a", 0).await.unwrap().is_empty());
     assert_eq!(s.last_seq("a").await.unwrap(), 0);
     s.put_session(&meta("a", 1)).await.unwrap();
-    assert!(s.try_lease_turn("a", "new-owner", 60_000).await.unwrap(), "{name}: the old lease went with the session");
+    assert!(
+        s.try_lease_turn("a", "new-owner", 60_000).await.unwrap(),
+        "{name}: the old lease went with the session"
+    );
     assert!(s.messages("a").await.unwrap().is_empty());
     s.append_event("a", 1, b"fresh").await.unwrap();
 }
@@ -109,11 +167,19 @@ async fn restart_keeps_history_and_attach_resumes_from_an_old_seq() {
         {
             let s = SqlStore::open(&b.url).await.unwrap();
             s.put_session(&meta("conv", 1)).await.unwrap();
-            s.append_messages("conv", &[json!({"role": "user", "content": "first"}), json!({"role": "assistant", "content": "one"})])
-                .await
-                .unwrap();
+            s.append_messages(
+                "conv",
+                &[
+                    json!({"role": "user", "content": "first"}),
+                    json!({"role": "assistant", "content": "one"}),
+                ],
+            )
+            .await
+            .unwrap();
             for seq in 1..=4 {
-                s.append_event("conv", seq, format!("e{seq}").as_bytes()).await.unwrap();
+                s.append_event("conv", seq, format!("e{seq}").as_bytes())
+                    .await
+                    .unwrap();
             }
             s.close().await;
         }
@@ -122,12 +188,27 @@ async fn restart_keeps_history_and_attach_resumes_from_an_old_seq() {
         assert_eq!(s.messages("conv").await.unwrap().len(), 2, "{}", b.name);
         assert_eq!(s.last_seq("conv").await.unwrap(), 4);
         let replay = s.events_since("conv", 2).await.unwrap();
-        assert_eq!(replay, vec![(3, b"e3".to_vec()), (4, b"e4".to_vec())], "{}", b.name);
+        assert_eq!(
+            replay,
+            vec![(3, b"e3".to_vec()), (4, b"e4".to_vec())],
+            "{}",
+            b.name
+        );
         // The conversation continues where it stopped.
-        s.append_messages("conv", &[json!({"role": "user", "content": "second"})]).await.unwrap();
+        s.append_messages("conv", &[json!({"role": "user", "content": "second"})])
+            .await
+            .unwrap();
         s.append_event("conv", 5, b"e5").await.unwrap();
         assert_eq!(s.messages("conv").await.unwrap()[2]["content"], "second");
-        assert_eq!(s.events_since("conv", 0).await.unwrap().iter().map(|e| e.0).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
+        assert_eq!(
+            s.events_since("conv", 0)
+                .await
+                .unwrap()
+                .iter()
+                .map(|e| e.0)
+                .collect::<Vec<_>>(),
+            [1, 2, 3, 4, 5]
+        );
     }
 }
 
@@ -144,7 +225,9 @@ async fn two_replicas_contend_for_the_turn_lease() {
                 let s = if i % 2 == 0 { r1.clone() } else { r2.clone() };
                 tries.push(tokio::spawn(async move {
                     let owner = format!("replica-{}-turn-{i}", i % 2);
-                    s.try_lease_turn("busy", &owner, 60_000).await.map(|won| won.then_some(owner))
+                    s.try_lease_turn("busy", &owner, 60_000)
+                        .await
+                        .map(|won| won.then_some(owner))
                 }));
             }
             let mut winners = Vec::new();
@@ -153,7 +236,12 @@ async fn two_replicas_contend_for_the_turn_lease() {
                     winners.push(w);
                 }
             }
-            assert_eq!(winners.len(), 1, "{} round {round}: exactly one turn runs: {winners:?}", b.name);
+            assert_eq!(
+                winners.len(),
+                1,
+                "{} round {round}: exactly one turn runs: {winners:?}",
+                b.name
+            );
             // The other replica sees it busy until the winner releases.
             assert!(!r2.try_lease_turn("busy", "late", 60_000).await.unwrap());
             assert!(!r1.try_lease_turn("busy", "late", 60_000).await.unwrap());
@@ -163,7 +251,11 @@ async fn two_replicas_contend_for_the_turn_lease() {
         assert!(r1.try_lease_turn("busy", "dies", 100).await.unwrap());
         assert!(!r2.try_lease_turn("busy", "survivor", 60_000).await.unwrap());
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;
-        assert!(r2.try_lease_turn("busy", "survivor", 60_000).await.unwrap(), "{}", b.name);
+        assert!(
+            r2.try_lease_turn("busy", "survivor", 60_000).await.unwrap(),
+            "{}",
+            b.name
+        );
     }
 }
 
@@ -180,10 +272,18 @@ async fn concurrent_appends_from_two_replicas() {
                 let mut written = 0;
                 for _ in 0..200 {
                     let next = s.last_seq("shared").await.unwrap() + 1;
-                    if s.append_event("shared", next, format!("w{w}").as_bytes()).await.is_ok() {
+                    if s.append_event("shared", next, format!("w{w}").as_bytes())
+                        .await
+                        .is_ok()
+                    {
                         written += 1;
                     }
-                    s.append_messages("shared", &[json!({"role": "user", "content": format!("w{w}")})]).await.unwrap();
+                    s.append_messages(
+                        "shared",
+                        &[json!({"role": "user", "content": format!("w{w}")})],
+                    )
+                    .await
+                    .unwrap();
                 }
                 written
             }));
@@ -194,8 +294,17 @@ async fn concurrent_appends_from_two_replicas() {
         }
         let events = r1.events_since("shared", 0).await.unwrap();
         assert_eq!(events.len(), written, "{}", b.name);
-        assert!(events.iter().enumerate().all(|(i, e)| e.0 == i as u64 + 1), "{}: gap-free", b.name);
-        assert_eq!(r2.messages("shared").await.unwrap().len(), 400, "{}: no message lost", b.name);
+        assert!(
+            events.iter().enumerate().all(|(i, e)| e.0 == i as u64 + 1),
+            "{}: gap-free",
+            b.name
+        );
+        assert_eq!(
+            r2.messages("shared").await.unwrap().len(),
+            400,
+            "{}: no message lost",
+            b.name
+        );
         assert_eq!(r1.integrity_check().await.unwrap(), "ok");
     }
 }
@@ -214,22 +323,47 @@ async fn kill_9_during_writes_loses_at_most_the_write_in_flight() {
             let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
             let mut seen = 0u64;
             while seen < 200 * (round + 1) {
-                seen = lines.next().expect("crash writer stopped early").unwrap().trim().parse().unwrap();
+                seen = lines
+                    .next()
+                    .expect("crash writer stopped early")
+                    .unwrap()
+                    .trim()
+                    .parse()
+                    .unwrap();
             }
             child.kill().unwrap(); // SIGKILL
             child.wait().unwrap();
 
             let s = SqlStore::open(&b.url).await.expect("reopens after kill -9");
-            assert_eq!(s.integrity_check().await.unwrap(), "ok", "{} round {round}", b.name);
+            assert_eq!(
+                s.integrity_check().await.unwrap(),
+                "ok",
+                "{} round {round}",
+                b.name
+            );
             let last = s.last_seq("crash").await.unwrap();
-            assert!(last >= seen, "{}: every reported event committed ({last} < {seen})", b.name);
+            assert!(
+                last >= seen,
+                "{}: every reported event committed ({last} < {seen})",
+                b.name
+            );
             let events = s.events_since("crash", 0).await.unwrap();
             assert_eq!(events.len() as u64, last);
-            assert!(events.iter().enumerate().all(|(i, (seq, body))| *seq == i as u64 + 1 && *body == format!("event {seq}").into_bytes()));
+            assert!(
+                events
+                    .iter()
+                    .enumerate()
+                    .all(|(i, (seq, body))| *seq == i as u64 + 1
+                        && *body == format!("event {seq}").into_bytes())
+            );
             // Each write is a message then its event: the history holds every
             // event's message, plus at most the one in flight per kill so far.
             let n = s.messages("crash").await.unwrap().len() as u64;
-            assert!(n >= last && n <= last + round + 1, "{}: {n} messages for {last} events", b.name);
+            assert!(
+                n >= last && n <= last + round + 1,
+                "{}: {n} messages for {last} events",
+                b.name
+            );
             s.close().await;
         }
     }

@@ -26,7 +26,10 @@ async fn main() {
             .save(
                 &scope,
                 NewMemory {
-                    content: format!("crash test note {n} {}", "padding ".repeat((n % 50) as usize)),
+                    content: format!(
+                        "crash test note {n} {}",
+                        "padding ".repeat((n % 50) as usize)
+                    ),
                     category: "project".into(),
                     tags: vec![format!("t{}", n % 7)],
                     key: Some(format!("k{}", n % 13)),
@@ -40,7 +43,12 @@ async fn main() {
                 std::process::exit(1);
             }
         };
-        if n % 3 == 0 && store.update(&scope, m.id, &format!("updated note {n}")).await.is_err() {
+        if n.is_multiple_of(3)
+            && store
+                .update(&scope, m.id, &format!("updated note {n}"))
+                .await
+                .is_err()
+        {
             std::process::exit(1);
         }
         n += 1;

@@ -16,8 +16,20 @@ async fn main() {
         std::process::exit(1);
     };
     let store = SqlStore::open(&url).await.unwrap_or_else(|e| fail(e));
-    if store.get_session(&session).await.unwrap_or_else(|e| fail(e)).is_none() {
-        let meta = SessionMeta { id: session.clone(), title: "crash".into(), agent: "a".into(), created_ms: now_ms(), last_active_ms: now_ms(), ..Default::default() };
+    if store
+        .get_session(&session)
+        .await
+        .unwrap_or_else(|e| fail(e))
+        .is_none()
+    {
+        let meta = SessionMeta {
+            id: session.clone(),
+            title: "crash".into(),
+            agent: "a".into(),
+            created_ms: now_ms(),
+            last_active_ms: now_ms(),
+            ..Default::default()
+        };
         store.put_session(&meta).await.unwrap_or_else(|e| fail(e));
     }
     let mut seq = store.last_seq(&session).await.unwrap_or_else(|e| fail(e));
@@ -25,8 +37,14 @@ async fn main() {
     loop {
         seq += 1;
         let msg = serde_json::json!({"role": "assistant", "content": format!("reply {seq} {}", "x".repeat((seq % 64) as usize))});
-        store.append_messages(&session, &[msg]).await.unwrap_or_else(|e| fail(e));
-        store.append_event(&session, seq, format!("event {seq}").as_bytes()).await.unwrap_or_else(|e| fail(e));
+        store
+            .append_messages(&session, &[msg])
+            .await
+            .unwrap_or_else(|e| fail(e));
+        store
+            .append_event(&session, seq, format!("event {seq}").as_bytes())
+            .await
+            .unwrap_or_else(|e| fail(e));
         let _ = writeln!(out, "{seq}");
         let _ = out.flush();
     }

@@ -24,12 +24,17 @@ impl Drop for Backend {
         if let Some(schema) = self.schema.take() {
             // Best effort, on a thread of its own: Drop may run inside a runtime.
             let _ = std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
                 rt.block_on(async {
                     if let Ok(mut c) = PgConnection::connect(PG_ADMIN_URL).await {
-                        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
-                            .execute(&mut c)
-                            .await;
+                        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                            "DROP SCHEMA IF EXISTS {schema} CASCADE"
+                        )))
+                        .execute(&mut c)
+                        .await;
                     }
                 });
             })
@@ -41,14 +46,23 @@ impl Drop for Backend {
 /// A new SQLite database in a temporary directory.
 pub fn sqlite() -> Backend {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join(".omicos/sessions.db").display());
-    Backend { name: "sqlite", url, schema: None, _dir: Some(dir) }
+    let url = format!(
+        "sqlite://{}",
+        dir.path().join(".omicos/sessions.db").display()
+    );
+    Backend {
+        name: "sqlite",
+        url,
+        schema: None,
+        _dir: Some(dir),
+    }
 }
 
 /// A new, empty schema on the local PostgreSQL, or None (with a visible
 /// message) when it does not answer.
 pub async fn postgres(test: &str) -> Option<Backend> {
-    let conn = tokio::time::timeout(Duration::from_secs(3), PgConnection::connect(PG_ADMIN_URL)).await;
+    let conn =
+        tokio::time::timeout(Duration::from_secs(3), PgConnection::connect(PG_ADMIN_URL)).await;
     let mut c = match conn {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
@@ -61,9 +75,17 @@ pub async fn postgres(test: &str) -> Option<Backend> {
         }
     };
     let schema = format!("ost_{}", uuid::Uuid::new_v4().simple());
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&mut c).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+        .execute(&mut c)
+        .await
+        .unwrap();
     let url = format!("{PG_ADMIN_URL}?options[search_path]={schema}");
-    Some(Backend { name: "postgres", url, schema: Some(schema), _dir: None })
+    Some(Backend {
+        name: "postgres",
+        url,
+        schema: Some(schema),
+        _dir: None,
+    })
 }
 
 /// SQLite, then PostgreSQL when reachable.
