@@ -1,0 +1,141 @@
+//! `omicos chat`: the REPL on a terminal, one turn from piped stdin otherwise.
+
+use crate::input::{Input, Line};
+use crate::render::{Renderer, View};
+use crate::turn::{Approver, Interrupts, TurnError, connect, run_turn};
+use omicos_proto::ChatRequest;
+use std::io::{IsTerminal, Read};
+use std::process::ExitCode;
+
+/// What `omicos chat` was asked.
+#[derive(Clone, Debug, Default)]
+pub struct ChatOptions {
+    /// Orchestrator URL.
+    pub server: String,
+    /// Continue this session.
+    pub session: Option<String>,
+    /// The active agent.
+    pub agent: Option<String>,
+    /// The team.
+    pub team: Vec<String>,
+    /// Permission mode.
+    pub mode: Option<String>,
+    /// Print events as JSON lines.
+    pub json: bool,
+}
+
+impl ChatOptions {
+    fn request(&self, session: &str, message: String) -> ChatRequest {
+        ChatRequest {
+            session_id: session.to_owned(),
+            message,
+            agent: self.agent.clone().unwrap_or_default(),
+            team_members: self.team.clone(),
+            permission_mode: self.mode.clone().unwrap_or_default(),
+            ..Default::default()
+        }
+    }
+}
+
+/// Exit code when the user leaves with Ctrl-C (128 + SIGINT).
+const EXIT_INTERRUPTED: u8 = 130;
+
+/// Runs `omicos chat`.
+pub async fn run(opts: ChatOptions) -> ExitCode {
+    if std::io::stdin().is_terminal() { repl(opts).await } else { piped(opts).await }
+}
+
+async fn piped(opts: ChatOptions) -> ExitCode {
+    let mut message = String::new();
+    if let Err(e) = std::io::stdin().read_to_string(&mut message) {
+        eprintln!("omicos chat: cannot read stdin: {e}");
+        return ExitCode::from(2);
+    }
+    if message.trim().is_empty() {
+        eprintln!("omicos chat: no message on stdin (try: echo \"hello\" | omicos chat)");
+        return ExitCode::from(2);
+    }
+    let mut client = match connect(&opts.server).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("omicos chat: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let view = if opts.json { View::Json } else { View::Answer };
+    let mut r = Renderer::new(view);
+    let mut ints = Interrupts::install();
+    let req = opts.request(opts.session.as_deref().unwrap_or_default(), message.trim_end().to_owned());
+    match run_turn(&mut client, req, &mut r, &Approver::Deny, &mut ints).await {
+        Ok(t) if t.reason == "completed" => {
+            if view == View::Answer && !t.answer.ends_with('\n') {
+                println!();
+            }
+            eprintln!("session {}", t.session_id);
+            ExitCode::SUCCESS
+        }
+        Ok(t) => {
+            // Error events were already printed on stderr as they came; say how it ended.
+            eprintln!("omicos chat: the turn ended with `{}` (session {})", t.reason, t.session_id);
+            ExitCode::FAILURE
+        }
+        Err(TurnError::Exit) => ExitCode::from(EXIT_INTERRUPTED),
+        Err(TurnError::Failed(e)) => {
+            eprintln!("omicos chat: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn repl(opts: ChatOptions) -> ExitCode {
+    let mut client = match connect(&opts.server).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("omicos chat: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let input = match Input::start() {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("omicos chat: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut r = Renderer::new(if opts.json { View::Json } else { View::Human });
+    let st = r.style();
+    let mut ints = Interrupts::install();
+    let mut session = opts.session.clone().unwrap_or_default();
+    println!(
+        "{}",
+        st.dim(&format!(
+            "omicos chat · {} · Enter sends · Ctrl-C cancels a turn (twice exits) · Ctrl-D or /exit leaves",
+            opts.server
+        ))
+    );
+    let prompt = st.bold("you> ");
+    loop {
+        let line = match input.read(&prompt, true).await {
+            Line::Text(t) => t,
+            Line::Interrupted => return ExitCode::from(EXIT_INTERRUPTED),
+            Line::Eof => return ExitCode::SUCCESS,
+        };
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if line == "/exit" || line == "/quit" {
+            return ExitCode::SUCCESS;
+        }
+        let req = opts.request(&session, line.to_owned());
+        match run_turn(&mut client, req, &mut r, &Approver::Prompt(&input), &mut ints).await {
+            Ok(t) => {
+                // An unknown --session gives an error event and no session: start fresh next time.
+                let unknown = t.errors.iter().any(|(k, _)| k == "session_not_found");
+                session = if unknown { String::new() } else { t.session_id };
+            }
+            Err(TurnError::Exit) => return ExitCode::from(EXIT_INTERRUPTED),
+            Err(TurnError::Failed(e)) => r.notice(&format!("error: {e}")),
+        }
+    }
+}

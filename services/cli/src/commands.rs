@@ -1,0 +1,204 @@
+//! The one-shot commands: `agents`, `tools`, `sessions [show ID]`, `approve`,
+//! `kernel setup`. Each returns its output as text so tests and the binary share it.
+
+use crate::render::{clip, result_lines, risk_name, short_args};
+use crate::style::Style;
+use crate::turn::{Client, status_text};
+use omicos_proto::{ApproveToolRequest, Decision, GetSessionRequest, ListAgentToolsRequest, ListAgentsRequest, ListSessionsRequest, Risk};
+use serde_json::Value;
+use std::fmt::Write;
+
+/// `omicos agents`: the catalog, one agent a line.
+pub async fn agents(client: &mut Client, st: Style) -> Result<String, String> {
+    let r = client.list_agents(ListAgentsRequest {}).await.map_err(|s| status_text(&s))?.into_inner();
+    let mut out = String::new();
+    let w = r.agents.iter().map(|a| a.id.chars().count()).max().unwrap_or(2).max(2);
+    let _ = writeln!(out, "{}", st.dim(&format!("{} agents · deployment tier {}", r.agents.len(), r.deployment_tier)));
+    for a in &r.agents {
+        let lock = if a.locked { st.yellow(&format!(" (locked: tier {})", a.tier)) } else { String::new() };
+        let _ = writeln!(
+            out,
+            "{} {}  {}{lock}\n{}  {}",
+            a.icon,
+            st.bold(&format!("{:<w$}", a.id)),
+            a.name,
+            " ".repeat(w + 2),
+            st.dim(&clip(&format!("{} · toolsets: {}", a.description, a.toolsets.join(", ")), 110)),
+        );
+    }
+    Ok(out)
+}
+
+/// `omicos tools`: what an agent's model would see under a mode.
+pub async fn tools(client: &mut Client, agent: &str, mode: &str, st: Style) -> Result<String, String> {
+    let r = client
+        .list_agent_tools(ListAgentToolsRequest { agent: agent.to_owned(), permission_mode: mode.to_owned(), format: String::new() })
+        .await
+        .map_err(|s| status_text(&s))?
+        .into_inner();
+    let mut tools = r.tools;
+    tools.sort_by(|a, b| (a.toolset.as_str(), a.name.as_str()).cmp(&(b.toolset.as_str(), b.name.as_str())));
+    let w = tools.iter().map(|t| t.name.chars().count()).max().unwrap_or(4);
+    let mut out = String::new();
+    let who = if agent.is_empty() { "the default agent".to_owned() } else { format!("agent {agent}") };
+    let how = if mode.is_empty() { "the default mode".to_owned() } else { format!("mode {mode}") };
+    let _ = writeln!(out, "{}", st.dim(&format!("{} tools for {who} under {how}", tools.len())));
+    for t in &tools {
+        let risk = Risk::try_from(t.risk).map(risk_name).unwrap_or("?");
+        let first = t.description.lines().next().unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{}  {:<10} {:<18} {}",
+            st.cyan(&format!("{:<w$}", t.name)),
+            risk,
+            t.toolset,
+            st.dim(&clip(first, 70))
+        );
+    }
+    Ok(out)
+}
+
+fn when(ms: i64) -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+    let s = ((now - ms) / 1000).max(0);
+    match s {
+        0..60 => format!("{s}s ago"),
+        60..3600 => format!("{}m ago", s / 60),
+        3600..86400 => format!("{}h ago", s / 3600),
+        _ => format!("{}d ago", s / 86400),
+    }
+}
+
+/// `omicos sessions`: the most recent sessions.
+pub async fn sessions(client: &mut Client, st: Style) -> Result<String, String> {
+    let r = client.list_sessions(ListSessionsRequest { limit: 50 }).await.map_err(|s| status_text(&s))?.into_inner();
+    let mut out = String::new();
+    if r.sessions.is_empty() {
+        let _ = writeln!(out, "no sessions yet (start one with `omicos chat`)");
+        return Ok(out);
+    }
+    for s in &r.sessions {
+        let _ = writeln!(
+            out,
+            "{}  {:>8}  {:<14} {:>5} events  {}",
+            st.bold(&s.session_id),
+            when(s.last_active_ms),
+            s.agent,
+            s.last_event_seq,
+            clip(&s.title, 60)
+        );
+    }
+    Ok(out)
+}
+
+/// `omicos sessions show ID`: the conversation, one message a block.
+pub async fn session_show(client: &mut Client, id: &str, st: Style) -> Result<String, String> {
+    let s = client.get_session(GetSessionRequest { session_id: id.to_owned() }).await.map_err(|s| status_text(&s))?.into_inner();
+    let mut out = String::new();
+    if let Some(m) = &s.summary {
+        let _ = writeln!(
+            out,
+            "{}",
+            st.dim(&format!(
+                "session {} · agent {} · team {} · {} events · {}",
+                m.session_id,
+                m.agent,
+                m.team_members.join(", "),
+                m.last_event_seq,
+                m.title
+            ))
+        );
+    }
+    for raw in &s.messages_json {
+        let m: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
+        let role = m["role"].as_str().unwrap_or("?");
+        let content = m["content"].as_str().unwrap_or_default();
+        match role {
+            "user" => {
+                let _ = writeln!(out, "{} {content}", st.bold("you>"));
+            }
+            "assistant" => {
+                if !content.is_empty() {
+                    let _ = writeln!(out, "{content}");
+                }
+                for c in m["tool_calls"].as_array().into_iter().flatten() {
+                    let name = c["function"]["name"].as_str().unwrap_or("?");
+                    let args = c["function"]["arguments"].as_str().unwrap_or_default();
+                    let _ = writeln!(out, "{} {} {}", st.cyan("▸"), st.cyan(name), st.dim(&short_args(args, 80)));
+                }
+            }
+            "tool" => {
+                // The model saw {"status", "result"}.
+                let v: Value = serde_json::from_str(content).unwrap_or(Value::Null);
+                let status = v["status"].as_str().unwrap_or("?");
+                let result = v["result"].as_str().map(str::to_owned).unwrap_or_else(|| v["result"].to_string());
+                let mark = if status == "done" { st.green("✓") } else { st.red("✗") };
+                let _ = writeln!(out, "{mark} {status}");
+                for l in result_lines(&result, 3) {
+                    let _ = writeln!(out, "  {}", st.dim(&l));
+                }
+            }
+            other => {
+                let _ = writeln!(out, "{other}: {}", clip(content, 200));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Parses `allow|session|deny` (and the REPL's y/a/n).
+pub fn parse_decision(s: &str) -> Result<Decision, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "allow" | "once" | "allow_once" | "y" => Ok(Decision::AllowOnce),
+        "session" | "allow_session" | "always" | "a" => Ok(Decision::AllowSession),
+        "deny" | "n" | "no" => Ok(Decision::Deny),
+        other => Err(format!("`{other}` is not a decision: use allow (this call), session (this tool for the session) or deny")),
+    }
+}
+
+/// `omicos approve SESSION CALL allow|session|deny`.
+pub async fn approve(client: &mut Client, session: &str, call: &str, decision: Decision) -> Result<String, String> {
+    client
+        .approve_tool(ApproveToolRequest { session_id: session.to_owned(), call_id: call.to_owned(), decision: decision as i32 })
+        .await
+        .map_err(|s| status_text(&s))?;
+    Ok(format!("{}: {}\n", call, crate::render::decision_words(decision)))
+}
+
+/// `omicos kernel setup`: a venv with ipykernel in `dir`, plus `dir/requirements.txt` when there is one.
+pub fn kernel_setup(dir: &std::path::Path) -> Result<String, String> {
+    let python = omicos_kernel::setup_venv(dir).map_err(|e| e.to_string())?;
+    let mut out = format!("kernel venv ready: {}\n", python.display());
+    let req = dir.join("requirements.txt");
+    if req.is_file() {
+        let o = std::process::Command::new(&python)
+            .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-r"])
+            .arg(&req)
+            .output()
+            .map_err(|e| format!("{} -m pip install -r {}: {e}", python.display(), req.display()))?;
+        if !o.status.success() {
+            let err = String::from_utf8_lossy(&o.stderr);
+            return Err(format!("pip install -r {} failed: {}", req.display(), clip(err.trim(), 2000)));
+        }
+        let _ = writeln!(out, "installed {}", req.display());
+    }
+    let _ = writeln!(
+        out,
+        "kernels use it when OMICOS_KERNEL_PYTHON={} is set (`omicos demo` finds ./.venv by itself)",
+        python.display()
+    );
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions_parse_and_bad_ones_say_why() {
+        assert_eq!(parse_decision("allow").unwrap(), Decision::AllowOnce);
+        assert_eq!(parse_decision("Session").unwrap(), Decision::AllowSession);
+        assert_eq!(parse_decision("deny").unwrap(), Decision::Deny);
+        assert!(parse_decision("perhaps").unwrap_err().contains("allow"));
+    }
+}

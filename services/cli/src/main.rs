@@ -1,0 +1,195 @@
+//! The `omicos` binary: parses the command line and runs one command.
+
+use clap::{Parser, Subcommand};
+use omicos_cli::{chat, commands, demo, style::Style, turn, up};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "omicos", version, about = "omicos: an agent runtime. Start with `omicos demo`, then `omicos up` and `omicos chat`.")]
+struct Cli {
+    /// The orchestrator to talk to.
+    #[arg(long, global = true, env = "OMICOS_SERVER", default_value = "http://127.0.0.1:7000")]
+    server: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the whole stack in this process, every service on its own loopback port.
+    Up {
+        /// Workspace directory (created if missing).
+        #[arg(long, default_value = "omicos-workspace")]
+        workspace: PathBuf,
+        /// Whole-stack YAML config (sections: orchestrator, tool_runner, kernel, web, memory, pdf).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Orchestrator port; the others follow (+1 tool-runner, +2 kernel, +3 web, +4 memory). 0: ephemeral ports.
+        #[arg(long, default_value_t = 7000)]
+        port_base: u16,
+    },
+    /// Chat with the agents: a REPL on a terminal; with piped stdin, one turn that prints the answer.
+    Chat {
+        /// Continue this session.
+        #[arg(long)]
+        session: Option<String>,
+        /// The active agent.
+        #[arg(long)]
+        agent: Option<String>,
+        /// The team, comma-separated (default: the whole catalog).
+        #[arg(long, value_delimiter = ',')]
+        team: Vec<String>,
+        /// Permission mode: read_only, auto (ask before side effects) or full.
+        #[arg(long)]
+        mode: Option<String>,
+        /// Print every event as a JSON line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the agents of the catalog.
+    Agents,
+    /// List the tools an agent's model sees.
+    Tools {
+        /// The agent (default: the default agent).
+        #[arg(long)]
+        agent: Option<String>,
+        /// Permission mode (read_only, auto, full).
+        #[arg(long)]
+        mode: Option<String>,
+    },
+    /// List sessions, or show one.
+    Sessions {
+        #[command(subcommand)]
+        show: Option<SessionsCommand>,
+    },
+    /// Answer a pending tool approval.
+    Approve {
+        /// Session id.
+        session: String,
+        /// Tool call id.
+        call: String,
+        /// allow (this call), session (this tool for the rest of the session) or deny.
+        decision: String,
+    },
+    /// The Python kernel's environment.
+    Kernel {
+        #[command(subcommand)]
+        command: KernelCommand,
+    },
+    /// Run the scripted offline demo end to end (exits 0 only if every step happened).
+    Demo {
+        /// Workspace directory (default: a fresh one under the temp dir).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum SessionsCommand {
+    /// Show a session's conversation.
+    Show {
+        /// Session id.
+        id: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum KernelCommand {
+    /// Create a project-local .venv with ipykernel (and requirements.txt when present).
+    Setup {
+        /// Directory to create .venv in.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
+}
+
+fn print_result(r: Result<String, String>, what: &str) -> ExitCode {
+    match r {
+        Ok(s) => {
+            print!("{s}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("omicos {what}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn with_client<F, Fut>(server: &str, what: &str, f: F) -> ExitCode
+where
+    F: FnOnce(turn::Client) -> Fut,
+    Fut: std::future::Future<Output = Result<String, String>>,
+{
+    match turn::connect(server).await {
+        Ok(c) => print_result(f(c).await, what),
+        Err(e) => {
+            eprintln!("omicos {what}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let level = if matches!(cli.command, Command::Up { .. }) { "info" } else { "warn" };
+    let _telemetry = omicos_servicekit::telemetry::init("omicos", level);
+    let st = Style::for_stdout();
+    let server = cli.server;
+    match cli.command {
+        Command::Up { workspace, config, port_base } => up::run(up::UpArgs { workspace, config, port_base }).await,
+        Command::Chat { session, agent, team, mode, json } => {
+            chat::run(chat::ChatOptions { server, session, agent, team, mode, json }).await
+        }
+        Command::Agents => with_client(&server, "agents", |mut c| async move { commands::agents(&mut c, st).await }).await,
+        Command::Tools { agent, mode } => {
+            with_client(&server, "tools", |mut c| async move {
+                commands::tools(&mut c, agent.as_deref().unwrap_or_default(), mode.as_deref().unwrap_or_default(), st).await
+            })
+            .await
+        }
+        Command::Sessions { show: None } => {
+            with_client(&server, "sessions", |mut c| async move { commands::sessions(&mut c, st).await }).await
+        }
+        Command::Sessions { show: Some(SessionsCommand::Show { id }) } => {
+            with_client(&server, "sessions show", |mut c| async move { commands::session_show(&mut c, &id, st).await }).await
+        }
+        Command::Approve { session, call, decision } => {
+            let d = match commands::parse_decision(&decision) {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("omicos approve: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            with_client(&server, "approve", |mut c| async move { commands::approve(&mut c, &session, &call, d).await }).await
+        }
+        Command::Kernel { command: KernelCommand::Setup { dir } } => {
+            let r = tokio::task::spawn_blocking(move || commands::kernel_setup(&dir))
+                .await
+                .unwrap_or_else(|e| Err(format!("setup task failed: {e}")));
+            print_result(r, "kernel setup")
+        }
+        Command::Demo { workspace } => {
+            let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+            let opts = demo::DemoOptions { workspace, env: omicos_servicekit::config::process_env(), cwd };
+            match demo::run(opts).await {
+                Ok(report) if report.passed() => {
+                    println!("{}", st.green(&format!("demo passed · workspace {}", report.workspace.display())));
+                    ExitCode::SUCCESS
+                }
+                Ok(report) => {
+                    let failed = report.checks.iter().filter(|c| !c.ok).count();
+                    eprintln!("omicos demo: {failed} step(s) did not happen · workspace {}", report.workspace.display());
+                    ExitCode::FAILURE
+                }
+                Err(e) => {
+                    eprintln!("omicos demo: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! One turn over the Chat stream: print events as they come, answer approval
+//! requests, cancel on Ctrl-C (a second Ctrl-C exits), and re-attach with
+//! `since_seq` when the stream drops so no event is missed or repeated.
+
+use crate::input::{Input, Line};
+use crate::render::{Renderer, decision_words};
+use omicos_proto::{
+    ApproveToolRequest, AttachRequest, CancelRequest, CancelTurnRequest, ChatClientMessage, ChatEvent, ChatRequest, Decision,
+    ToolApprovalRequest, chat_client_message, chat_event::Kind, orchestrator_client::OrchestratorClient,
+};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+/// A client of the orchestrator.
+pub type Client = OrchestratorClient<Channel>;
+
+/// Connects to the orchestrator at `url`, with a message that says what to do
+/// when nothing answers there.
+pub async fn connect(url: &str) -> Result<Client, String> {
+    let ep = Endpoint::from_shared(url.to_owned())
+        .map_err(|e| format!("`{url}` is not a valid server URL: {e}"))?
+        .connect_timeout(Duration::from_secs(5));
+    let ch = ep.connect().await.map_err(|e| {
+        format!(
+            "cannot reach the orchestrator at {url}: {} (start it with `omicos up`, or point --server / OMICOS_SERVER at it)",
+            error_chain(&e)
+        )
+    })?;
+    Ok(OrchestratorClient::new(ch))
+}
+
+/// An error and its sources on one line.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = c.source();
+    }
+    s
+}
+
+/// A gRPC status as a short sentence.
+pub fn status_text(s: &tonic::Status) -> String {
+    let msg = s.message();
+    if msg.is_empty() { format!("{:?}", s.code()) } else { format!("{msg} ({:?})", s.code()) }
+}
+
+/// Ctrl-C presses, delivered as messages while a turn runs (the REPL's line
+/// editor reads its own Ctrl-C in raw mode).
+pub struct Interrupts {
+    rx: mpsc::UnboundedReceiver<()>,
+}
+
+impl Interrupts {
+    /// Catches SIGINT from now on: it no longer kills the process.
+    pub fn install() -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while tokio::signal::ctrl_c().await.is_ok() {
+                if tx.send(()).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { rx }
+    }
+
+    /// Forgets presses made before the turn started.
+    fn drain(&mut self) {
+        while self.rx.try_recv().is_ok() {}
+    }
+}
+
+/// Who answers approval requests.
+pub enum Approver<'a> {
+    /// Ask at the terminal: y = once, a = always this session, n = deny.
+    Prompt(&'a Input),
+    /// Answer every request with this decision and say so (the demo).
+    Auto(Decision),
+    /// Deny: nobody is there to ask (piped stdin).
+    Deny,
+}
+
+impl Approver<'_> {
+    /// The decision for `a`; None when the user pressed Ctrl-C (deny and cancel).
+    async fn decide(&self, r: &mut Renderer, a: &ToolApprovalRequest) -> Option<Decision> {
+        match self {
+            Approver::Auto(d) => {
+                r.notice(&format!("  (demo) answering the approval for {}: {}", a.tool_name, decision_words(*d)));
+                Some(*d)
+            }
+            Approver::Deny => {
+                r.notice(&format!(
+                    "  approval needed for {} but stdin is not a terminal: denied (use --mode full to let tools with side effects run)",
+                    a.tool_name
+                ));
+                Some(Decision::Deny)
+            }
+            Approver::Prompt(input) => {
+                let prompt = r.style().yellow("  allow? [y] once  [a] always this session  [n] deny > ");
+                loop {
+                    match input.read(&prompt, false).await {
+                        Line::Text(t) => match parse_answer(&t) {
+                            Some(d) => return Some(d),
+                            None => r.notice("  please answer y, a or n"),
+                        },
+                        Line::Interrupted => return None,
+                        Line::Eof => return Some(Decision::Deny),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// y/yes/once → allow once; a/always/session → allow for the session; n/no/deny → deny.
+pub fn parse_answer(t: &str) -> Option<Decision> {
+    match t.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" | "once" | "allow" | "allow_once" => Some(Decision::AllowOnce),
+        "a" | "always" | "session" | "allow_session" => Some(Decision::AllowSession),
+        "n" | "no" | "deny" => Some(Decision::Deny),
+        _ => None,
+    }
+}
+
+/// How a turn went.
+#[derive(Clone, Debug, Default)]
+pub struct TurnResult {
+    /// The session (new sessions get their id from the first event).
+    pub session_id: String,
+    /// `TurnDone.reason`: completed, cancelled, error, max_iterations.
+    pub reason: String,
+    /// Error events: (kind, message).
+    pub errors: Vec<(String, String)>,
+    /// Every event but heartbeats, in order.
+    pub events: Vec<ChatEvent>,
+    /// The root agent's text.
+    pub answer: String,
+    /// How many times the stream was re-attached.
+    pub reattached: u32,
+}
+
+/// Why a turn did not end with a TurnDone.
+#[derive(Debug)]
+pub enum TurnError {
+    /// The turn could not start or be followed.
+    Failed(String),
+    /// Ctrl-C twice: the user wants out.
+    Exit,
+}
+
+/// How long a silent stream is trusted (the server sends heartbeats every 15 s by default).
+const IDLE: Duration = Duration::from_secs(60);
+/// Consecutive re-attach attempts before giving up.
+const REATTACH_TRIES: u32 = 20;
+
+/// Runs one turn: sends `req` on a Chat stream and follows it to TurnDone.
+pub async fn run_turn(
+    client: &mut Client,
+    req: ChatRequest,
+    r: &mut Renderer,
+    approver: &Approver<'_>,
+    ints: &mut Interrupts,
+) -> Result<TurnResult, TurnError> {
+    r.begin_turn();
+    ints.drain();
+    let (tx, rx) = mpsc::channel(8);
+    let first = ChatClientMessage { msg: Some(chat_client_message::Msg::Request(req.clone())) };
+    tx.send(first).await.map_err(|_| TurnError::Failed("chat stream closed before it opened".into()))?;
+    let mut stream = client.chat(ReceiverStream::new(rx)).await.map_err(|s| TurnError::Failed(status_text(&s)))?.into_inner();
+    // Kept so the server keeps reading our side of the stream (cancel falls back to it).
+    let mut chat_tx = Some(tx);
+    let mut res = TurnResult { session_id: req.session_id.clone(), ..Default::default() };
+    let mut last_seq = 0u64;
+    let mut cancelling = false;
+    loop {
+        let next = tokio::select! {
+            m = tokio::time::timeout(IDLE, stream.message()) => m,
+            Some(()) = ints.rx.recv() => {
+                if cancelling {
+                    return Err(TurnError::Exit);
+                }
+                cancelling = true;
+                r.notice("cancelling the turn… (Ctrl-C again to exit)");
+                cancel(client, &res.session_id, chat_tx.as_ref()).await;
+                continue;
+            }
+        };
+        let ev = match next {
+            Ok(Ok(Some(ev))) => ev,
+            Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
+                let why = match next {
+                    Ok(Err(s)) => status_text(&s),
+                    Err(_) => format!("no event for {} s", IDLE.as_secs()),
+                    _ => "the stream ended before the turn did".into(),
+                };
+                if res.session_id.is_empty() {
+                    return Err(TurnError::Failed(format!("the chat stream broke before the session started: {why}")));
+                }
+                stream = reattach(client, &res.session_id, last_seq, r, &why).await?;
+                res.reattached += 1;
+                chat_tx = None;
+                continue;
+            }
+        };
+        if matches!(ev.kind, Some(Kind::Heartbeat(_))) {
+            continue;
+        }
+        // A re-attach may replay what we already have; one-shot errors carry seq 0.
+        if ev.event_seq != 0 && ev.event_seq <= last_seq {
+            continue;
+        }
+        last_seq = last_seq.max(ev.event_seq);
+        if res.session_id.is_empty() {
+            res.session_id = ev.session_id.clone();
+        }
+        r.event(&ev);
+        res.events.push(ev.clone());
+        match ev.kind {
+            Some(Kind::Error(e)) => res.errors.push((e.kind, e.message)),
+            Some(Kind::TurnDone(t)) => {
+                res.reason = t.reason;
+                res.answer = r.answer.clone();
+                return Ok(res);
+            }
+            Some(Kind::ToolApprovalRequest(a)) => {
+                let decision = match approver.decide(r, &a).await {
+                    Some(d) => d,
+                    None => {
+                        cancelling = true;
+                        r.notice("denied; cancelling the turn… (Ctrl-C again to exit)");
+                        cancel(client, &res.session_id, chat_tx.as_ref()).await;
+                        Decision::Deny
+                    }
+                };
+                let ask = ApproveToolRequest { session_id: res.session_id.clone(), call_id: a.call_id.clone(), decision: decision as i32 };
+                if let Err(s) = client.approve_tool(ask).await {
+                    r.notice(&format!("  the approval was not taken: {}", status_text(&s)));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+async fn cancel(client: &mut Client, session_id: &str, chat_tx: Option<&mpsc::Sender<ChatClientMessage>>) {
+    if !session_id.is_empty() && client.cancel_turn(CancelTurnRequest { session_id: session_id.to_owned() }).await.is_ok() {
+        return;
+    }
+    if let Some(tx) = chat_tx {
+        let msg = ChatClientMessage { msg: Some(chat_client_message::Msg::Cancel(CancelRequest { reason: "ctrl-c".into() })) };
+        let _ = tx.send(msg).await;
+    }
+}
+
+async fn reattach(
+    client: &mut Client,
+    session_id: &str,
+    since_seq: u64,
+    r: &mut Renderer,
+    why: &str,
+) -> Result<tonic::Streaming<ChatEvent>, TurnError> {
+    let mut delay = Duration::from_millis(100);
+    let mut last_err = String::new();
+    for _ in 0..REATTACH_TRIES {
+        match client.attach(AttachRequest { session_id: session_id.to_owned(), since_seq }).await {
+            Ok(s) => {
+                r.notice(&format!("(stream dropped: {why}; re-attached after event {since_seq})"));
+                return Ok(s.into_inner());
+            }
+            Err(s) if s.code() == tonic::Code::NotFound => return Err(TurnError::Failed(status_text(&s))),
+            Err(s) => last_err = status_text(&s),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(2));
+    }
+    Err(TurnError::Failed(format!(
+        "the stream dropped ({why}) and re-attaching failed {REATTACH_TRIES} times: {last_err}; the turn may still be running: \
+         `omicos sessions show {session_id}`"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_map_to_decisions() {
+        assert_eq!(parse_answer("y"), Some(Decision::AllowOnce));
+        assert_eq!(parse_answer(" A "), Some(Decision::AllowSession));
+        assert_eq!(parse_answer("n"), Some(Decision::Deny));
+        assert_eq!(parse_answer("maybe"), None);
+    }
+}

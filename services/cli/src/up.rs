@@ -1,0 +1,63 @@
+//! `omicos up`: the whole stack in this process, every service on its own
+//! loopback port (printed); Ctrl-C drains and stops, a second Ctrl-C exits at once.
+
+use crate::style::Style;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// What `omicos up` was asked.
+#[derive(Clone, Debug)]
+pub struct UpArgs {
+    /// Workspace root.
+    pub workspace: PathBuf,
+    /// Whole-stack YAML config.
+    pub config: Option<PathBuf>,
+    /// First port (0: ephemeral ports).
+    pub port_base: u16,
+}
+
+/// Runs the stack until Ctrl-C or SIGTERM.
+pub async fn run(args: UpArgs) -> ExitCode {
+    let st = Style::for_stdout();
+    let mut opts = omicos_stack::UpOptions::new(&args.workspace);
+    opts.config_file = args.config;
+    opts.port_base = args.port_base;
+    let stack = match omicos_stack::up(opts).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("omicos up: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{}", st.bold("omicos is up"));
+    println!("  workspace     {}", stack.workspace.display());
+    println!("  llm backend   {}", stack.llm_backend);
+    for (name, url) in &stack.endpoints {
+        println!("  {name:<13} {url}");
+    }
+    let hint = if args.port_base == 7000 {
+        "talk to it: omicos chat · Ctrl-C stops".to_owned()
+    } else {
+        format!("talk to it: omicos chat --server {} · Ctrl-C stops", stack.orchestrator)
+    };
+    println!("{}", st.dim(&hint));
+    let shutdown = stack.shutdown.clone();
+    tokio::spawn(async move {
+        omicos_servicekit::shutdown::wait_for_signal().await;
+        println!("draining… (Ctrl-C again to stop at once)");
+        shutdown.trigger();
+        omicos_servicekit::shutdown::wait_for_signal().await;
+        eprintln!("omicos up: stopped without draining");
+        std::process::exit(130);
+    });
+    match stack.wait().await {
+        Ok(()) => {
+            println!("stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("omicos up: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

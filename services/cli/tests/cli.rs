@@ -1,0 +1,266 @@
+//! The `omicos` binary against a real stack on loopback ports (the whole
+//! stack of `omicos up`, with the scripted fake LLM speaking OpenAI SSE):
+//! the REPL driven in a pseudo-terminal, piped mode and its exit codes, the
+//! one-shot commands, re-attach through a proxy that cuts the stream, `omicos
+//! up` as a child process, and `omicos demo` on a fresh workspace.
+
+use expectrl::{ControlCode, Expect, Session};
+use omicos_e2e::fake_llm::{FakeLlm, Reply};
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_omicos");
+
+/// The repository root (where `.venv` lives).
+fn repo_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+struct Stack {
+    stack: Option<omicos_stack::RunningStack>,
+    url: String,
+    workspace: tempfile::TempDir,
+}
+
+impl Stack {
+    /// The stack with the fake LLM as its model; no kernel, web or memory provider (not needed here).
+    async fn start(llm: &FakeLlm) -> Stack {
+        let workspace = tempfile::tempdir().unwrap();
+        let mut o = omicos_stack::UpOptions::new(workspace.path());
+        o.port_base = 0;
+        o.kernel = false;
+        o.web = false;
+        o.memory = false;
+        o.env = vec![
+            ("OMICOS_LLM_BACKEND".into(), "openai".into()),
+            ("OMICOS_LLM_BASE_URL".into(), llm.openai_url()),
+            ("OMICOS_LLM_API_KEY".into(), "test-key".into()),
+            ("OMICOS_LLM_MODEL".into(), "fake-model".into()),
+            ("OMICOS_LLM_RETRY_BASE_MS".into(), "20".into()),
+        ];
+        let stack = omicos_stack::up(o).await.expect("stack up");
+        let url = stack.orchestrator.clone();
+        Stack { stack: Some(stack), url, workspace }
+    }
+
+    async fn stop(mut self) {
+        if let Some(s) = self.stack.take() {
+            let _ = s.stop().await;
+        }
+    }
+}
+
+/// Runs `omicos ARGS` with `stdin` piped in; returns (code, stdout, stderr).
+async fn run_piped(args: &[&str], stdin: &str) -> (i32, String, String) {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let stdin = stdin.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(BIN)
+            .args(&args)
+            .env("NO_COLOR", "1")
+            .env_remove("OMICOS_SERVER")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn omicos");
+        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    })
+    .await
+    .unwrap()
+}
+
+/// Spawns `omicos chat` in a pseudo-terminal.
+fn spawn_chat(args: &[&str]) -> Session {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("chat").args(args).env("NO_COLOR", "1").env("TERM", "dumb");
+    let mut s = Session::spawn(cmd).expect("spawn in a pty");
+    s.set_expect_timeout(Some(Duration::from_secs(20)));
+    s
+}
+
+/// The exit code of a pty session's process.
+fn exit_code(s: &Session) -> i32 {
+    match s.get_process().wait().expect("wait") {
+        expectrl::WaitStatus::Exited(_, code) => code,
+        other => panic!("omicos did not exit normally: {other:?}"),
+    }
+}
+
+fn write_call(id: &str, path: &str, content: &str) -> Reply {
+    let args = serde_json::json!({"path": path, "content": content}).to_string();
+    Reply::Tools("Let me write it.".into(), vec![(id.into(), "file_manager__write".into(), args)])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repl_streams_text_and_answers_an_approval_at_the_prompt() {
+    let llm = FakeLlm::start(vec![
+        write_call("call_w1", "hello.txt", "hi from the pty"),
+        Reply::Slow("The file hello.txt is written and holds the greeting, as asked.".into(), Duration::from_millis(40)),
+    ])
+    .await;
+    let stack = Stack::start(&llm).await;
+    let url = stack.url.clone();
+    let ws = stack.workspace.path().to_path_buf();
+    let code = tokio::task::spawn_blocking(move || {
+        let mut s = spawn_chat(&["--server", &url, "--mode", "auto"]);
+        s.expect("you> ").unwrap();
+        s.send_line("please write hello.txt").unwrap();
+        s.expect("Let me write it.").unwrap();
+        s.expect("file_manager__write").unwrap();
+        s.expect("wants to run").unwrap();
+        s.expect("allow? [y] once").unwrap();
+        // Nothing ran before the answer.
+        assert!(!ws.join("hello.txt").exists(), "the write waited for the approval");
+        s.send_line("y").unwrap();
+        s.expect("allowed once").unwrap();
+        s.expect("file_manager__write done").unwrap();
+        // Streamed: the first words show before the model has sent the rest.
+        s.expect("The file").unwrap();
+        let all_at_once = !s.check("as asked.").unwrap().is_empty();
+        s.expect("as asked.").unwrap();
+        s.expect("you> ").unwrap();
+        assert_eq!(std::fs::read_to_string(ws.join("hello.txt")).unwrap(), "hi from the pty");
+        s.send(ControlCode::EndOfTransmission).unwrap();
+        (exit_code(&s), all_at_once)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code.0, 0, "Ctrl-D at the prompt exits 0");
+    assert!(!code.1, "the answer arrived in pieces, not all at once");
+    llm.assert_invariants();
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_cancels_the_turn_and_a_second_ctrl_c_exits() {
+    let slow = "This answer is long and slow on purpose, so that there is time to press Ctrl-C in the middle of it. ".repeat(4);
+    let llm = FakeLlm::start(vec![Reply::Slow(slow.clone(), Duration::from_millis(100)), Reply::Slow(slow, Duration::from_millis(100))]).await;
+    let stack = Stack::start(&llm).await;
+    let url = stack.url.clone();
+    let code = tokio::task::spawn_blocking(move || {
+        let mut s = spawn_chat(&["--server", &url]);
+        s.expect("you> ").unwrap();
+        s.send_line("talk slowly").unwrap();
+        s.expect("This answer").unwrap();
+        s.send(ControlCode::EndOfText).unwrap();
+        s.expect("cancelling the turn").unwrap();
+        s.expect("(turn cancelled)").unwrap();
+        // The REPL is back and the session goes on.
+        s.expect("you> ").unwrap();
+        s.send_line("again, slowly").unwrap();
+        s.expect("This answer").unwrap();
+        s.send(ControlCode::EndOfText).unwrap();
+        s.expect("cancelling the turn").unwrap();
+        s.send(ControlCode::EndOfText).unwrap();
+        exit_code(&s)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 130, "a second Ctrl-C exits with 128+SIGINT");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn piped_mode_prints_the_answer_and_exit_codes_tell_success_from_error() {
+    let llm = FakeLlm::start(vec![Reply::Text("Four.".into()), Reply::Text("Still four.".into())]).await;
+    let stack = Stack::start(&llm).await;
+    let url = stack.url.as_str();
+
+    let (code, out, err) = run_piped(&["chat", "--server", url], "What is 2 + 2?\n").await;
+    assert_eq!(code, 0, "stderr: {err}");
+    assert_eq!(out, "Four.\n", "only the answer on stdout");
+    let session = err.lines().find_map(|l| l.strip_prefix("session ")).expect("the session id on stderr").to_owned();
+
+    // The same session, as JSON lines: every line an event, the last one turn_done.
+    let (code, out, err) = run_piped(&["chat", "--server", url, "--session", &session, "--json"], "And now?").await;
+    assert_eq!(code, 0, "stderr: {err}");
+    let events: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    assert_eq!(events.first().unwrap()["type"], "turn_started");
+    assert_eq!(events.last().unwrap()["type"], "turn_done");
+    assert_eq!(events.last().unwrap()["reason"], "completed");
+    let text: String = events.iter().filter(|e| e["type"] == "text_delta").map(|e| e["text"].as_str().unwrap()).collect();
+    assert_eq!(text, "Still four.");
+    assert!(events.iter().all(|e| e["session_id"] == session.as_str()));
+    let seqs: Vec<u64> = events.iter().map(|e| e["event_seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "gap-free: {seqs:?}");
+
+    // An unknown session: the error is said and the exit code is not 0.
+    let (code, _, err) = run_piped(&["chat", "--server", url, "--session", "no-such-session"], "hello").await;
+    assert_eq!(code, 1);
+    assert!(err.contains("session_not_found") && err.contains("no-such-session"), "{err}");
+
+    // An unreachable server.
+    let (code, _, err) = run_piped(&["chat", "--server", "http://127.0.0.1:9"], "hello").await;
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot reach the orchestrator at http://127.0.0.1:9"), "{err}");
+
+    // A bad permission mode is refused by the server, clearly.
+    let (code, _, err) = run_piped(&["chat", "--server", url, "--mode", "yolo"], "hello").await;
+    assert_eq!(code, 1);
+    assert!(err.contains("permission_mode `yolo`"), "{err}");
+
+    // Nothing to say.
+    let (code, _, err) = run_piped(&["chat", "--server", url], "  \n").await;
+    assert_eq!(code, 2);
+    assert!(err.contains("no message on stdin"), "{err}");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn piped_mode_denies_approvals_it_cannot_ask_for() {
+    let llm = FakeLlm::start(vec![write_call("call_w2", "nope.txt", "x"), Reply::Text("Understood, I will not write it.".into())]).await;
+    let stack = Stack::start(&llm).await;
+    let (code, out, err) = run_piped(&["chat", "--server", &stack.url, "--mode", "auto"], "write nope.txt").await;
+    assert_eq!(code, 0, "the turn itself completed: {err}");
+    assert!(err.contains("stdin is not a terminal: denied"), "{err}");
+    assert!(out.contains("Understood"), "{out}");
+    assert!(!stack.workspace.path().join("nope.txt").exists());
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_tools_sessions_and_approve_commands() {
+    let llm = FakeLlm::start(vec![Reply::Text("Hello there.".into())]).await;
+    let stack = Stack::start(&llm).await;
+    let url = stack.url.as_str();
+
+    let (code, out, err) = run_piped(&["agents", "--server", url], "").await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("generalist") && out.contains("data_analyst"), "{out}");
+
+    // What the demo relies on: the generalist writes and reads files and delegates; the analyst runs Python.
+    let (code, out, err) = run_piped(&["tools", "--server", url, "--agent", "generalist", "--mode", "auto"], "").await;
+    assert_eq!(code, 0, "{err}");
+    for t in ["file_manager__write", "file_manager__read", "call_agent"] {
+        assert!(out.contains(t), "{t} missing:\n{out}");
+    }
+    let (code, out, _) = run_piped(&["tools", "--server", url, "--agent", "generalist", "--mode", "read_only"], "").await;
+    assert_eq!(code, 0);
+    assert!(!out.contains("file_manager__write"), "read_only hides writes:\n{out}");
+
+    let (code, _, err) = run_piped(&["chat", "--server", url, "--agent", "generalist"], "Say hello").await;
+    assert_eq!(code, 0, "{err}");
+    let session = err.lines().find_map(|l| l.strip_prefix("session ")).unwrap().to_owned();
+
+    let (code, out, _) = run_piped(&["sessions", "--server", url], "").await;
+    assert_eq!(code, 0);
+    assert!(out.contains(&session) && out.contains("Say hello"), "{out}");
+    let (code, out, _) = run_piped(&["sessions", "show", &session, "--server", url], "").await;
+    assert_eq!(code, 0);
+    assert!(out.contains("you> Say hello") && out.contains("Hello there."), "{out}");
+    let (code, _, err) = run_piped(&["sessions", "show", "missing", "--server", url], "").await;
+    assert_eq!(code, 1);
+    assert!(err.contains("does not exist"), "{err}");
+
+    let (code, _, err) = run_piped(&["approve", &session, "call_x", "allow", "--server", url], "").await;
+    assert_eq!(code, 1);
+    assert!(err.contains("no approval is pending for call `call_x`"), "{err}");
+    let (code, _, err) = run_piped(&["approve", &session, "call_x", "perhaps", "--server", url], "").await;
+    assert_eq!(code, 2);
+    assert!(err.contains("not a decision"), "{err}");
+    stack.stop().await;
+}
