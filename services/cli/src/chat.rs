@@ -68,9 +68,7 @@ async fn piped(opts: ChatOptions) -> ExitCode {
     let req = opts.request(opts.session.as_deref().unwrap_or_default(), message.trim_end().to_owned());
     match run_turn(&mut client, req, &mut r, &Approver::Deny, &mut ints).await {
         Ok(t) if t.reason == "completed" => {
-            if view == View::Answer && !t.answer.ends_with('\n') {
-                println!();
-            }
+            // The renderer ended the answer's last line at turn_done.
             eprintln!("session {}", t.session_id);
             ExitCode::SUCCESS
         }

@@ -4,11 +4,11 @@
 //! one-shot commands, re-attach through a proxy that cuts the stream, `omicos
 //! up` as a child process, and `omicos demo` on a fresh workspace.
 
-use expectrl::{ControlCode, Expect, Session};
+use expectrl::{ControlCode, Session};
 use omicos_e2e::fake_llm::{FakeLlm, Reply};
 use std::io::Write;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_omicos");
 
