@@ -264,3 +264,154 @@ async fn agents_tools_sessions_and_approve_commands() {
     assert!(err.contains("not a decision"), "{err}");
     stack.stop().await;
 }
+
+/// A TCP proxy in front of the orchestrator that can cut every open connection,
+/// as a flaky network or a load balancer would.
+struct CuttingProxy {
+    url: String,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl CuttingProxy {
+    async fn start(target: &str) -> CuttingProxy {
+        let target = target.trim_start_matches("http://").to_owned();
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let c2 = conns.clone();
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = l.accept().await {
+                let target = target.clone();
+                let h = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                c2.lock().unwrap().push(h.abort_handle());
+            }
+        });
+        CuttingProxy { url, conns }
+    }
+
+    /// Drops every connection open now.
+    fn cut(&self) -> usize {
+        let mut c = self.conns.lock().unwrap();
+        let n = c.len();
+        for h in c.drain(..) {
+            h.abort();
+        }
+        n
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_stream_is_reattached_without_losing_or_repeating_events() {
+    let text: String = (1..=30).map(|i| format!("w{i} ")).collect();
+    let llm = FakeLlm::start(vec![Reply::Slow(text.clone(), Duration::from_millis(60))]).await;
+    let stack = Stack::start(&llm).await;
+    let proxy = CuttingProxy::start(&stack.url).await;
+    let mut child = tokio::process::Command::new(BIN)
+        .args(["chat", "--json", "--server", &proxy.url])
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"count slowly").await.unwrap();
+    }
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let mut events = vec![];
+    let mut cut = 0;
+    while let Some(l) = tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await.expect("events keep coming").unwrap() {
+        let v: serde_json::Value = serde_json::from_str(&l).unwrap();
+        if v["type"] == "text_delta" && cut == 0 && v["text"].as_str().unwrap().contains("w3") {
+            cut = proxy.cut();
+        }
+        events.push(v);
+    }
+    let out = child.wait_with_output().await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(cut >= 1, "the proxy had a connection to cut");
+    assert!(out.status.success(), "stderr: {err}");
+    assert!(err.contains("re-attached after event"), "{err}");
+    let seqs: Vec<u64> = events.iter().map(|e| e["event_seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "nothing lost or repeated across the re-attach: {seqs:?}");
+    let got: String = events.iter().filter(|e| e["type"] == "text_delta").map(|e| e["text"].as_str().unwrap()).collect();
+    assert_eq!(got, text);
+    assert_eq!(events.last().unwrap()["reason"], "completed");
+    stack.stop().await;
+}
+
+/// `omicos up` as a person runs it: prints the URLs, serves (here the offline
+/// replay, no model configured), and drains on Ctrl-C.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_prints_its_urls_serves_offline_and_stops_on_ctrl_c() {
+    let ws = tempfile::tempdir().unwrap();
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args(["up", "--port-base", "0", "--workspace"]).arg(ws.path()).env("NO_COLOR", "1");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("OMICOS_LLM_") || k == "OPENAI_API_KEY" || k == "ANTHROPIC_API_KEY" || k == "OMICOS_SERVER" {
+            cmd.env_remove(k);
+        }
+    }
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let mut url = None;
+    let mut printed = vec![];
+    while let Some(l) = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await.expect("omicos up prints").unwrap() {
+        printed.push(l.clone());
+        if let Some(u) = l.trim().strip_prefix("orchestrator") {
+            url = Some(u.trim().to_owned());
+        }
+        if l.contains("talk to it") {
+            break;
+        }
+    }
+    let url = url.unwrap_or_else(|| panic!("no orchestrator URL in {printed:?}"));
+    for s in ["tool-runner", "kernel", "web", "memory", "llm backend   replay"] {
+        assert!(printed.iter().any(|l| l.contains(s)), "{s} not printed: {printed:?}");
+    }
+    let (code, out, err) = run_piped(&["chat", "--server", &url, "--mode", "full"], "hello").await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("offline replay"), "{out}");
+    assert!(ws.path().join("notes/offline.md").exists(), "the offline script's tool calls are real");
+
+    // Ctrl-C, as the terminal would send it.
+    let pid = child.id().unwrap().to_string();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await.expect("drains in time").unwrap();
+    assert!(status.success(), "{status:?}");
+    let mut rest = vec![];
+    while let Ok(Some(l)) = lines.next_line().await {
+        rest.push(l);
+    }
+    assert!(rest.iter().any(|l| l.contains("draining")) && rest.iter().any(|l| l == "stopped"), "{rest:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_completes_offline_on_a_fresh_workspace() {
+    let ws = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new(BIN)
+        .args(["demo", "--workspace"])
+        .arg(ws.path())
+        .current_dir(repo_root())
+        .env("NO_COLOR", "1")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "demo failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("demo passed"), "{stdout}");
+    assert!(!stdout.contains('✗'), "every check passed:\n{stdout}");
+    assert!(stdout.contains("(demo) answering the approval for run_python_code: allowed for this session"), "{stdout}");
+    assert!(stdout.contains("hands over to data_analyst"), "{stdout}");
+    assert!(std::fs::read(ws.path().join("demo/plot.png")).unwrap().starts_with(b"\x89PNG"));
+    assert!(std::fs::read_to_string(ws.path().join("demo/report.md")).unwrap().contains("441"));
+}
