@@ -64,6 +64,8 @@ pub struct Stack {
     pub orch_shutdown: Shutdown,
     /// Stops the runner.
     pub runner_shutdown: Shutdown,
+    orch_cfg: Config,
+    agents: Arc<dyn AgentDirectory>,
 }
 
 fn merge(base: &mut serde_json::Value, over: serde_json::Value) {
@@ -115,16 +117,39 @@ impl Stack {
         if let Some(t) = opts.tweak {
             t(&mut cfg);
         }
-        let backends = omicos_orchestrator::build_backends(&cfg.llm).expect("backends");
-        let store = omicos_orchestrator::open_store(&cfg).await.expect("store");
         let agents = opts.agents.unwrap_or_else(|| Arc::new(omicos_orchestrator::agents::SingleAgent));
-        let orch_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let orch_url = format!("http://{}", orch_listener.local_addr().unwrap());
-        let orch_shutdown = Shutdown::new(Duration::from_secs(2));
-        tokio::spawn(omicos_orchestrator::serve(Parts { config: cfg, agents, store, backends }, orch_listener, orch_shutdown.clone()));
-        let stack = Stack { orchestrator: orch_url, runner: runner_url, workspace, _tmp: tmp, llm, orch_shutdown, runner_shutdown };
+        let (orch_url, orch_shutdown) = start_orchestrator(cfg.clone(), agents.clone()).await;
+        let stack = Stack {
+            orchestrator: orch_url,
+            runner: runner_url,
+            workspace,
+            _tmp: tmp,
+            llm,
+            orch_shutdown,
+            runner_shutdown,
+            orch_cfg: cfg,
+            agents,
+        };
         stack.wait_serving(&stack.orchestrator).await;
         stack
+    }
+
+    /// Stops the orchestrator and starts a new one (new port, same store,
+    /// workspace and runner), as a restart or a second replica would.
+    pub async fn restart_orchestrator(&mut self) {
+        self.orch_shutdown.trigger();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (url, sd) = start_orchestrator(self.orch_cfg.clone(), self.agents.clone()).await;
+        self.orchestrator = url;
+        self.orch_shutdown = sd;
+        self.wait_serving(&self.orchestrator.clone()).await;
+    }
+
+    /// Starts one more orchestrator replica on the same store; returns its URL.
+    pub async fn add_replica(&self) -> String {
+        let (url, _sd) = start_orchestrator(self.orch_cfg.clone(), self.agents.clone()).await;
+        self.wait_serving(&url).await;
+        url
     }
 
     /// Waits until the health service at `url` says SERVING.
@@ -152,6 +177,16 @@ impl Stack {
     pub async fn chat(&self, req: ChatRequest) -> Result<ChatHandle, tonic::Status> {
         ChatHandle::open(self.client().await, req).await
     }
+}
+
+async fn start_orchestrator(cfg: Config, agents: Arc<dyn AgentDirectory>) -> (String, Shutdown) {
+    let backends = omicos_orchestrator::build_backends(&cfg.llm).expect("backends");
+    let store = omicos_orchestrator::open_store(&cfg).await.expect("store");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let sd = Shutdown::new(Duration::from_secs(2));
+    tokio::spawn(omicos_orchestrator::serve(Parts { config: cfg, agents, store, backends }, listener, sd.clone()));
+    (url, sd)
 }
 
 /// An open Chat stream.

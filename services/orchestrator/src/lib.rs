@@ -74,12 +74,7 @@ pub async fn open_store(cfg: &Config) -> Result<Arc<dyn SessionStore>, String> {
     } else {
         cfg.store_url.clone()
     };
-    if url == "memory:" {
-        return Ok(Arc::new(omicos_sessionstore::MemoryStore::new()));
-    }
-    // SWITCH-TO-SQL: replaced by omicos_sessionstore::open once the SQL store lands.
-    tracing::warn!(%url, "SQL session store not wired yet; keeping sessions in memory");
-    Ok(Arc::new(omicos_sessionstore::MemoryStore::new()))
+    omicos_sessionstore::open(&url).await.map_err(|e| format!("config key `store_url`: {e}"))
 }
 
 /// Everything needed to serve, already built (tests can pass their own pieces).

@@ -368,10 +368,23 @@ impl Orchestrator for OrchestratorService {
                 None => {
                     // Replay; if the log shows a turn still open (another replica runs it), poll the store.
                     let mut idle_since = tokio::time::Instant::now();
+                    // Whether the log shows a turn that has started and not finished
+                    // (read from the start when the client resumes mid-log).
+                    let mut open = false;
+                    if req.since_seq > 0
+                        && let Ok(earlier) = pump.state.store().events_since(&pump.state.id, 0).await
+                    {
+                        for (_, b) in earlier.iter().take_while(|(seq, _)| *seq <= req.since_seq) {
+                            match ChatEvent::decode(b.as_slice()).map(|e| e.kind) {
+                                Ok(Some(chat_event::Kind::TurnStarted(_))) => open = true,
+                                Ok(Some(chat_event::Kind::TurnDone(_))) => open = false,
+                                _ => {}
+                            }
+                        }
+                    }
                     loop {
                         let before = pump.last_sent;
                         let Ok(stored) = pump.state.store().events_since(&pump.state.id, pump.last_sent).await else { return };
-                        let mut open = false;
                         for (_, b) in stored {
                             if let Ok(ev) = ChatEvent::decode(b.as_slice()) {
                                 match ev.kind {
@@ -389,10 +402,7 @@ impl Orchestrator for OrchestratorService {
                         } else if idle_since.elapsed() > lease * 2 {
                             return;
                         }
-                        if !open && pump.last_sent > before {
-                            return;
-                        }
-                        if !open && pump.last_sent == before && before == req.since_seq {
+                        if !open {
                             return;
                         }
                         tokio::time::sleep(Duration::from_millis(250)).await;

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: unit tests, provider tests against real servers
+# on loopback, and end-to-end tests of the gRPC services.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+"$root/scripts/bootstrap.sh"
+export OMICOS_KERNEL_PYTHON="${OMICOS_KERNEL_PYTHON:-$root/.venv/bin/python3}"
+# PostgreSQL-backed tests run when 127.0.0.1:5432 answers; start the local cluster if it is installed but down.
+if ! (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; then
+  if command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+  fi
+fi
+if (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; then
+  echo "==> PostgreSQL on 127.0.0.1:5432: PostgreSQL tests will run"
+else
+  echo "==> PostgreSQL not reachable on 127.0.0.1:5432: PostgreSQL tests will print SKIPPED"
+fi
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast "$@"
+else
+  cargo test --workspace --no-fail-fast "$@"
+fi
