@@ -9,6 +9,8 @@
 
 use dom_query::{Document, NodeRef};
 
+mod scan;
+
 /// Stack size of the extraction thread. It is reserved, not committed:
 /// only the pages a deep document really touches use memory.
 pub const EXTRACT_STACK_BYTES: usize = 256 << 20;
@@ -55,17 +57,23 @@ pub enum ExtractError {
 
 /// Extracts `html` on a worker thread with a large stack.
 pub async fn extract_on_worker(html: String, url: String, format: Format, bounds: Bounds) -> Result<Extracted, ExtractError> {
+    run_on_worker(move || extract(&html, &url, format, bounds)).await?
+}
+
+/// Runs `f` on a fresh thread with an [`EXTRACT_STACK_BYTES`] stack; a panic
+/// becomes an error instead of taking the service down.
+pub async fn run_on_worker<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, ExtractError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("web-extract".into())
         .stack_size(EXTRACT_STACK_BYTES)
         .spawn(move || {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| extract(&html, &url, format, bounds)));
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
             let _ = tx.send(r);
         })
         .map_err(|e| ExtractError::Worker(format!("cannot start the extraction thread: {e}")))?;
     match rx.await {
-        Ok(Ok(r)) => r,
+        Ok(Ok(r)) => Ok(r),
         Ok(Err(_)) => Err(ExtractError::Worker("the HTML converter panicked on this page".into())),
         Err(_) => Err(ExtractError::Worker("the extraction thread ended without an answer".into())),
     }
@@ -73,7 +81,20 @@ pub async fn extract_on_worker(html: String, url: String, format: Format, bounds
 
 /// Extracts the main content of `html` (call it on a thread with a large stack).
 pub fn extract(html: &str, url: &str, format: Format, bounds: Bounds) -> Result<Extracted, ExtractError> {
+    // Gate 1, before the tree is built: html5ever's scope checks and the
+    // readability scorer both cost time proportional to depth per element.
+    if scan::depth_exceeds(html, bounds.max_depth) {
+        return Ok(Extracted {
+            title: scan::title(html),
+            content: scan::text(html),
+            note: Some(format!(
+                "the page is nested more than {} elements deep (web.max_depth): returned as plain text",
+                bounds.max_depth
+            )),
+        });
+    }
     let doc = Document::from(html);
+    // Gate 2, exact, on the tree (the scan estimates; the parser may nest differently).
     let shape = measure(&doc.root());
     if shape.elements > bounds.max_elements {
         return Err(ExtractError::TooManyElements(shape.elements, bounds.max_elements));
@@ -84,7 +105,7 @@ pub fn extract(html: &str, url: &str, format: Format, bounds: Bounds) -> Result<
             title,
             content: flat_text(&doc.root()),
             note: Some(format!(
-                "the page is nested {} elements deep, over the cap of {} (web.max_depth): returned as plain text",
+                "the page is nested {} elements deep, more than {} (web.max_depth): returned as plain text",
                 shape.depth, bounds.max_depth
             )),
         });
@@ -238,5 +259,13 @@ mod tests {
         let wide = format!("<html><body>{}</body></html>", "<p>x</p>".repeat(200));
         let err = extract(&wide, "https://example.com/", Format::Markdown, Bounds { max_elements: 100, max_depth: 100 }).unwrap_err();
         assert!(matches!(err, ExtractError::TooManyElements(_, 100)), "{err}");
+    }
+
+    #[tokio::test]
+    async fn the_worker_stack_carries_htmd_through_20000_levels() {
+        // htmd recurses once per level: this is what the large stack is for.
+        let deep = format!("<html><body>{}bottom{}</body></html>", "<div>".repeat(20_000), "</div>".repeat(20_000));
+        let md = run_on_worker(move || htmd::convert(&deep)).await.unwrap().unwrap();
+        assert_eq!(md.trim(), "bottom");
     }
 }
