@@ -283,7 +283,8 @@ impl Provider for ImageGenProvider {
         let limit = self.config.max_image_mb.saturating_mul(1 << 20);
         let mut saved = Vec::new();
         let mut failed = Vec::new();
-        for (i, item) in answer.data.iter().enumerate() {
+        // An endpoint that sends more than asked does not get to fill the disk.
+        for (i, item) in answer.data.iter().take(n as usize).enumerate() {
             let bytes = match client::image_bytes(&self.http, item, limit, &ctx).await {
                 Ok(b) => b,
                 Err(e) => {

@@ -236,6 +236,35 @@ async fn rate_limits_are_retried_honouring_retry_after() {
 }
 
 #[tokio::test]
+async fn cancelling_during_a_retry_wait_ends_the_call() {
+    let (fake, base) = start(vec![Answer::Status(
+        429,
+        Some("20"),
+        json!({"error": {"message": "slow down"}}),
+    )])
+    .await;
+    let ws = tempfile::tempdir().unwrap();
+    let p = ImageGenProvider::new(config(&base)).unwrap();
+    let ctx = CallCtx::for_test(ws.path(), "sess-42");
+    let cancel = ctx.cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        cancel.cancel();
+    });
+    let started = Instant::now();
+    let e = p
+        .call("image_gen__generate", json!({"prompt": "x"}), ctx)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ToolError::Cancelled), "{e:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "waited out the Retry-After instead of stopping"
+    );
+    assert_eq!(fake.requests().len(), 1);
+}
+
+#[tokio::test]
 async fn server_errors_back_off_then_give_up_clearly() {
     let boom = json!({"error": {"message": "upstream overloaded"}});
     let (fake, base) = start(vec![

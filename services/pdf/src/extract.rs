@@ -310,7 +310,7 @@ fn check_page(doc: &Document, id: ObjectId, budget: &Budget) -> Result<Prepared,
         let Ok(stream) = doc.get_object(sid).and_then(Object::as_stream) else {
             continue;
         };
-        let plain = bounded_content(stream, budget.max_page_content_bytes - used)?;
+        let plain = bounded_content(stream, budget.max_page_content_bytes.saturating_sub(used))?;
         used += plain.len();
         content.extend_from_slice(&plain);
         content.push(b'\n');

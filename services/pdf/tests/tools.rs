@@ -703,3 +703,48 @@ async fn the_specs_are_what_the_runner_expects() {
     let e = failure(run(&p, &ws, "pdf__write", json!({"path": "a.pdf"})).await);
     assert!(e.contains("unknown tool"), "{e}");
 }
+
+#[tokio::test]
+async fn parallel_calls_share_the_bounded_slots_and_cancel_stops_a_call() {
+    let ws = Ws::new();
+    ws.put("paper.pdf", &common::paper())
+        .put("long.pdf", &common::long(100));
+    let p = PdfProvider::new(Config {
+        max_parallel: 2,
+        ..Config::default()
+    });
+    let calls = (0..6).map(|i| {
+        let p = p.clone();
+        let ctx = CallCtx::for_test(ws.path(), "s");
+        let path = if i % 2 == 0 { "paper.pdf" } else { "long.pdf" };
+        async move {
+            p.call("pdf__read", json!({"path": path, "pages": "1-2"}), ctx)
+                .await
+        }
+    });
+    for r in futures_join(calls).await {
+        assert!(text(r).contains("--- page 2 ---"));
+    }
+    let ctx = CallCtx::for_test(ws.path(), "s");
+    ctx.cancel.cancel();
+    let e = p
+        .call("pdf__read", json!({"path": "long.pdf"}), ctx)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ToolError::Cancelled), "{e:?}");
+}
+
+/// Runs futures concurrently on the test's runtime and collects their outputs in order.
+async fn futures_join<F: std::future::Future + Send + 'static>(
+    fs: impl Iterator<Item = F>,
+) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = fs.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
