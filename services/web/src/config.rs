@@ -137,7 +137,10 @@ impl WebConfig {
     /// Checks values that serde cannot: ranges and allowlist entries.
     pub fn validate(&self) -> Result<(), String> {
         if self.max_redirects > 5 {
-            return Err(format!("web.max_redirects is {}: at most 5 redirects are followed", self.max_redirects));
+            return Err(format!(
+                "web.max_redirects is {}: at most 5 redirects are followed",
+                self.max_redirects
+            ));
         }
         for (key, v) in [
             ("web.connect_timeout_ms", self.connect_timeout_ms),
@@ -150,12 +153,21 @@ impl WebConfig {
                 return Err(format!("{key} must be greater than 0"));
             }
         }
-        if self.max_concurrent_fetches == 0 || self.max_elements == 0 || self.max_depth == 0 || self.default_max_length == 0 {
+        if self.max_concurrent_fetches == 0
+            || self.max_elements == 0
+            || self.max_depth == 0
+            || self.default_max_length == 0
+        {
             return Err("web.max_concurrent_fetches, web.max_elements, web.max_depth and web.default_max_length must be greater than 0".into());
         }
         if !matches!(self.search.backend.as_str(), "searxng" | "brave" | "tavily") {
-            return Err(format!("web.search.backend is `{}`: use searxng, brave or tavily", self.search.backend));
+            return Err(format!(
+                "web.search.backend is `{}`: use searxng, brave or tavily",
+                self.search.backend
+            ));
         }
-        crate::ssrf::Policy::new(self.ssrf_protection, &self.allow).map(|_| ()).map_err(|e| format!("web.allow: {e}"))
+        crate::ssrf::Policy::new(self.ssrf_protection, &self.allow)
+            .map(|_| ())
+            .map_err(|e| format!("web.allow: {e}"))
     }
 }

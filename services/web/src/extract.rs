@@ -56,13 +56,20 @@ pub enum ExtractError {
 }
 
 /// Extracts `html` on a worker thread with a large stack.
-pub async fn extract_on_worker(html: String, url: String, format: Format, bounds: Bounds) -> Result<Extracted, ExtractError> {
+pub async fn extract_on_worker(
+    html: String,
+    url: String,
+    format: Format,
+    bounds: Bounds,
+) -> Result<Extracted, ExtractError> {
     run_on_worker(move || extract(&html, &url, format, bounds)).await?
 }
 
 /// Runs `f` on a fresh thread with an [`EXTRACT_STACK_BYTES`] stack; a panic
 /// becomes an error instead of taking the service down.
-pub async fn run_on_worker<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, ExtractError> {
+pub async fn run_on_worker<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ExtractError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("web-extract".into())
@@ -74,13 +81,22 @@ pub async fn run_on_worker<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'st
         .map_err(|e| ExtractError::Worker(format!("cannot start the extraction thread: {e}")))?;
     match rx.await {
         Ok(Ok(r)) => Ok(r),
-        Ok(Err(_)) => Err(ExtractError::Worker("the HTML converter panicked on this page".into())),
-        Err(_) => Err(ExtractError::Worker("the extraction thread ended without an answer".into())),
+        Ok(Err(_)) => Err(ExtractError::Worker(
+            "the HTML converter panicked on this page".into(),
+        )),
+        Err(_) => Err(ExtractError::Worker(
+            "the extraction thread ended without an answer".into(),
+        )),
     }
 }
 
 /// Extracts the main content of `html` (call it on a thread with a large stack).
-pub fn extract(html: &str, url: &str, format: Format, bounds: Bounds) -> Result<Extracted, ExtractError> {
+pub fn extract(
+    html: &str,
+    url: &str,
+    format: Format,
+    bounds: Bounds,
+) -> Result<Extracted, ExtractError> {
     // Gate 1, before the tree is built: html5ever's scope checks and the
     // readability scorer both cost time proportional to depth per element.
     if scan::depth_exceeds(html, bounds.max_depth) {
@@ -97,7 +113,10 @@ pub fn extract(html: &str, url: &str, format: Format, bounds: Bounds) -> Result<
     // Gate 2, exact, on the tree (the scan estimates; the parser may nest differently).
     let shape = measure(&doc.root());
     if shape.elements > bounds.max_elements {
-        return Err(ExtractError::TooManyElements(shape.elements, bounds.max_elements));
+        return Err(ExtractError::TooManyElements(
+            shape.elements,
+            bounds.max_elements,
+        ));
     }
     let title = first_title(&doc);
     if shape.depth > bounds.max_depth {
@@ -115,30 +134,45 @@ pub fn extract(html: &str, url: &str, format: Format, bounds: Bounds) -> Result<
         text_mode: dom_smoothie::TextMode::Formatted,
         ..Default::default()
     };
-    let article = dom_smoothie::Readability::with_document(doc.clone(), Some(url), Some(cfg)).and_then(|mut r| r.parse());
+    let article = dom_smoothie::Readability::with_document(doc.clone(), Some(url), Some(cfg))
+        .and_then(|mut r| r.parse());
     let (title, main_html, main_text) = match article {
         Ok(a) if !a.text_content.trim().is_empty() => {
-            let t = if a.title.trim().is_empty() { title } else { a.title.trim().to_owned() };
+            let t = if a.title.trim().is_empty() {
+                title
+            } else {
+                a.title.trim().to_owned()
+            };
             (t, a.content.to_string(), a.text_content.to_string())
         }
         // Not an article (a listing, a tiny page): convert the whole body.
         _ => {
             let body = doc.select("body");
-            let html = if body.exists() { body.html().to_string() } else { doc.html().to_string() };
+            let html = if body.exists() {
+                body.html().to_string()
+            } else {
+                doc.html().to_string()
+            };
             (title, html, body_text(&doc))
         }
     };
     let content = match format {
         Format::Text => tidy(&main_text),
         Format::Markdown => {
-            let converter = htmd::HtmlToMarkdown::builder().skip_tags(vec!["script", "style", "noscript", "template"]).build();
+            let converter = htmd::HtmlToMarkdown::builder()
+                .skip_tags(vec!["script", "style", "noscript", "template"])
+                .build();
             match converter.convert(&main_html) {
                 Ok(md) => tidy(&md),
                 Err(_) => tidy(&main_text),
             }
         }
     };
-    Ok(Extracted { title, content, note: None })
+    Ok(Extracted {
+        title,
+        content,
+        note: None,
+    })
 }
 
 struct Shape {
@@ -150,7 +184,7 @@ struct Shape {
 fn measure(root: &NodeRef<'_>) -> Shape {
     let mut elements = 0;
     let mut depth = 0;
-    let mut stack = vec![(root.clone(), 0usize)];
+    let mut stack = vec![(*root, 0usize)];
     while let Some((node, d)) = stack.pop() {
         if node.is_element() {
             elements += 1;
@@ -181,7 +215,10 @@ fn flat_text(root: &NodeRef<'_>) -> String {
         if !n.is_text() {
             continue;
         }
-        let hidden = n.parent().and_then(|p| p.node_name()).is_some_and(|t| matches!(&*t, "script" | "style" | "noscript" | "template" | "title"));
+        let hidden = n
+            .parent()
+            .and_then(|p| p.node_name())
+            .is_some_and(|t| matches!(&*t, "script" | "style" | "noscript" | "template" | "title"));
         if hidden {
             continue;
         }
@@ -232,7 +269,10 @@ fn tidy(s: &str) -> String {
 mod tests {
     use super::*;
 
-    const BOUNDS: Bounds = Bounds { max_elements: 100_000, max_depth: 1_000 };
+    const BOUNDS: Bounds = Bounds {
+        max_elements: 100_000,
+        max_depth: 1_000,
+    };
 
     #[test]
     fn article_keeps_main_content() {
@@ -245,27 +285,61 @@ mod tests {
             <footer>Copyright footer text</footer></body></html>"#;
         let e = extract(html, "https://example.com/a", Format::Markdown, BOUNDS).unwrap();
         assert_eq!(e.title, "Rust 2026");
-        assert!(e.content.contains("[tokio](https://example.com/tokio)"), "{}", e.content);
+        assert!(
+            e.content.contains("[tokio](https://example.com/tokio)"),
+            "{}",
+            e.content
+        );
         assert!(!e.content.contains("Copyright footer"), "{}", e.content);
         let t = extract(html, "https://example.com/a", Format::Text, BOUNDS).unwrap();
-        assert!(t.content.contains("work stealing") && !t.content.contains("](https"), "{}", t.content);
+        assert!(
+            t.content.contains("work stealing") && !t.content.contains("](https"),
+            "{}",
+            t.content
+        );
     }
 
     #[test]
     fn deep_and_wide_pages_are_bounded() {
-        let deep = format!("<html><body>{}deep text{}</body></html>", "<div>".repeat(5_000), "</div>".repeat(5_000));
+        let deep = format!(
+            "<html><body>{}deep text{}</body></html>",
+            "<div>".repeat(5_000),
+            "</div>".repeat(5_000)
+        );
         let e = extract(&deep, "https://example.com/", Format::Markdown, BOUNDS).unwrap();
-        assert!(e.content.contains("deep text") && e.note.as_deref().unwrap().contains("web.max_depth"), "{e:?}");
+        assert!(
+            e.content.contains("deep text") && e.note.as_deref().unwrap().contains("web.max_depth"),
+            "{e:?}"
+        );
         let wide = format!("<html><body>{}</body></html>", "<p>x</p>".repeat(200));
-        let err = extract(&wide, "https://example.com/", Format::Markdown, Bounds { max_elements: 100, max_depth: 100 }).unwrap_err();
-        assert!(matches!(err, ExtractError::TooManyElements(_, 100)), "{err}");
+        let err = extract(
+            &wide,
+            "https://example.com/",
+            Format::Markdown,
+            Bounds {
+                max_elements: 100,
+                max_depth: 100,
+            },
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, ExtractError::TooManyElements(_, 100)),
+            "{err}"
+        );
     }
 
     #[tokio::test]
     async fn the_worker_stack_carries_htmd_through_20000_levels() {
         // htmd recurses once per level: this is what the large stack is for.
-        let deep = format!("<html><body>{}bottom{}</body></html>", "<div>".repeat(20_000), "</div>".repeat(20_000));
-        let md = run_on_worker(move || htmd::convert(&deep)).await.unwrap().unwrap();
+        let deep = format!(
+            "<html><body>{}bottom{}</body></html>",
+            "<div>".repeat(20_000),
+            "</div>".repeat(20_000)
+        );
+        let md = run_on_worker(move || htmd::convert(&deep))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(md.trim(), "bottom");
     }
 }

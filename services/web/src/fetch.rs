@@ -82,13 +82,23 @@ impl Fetcher {
 
     /// Fetches `args.url` and returns one page of its content.
     pub async fn fetch(&self, args: FetchArgs) -> Result<Value, String> {
-        let url = Url::parse(args.url.trim()).map_err(|e| format!("`{}` is not a valid URL: {e}", args.url))?;
+        let url = Url::parse(args.url.trim())
+            .map_err(|e| format!("`{}` is not a valid URL: {e}", args.url))?;
         self.policy.check_url(&url).map_err(|b| b.to_string())?;
-        let _permit = self.permits.acquire().await.map_err(|_| "the fetcher is shutting down".to_string())?;
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| "the fetcher is shutting down".to_string())?;
         let total = Duration::from_millis(self.cfg.total_timeout_ms);
         let (final_url, resp, body) = tokio::time::timeout(total, self.download(url))
             .await
-            .map_err(|_| format!("timed out after {} ms (web.total_timeout_ms)", self.cfg.total_timeout_ms))??;
+            .map_err(|_| {
+                format!(
+                    "timed out after {} ms (web.total_timeout_ms)",
+                    self.cfg.total_timeout_ms
+                )
+            })??;
         self.shape(&args, final_url, resp, body).await
     }
 
@@ -111,8 +121,12 @@ impl Fetcher {
             if status.is_redirection()
                 && let Some(loc) = resp.headers().get(header::LOCATION)
             {
-                let loc = loc.to_str().map_err(|_| format!("{url} redirected to a Location that is not text"))?;
-                let next = url.join(loc).map_err(|e| format!("{url} redirected to `{loc}`, which is not a valid URL: {e}"))?;
+                let loc = loc
+                    .to_str()
+                    .map_err(|_| format!("{url} redirected to a Location that is not text"))?;
+                let next = url.join(loc).map_err(|e| {
+                    format!("{url} redirected to `{loc}`, which is not a valid URL: {e}")
+                })?;
                 redirects += 1;
                 if redirects > self.cfg.max_redirects {
                     return Err(format!(
@@ -138,12 +152,17 @@ impl Fetcher {
         if let Some(len) = resp.content_length()
             && len > cap
         {
-            return Err(format!("the response body is {len} bytes, over the cap of {cap} bytes (web.max_body_bytes)"));
+            return Err(format!(
+                "the response body is {len} bytes, over the cap of {cap} bytes (web.max_body_bytes)"
+            ));
         }
-        let mut body = Vec::with_capacity(resp.content_length().unwrap_or(16 << 10).min(cap) as usize);
+        let mut body =
+            Vec::with_capacity(resp.content_length().unwrap_or(16 << 10).min(cap) as usize);
         while let Some(chunk) = resp.chunk().await.map_err(|e| self.describe(&e, url))? {
             if body.len() as u64 + chunk.len() as u64 > cap {
-                return Err(format!("the response body is larger than the cap of {cap} bytes (web.max_body_bytes)"));
+                return Err(format!(
+                    "the response body is larger than the cap of {cap} bytes (web.max_body_bytes)"
+                ));
             }
             body.extend_from_slice(&chunk);
         }
@@ -178,7 +197,11 @@ impl Fetcher {
     /// Refuses `url` when its site's robots.txt disallows it for our agent.
     async fn check_robots(&self, url: &Url) -> Result<(), String> {
         let origin = url.origin().ascii_serialization();
-        let cached = self.robots.lock().ok().and_then(|m| m.get(&origin).filter(|(at, _)| at.elapsed() < ROBOTS_TTL).map(|(_, r)| r.clone()));
+        let cached = self.robots.lock().ok().and_then(|m| {
+            m.get(&origin)
+                .filter(|(at, _)| at.elapsed() < ROBOTS_TTL)
+                .map(|(_, r)| r.clone())
+        });
         let rules = match cached {
             Some(r) => r,
             None => {
@@ -196,7 +219,10 @@ impl Fetcher {
         if rules.allowed(&path) {
             Ok(())
         } else {
-            Err(format!("{origin}/robots.txt disallows {path} for {} (web.robots_txt)", self.cfg.user_agent))
+            Err(format!(
+                "{origin}/robots.txt disallows {path} for {} (web.robots_txt)",
+                self.cfg.user_agent
+            ))
         }
     }
 
@@ -214,7 +240,10 @@ impl Fetcher {
         // RFC 9309: 4xx means no rules; 5xx means assume everything is disallowed.
         let status = resp.status();
         if status.is_server_error() {
-            return Ok(robots::Rules::parse("User-agent: *\nDisallow: /\n", &self.cfg.user_agent));
+            return Ok(robots::Rules::parse(
+                "User-agent: *\nDisallow: /\n",
+                &self.cfg.user_agent,
+            ));
         }
         if !status.is_success() || resp.content_length().is_some_and(|l| l > ROBOTS_MAX_BYTES) {
             return Ok(robots::Rules::allow_all());
@@ -224,7 +253,13 @@ impl Fetcher {
     }
 
     /// Decodes, extracts and pages the body.
-    async fn shape(&self, args: &FetchArgs, final_url: Url, head: ResponseHead, body: Vec<u8>) -> Result<Value, String> {
+    async fn shape(
+        &self,
+        args: &FetchArgs,
+        final_url: Url,
+        head: ResponseHead,
+        body: Vec<u8>,
+    ) -> Result<Value, String> {
         let kind = head.kind(&body);
         let mut out = json!({
             "url": args.url,
@@ -241,7 +276,10 @@ impl Fetcher {
         out["charset"] = json!(charset);
         drop(body);
         let (title, content, note) = if kind == Kind::Html && !args.raw {
-            let bounds = Bounds { max_elements: self.cfg.max_elements, max_depth: self.cfg.max_depth };
+            let bounds = Bounds {
+                max_elements: self.cfg.max_elements,
+                max_depth: self.cfg.max_depth,
+            };
             let e = extract::extract_on_worker(text, final_url.to_string(), args.format, bounds)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -263,7 +301,11 @@ impl Fetcher {
 /// Puts characters `start..start+max` of `content` into `out`, with where to go on.
 fn page(out: &mut Value, content: &str, start: usize, max: usize) {
     let total = content.chars().count();
-    let begin = content.char_indices().nth(start).map(|(i, _)| i).unwrap_or(content.len());
+    let begin = content
+        .char_indices()
+        .nth(start)
+        .map(|(i, _)| i)
+        .unwrap_or(content.len());
     let slice: String = content[begin..].chars().take(max).collect();
     let taken = slice.chars().count();
     let next = start + taken;
@@ -277,7 +319,9 @@ fn page(out: &mut Value, content: &str, start: usize, max: usize) {
         out["truncated"] = json!(false);
     }
     if start > total {
-        out["note"] = json!(format!("start_index {start} is past the end ({total} characters)"));
+        out["note"] = json!(format!(
+            "start_index {start} is past the end ({total} characters)"
+        ));
     }
 }
 
@@ -290,21 +334,43 @@ struct ResponseHead {
 
 impl ResponseHead {
     fn of(resp: &Response) -> Self {
-        let ct = resp.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").trim().to_owned();
+        let ct = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .trim()
+            .to_owned();
         let charset = ct.split(';').skip(1).find_map(|p| {
             let (k, v) = p.split_once('=')?;
-            k.trim().eq_ignore_ascii_case("charset").then(|| v.trim().trim_matches('"').to_owned())
+            k.trim()
+                .eq_ignore_ascii_case("charset")
+                .then(|| v.trim().trim_matches('"').to_owned())
         });
-        Self { status: resp.status().as_u16(), content_type: ct, charset }
+        Self {
+            status: resp.status().as_u16(),
+            content_type: ct,
+            charset,
+        }
     }
 
     fn kind(&self, body: &[u8]) -> Kind {
-        let mime = self.content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        let mime = self
+            .content_type
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
         match mime.as_str() {
             "text/html" | "application/xhtml+xml" => Kind::Html,
             "" => sniff(body),
             m if m.starts_with("text/") => Kind::Text,
-            "application/json" | "application/xml" | "application/javascript" | "application/x-yaml" | "application/yaml" => Kind::Text,
+            "application/json"
+            | "application/xml"
+            | "application/javascript"
+            | "application/x-yaml"
+            | "application/yaml" => Kind::Text,
             m if m.ends_with("+json") || m.ends_with("+xml") => Kind::Text,
             _ => Kind::Other,
         }
@@ -345,15 +411,31 @@ fn meta_charset(body: &[u8]) -> Option<&'static encoding_rs::Encoding> {
     let mut from = 0;
     while let Some(pos) = find(&lower[from..], b"<meta") {
         let start = from + pos;
-        let end = lower[start..].iter().position(|&b| b == b'>').map(|e| start + e).unwrap_or(lower.len());
+        let end = lower[start..]
+            .iter()
+            .position(|&b| b == b'>')
+            .map(|e| start + e)
+            .unwrap_or(lower.len());
         let tag = &lower[start..end];
         if let Some(cs) = find(tag, b"charset=") {
             let rest = &tag[cs + 8..];
-            let rest = rest.strip_prefix(b"\"").or_else(|| rest.strip_prefix(b"'")).unwrap_or(rest);
-            let label_end = rest.iter().position(|b| matches!(b, b'"' | b'\'' | b';' | b' ' | b'/' | b'>')).unwrap_or(rest.len());
+            let rest = rest
+                .strip_prefix(b"\"")
+                .or_else(|| rest.strip_prefix(b"'"))
+                .unwrap_or(rest);
+            let label_end = rest
+                .iter()
+                .position(|b| matches!(b, b'"' | b'\'' | b';' | b' ' | b'/' | b'>'))
+                .unwrap_or(rest.len());
             if let Some(enc) = encoding_rs::Encoding::for_label(&rest[..label_end]) {
                 // A page that is really UTF-16 could not have been read this far as ASCII.
-                return Some(if enc == encoding_rs::UTF_16LE || enc == encoding_rs::UTF_16BE { encoding_rs::UTF_8 } else { enc });
+                return Some(
+                    if enc == encoding_rs::UTF_16LE || enc == encoding_rs::UTF_16BE {
+                        encoding_rs::UTF_8
+                    } else {
+                        enc
+                    },
+                );
             }
         }
         from = end.max(start + 1);
@@ -371,12 +453,16 @@ mod tests {
 
     #[test]
     fn charset_from_header_then_meta() {
-        let (gbk, _, _) = encoding_rs::GBK.encode("<html><head><meta charset=\"gbk\"></head><body>中文网页</body></html>");
+        let (gbk, _, _) = encoding_rs::GBK
+            .encode("<html><head><meta charset=\"gbk\"></head><body>中文网页</body></html>");
         let (t, used) = decode(&gbk, None, true);
         assert!(t.contains("中文网页") && used == "GBK", "{used}");
         let (sj, _, _) = encoding_rs::SHIFT_JIS.encode("<meta http-equiv=\"Content-Type\" content=\"text/html; charset=Shift_JIS\"><p>日本語のページ</p>");
         let (t, used) = decode(&sj, None, true);
-        assert!(t.contains("日本語のページ") && used == "Shift_JIS", "{used}");
+        assert!(
+            t.contains("日本語のページ") && used == "Shift_JIS",
+            "{used}"
+        );
         let (t, used) = decode(&sj, Some("shift_jis"), false);
         assert!(t.contains("日本語") && used == "Shift_JIS");
         let (t, used) = decode("plain é".as_bytes(), None, false);

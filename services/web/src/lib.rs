@@ -36,28 +36,53 @@ impl WebProvider {
     /// The provider for `cfg`, with the system resolver and search keys
     /// from the process environment when the config has none.
     pub fn from_config(cfg: &WebConfig) -> Result<Self, String> {
-        Self::with_parts(cfg, &omicos_servicekit::config::process_env(), Arc::new(ssrf::SystemLookup))
+        Self::with_parts(
+            cfg,
+            &omicos_servicekit::config::process_env(),
+            Arc::new(ssrf::SystemLookup),
+        )
     }
 
     /// The provider with an explicit environment (for search keys) and name lookup.
-    pub fn with_parts(cfg: &WebConfig, env: &[(String, String)], lookup: Arc<dyn ssrf::Lookup>) -> Result<Self, String> {
+    pub fn with_parts(
+        cfg: &WebConfig,
+        env: &[(String, String)],
+        lookup: Arc<dyn ssrf::Lookup>,
+    ) -> Result<Self, String> {
         let fetcher = fetch::Fetcher::new(cfg, lookup)?;
         // A missing search backend is not fatal: web_fetch still works, and
         // web_search answers how to configure one.
         let search = search::backend_from_config(&cfg.search, env);
-        Ok(Self { fetcher, search, cfg: cfg.clone() })
+        Ok(Self {
+            fetcher,
+            search,
+            cfg: cfg.clone(),
+        })
     }
 
     async fn web_fetch(&self, args: &Value) -> Result<Value, ToolError> {
-        let url = args.get("url").and_then(Value::as_str).ok_or_else(|| ToolError::invalid("`url` is required"))?;
-        let format = match args.get("format").and_then(Value::as_str).unwrap_or("markdown") {
+        let url = args
+            .get("url")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ToolError::invalid("`url` is required"))?;
+        let format = match args
+            .get("format")
+            .and_then(Value::as_str)
+            .unwrap_or("markdown")
+        {
             "markdown" => Format::Markdown,
             "text" => Format::Text,
-            other => return Err(ToolError::invalid(format!("`format` is `{other}`: use markdown or text"))),
+            other => {
+                return Err(ToolError::invalid(format!(
+                    "`format` is `{other}`: use markdown or text"
+                )));
+            }
         };
         let max_length = uint(args, "max_length")?.unwrap_or(self.cfg.default_max_length as u64);
         if max_length == 0 || max_length > MAX_LENGTH_LIMIT {
-            return Err(ToolError::invalid(format!("`max_length` must be between 1 and {MAX_LENGTH_LIMIT}")));
+            return Err(ToolError::invalid(format!(
+                "`max_length` must be between 1 and {MAX_LENGTH_LIMIT}"
+            )));
         }
         let fetch_args = fetch::FetchArgs {
             url: url.to_owned(),
@@ -66,28 +91,56 @@ impl WebProvider {
             raw: args.get("raw").and_then(Value::as_bool).unwrap_or(false),
             format,
         };
-        self.fetcher.fetch(fetch_args).await.map_err(ToolError::Failed)
+        self.fetcher
+            .fetch(fetch_args)
+            .await
+            .map_err(ToolError::Failed)
     }
 
     async fn web_search(&self, args: &Value) -> Result<Value, ToolError> {
-        let backend = self.search.as_ref().map_err(|e| ToolError::Unavailable(e.clone()))?;
-        let query = args.get("query").and_then(Value::as_str).map(str::trim).unwrap_or("");
+        let backend = self
+            .search
+            .as_ref()
+            .map_err(|e| ToolError::Unavailable(e.clone()))?;
+        let query = args
+            .get("query")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .unwrap_or("");
         if query.is_empty() {
             return Err(ToolError::invalid("`query` must not be empty"));
         }
-        let max_results = uint(args, "max_results")?.unwrap_or(self.cfg.search.default_max_results as u64);
+        let max_results =
+            uint(args, "max_results")?.unwrap_or(self.cfg.search.default_max_results as u64);
         if max_results == 0 || max_results > MAX_RESULTS_LIMIT {
-            return Err(ToolError::invalid(format!("`max_results` must be between 1 and {MAX_RESULTS_LIMIT}")));
+            return Err(ToolError::invalid(format!(
+                "`max_results` must be between 1 and {MAX_RESULTS_LIMIT}"
+            )));
         }
-        let time_range = match args.get("time_range").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+        let time_range = match args
+            .get("time_range")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
             None => None,
-            Some(t) => Some(
-                search::TimeRange::parse(t)
-                    .ok_or_else(|| ToolError::invalid(format!("`time_range` is `{t}`: use day, week, month or year")))?,
-            ),
+            Some(t) => Some(search::TimeRange::parse(t).ok_or_else(|| {
+                ToolError::invalid(format!(
+                    "`time_range` is `{t}`: use day, week, month or year"
+                ))
+            })?),
         };
-        let site = args.get("site").and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned);
-        let q = search::SearchQuery { query: query.to_owned(), max_results: max_results as usize, time_range, site };
+        let site = args
+            .get("site")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned);
+        let q = search::SearchQuery {
+            query: query.to_owned(),
+            max_results: max_results as usize,
+            time_range,
+            site,
+        };
         let hits = backend.search(&q).await.map_err(ToolError::Failed)?;
         Ok(json!({ "backend": backend.name(), "query": query, "results": hits }))
     }
@@ -97,10 +150,9 @@ impl WebProvider {
 fn uint(args: &Value, key: &str) -> Result<Option<u64>, ToolError> {
     match args.get(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| ToolError::invalid(format!("`{key}` must be a non-negative integer, not {v}"))),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+            ToolError::invalid(format!("`{key}` must be a non-negative integer, not {v}"))
+        }),
     }
 }
 
@@ -161,9 +213,13 @@ impl Provider for WebProvider {
         if tool == "web_fetch"
             && let Some(u) = args.get("url").and_then(Value::as_str)
         {
-            let url = url::Url::parse(u.trim()).map_err(|e| ToolError::invalid(format!("`{u}` is not a valid URL: {e}")))?;
+            let url = url::Url::parse(u.trim())
+                .map_err(|e| ToolError::invalid(format!("`{u}` is not a valid URL: {e}")))?;
             if !matches!(url.scheme(), "http" | "https") {
-                return Err(ToolError::invalid(format!("only http and https URLs can be fetched, not {}", url.scheme())));
+                return Err(ToolError::invalid(format!(
+                    "only http and https URLs can be fetched, not {}",
+                    url.scheme()
+                )));
             }
         }
         Ok(())

@@ -18,9 +18,13 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let cfg: Config = omicos_servicekit::load_config(args.config.as_deref(), &omicos_servicekit::config::process_env())?;
+    let cfg: Config = omicos_servicekit::load_config(
+        args.config.as_deref(),
+        &omicos_servicekit::config::process_env(),
+    )?;
     let _telemetry = omicos_servicekit::telemetry::init("omicos-web", "info");
-    let provider = WebProvider::from_config(&cfg.web).map_err(|e| anyhow::anyhow!("config: {e}"))?;
+    let provider =
+        WebProvider::from_config(&cfg.web).map_err(|e| anyhow::anyhow!("config: {e}"))?;
     let listener = omicos_servicekit::host::bind(&cfg.listen).await?;
     println!("listening on http://{}", listener.local_addr()?);
     let shutdown = Shutdown::new(Duration::from_secs(cfg.grace_seconds));

@@ -18,7 +18,12 @@ impl Rules {
     /// Parses `text` for `user_agent` (its product token, e.g. `omicos-web`).
     /// The most specific group that names the agent applies, else `*`.
     pub fn parse(text: &str, user_agent: &str) -> Self {
-        let agent = user_agent.split('/').next().unwrap_or(user_agent).trim().to_ascii_lowercase();
+        let agent = user_agent
+            .split('/')
+            .next()
+            .unwrap_or(user_agent)
+            .trim()
+            .to_ascii_lowercase();
         let mut specific: Vec<(bool, String)> = Vec::new();
         let mut star: Vec<(bool, String)> = Vec::new();
         let mut found_specific = false;
@@ -27,7 +32,9 @@ impl Rules {
         let mut in_rules = false;
         for raw in text.lines() {
             let line = raw.split('#').next().unwrap_or("").trim();
-            let Some((key, value)) = line.split_once(':') else { continue };
+            let Some((key, value)) = line.split_once(':') else {
+                continue;
+            };
             let key = key.trim().to_ascii_lowercase();
             let value = value.trim();
             match key.as_str() {
@@ -45,7 +52,9 @@ impl Rules {
                     if value.is_empty() {
                         continue;
                     }
-                    let names_us = group_agents.iter().any(|a| a != "*" && !agent.is_empty() && agent.starts_with(a.as_str()));
+                    let names_us = group_agents
+                        .iter()
+                        .any(|a| a != "*" && !agent.is_empty() && agent.starts_with(a.as_str()));
                     if names_us {
                         found_specific = true;
                         specific.push((allow, value.to_owned()));
@@ -58,13 +67,24 @@ impl Rules {
         }
         // A group that names us with only empty rules still replaces `*`.
         let names_us_anywhere = text.lines().any(|l| {
-            let l = l.split('#').next().unwrap_or("").trim().to_ascii_lowercase();
+            let l = l
+                .split('#')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
             l.strip_prefix("user-agent:").is_some_and(|a| {
                 let a = a.trim();
                 a != "*" && !agent.is_empty() && agent.starts_with(a)
             })
         });
-        Self { rules: if found_specific || names_us_anywhere { specific } else { star } }
+        Self {
+            rules: if found_specific || names_us_anywhere {
+                specific
+            } else {
+                star
+            },
+        }
     }
 
     /// Whether `path` (with its query) may be fetched.
@@ -91,7 +111,9 @@ fn matches(pattern: &str, path: &str) -> bool {
     };
     let pieces: Vec<&str> = pattern.split('*').collect();
     // Iterative glob match: the first piece is a prefix, the rest are found in order.
-    let Some(rest) = path.strip_prefix(pieces[0]) else { return false };
+    let Some(rest) = path.strip_prefix(pieces[0]) else {
+        return false;
+    };
     if pieces.len() == 1 {
         return !anchored || rest.is_empty();
     }
@@ -129,7 +151,10 @@ mod tests {
 
     #[test]
     fn wildcards() {
-        let r = Rules::parse("User-agent: *\nDisallow: /*.pdf$\nDisallow: /tmp*/x\nDisallow:\n", "a");
+        let r = Rules::parse(
+            "User-agent: *\nDisallow: /*.pdf$\nDisallow: /tmp*/x\nDisallow:\n",
+            "a",
+        );
         assert!(!r.allowed("/docs/a.pdf"));
         assert!(r.allowed("/docs/a.pdf?x=1"));
         assert!(!r.allowed("/tmp123/x/y"));

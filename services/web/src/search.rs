@@ -89,7 +89,10 @@ pub trait SearchBackend: Send + Sync + 'static {
 }
 
 /// The configured backend, or the message that says how to configure one.
-pub fn backend_from_config(cfg: &SearchConfig, env: &[(String, String)]) -> Result<Arc<dyn SearchBackend>, String> {
+pub fn backend_from_config(
+    cfg: &SearchConfig,
+    env: &[(String, String)],
+) -> Result<Arc<dyn SearchBackend>, String> {
     let client = reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_millis(cfg.timeout_ms))
@@ -97,29 +100,58 @@ pub fn backend_from_config(cfg: &SearchConfig, env: &[(String, String)]) -> Resu
         .user_agent(concat!("omicos-web/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| format!("cannot build the search HTTP client: {e}"))?;
-    let retry = Retry { max_retries: cfg.max_retries, max_backoff: Duration::from_millis(cfg.max_backoff_ms) };
-    let from_env = |name: &str| env.iter().find(|(k, v)| k == name && !v.is_empty()).map(|(_, v)| v.clone());
+    let retry = Retry {
+        max_retries: cfg.max_retries,
+        max_backoff: Duration::from_millis(cfg.max_backoff_ms),
+    };
+    let from_env = |name: &str| {
+        env.iter()
+            .find(|(k, v)| k == name && !v.is_empty())
+            .map(|(_, v)| v.clone())
+    };
     const HOW: &str = "configure a search backend: set web.search.searxng_url (env OMICOS_WEB_SEARCH_SEARXNG_URL) to a SearxNG instance whose settings enable the json format, or set web.search.backend (OMICOS_WEB_SEARCH_BACKEND) to brave with BRAVE_API_KEY, or to tavily with TAVILY_API_KEY";
     match cfg.backend.as_str() {
         "searxng" => {
             if cfg.searxng_url.trim().is_empty() {
                 return Err(format!("web_search is not configured: {HOW}"));
             }
-            Ok(Arc::new(Searxng { client, base: cfg.searxng_url.trim_end_matches('/').to_owned(), retry }))
+            Ok(Arc::new(Searxng {
+                client,
+                base: cfg.searxng_url.trim_end_matches('/').to_owned(),
+                retry,
+            }))
         }
         "brave" => {
-            let key = Some(cfg.brave_api_key.clone()).filter(|k| !k.is_empty()).or_else(|| from_env("BRAVE_API_KEY"));
+            let key = Some(cfg.brave_api_key.clone())
+                .filter(|k| !k.is_empty())
+                .or_else(|| from_env("BRAVE_API_KEY"));
             let Some(key) = key else {
-                return Err(format!("web_search uses Brave but BRAVE_API_KEY is not set; {HOW}"));
+                return Err(format!(
+                    "web_search uses Brave but BRAVE_API_KEY is not set; {HOW}"
+                ));
             };
-            Ok(Arc::new(Brave { client, url: cfg.brave_url.clone(), key, retry }))
+            Ok(Arc::new(Brave {
+                client,
+                url: cfg.brave_url.clone(),
+                key,
+                retry,
+            }))
         }
         "tavily" => {
-            let key = Some(cfg.tavily_api_key.clone()).filter(|k| !k.is_empty()).or_else(|| from_env("TAVILY_API_KEY"));
+            let key = Some(cfg.tavily_api_key.clone())
+                .filter(|k| !k.is_empty())
+                .or_else(|| from_env("TAVILY_API_KEY"));
             let Some(key) = key else {
-                return Err(format!("web_search uses Tavily but TAVILY_API_KEY is not set; {HOW}"));
+                return Err(format!(
+                    "web_search uses Tavily but TAVILY_API_KEY is not set; {HOW}"
+                ));
             };
-            Ok(Arc::new(Tavily { client, url: cfg.tavily_url.clone(), key, retry }))
+            Ok(Arc::new(Tavily {
+                client,
+                url: cfg.tavily_url.clone(),
+                key,
+                retry,
+            }))
         }
         other => Err(format!("web.search.backend `{other}` is unknown; {HOW}")),
     }
@@ -135,12 +167,22 @@ struct Retry {
 impl Retry {
     /// Sends the request built by `build`; on 429 waits (Retry-After when the
     /// backend says, else an exponential backoff) and tries again.
-    async fn send(&self, backend: &str, build: impl Fn() -> RequestBuilder) -> Result<Value, String> {
+    async fn send(
+        &self,
+        backend: &str,
+        build: impl Fn() -> RequestBuilder,
+    ) -> Result<Value, String> {
         let mut attempt = 0u32;
         loop {
-            let resp = build().send().await.map_err(|e| format!("{backend} search request failed: {}", chain(&e)))?;
+            let resp = build()
+                .send()
+                .await
+                .map_err(|e| format!("{backend} search request failed: {}", chain(&e)))?;
             let status = resp.status();
-            if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE && resp.headers().contains_key("retry-after") {
+            if status == StatusCode::TOO_MANY_REQUESTS
+                || status == StatusCode::SERVICE_UNAVAILABLE
+                    && resp.headers().contains_key("retry-after")
+            {
                 if attempt >= self.max_retries {
                     return Err(format!(
                         "{backend} search is rate limited (HTTP {}) and still was after {} retries; try again later or lower the request rate",
@@ -162,10 +204,16 @@ impl Retry {
                 attempt += 1;
                 continue;
             }
-            let text = resp.text().await.map_err(|e| format!("{backend} search answer could not be read: {}", chain(&e)))?;
+            let text = resp
+                .text()
+                .await
+                .map_err(|e| format!("{backend} search answer could not be read: {}", chain(&e)))?;
             if !status.is_success() {
                 let excerpt: String = text.chars().take(300).collect();
-                return Err(format!("{backend} search answered HTTP {}: {excerpt}", status.as_u16()));
+                return Err(format!(
+                    "{backend} search answered HTTP {}: {excerpt}",
+                    status.as_u16()
+                ));
             }
             return serde_json::from_str(&text).map_err(|e| {
                 let excerpt: String = text.chars().take(120).collect();
@@ -179,7 +227,8 @@ impl Retry {
 fn with_query(base: &str, params: &[(&str, String)]) -> String {
     match url::Url::parse(base) {
         Ok(mut u) => {
-            u.query_pairs_mut().extend_pairs(params.iter().map(|(k, v)| (*k, v.as_str())));
+            u.query_pairs_mut()
+                .extend_pairs(params.iter().map(|(k, v)| (*k, v.as_str())));
             u.into()
         }
         // reqwest reports the bad URL when the request is sent.
@@ -199,7 +248,12 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 fn str_field(v: &Value, keys: &[&str]) -> Option<String> {
-    keys.iter().find_map(|k| v.get(*k).and_then(Value::as_str).map(str::to_owned).filter(|s| !s.is_empty()))
+    keys.iter().find_map(|k| {
+        v.get(*k)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .filter(|s| !s.is_empty())
+    })
 }
 
 fn hits(items: Option<&Value>, snippet: &[&str], published: &[&str], max: usize) -> Vec<SearchHit> {
@@ -253,7 +307,12 @@ impl SearchBackend for Searxng {
                     e
                 }
             })?;
-        Ok(hits(v.get("results"), &["content"], &["publishedDate", "published_date"], q.max_results))
+        Ok(hits(
+            v.get("results"),
+            &["content"],
+            &["publishedDate", "published_date"],
+            q.max_results,
+        ))
     }
 }
 
@@ -292,7 +351,12 @@ impl SearchBackend for Brave {
                     .header("X-Subscription-Token", &self.key)
             })
             .await?;
-        Ok(hits(v.get("web").and_then(|w| w.get("results")), &["description"], &["page_age", "age"], q.max_results))
+        Ok(hits(
+            v.get("web").and_then(|w| w.get("results")),
+            &["description"],
+            &["page_age", "age"],
+            q.max_results,
+        ))
     }
 }
 
@@ -323,8 +387,18 @@ impl SearchBackend for Tavily {
         }
         let v = self
             .retry
-            .send("Tavily", || self.client.post(&self.url).bearer_auth(&self.key).json(&body))
+            .send("Tavily", || {
+                self.client
+                    .post(&self.url)
+                    .bearer_auth(&self.key)
+                    .json(&body)
+            })
             .await?;
-        Ok(hits(v.get("results"), &["content"], &["published_date"], q.max_results))
+        Ok(hits(
+            v.get("results"),
+            &["content"],
+            &["published_date"],
+            q.max_results,
+        ))
     }
 }

@@ -33,7 +33,10 @@ pub struct Policy {
 impl Policy {
     /// Builds a policy from allowlist entries: host names, IP addresses or CIDRs.
     pub fn new(enabled: bool, allow: &[String]) -> Result<Self, String> {
-        let mut p = Policy { enabled, ..Default::default() };
+        let mut p = Policy {
+            enabled,
+            ..Default::default()
+        };
         for raw in allow {
             let entry = raw.trim();
             if entry.is_empty() {
@@ -45,7 +48,9 @@ impl Policy {
             } else if let Ok(ip) = unbracketed.parse::<IpAddr>() {
                 p.nets.push(IpNet::from(ip));
             } else if entry.contains('/') || entry.contains(' ') || entry.contains(':') {
-                return Err(format!("allowlist entry `{entry}` is neither a host name, an IP address nor a CIDR"));
+                return Err(format!(
+                    "allowlist entry `{entry}` is neither a host name, an IP address nor a CIDR"
+                ));
             } else {
                 p.hosts.push(entry.to_ascii_lowercase());
             }
@@ -57,7 +62,11 @@ impl Policy {
     pub fn host_allowed(&self, host: &str) -> bool {
         let host = host.trim_end_matches('.').to_ascii_lowercase();
         self.hosts.iter().any(|h| match h.strip_prefix("*.") {
-            Some(suffix) => host.len() > suffix.len() && host.ends_with(suffix) && host[..host.len() - suffix.len()].ends_with('.'),
+            Some(suffix) => {
+                host.len() > suffix.len()
+                    && host.ends_with(suffix)
+                    && host[..host.len() - suffix.len()].ends_with('.')
+            }
             None => *h == host,
         })
     }
@@ -78,7 +87,11 @@ impl Policy {
     pub fn check_url(&self, url: &Url) -> Result<(), Blocked> {
         match url.scheme() {
             "http" | "https" => {}
-            other => return Err(Blocked(format!("scheme `{other}` is not allowed (only http and https)"))),
+            other => {
+                return Err(Blocked(format!(
+                    "scheme `{other}` is not allowed (only http and https)"
+                )));
+            }
         }
         match url.host() {
             None => Err(Blocked(format!("URL `{url}` has no host"))),
@@ -131,7 +144,9 @@ fn v4_rule(ip: Ipv4Addr) -> Option<&'static str> {
 
 fn v6_rule(ip: Ipv6Addr) -> Option<String> {
     let s = ip.segments();
-    let embedded = |v4: Ipv4Addr, how: &str| v4_rule(v4).map(|r| format!("{r} {v4} embedded in {how} address {ip}"));
+    let embedded = |v4: Ipv4Addr, how: &str| {
+        v4_rule(v4).map(|r| format!("{r} {v4} embedded in {how} address {ip}"))
+    };
     if ip.is_loopback() {
         return Some(format!("loopback address {ip}"));
     }
@@ -141,7 +156,11 @@ fn v6_rule(ip: Ipv6Addr) -> Option<String> {
     // ::ffff:a.b.c.d (IPv4-mapped) and ::a.b.c.d (IPv4-compatible, deprecated).
     if s[..5] == [0; 5] && (s[5] == 0xffff || s[5] == 0) {
         let v4 = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
-        let how = if s[5] == 0xffff { "IPv4-mapped IPv6" } else { "IPv4-compatible IPv6" };
+        let how = if s[5] == 0xffff {
+            "IPv4-mapped IPv6"
+        } else {
+            "IPv4-compatible IPv6"
+        };
         return embedded(v4, how);
     }
     // 64:ff9b::/96, the NAT64 well-known prefix.
@@ -187,7 +206,8 @@ pub fn parse_legacy_ipv4(host: &str) -> Option<Ipv4Addr> {
     }
     let mut nums = Vec::with_capacity(parts.len());
     for p in &parts {
-        let (digits, radix) = if let Some(h) = p.strip_prefix("0x").or_else(|| p.strip_prefix("0X")) {
+        let (digits, radix) = if let Some(h) = p.strip_prefix("0x").or_else(|| p.strip_prefix("0X"))
+        {
             (h, 16)
         } else if p.len() > 1 && p.starts_with('0') {
             (&p[1..], 8)
@@ -197,7 +217,11 @@ pub fn parse_legacy_ipv4(host: &str) -> Option<Ipv4Addr> {
         if p.is_empty() || (digits.is_empty() && radix != 16) {
             return None;
         }
-        let n = if digits.is_empty() { 0 } else { u64::from_str_radix(digits, radix).ok()? };
+        let n = if digits.is_empty() {
+            0
+        } else {
+            u64::from_str_radix(digits, radix).ok()?
+        };
         nums.push(n);
     }
     let (last, init) = nums.split_last()?;
@@ -217,7 +241,8 @@ pub fn parse_legacy_ipv4(host: &str) -> Option<Ipv4Addr> {
 }
 
 /// The future a [`Lookup`] returns.
-pub type LookupFuture = std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<Vec<IpAddr>>> + Send>>;
+pub type LookupFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<Vec<IpAddr>>> + Send>>;
 
 /// How names become addresses. The system resolver by default; tests may
 /// answer with fixed addresses to act out a DNS rebinding.
@@ -232,7 +257,12 @@ pub struct SystemLookup;
 impl Lookup for SystemLookup {
     fn lookup(&self, host: &str) -> LookupFuture {
         let host = host.to_owned();
-        Box::pin(async move { Ok(tokio::net::lookup_host((host.as_str(), 0)).await?.map(|a| a.ip()).collect()) })
+        Box::pin(async move {
+            Ok(tokio::net::lookup_host((host.as_str(), 0))
+                .await?
+                .map(|a| a.ip())
+                .collect())
+        })
     }
 }
 
@@ -264,7 +294,9 @@ impl Resolve for GuardedResolver {
                 // One blocked address refuses the name: a name that mixes public
                 // and private answers is what a rebinding attack looks like.
                 for ip in &addrs {
-                    policy.check_ip(*ip).map_err(|b| Blocked(format!("{} (host {host})", b.0)))?;
+                    policy
+                        .check_ip(*ip)
+                        .map_err(|b| Blocked(format!("{} (host {host})", b.0)))?;
                 }
             }
             let checked: Addrs = Box::new(addrs.into_iter().map(|ip| SocketAddr::new(ip, 0)));
@@ -314,15 +346,35 @@ mod tests {
             ("fd12::1", "unique local"),
             ("fe80::1", "link-local (fe80::/10)"),
             ("ff02::1", "multicast"),
-            ("::ffff:127.0.0.1", "loopback address 127.0.0.1 embedded in IPv4-mapped IPv6"),
-            ("64:ff9b::a9fe:a9fe", "link-local address 169.254.169.254 embedded in NAT64"),
-            ("2002:7f00:1::", "loopback address 127.0.0.1 embedded in 6to4"),
+            (
+                "::ffff:127.0.0.1",
+                "loopback address 127.0.0.1 embedded in IPv4-mapped IPv6",
+            ),
+            (
+                "64:ff9b::a9fe:a9fe",
+                "link-local address 169.254.169.254 embedded in NAT64",
+            ),
+            (
+                "2002:7f00:1::",
+                "loopback address 127.0.0.1 embedded in 6to4",
+            ),
         ];
         for (ip, want) in cases {
             let err = p.check_ip(ip.parse().unwrap()).unwrap_err().to_string();
-            assert!(err.contains(want) && err.starts_with("blocked: ") && err.ends_with("(SSRF protection)"), "{ip}: {err}");
+            assert!(
+                err.contains(want)
+                    && err.starts_with("blocked: ")
+                    && err.ends_with("(SSRF protection)"),
+                "{ip}: {err}"
+            );
         }
-        for ok in ["93.184.216.34", "2606:4700::1111", "64:ff9b::808:808", "172.32.0.1", "100.128.0.1"] {
+        for ok in [
+            "93.184.216.34",
+            "2606:4700::1111",
+            "64:ff9b::808:808",
+            "172.32.0.1",
+            "100.128.0.1",
+        ] {
             assert!(p.check_ip(ok.parse().unwrap()).is_ok(), "{ok}");
         }
     }
@@ -345,14 +397,33 @@ mod tests {
             let err = p.check_url(&url(u)).unwrap_err().to_string();
             assert!(err.contains("loopback"), "{u}: {err}");
         }
-        assert!(p.check_url(&url("ftp://example.com/")).unwrap_err().to_string().contains("scheme `ftp`"));
-        assert!(p.check_url(&url("file:///etc/passwd")).unwrap_err().to_string().contains("scheme `file`"));
+        assert!(
+            p.check_url(&url("ftp://example.com/"))
+                .unwrap_err()
+                .to_string()
+                .contains("scheme `ftp`")
+        );
+        assert!(
+            p.check_url(&url("file:///etc/passwd"))
+                .unwrap_err()
+                .to_string()
+                .contains("scheme `file`")
+        );
         assert!(p.check_url(&url("https://example.com/")).is_ok());
     }
 
     #[test]
     fn allowlist_hosts_and_nets() {
-        let p = Policy::new(true, &["127.0.0.1/32".into(), "Intranet.Example".into(), "*.corp.test".into(), "::1".into()]).unwrap();
+        let p = Policy::new(
+            true,
+            &[
+                "127.0.0.1/32".into(),
+                "Intranet.Example".into(),
+                "*.corp.test".into(),
+                "::1".into(),
+            ],
+        )
+        .unwrap();
         assert!(p.check_url(&url("http://127.0.0.1:9/")).is_ok());
         assert!(p.check_url(&url("http://[::1]/")).is_ok());
         assert!(p.check_url(&url("http://127.0.0.2/")).is_err());

@@ -5,16 +5,27 @@
 
 /// Elements that never have children.
 const VOID: &[&str] = &[
-    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr",
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source",
+    "track", "wbr",
 ];
 /// Elements whose end tag may be left out (the parser closes them on its
 /// own), and the document skeleton: neither adds nesting the parser keeps.
 const NOT_NESTING: &[&str] = &[
-    "p", "li", "dt", "dd", "option", "optgroup", "tr", "td", "th", "thead", "tbody", "tfoot", "colgroup", "caption", "rb",
-    "rt", "rp", "rtc", "html", "head", "body",
+    "p", "li", "dt", "dd", "option", "optgroup", "tr", "td", "th", "thead", "tbody", "tfoot",
+    "colgroup", "caption", "rb", "rt", "rp", "rtc", "html", "head", "body",
 ];
 /// Elements whose content is raw text, not markup.
-const RAW_TEXT: &[&str] = &["script", "style", "textarea", "title", "xmp", "noembed", "noframes", "iframe", "plaintext"];
+const RAW_TEXT: &[&str] = &[
+    "script",
+    "style",
+    "textarea",
+    "title",
+    "xmp",
+    "noembed",
+    "noframes",
+    "iframe",
+    "plaintext",
+];
 
 enum Token<'a> {
     Open(String),
@@ -32,12 +43,18 @@ struct Tokens<'a> {
 
 impl<'a> Tokens<'a> {
     fn new(html: &'a str) -> Self {
-        Self { html, pos: 0, pending: None }
+        Self {
+            html,
+            pos: 0,
+            pending: None,
+        }
     }
 }
 
 fn tag_name(s: &str) -> (String, usize) {
-    let end = s.find(|c: char| c.is_ascii_whitespace() || c == '/' || c == '>').unwrap_or(s.len());
+    let end = s
+        .find(|c: char| c.is_ascii_whitespace() || c == '/' || c == '>')
+        .unwrap_or(s.len());
     (s[..end].to_ascii_lowercase(), end)
 }
 
@@ -63,7 +80,10 @@ fn tag_end(bytes: &[u8], from: usize) -> usize {
 
 fn find_ci(hay: &str, from: usize, needle: &str) -> Option<usize> {
     let n = needle.as_bytes();
-    hay.as_bytes()[from..].windows(n.len()).position(|w| w.eq_ignore_ascii_case(n)).map(|p| from + p)
+    hay.as_bytes()[from..]
+        .windows(n.len())
+        .position(|w| w.eq_ignore_ascii_case(n))
+        .map(|p| from + p)
 }
 
 impl<'a> Iterator for Tokens<'a> {
@@ -85,14 +105,25 @@ impl<'a> Iterator for Tokens<'a> {
             let next_byte = rest.as_bytes().first().copied().unwrap_or(0);
             let text_before = (lt > start).then(|| Token::Text(&html[start..lt]));
             let tag = if rest.starts_with("!--") {
-                self.pos = html[lt + 4..].find("-->").map(|i| lt + 4 + i + 3).unwrap_or(bytes.len());
+                self.pos = html[lt + 4..]
+                    .find("-->")
+                    .map(|i| lt + 4 + i + 3)
+                    .unwrap_or(bytes.len());
                 None
             } else if next_byte == b'!' || next_byte == b'?' {
-                self.pos = html[lt..].find('>').map(|i| lt + i + 1).unwrap_or(bytes.len());
+                self.pos = html[lt..]
+                    .find('>')
+                    .map(|i| lt + i + 1)
+                    .unwrap_or(bytes.len());
                 None
-            } else if next_byte == b'/' && rest.as_bytes().get(1).is_some_and(u8::is_ascii_alphabetic) {
+            } else if next_byte == b'/'
+                && rest.as_bytes().get(1).is_some_and(u8::is_ascii_alphabetic)
+            {
                 let (name, _) = tag_name(&rest[1..]);
-                self.pos = html[lt..].find('>').map(|i| lt + i + 1).unwrap_or(bytes.len());
+                self.pos = html[lt..]
+                    .find('>')
+                    .map(|i| lt + i + 1)
+                    .unwrap_or(bytes.len());
                 Some(Token::Close(name))
             } else if next_byte.is_ascii_alphabetic() {
                 let (name, _) = tag_name(rest);
@@ -101,7 +132,10 @@ impl<'a> Iterator for Tokens<'a> {
                 let self_closing = end >= 2 && bytes[end - 2] == b'/';
                 if RAW_TEXT.contains(&name.as_str()) && !self_closing {
                     let close = find_ci(html, end, &format!("</{name}")).unwrap_or(bytes.len());
-                    self.pos = html[close..].find('>').map(|i| close + i + 1).unwrap_or(bytes.len());
+                    self.pos = html[close..]
+                        .find('>')
+                        .map(|i| close + i + 1)
+                        .unwrap_or(bytes.len());
                     Some(Token::Raw(name, &html[end..close]))
                 } else if self_closing {
                     None
@@ -235,7 +269,11 @@ mod tests {
 
     #[test]
     fn depth_is_estimated_like_the_parser() {
-        let deep = format!("<html><body>{}x{}</body></html>", "<div>".repeat(50), "</div>".repeat(50));
+        let deep = format!(
+            "<html><body>{}x{}</body></html>",
+            "<div>".repeat(50),
+            "</div>".repeat(50)
+        );
         assert!(depth_exceeds(&deep, 49) && !depth_exceeds(&deep, 50));
         // Implied end tags and void elements do not nest.
         let flat = format!("<ul>{}</ul>", "<li><p>item<br><img src=x>".repeat(5_000));
@@ -244,7 +282,11 @@ mod tests {
         let sneaky = format!("{}x", "<div></span></b>".repeat(100));
         assert!(depth_exceeds(&sneaky, 99));
         // Markup inside scripts, comments and attributes is not markup.
-        let hidden = format!("<script>{}</script><!-- {} --><a title=\"<div><div>\">x</a>", "<div>".repeat(100), "<div>".repeat(100));
+        let hidden = format!(
+            "<script>{}</script><!-- {} --><a title=\"<div><div>\">x</a>",
+            "<div>".repeat(100),
+            "<div>".repeat(100)
+        );
         assert!(!depth_exceeds(&hidden, 2));
     }
 

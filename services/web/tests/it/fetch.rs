@@ -40,7 +40,9 @@ fn html(body: String) -> Response {
 
 /// A ~2 MB article: many long paragraphs under headings.
 pub fn big_page() -> String {
-    let mut s = String::from("<!doctype html><html><head><title>The long report</title></head><body><nav><a href='/'>Home</a></nav><article><h1>The long report</h1>");
+    let mut s = String::from(
+        "<!doctype html><html><head><title>The long report</title></head><body><nav><a href='/'>Home</a></nav><article><h1>The long report</h1>",
+    );
     let mut i = 0;
     while s.len() < 2 << 20 {
         if i % 20 == 0 {
@@ -133,14 +135,36 @@ async fn article_keeps_the_main_content_with_title_and_final_url() {
     assert_eq!(v["final_url"], url);
     assert_eq!(v["status"], 200);
     let c = v["content"].as_str().unwrap();
-    assert!(c.contains("Pentland Firth") && c.contains("[composite blades](https://example.org/blades)"), "{c}");
-    assert!(c.contains("What comes next") && c.contains("third array"), "{c}");
-    assert!(!c.contains("Copyright 2026") && !c.contains("About us"), "nav and footer must go: {c}");
-    let t = call(&p, "web_fetch", json!({"url": url, "format": "text"})).await.unwrap();
+    assert!(
+        c.contains("Pentland Firth")
+            && c.contains("[composite blades](https://example.org/blades)"),
+        "{c}"
+    );
+    assert!(
+        c.contains("What comes next") && c.contains("third array"),
+        "{c}"
+    );
+    assert!(
+        !c.contains("Copyright 2026") && !c.contains("About us"),
+        "nav and footer must go: {c}"
+    );
+    let t = call(&p, "web_fetch", json!({"url": url, "format": "text"}))
+        .await
+        .unwrap();
     let tc = t["content"].as_str().unwrap();
-    assert!(tc.contains("composite blades") && !tc.contains("](https://"), "{tc}");
-    let raw = call(&p, "web_fetch", json!({"url": url, "raw": true})).await.unwrap();
-    assert!(raw["content"].as_str().unwrap().contains("<footer class=\"site-footer\">"));
+    assert!(
+        tc.contains("composite blades") && !tc.contains("](https://"),
+        "{tc}"
+    );
+    let raw = call(&p, "web_fetch", json!({"url": url, "raw": true}))
+        .await
+        .unwrap();
+    assert!(
+        raw["content"]
+            .as_str()
+            .unwrap()
+            .contains("<footer class=\"site-footer\">")
+    );
 }
 
 #[tokio::test]
@@ -148,19 +172,43 @@ async fn two_megabyte_page_is_extracted_and_paged() {
     let addr = pages().await;
     let p = provider(&loopback_cfg());
     let url = format!("http://{addr}/big");
-    let first = call(&p, "web_fetch", json!({"url": url, "max_length": 5000})).await.unwrap();
+    let first = call(&p, "web_fetch", json!({"url": url, "max_length": 5000}))
+        .await
+        .unwrap();
     let total = first["total_length"].as_u64().unwrap();
     assert!(total > 1_000_000, "total {total}");
     assert_eq!(first["content"].as_str().unwrap().chars().count(), 5000);
     assert_eq!(first["truncated"], true);
     let next = first["next_start_index"].as_u64().unwrap();
     assert_eq!(next, 5000);
-    let second = call(&p, "web_fetch", json!({"url": url, "max_length": 5000, "start_index": next})).await.unwrap();
+    let second = call(
+        &p,
+        "web_fetch",
+        json!({"url": url, "max_length": 5000, "start_index": next}),
+    )
+    .await
+    .unwrap();
     assert_eq!(second["start_index"], 5000);
-    let joined = format!("{}{}", first["content"].as_str().unwrap(), second["content"].as_str().unwrap());
-    let whole = call(&p, "web_fetch", json!({"url": url, "max_length": 10000})).await.unwrap();
-    assert_eq!(joined, whole["content"].as_str().unwrap(), "pages join into the same text");
-    let last = call(&p, "web_fetch", json!({"url": url, "start_index": total - 10})).await.unwrap();
+    let joined = format!(
+        "{}{}",
+        first["content"].as_str().unwrap(),
+        second["content"].as_str().unwrap()
+    );
+    let whole = call(&p, "web_fetch", json!({"url": url, "max_length": 10000}))
+        .await
+        .unwrap();
+    assert_eq!(
+        joined,
+        whole["content"].as_str().unwrap(),
+        "pages join into the same text"
+    );
+    let last = call(
+        &p,
+        "web_fetch",
+        json!({"url": url, "start_index": total - 10}),
+    )
+    .await
+    .unwrap();
     assert_eq!(last["truncated"], false);
     assert!(last.get("next_start_index").is_none());
 }
@@ -172,14 +220,38 @@ async fn page_nested_20000_deep_does_not_crash() {
     // Default bounds: the depth cap turns the page into plain text.
     let p = provider(&loopback_cfg());
     let v = call(&p, "web_fetch", json!({"url": url})).await.unwrap();
-    assert!(v["content"].as_str().unwrap().contains("bottom of the well"), "{v}");
-    assert!(v["note"].as_str().unwrap().contains("nested more than 1000 elements deep"), "{v}");
+    assert!(
+        v["content"]
+            .as_str()
+            .unwrap()
+            .contains("bottom of the well"),
+        "{v}"
+    );
+    assert!(
+        v["note"]
+            .as_str()
+            .unwrap()
+            .contains("nested more than 1000 elements deep"),
+        "{v}"
+    );
     assert_eq!(v["title"], "Deep");
     // 4 MB of nothing but nesting: the scan refuses it before any tree is built.
-    let v = call(&p, "web_fetch", json!({"url": format!("http://{addr}/deeper")})).await.unwrap();
+    let v = call(
+        &p,
+        "web_fetch",
+        json!({"url": format!("http://{addr}/deeper")}),
+    )
+    .await
+    .unwrap();
     assert_eq!(v["content"], "at 400000");
     // The service still answers afterwards.
-    let ok = call(&p, "web_fetch", json!({"url": format!("http://{addr}/article")})).await.unwrap();
+    let ok = call(
+        &p,
+        "web_fetch",
+        json!({"url": format!("http://{addr}/article")}),
+    )
+    .await
+    .unwrap();
     assert_eq!(ok["title"], "Tidal energy in 2026");
 }
 
@@ -187,62 +259,154 @@ async fn page_nested_20000_deep_does_not_crash() {
 async fn gbk_and_shift_jis_pages_are_decoded() {
     let addr = pages().await;
     let p = provider(&loopback_cfg());
-    let v = call(&p, "web_fetch", json!({"url": format!("http://{addr}/gbk")})).await.unwrap();
+    let v = call(
+        &p,
+        "web_fetch",
+        json!({"url": format!("http://{addr}/gbk")}),
+    )
+    .await
+    .unwrap();
     assert_eq!(v["charset"], "GBK");
     assert_eq!(v["title"], "新闻");
-    assert!(v["content"].as_str().unwrap().contains("我们去公园散步"), "{v}");
-    let v = call(&p, "web_fetch", json!({"url": format!("http://{addr}/sjis")})).await.unwrap();
+    assert!(
+        v["content"].as_str().unwrap().contains("我们去公园散步"),
+        "{v}"
+    );
+    let v = call(
+        &p,
+        "web_fetch",
+        json!({"url": format!("http://{addr}/sjis")}),
+    )
+    .await
+    .unwrap();
     assert_eq!(v["charset"], "Shift_JIS");
     assert_eq!(v["title"], "日本の記事");
-    assert!(v["content"].as_str().unwrap().contains("東京の桜は今年も美しく咲きました"), "{v}");
+    assert!(
+        v["content"]
+            .as_str()
+            .unwrap()
+            .contains("東京の桜は今年も美しく咲きました"),
+        "{v}"
+    );
 }
 
 #[tokio::test]
 async fn redirect_chain_is_followed_up_to_five() {
     let addr = pages().await;
     let p = provider(&loopback_cfg());
-    let v = call(&p, "web_fetch", json!({"url": format!("http://{addr}/r/4")})).await.unwrap();
+    let v = call(
+        &p,
+        "web_fetch",
+        json!({"url": format!("http://{addr}/r/4")}),
+    )
+    .await
+    .unwrap();
     assert_eq!(v["final_url"], format!("http://{addr}/article"));
     assert_eq!(v["url"], format!("http://{addr}/r/4"));
     assert_eq!(v["title"], "Tidal energy in 2026");
-    let err = call_err(&p, "web_fetch", json!({"url": format!("http://{addr}/r/5")})).await;
-    assert!(err.contains("too many redirects") && err.contains("more than 5"), "{err}");
+    let err = call_err(
+        &p,
+        "web_fetch",
+        json!({"url": format!("http://{addr}/r/5")}),
+    )
+    .await;
+    assert!(
+        err.contains("too many redirects") && err.contains("more than 5"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
 async fn text_json_and_markdown_pass_through_other_types_give_metadata() {
     let addr = pages().await;
     let p = provider(&loopback_cfg());
-    let v = call(&p, "web_fetch", json!({"url": format!("http://{addr}/data.json")})).await.unwrap();
+    let v = call(
+        &p,
+        "web_fetch",
+        json!({"url": format!("http://{addr}/data.json")}),
+    )
+    .await
+    .unwrap();
     assert_eq!(v["content"], r#"{"answer": 42, "items": ["a", "b"]}"#);
     assert_eq!(v["content_type"], "application/json");
-    let v = call(&p, "web_fetch", json!({"url": format!("http://{addr}/notes.md")})).await.unwrap();
+    let v = call(
+        &p,
+        "web_fetch",
+        json!({"url": format!("http://{addr}/notes.md")}),
+    )
+    .await
+    .unwrap();
     assert_eq!(v["content"], "# Notes\n\n- one\n- two\n");
-    let v = call(&p, "web_fetch", json!({"url": format!("http://{addr}/image.png")})).await.unwrap();
+    let v = call(
+        &p,
+        "web_fetch",
+        json!({"url": format!("http://{addr}/image.png")}),
+    )
+    .await
+    .unwrap();
     assert_eq!(v["content_type"], "image/png");
     assert_eq!(v["bytes"], 8);
-    assert!(v.get("content").is_none() && v["note"].as_str().unwrap().contains("metadata"), "{v}");
-    let err = call_err(&p, "web_fetch", json!({"url": format!("http://{addr}/missing")})).await;
+    assert!(
+        v.get("content").is_none() && v["note"].as_str().unwrap().contains("metadata"),
+        "{v}"
+    );
+    let err = call_err(
+        &p,
+        "web_fetch",
+        json!({"url": format!("http://{addr}/missing")}),
+    )
+    .await;
     assert!(err.contains("HTTP 404"), "{err}");
 }
 
 #[tokio::test]
 async fn slow_drip_hits_the_total_timeout() {
     let addr = pages().await;
-    let p = provider(&WebConfig { total_timeout_ms: 1_000, read_timeout_ms: 800, ..loopback_cfg() });
+    let p = provider(&WebConfig {
+        total_timeout_ms: 1_000,
+        read_timeout_ms: 800,
+        ..loopback_cfg()
+    });
     let started = std::time::Instant::now();
-    let err = call_err(&p, "web_fetch", json!({"url": format!("http://{addr}/drip")})).await;
-    assert!(err.contains("timed out") && err.contains("web.total_timeout_ms"), "{err}");
-    assert!(started.elapsed() < Duration::from_secs(5), "stopped at the deadline, not at the end of the drip");
+    let err = call_err(
+        &p,
+        "web_fetch",
+        json!({"url": format!("http://{addr}/drip")}),
+    )
+    .await;
+    assert!(
+        err.contains("timed out") && err.contains("web.total_timeout_ms"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "stopped at the deadline, not at the end of the drip"
+    );
 }
 
 #[tokio::test]
 async fn body_larger_than_the_cap_is_refused() {
     let addr = pages().await;
-    let p = provider(&WebConfig { max_body_bytes: 10_000, ..loopback_cfg() });
-    let err = call_err(&p, "web_fetch", json!({"url": format!("http://{addr}/large")})).await;
-    assert!(err.contains("50000 bytes, over the cap of 10000 bytes"), "Content-Length is checked first: {err}");
-    let err = call_err(&p, "web_fetch", json!({"url": format!("http://{addr}/large-chunked")})).await;
+    let p = provider(&WebConfig {
+        max_body_bytes: 10_000,
+        ..loopback_cfg()
+    });
+    let err = call_err(
+        &p,
+        "web_fetch",
+        json!({"url": format!("http://{addr}/large")}),
+    )
+    .await;
+    assert!(
+        err.contains("50000 bytes, over the cap of 10000 bytes"),
+        "Content-Length is checked first: {err}"
+    );
+    let err = call_err(
+        &p,
+        "web_fetch",
+        json!({"url": format!("http://{addr}/large-chunked")}),
+    )
+    .await;
     assert!(err.contains("larger than the cap of 10000 bytes"), "{err}");
 }
 
@@ -250,12 +414,27 @@ async fn body_larger_than_the_cap_is_refused() {
 async fn robots_txt_is_respected_when_configured() {
     let addr = pages().await;
     let url = format!("http://{addr}/private/page");
-    let p = provider(&WebConfig { robots_txt: true, ..loopback_cfg() });
+    let p = provider(&WebConfig {
+        robots_txt: true,
+        ..loopback_cfg()
+    });
     let err = call_err(&p, "web_fetch", json!({"url": url})).await;
     assert!(err.contains("robots.txt disallows /private/page"), "{err}");
-    assert!(call(&p, "web_fetch", json!({"url": format!("http://{addr}/article")})).await.is_ok());
+    assert!(
+        call(
+            &p,
+            "web_fetch",
+            json!({"url": format!("http://{addr}/article")})
+        )
+        .await
+        .is_ok()
+    );
     // Off (the default): the page is fetched.
-    assert!(call(&provider(&loopback_cfg()), "web_fetch", json!({"url": url})).await.is_ok());
+    assert!(
+        call(&provider(&loopback_cfg()), "web_fetch", json!({"url": url}))
+            .await
+            .is_ok()
+    );
 }
 
 #[tokio::test]
@@ -279,7 +458,10 @@ async fn concurrent_fetches_are_capped() {
         )
         .with_state(gauge.clone());
     let addr = serve(app).await;
-    let p = Arc::new(provider(&WebConfig { max_concurrent_fetches: 2, ..loopback_cfg() }));
+    let p = Arc::new(provider(&WebConfig {
+        max_concurrent_fetches: 2,
+        ..loopback_cfg()
+    }));
     let calls = (0..6).map(|_| {
         let p = p.clone();
         let url = format!("http://{addr}/slow");
@@ -288,7 +470,11 @@ async fn concurrent_fetches_are_capped() {
     for r in futures::future::join_all(calls).await {
         assert_eq!(r.unwrap()["content"], "done");
     }
-    assert_eq!(gauge.max.load(Ordering::SeqCst), 2, "at most two fetches at once");
+    assert_eq!(
+        gauge.max.load(Ordering::SeqCst),
+        2,
+        "at most two fetches at once"
+    );
 }
 
 #[tokio::test]
@@ -296,9 +482,19 @@ async fn bad_arguments_get_clear_errors() {
     let p = provider(&loopback_cfg());
     let err = call_err(&p, "web_fetch", json!({"url": "not a url"})).await;
     assert!(err.contains("not a valid URL"), "{err}");
-    let err = call_err(&p, "web_fetch", json!({"url": "http://127.0.0.1:1/", "format": "pdf"})).await;
+    let err = call_err(
+        &p,
+        "web_fetch",
+        json!({"url": "http://127.0.0.1:1/", "format": "pdf"}),
+    )
+    .await;
     assert!(err.contains("use markdown or text"), "{err}");
-    let err = call_err(&p, "web_fetch", json!({"url": "http://127.0.0.1:1/", "max_length": -3})).await;
+    let err = call_err(
+        &p,
+        "web_fetch",
+        json!({"url": "http://127.0.0.1:1/", "max_length": -3}),
+    )
+    .await;
     assert!(err.contains("max_length"), "{err}");
     let err = call_err(&p, "web_fetch", json!({"url": "ftp://example.com/x"})).await;
     assert!(err.contains("only http and https"), "{err}");

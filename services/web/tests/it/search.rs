@@ -18,22 +18,34 @@ use std::{
     },
 };
 
+/// The query strings a fake backend received.
+type Seen = Arc<Mutex<Vec<HashMap<String, String>>>>;
+
 fn search_cfg(search: SearchConfig) -> WebConfig {
-    WebConfig { search: SearchConfig { max_backoff_ms: 50, ..search }, ..WebConfig::default() }
+    WebConfig {
+        search: SearchConfig {
+            max_backoff_ms: 50,
+            ..search
+        },
+        ..WebConfig::default()
+    }
 }
 
 fn provider(cfg: &WebConfig, env: &[(&str, &str)]) -> WebProvider {
-    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     WebProvider::with_parts(cfg, &env, Arc::new(omicos_web::ssrf::SystemLookup)).unwrap()
 }
 
 #[tokio::test]
 async fn searxng_json() {
-    let seen: Arc<Mutex<Vec<HashMap<String, String>>>> = Arc::default();
+    let seen: Seen = Arc::default();
     let app = Router::new()
         .route(
             "/search",
-            get(|State(seen): State<Arc<Mutex<Vec<HashMap<String, String>>>>>, Query(q): Query<HashMap<String, String>>| async move {
+            get(|State(seen): State<Seen>, Query(q): Query<HashMap<String, String>>| async move {
                 seen.lock().unwrap().push(q);
                 Json(json!({
                     "query": "rust async",
@@ -50,9 +62,18 @@ async fn searxng_json() {
         )
         .with_state(seen.clone());
     let addr = serve(app).await;
-    let cfg = search_cfg(SearchConfig { searxng_url: format!("http://{addr}/"), ..SearchConfig::default() });
+    let cfg = search_cfg(SearchConfig {
+        searxng_url: format!("http://{addr}/"),
+        ..SearchConfig::default()
+    });
     let p = provider(&cfg, &[]);
-    let v = call(&p, "web_search", json!({"query": "rust async", "max_results": 2, "time_range": "week", "site": "docs.rs"})).await.unwrap();
+    let v = call(
+        &p,
+        "web_search",
+        json!({"query": "rust async", "max_results": 2, "time_range": "week", "site": "docs.rs"}),
+    )
+    .await
+    .unwrap();
     assert_eq!(v["backend"], "searxng");
     assert_eq!(
         v["results"],
@@ -69,11 +90,23 @@ async fn searxng_json() {
 
 #[tokio::test]
 async fn searxng_without_json_format_says_so() {
-    let app = Router::new().route("/search", get(|| async { (StatusCode::FORBIDDEN, "<html>Forbidden</html>") }));
+    let app = Router::new().route(
+        "/search",
+        get(|| async { (StatusCode::FORBIDDEN, "<html>Forbidden</html>") }),
+    );
     let addr = serve(app).await;
-    let p = provider(&search_cfg(SearchConfig { searxng_url: format!("http://{addr}"), ..SearchConfig::default() }), &[]);
+    let p = provider(
+        &search_cfg(SearchConfig {
+            searxng_url: format!("http://{addr}"),
+            ..SearchConfig::default()
+        }),
+        &[],
+    );
     let err = call_err(&p, "web_search", json!({"query": "x"})).await;
-    assert!(err.contains("HTTP 403") && err.contains("search.formats"), "{err}");
+    assert!(
+        err.contains("HTTP 403") && err.contains("search.formats"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -98,10 +131,20 @@ async fn brave_api() {
         }),
     );
     let addr = serve(app).await;
-    let cfg = search_cfg(SearchConfig { backend: "brave".into(), brave_url: format!("http://{addr}/res/v1/web/search"), ..SearchConfig::default() });
+    let cfg = search_cfg(SearchConfig {
+        backend: "brave".into(),
+        brave_url: format!("http://{addr}/res/v1/web/search"),
+        ..SearchConfig::default()
+    });
     // The key comes from the environment.
     let p = provider(&cfg, &[("BRAVE_API_KEY", "brave-key")]);
-    let v = call(&p, "web_search", json!({"query": "tidal power", "max_results": 3, "time_range": "month"})).await.unwrap();
+    let v = call(
+        &p,
+        "web_search",
+        json!({"query": "tidal power", "max_results": 3, "time_range": "month"}),
+    )
+    .await
+    .unwrap();
     assert_eq!(v["backend"], "brave");
     assert_eq!(v["results"][0]["title"], "Tidal power");
     assert_eq!(v["results"][0]["published"], "2024-03-01T00:00:00");
@@ -138,8 +181,17 @@ async fn tavily_api() {
         ..SearchConfig::default()
     });
     let p = provider(&cfg, &[]);
-    let v = call(&p, "web_search", json!({"query": "solar", "site": "a.example", "time_range": "day"})).await.unwrap();
-    assert_eq!(v["results"], json!([{"title": "A", "url": "https://a.example/", "snippet": "alpha", "published": "2026-01-05"}]));
+    let v = call(
+        &p,
+        "web_search",
+        json!({"query": "solar", "site": "a.example", "time_range": "day"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        v["results"],
+        json!([{"title": "A", "url": "https://a.example/", "snippet": "alpha", "published": "2026-01-05"}])
+    );
     let body = bodies.lock().unwrap()[0].clone();
     assert_eq!(body["query"], "solar");
     assert_eq!(body["include_domains"], json!(["a.example"]));
@@ -164,28 +216,66 @@ async fn rate_limits_are_retried_then_reported() {
         )
         .with_state(hits.clone());
     let addr = serve(app).await;
-    let cfg = search_cfg(SearchConfig { searxng_url: format!("http://{addr}"), max_retries: 3, ..SearchConfig::default() });
+    let cfg = search_cfg(SearchConfig {
+        searxng_url: format!("http://{addr}"),
+        max_retries: 3,
+        ..SearchConfig::default()
+    });
     let p = provider(&cfg, &[]);
-    let v = call(&p, "web_search", json!({"query": "flaky"})).await.unwrap();
+    let v = call(&p, "web_search", json!({"query": "flaky"}))
+        .await
+        .unwrap();
     assert_eq!(v["results"][0]["title"], "ok");
     assert_eq!(hits.load(Ordering::SeqCst), 3);
     hits.store(100, Ordering::SeqCst);
     let err = call_err(&p, "web_search", json!({"query": "always"})).await;
-    assert!(err.contains("rate limited") && err.contains("after 3 retries"), "{err}");
-    assert_eq!(hits.load(Ordering::SeqCst), 104, "one try and three retries");
+    assert!(
+        err.contains("rate limited") && err.contains("after 3 retries"),
+        "{err}"
+    );
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        104,
+        "one try and three retries"
+    );
 }
 
 #[tokio::test]
 async fn missing_configuration_says_how_to_configure() {
     let p = provider(&WebConfig::default(), &[]);
     let err = call_err(&p, "web_search", json!({"query": "x"})).await;
-    assert!(err.contains("web_search is not configured") && err.contains("OMICOS_WEB_SEARCH_SEARXNG_URL") && err.contains("BRAVE_API_KEY"), "{err}");
-    let p = provider(&WebConfig { search: SearchConfig { backend: "tavily".into(), ..SearchConfig::default() }, ..WebConfig::default() }, &[]);
+    assert!(
+        err.contains("web_search is not configured")
+            && err.contains("OMICOS_WEB_SEARCH_SEARXNG_URL")
+            && err.contains("BRAVE_API_KEY"),
+        "{err}"
+    );
+    let p = provider(
+        &WebConfig {
+            search: SearchConfig {
+                backend: "tavily".into(),
+                ..SearchConfig::default()
+            },
+            ..WebConfig::default()
+        },
+        &[],
+    );
     let err = call_err(&p, "web_search", json!({"query": "x"})).await;
     assert!(err.contains("TAVILY_API_KEY is not set"), "{err}");
-    let p = provider(&search_cfg(SearchConfig { searxng_url: "http://127.0.0.1:1".into(), ..SearchConfig::default() }), &[]);
+    let p = provider(
+        &search_cfg(SearchConfig {
+            searxng_url: "http://127.0.0.1:1".into(),
+            ..SearchConfig::default()
+        }),
+        &[],
+    );
     let err = call_err(&p, "web_search", json!({"query": "  "})).await;
     assert!(err.contains("must not be empty"), "{err}");
-    let err = call_err(&p, "web_search", json!({"query": "x", "time_range": "decade"})).await;
+    let err = call_err(
+        &p,
+        "web_search",
+        json!({"query": "x", "time_range": "decade"}),
+    )
+    .await;
     assert!(err.contains("day, week, month or year"), "{err}");
 }
