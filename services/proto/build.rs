@@ -4,8 +4,13 @@ use prost::Message;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
-    let files = ["common.proto", "orchestrator.proto", "tool_runner.proto", "provider.proto"]
-        .map(|f| root.join("omicos/v1").join(f));
+    let files = [
+        "common.proto",
+        "orchestrator.proto",
+        "tool_runner.proto",
+        "provider.proto",
+    ]
+    .map(|f| root.join("omicos/v1").join(f));
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());
     }

@@ -3,7 +3,9 @@
 //! (`/v1/messages`). Each request takes the next scripted reply; every request
 //! body is recorded so tests can check the conversation invariants.
 
-use axum::{Router, body::Body, extract::State, http::StatusCode, response::Response, routing::post};
+use axum::{
+    Router, body::Body, extract::State, http::StatusCode, response::Response, routing::post,
+};
 use bytes::Bytes;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
@@ -51,17 +53,25 @@ pub struct FakeLlm {
 impl FakeLlm {
     /// Starts on 127.0.0.1:0 with `script`.
     pub async fn start(script: Vec<Reply>) -> Self {
-        let inner = Arc::new(Mutex::new(Inner { script: script.into(), requests: vec![] }));
+        let inner = Arc::new(Mutex::new(Inner {
+            script: script.into(),
+            requests: vec![],
+        }));
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
             .route("/v1/messages", post(anthropic))
             .with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind fake llm");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind fake llm");
         let addr = listener.local_addr().expect("addr");
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Self { inner, base: format!("http://{addr}") }
+        Self {
+            inner,
+            base: format!("http://{addr}"),
+        }
     }
 
     /// The OpenAI base URL (`…/v1`).
@@ -89,10 +99,18 @@ impl FakeLlm {
             };
             for c in &calls {
                 let n = results.iter().filter(|x| *x == c).count();
-                assert_eq!(n, 1, "request {i}: tool call {c} answered {n} times\n{}", r.body);
+                assert_eq!(
+                    n, 1,
+                    "request {i}: tool call {c} answered {n} times\n{}",
+                    r.body
+                );
             }
             for x in &results {
-                assert!(calls.contains(x), "request {i}: orphan tool result {x}\n{}", r.body);
+                assert!(
+                    calls.contains(x),
+                    "request {i}: orphan tool result {x}\n{}",
+                    r.body
+                );
             }
         }
     }
@@ -119,7 +137,9 @@ fn anthropic_ids(body: &Value) -> (Vec<String>, Vec<String>) {
         for b in m["content"].as_array().into_iter().flatten() {
             match b["type"].as_str() {
                 Some("tool_use") => calls.push(b["id"].as_str().unwrap_or_default().to_owned()),
-                Some("tool_result") => results.push(b["tool_use_id"].as_str().unwrap_or_default().to_owned()),
+                Some("tool_result") => {
+                    results.push(b["tool_use_id"].as_str().unwrap_or_default().to_owned())
+                }
                 _ => {}
             }
         }
@@ -132,7 +152,9 @@ type Shared = State<Arc<Mutex<Inner>>>;
 fn next(inner: &Arc<Mutex<Inner>>, format: &'static str, body: Value) -> Reply {
     let mut g = inner.lock().unwrap();
     g.requests.push(Recorded { format, body });
-    g.script.pop_front().unwrap_or_else(|| Reply::Text("(fake LLM script exhausted)".into()))
+    g.script
+        .pop_front()
+        .unwrap_or_else(|| Reply::Text("(fake LLM script exhausted)".into()))
 }
 
 fn sse(frames: Vec<(Option<&'static str>, Value)>, done: bool) -> Vec<String> {
@@ -164,7 +186,9 @@ fn stream_response(chunks: Vec<String>, delay: Duration) -> Response {
 }
 
 fn error_response(status: u16, body: String, retry_after: Option<u32>) -> Response {
-    let mut b = Response::builder().status(StatusCode::from_u16(status).unwrap()).header("content-type", "application/json");
+    let mut b = Response::builder()
+        .status(StatusCode::from_u16(status).unwrap())
+        .header("content-type", "application/json");
     if let Some(s) = retry_after {
         b = b.header("retry-after", s.to_string());
     }
@@ -178,13 +202,18 @@ fn pieces(s: &str, n: usize) -> Vec<String> {
 
 async fn openai(state: Shared, body: axum::Json<Value>) -> Response {
     let reply = next(&state.0, "openai", body.0);
-    let chunk = |delta: Value, finish: Value| json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "fake-gpt",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "fake-gpt",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
     let usage = json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "fake-gpt", "choices": [],
         "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}});
     match reply {
         Reply::Text(t) => {
-            let mut frames = vec![(None, chunk(json!({"role": "assistant", "content": ""}), Value::Null))];
+            let mut frames = vec![(
+                None,
+                chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+            )];
             for p in pieces(&t, 5) {
                 frames.push((None, chunk(json!({"content": p}), Value::Null)));
             }
@@ -203,14 +232,29 @@ async fn openai(state: Shared, body: axum::Json<Value>) -> Response {
         Reply::Tools(text, calls) => {
             let mut frames = vec![];
             if !text.is_empty() {
-                frames.push((None, chunk(json!({"role": "assistant", "content": text}), Value::Null)));
+                frames.push((
+                    None,
+                    chunk(json!({"role": "assistant", "content": text}), Value::Null),
+                ));
             }
             for (i, (id, name, args)) in calls.iter().enumerate() {
-                frames.push((None, chunk(json!({"tool_calls": [{"index": i, "id": id, "type": "function",
-                    "function": {"name": name, "arguments": ""}}]}), Value::Null)));
+                frames.push((
+                    None,
+                    chunk(
+                        json!({"tool_calls": [{"index": i, "id": id, "type": "function",
+                    "function": {"name": name, "arguments": ""}}]}),
+                        Value::Null,
+                    ),
+                ));
                 // Arguments split over many chunks, as real servers do.
                 for p in pieces(args, 4) {
-                    frames.push((None, chunk(json!({"tool_calls": [{"index": i, "function": {"arguments": p}}]}), Value::Null)));
+                    frames.push((
+                        None,
+                        chunk(
+                            json!({"tool_calls": [{"index": i, "function": {"arguments": p}}]}),
+                            Value::Null,
+                        ),
+                    ));
                 }
             }
             frames.push((None, chunk(json!({}), json!("tool_calls"))));
@@ -220,9 +264,21 @@ async fn openai(state: Shared, body: axum::Json<Value>) -> Response {
         Reply::Status(code, body, ra) => error_response(code, body, ra),
         Reply::CutMidToolCall => {
             let frames = vec![
-                (None, chunk(json!({"tool_calls": [{"index": 0, "id": "call_cut", "type": "function",
-                    "function": {"name": "file_manager__read", "arguments": ""}}]}), Value::Null)),
-                (None, chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"pa"}}]}), Value::Null)),
+                (
+                    None,
+                    chunk(
+                        json!({"tool_calls": [{"index": 0, "id": "call_cut", "type": "function",
+                    "function": {"name": "file_manager__read", "arguments": ""}}]}),
+                        Value::Null,
+                    ),
+                ),
+                (
+                    None,
+                    chunk(
+                        json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"pa"}}]}),
+                        Value::Null,
+                    ),
+                ),
             ];
             stream_response(sse(frames, false), Duration::ZERO)
         }
@@ -231,22 +287,37 @@ async fn openai(state: Shared, body: axum::Json<Value>) -> Response {
 
 async fn anthropic(state: Shared, body: axum::Json<Value>) -> Response {
     let reply = next(&state.0, "anthropic", body.0);
-    let start = (Some("message_start"), json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
-        "role": "assistant", "model": "fake-claude", "content": [], "usage": {"input_tokens": 13, "output_tokens": 1}}}));
+    let start = (
+        Some("message_start"),
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+        "role": "assistant", "model": "fake-claude", "content": [], "usage": {"input_tokens": 13, "output_tokens": 1}}}),
+    );
     let stop = |reason: &str| {
         vec![
-            (Some("message_delta"), json!({"type": "message_delta", "delta": {"stop_reason": reason}, "usage": {"output_tokens": 9}})),
+            (
+                Some("message_delta"),
+                json!({"type": "message_delta", "delta": {"stop_reason": reason}, "usage": {"output_tokens": 9}}),
+            ),
             (Some("message_stop"), json!({"type": "message_stop"})),
         ]
     };
     let text_block = |idx: usize, t: &str| {
-        let mut f = vec![(Some("content_block_start"), json!({"type": "content_block_start", "index": idx,
-            "content_block": {"type": "text", "text": ""}}))];
+        let mut f = vec![(
+            Some("content_block_start"),
+            json!({"type": "content_block_start", "index": idx,
+            "content_block": {"type": "text", "text": ""}}),
+        )];
         for p in pieces(t, 5) {
-            f.push((Some("content_block_delta"), json!({"type": "content_block_delta", "index": idx,
-                "delta": {"type": "text_delta", "text": p}})));
+            f.push((
+                Some("content_block_delta"),
+                json!({"type": "content_block_delta", "index": idx,
+                "delta": {"type": "text_delta", "text": p}}),
+            ));
         }
-        f.push((Some("content_block_stop"), json!({"type": "content_block_stop", "index": idx})));
+        f.push((
+            Some("content_block_stop"),
+            json!({"type": "content_block_stop", "index": idx}),
+        ));
         f
     };
     match reply {
@@ -264,13 +335,22 @@ async fn anthropic(state: Shared, body: axum::Json<Value>) -> Response {
                 idx = 1;
             }
             for (id, name, args) in calls {
-                frames.push((Some("content_block_start"), json!({"type": "content_block_start", "index": idx,
-                    "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}})));
+                frames.push((
+                    Some("content_block_start"),
+                    json!({"type": "content_block_start", "index": idx,
+                    "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+                ));
                 for p in pieces(&args, 4) {
-                    frames.push((Some("content_block_delta"), json!({"type": "content_block_delta", "index": idx,
-                        "delta": {"type": "input_json_delta", "partial_json": p}})));
+                    frames.push((
+                        Some("content_block_delta"),
+                        json!({"type": "content_block_delta", "index": idx,
+                        "delta": {"type": "input_json_delta", "partial_json": p}}),
+                    ));
                 }
-                frames.push((Some("content_block_stop"), json!({"type": "content_block_stop", "index": idx})));
+                frames.push((
+                    Some("content_block_stop"),
+                    json!({"type": "content_block_stop", "index": idx}),
+                ));
                 idx += 1;
             }
             frames.extend(stop("tool_use"));
@@ -280,10 +360,16 @@ async fn anthropic(state: Shared, body: axum::Json<Value>) -> Response {
         Reply::CutMidToolCall => {
             let frames = vec![
                 start,
-                (Some("content_block_start"), json!({"type": "content_block_start", "index": 0,
-                    "content_block": {"type": "tool_use", "id": "toolu_cut", "name": "file_manager__read", "input": {}}})),
-                (Some("content_block_delta"), json!({"type": "content_block_delta", "index": 0,
-                    "delta": {"type": "input_json_delta", "partial_json": "{\"pa"}})),
+                (
+                    Some("content_block_start"),
+                    json!({"type": "content_block_start", "index": 0,
+                    "content_block": {"type": "tool_use", "id": "toolu_cut", "name": "file_manager__read", "input": {}}}),
+                ),
+                (
+                    Some("content_block_delta"),
+                    json!({"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "input_json_delta", "partial_json": "{\"pa"}}),
+                ),
             ];
             stream_response(sse(frames, false), Duration::ZERO)
         }

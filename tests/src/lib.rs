@@ -5,4 +5,6 @@ pub mod fake_llm;
 pub mod stack;
 
 pub use fake_llm::{FakeLlm, Reply};
-pub use stack::{ChatHandle, Stack, StackOptions, assert_gap_free, done_reason, events_text, finished_calls};
+pub use stack::{
+    ChatHandle, Stack, StackOptions, assert_gap_free, done_reason, events_text, finished_calls,
+};

@@ -4,8 +4,8 @@
 use crate::fake_llm::FakeLlm;
 use omicos_orchestrator::{Parts, agents::AgentDirectory, config::Config};
 use omicos_proto::{
-    ApprovalDecision, CancelRequest, ChatClientMessage, ChatEvent, ChatRequest, Decision, ToolCallFinished, chat_client_message,
-    chat_event, orchestrator_client::OrchestratorClient,
+    ApprovalDecision, CancelRequest, ChatClientMessage, ChatEvent, ChatRequest, Decision,
+    ToolCallFinished, chat_client_message, chat_event, orchestrator_client::OrchestratorClient,
 };
 use omicos_servicekit::Shutdown;
 use std::sync::Arc;
@@ -13,6 +13,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
+
+/// A change to the orchestrator's config before it starts.
+pub type ConfigTweak = Box<dyn FnOnce(&mut Config) + Send>;
 
 /// How to start a stack.
 pub struct StackOptions {
@@ -27,7 +30,7 @@ pub struct StackOptions {
     /// Runner config overrides (JSON object merged over the defaults).
     pub runner_overrides: serde_json::Value,
     /// Orchestrator config tweak.
-    pub tweak: Option<Box<dyn FnOnce(&mut Config) + Send>>,
+    pub tweak: Option<ConfigTweak>,
     /// Conversation store URL; empty: memory.
     pub store_url: String,
     /// Workspace to use; None: a new temporary directory.
@@ -92,9 +95,15 @@ impl Stack {
         let runner_url = format!("http://{}", runner_listener.local_addr().unwrap());
         let mut rc = serde_json::json!({"workspace": workspace, "approval_timeout_secs": 5});
         merge(&mut rc, opts.runner_overrides);
-        let runner_cfg: omicos_tool_runner::Config = serde_json::from_value(rc).expect("runner config");
+        let runner_cfg: omicos_tool_runner::Config =
+            serde_json::from_value(rc).expect("runner config");
         let runner_shutdown = Shutdown::new(Duration::from_secs(2));
-        tokio::spawn(omicos_tool_runner::run(runner_cfg, runner_listener, runner_shutdown.clone(), opts.providers));
+        tokio::spawn(omicos_tool_runner::run(
+            runner_cfg,
+            runner_listener,
+            runner_shutdown.clone(),
+            opts.providers,
+        ));
 
         let mut cfg = Config {
             workspace: workspace.clone(),
@@ -117,7 +126,9 @@ impl Stack {
         if let Some(t) = opts.tweak {
             t(&mut cfg);
         }
-        let agents = opts.agents.unwrap_or_else(|| Arc::new(omicos_orchestrator::agents::SingleAgent));
+        let agents = opts
+            .agents
+            .unwrap_or_else(|| Arc::new(omicos_orchestrator::agents::SingleAgent));
         let (orch_url, orch_shutdown) = start_orchestrator(cfg.clone(), agents.clone()).await;
         let stack = Stack {
             orchestrator: orch_url,
@@ -155,10 +166,19 @@ impl Stack {
     /// Waits until the health service at `url` says SERVING.
     pub async fn wait_serving(&self, url: &str) {
         for _ in 0..200 {
-            if let Ok(ch) = Channel::from_shared(url.to_owned()).unwrap().connect().await {
+            if let Ok(ch) = Channel::from_shared(url.to_owned())
+                .unwrap()
+                .connect()
+                .await
+            {
                 let mut h = tonic_health::pb::health_client::HealthClient::new(ch);
-                if let Ok(r) = h.check(tonic_health::pb::HealthCheckRequest { service: String::new() }).await
-                    && r.into_inner().status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+                if let Ok(r) = h
+                    .check(tonic_health::pb::HealthCheckRequest {
+                        service: String::new(),
+                    })
+                    .await
+                    && r.into_inner().status
+                        == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
                 {
                     return;
                 }
@@ -170,7 +190,9 @@ impl Stack {
 
     /// A client of the orchestrator.
     pub async fn client(&self) -> OrchestratorClient<Channel> {
-        OrchestratorClient::connect(self.orchestrator.clone()).await.expect("connect orchestrator")
+        OrchestratorClient::connect(self.orchestrator.clone())
+            .await
+            .expect("connect orchestrator")
     }
 
     /// Opens a Chat with `req`.
@@ -185,7 +207,16 @@ async fn start_orchestrator(cfg: Config, agents: Arc<dyn AgentDirectory>) -> (St
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let sd = Shutdown::new(Duration::from_secs(2));
-    tokio::spawn(omicos_orchestrator::serve(Parts { config: cfg, agents, store, backends }, listener, sd.clone()));
+    tokio::spawn(omicos_orchestrator::serve(
+        Parts {
+            config: cfg,
+            agents,
+            store,
+            backends,
+        },
+        listener,
+        sd.clone(),
+    ));
     (url, sd)
 }
 
@@ -199,11 +230,22 @@ pub struct ChatHandle {
 
 impl ChatHandle {
     /// Opens a Chat.
-    pub async fn open(mut client: OrchestratorClient<Channel>, req: ChatRequest) -> Result<Self, tonic::Status> {
+    pub async fn open(
+        mut client: OrchestratorClient<Channel>,
+        req: ChatRequest,
+    ) -> Result<Self, tonic::Status> {
         let (tx, rx) = mpsc::channel(16);
-        tx.send(ChatClientMessage { msg: Some(chat_client_message::Msg::Request(req)) }).await.unwrap();
+        tx.send(ChatClientMessage {
+            msg: Some(chat_client_message::Msg::Request(req)),
+        })
+        .await
+        .unwrap();
         let stream = client.chat(ReceiverStream::new(rx)).await?.into_inner();
-        Ok(Self { tx, stream, events: vec![] })
+        Ok(Self {
+            tx,
+            stream,
+            events: vec![],
+        })
     }
 
     /// The next non-heartbeat event (None at the end), within 30 s.
@@ -238,14 +280,20 @@ impl ChatHandle {
                 return a.call_id;
             }
         }
-        panic!("stream ended without an approval request: {:#?}", self.events);
+        panic!(
+            "stream ended without an approval request: {:#?}",
+            self.events
+        );
     }
 
     /// Answers an approval on the stream.
     pub async fn approve(&self, call_id: &str, decision: Decision) {
         self.tx
             .send(ChatClientMessage {
-                msg: Some(chat_client_message::Msg::Approval(ApprovalDecision { call_id: call_id.into(), decision: decision as i32 })),
+                msg: Some(chat_client_message::Msg::Approval(ApprovalDecision {
+                    call_id: call_id.into(),
+                    decision: decision as i32,
+                })),
             })
             .await
             .unwrap();
@@ -253,7 +301,14 @@ impl ChatHandle {
 
     /// Cancels the turn on the stream.
     pub async fn cancel(&self) {
-        self.tx.send(ChatClientMessage { msg: Some(chat_client_message::Msg::Cancel(CancelRequest { reason: "test".into() })) }).await.unwrap();
+        self.tx
+            .send(ChatClientMessage {
+                msg: Some(chat_client_message::Msg::Cancel(CancelRequest {
+                    reason: "test".into(),
+                })),
+            })
+            .await
+            .unwrap();
     }
 }
 
@@ -290,6 +345,11 @@ pub fn done_reason(events: &[ChatEvent]) -> Option<String> {
 /// Asserts that seqs are consecutive, starting after `from`.
 pub fn assert_gap_free(events: &[ChatEvent], from: u64) {
     for (i, e) in events.iter().enumerate() {
-        assert_eq!(e.event_seq, from + 1 + i as u64, "event {i} out of sequence: {:#?}", e);
+        assert_eq!(
+            e.event_seq,
+            from + 1 + i as u64,
+            "event {i} out of sequence: {:#?}",
+            e
+        );
     }
 }

@@ -8,11 +8,21 @@ use serde_json::Value;
 use std::time::Duration;
 
 fn req(message: &str, mode: &str) -> ChatRequest {
-    ChatRequest { message: message.into(), permission_mode: mode.into(), ..Default::default() }
+    ChatRequest {
+        message: message.into(),
+        permission_mode: mode.into(),
+        ..Default::default()
+    }
 }
 
 fn tools(calls: &[(&str, &str, &str)]) -> Reply {
-    Reply::Tools(String::new(), calls.iter().map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string())).collect())
+    Reply::Tools(
+        String::new(),
+        calls
+            .iter()
+            .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+            .collect(),
+    )
 }
 
 async fn write_then_read(backend: &str) {
@@ -20,47 +30,98 @@ async fn write_then_read(backend: &str) {
         Reply::Tools(
             "Writing, then reading back.".into(),
             vec![
-                ("call_w".into(), "file_manager__write".into(), r#"{"path":"notes/hello.txt","content":"hello omicos"}"#.into()),
-                ("call_r".into(), "file_manager__read".into(), r#"{"path":"notes/hello.txt"}"#.into()),
+                (
+                    "call_w".into(),
+                    "file_manager__write".into(),
+                    r#"{"path":"notes/hello.txt","content":"hello omicos"}"#.into(),
+                ),
+                (
+                    "call_r".into(),
+                    "file_manager__read".into(),
+                    r#"{"path":"notes/hello.txt"}"#.into(),
+                ),
             ],
         ),
         Reply::Text("The file says hello omicos.".into()),
     ])
     .await;
-    let stack = Stack::start(llm.clone(), StackOptions { backend: backend.into(), ..Default::default() }).await;
-    let mut chat = stack.chat(req("write a note and read it back", "full")).await.unwrap();
+    let stack = Stack::start(
+        llm.clone(),
+        StackOptions {
+            backend: backend.into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut chat = stack
+        .chat(req("write a note and read it back", "full"))
+        .await
+        .unwrap();
     let events = chat.until_done().await;
-    assert_eq!(done_reason(&events).as_deref(), Some("completed"), "{events:#?}");
+    assert_eq!(
+        done_reason(&events).as_deref(),
+        Some("completed"),
+        "{events:#?}"
+    );
     assert_gap_free(&events, 0);
-    assert!(matches!(events[0].kind, Some(chat_event::Kind::TurnStarted(_))));
+    assert!(matches!(
+        events[0].kind,
+        Some(chat_event::Kind::TurnStarted(_))
+    ));
     let session = events[0].session_id.clone();
-    assert!(events.iter().all(|e| e.session_id == session && !e.turn_id.is_empty()));
+    assert!(
+        events
+            .iter()
+            .all(|e| e.session_id == session && !e.turn_id.is_empty())
+    );
     // Started before finished, in the model's order.
     let order: Vec<String> = events
         .iter()
         .filter_map(|e| match &e.kind {
             Some(chat_event::Kind::ToolCallStarted(s)) => Some(format!("start:{}", s.name)),
-            Some(chat_event::Kind::ToolCallFinished(f)) => Some(format!("end:{}:{}", f.name, f.status)),
+            Some(chat_event::Kind::ToolCallFinished(f)) => {
+                Some(format!("end:{}:{}", f.name, f.status))
+            }
             _ => None,
         })
         .collect();
     assert_eq!(
         order,
-        ["start:file_manager__write", "end:file_manager__write:done", "start:file_manager__read", "end:file_manager__read:done"]
+        [
+            "start:file_manager__write",
+            "end:file_manager__write:done",
+            "start:file_manager__read",
+            "end:file_manager__read:done"
+        ]
     );
     let on_disk = std::fs::read_to_string(stack.workspace.join("notes/hello.txt")).unwrap();
     assert_eq!(on_disk, "hello omicos");
     let finished = finished_calls(&events);
-    assert!(finished[1].result.contains("hello omicos"), "{:?}", finished[1]);
+    assert!(
+        finished[1].result.contains("hello omicos"),
+        "{:?}",
+        finished[1]
+    );
     assert!(events_text(&events).contains("The file says hello omicos."));
     // The second LLM request carries both tool results.
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 2);
     let second = reqs[1].body.to_string();
-    assert!(second.contains("call_w") && second.contains("call_r") && second.contains("hello omicos"), "{second}");
+    assert!(
+        second.contains("call_w") && second.contains("call_r") && second.contains("hello omicos"),
+        "{second}"
+    );
     llm.assert_invariants();
     // The history is kept: GetSession returns user, assistant, 2 tool results, assistant.
-    let s = stack.client().await.get_session(GetSessionRequest { session_id: session }).await.unwrap().into_inner();
+    let s = stack
+        .client()
+        .await
+        .get_session(GetSessionRequest {
+            session_id: session,
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(s.messages_json.len(), 5, "{:?}", s.messages_json);
 }
 
@@ -76,18 +137,34 @@ async fn anthropic_write_then_read() {
 
 #[tokio::test]
 async fn second_request_continues_the_session() {
-    let llm = FakeLlm::start(vec![Reply::Text("first answer".into()), Reply::Text("second answer".into())]).await;
+    let llm = FakeLlm::start(vec![
+        Reply::Text("first answer".into()),
+        Reply::Text("second answer".into()),
+    ])
+    .await;
     let stack = Stack::start(llm.clone(), StackOptions::default()).await;
-    let mut c1 = stack.chat(req("remember the word apricot", "full")).await.unwrap();
+    let mut c1 = stack
+        .chat(req("remember the word apricot", "full"))
+        .await
+        .unwrap();
     let e1 = c1.until_done().await;
     let session = e1[0].session_id.clone();
     let last = e1.last().unwrap().event_seq;
-    let mut c2 = stack.chat(ChatRequest { session_id: session.clone(), ..req("what was the word?", "full") }).await.unwrap();
+    let mut c2 = stack
+        .chat(ChatRequest {
+            session_id: session.clone(),
+            ..req("what was the word?", "full")
+        })
+        .await
+        .unwrap();
     let e2 = c2.until_done().await;
     assert_eq!(e2[0].session_id, session);
     assert_gap_free(&e2, last);
     let second = llm.requests()[1].body.to_string();
-    assert!(second.contains("apricot") && second.contains("first answer"), "{second}");
+    assert!(
+        second.contains("apricot") && second.contains("first answer"),
+        "{second}"
+    );
 }
 
 #[tokio::test]
@@ -105,9 +182,20 @@ async fn disconnect_and_reattach_misses_nothing() {
     drop(chat);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let mut client = stack.client().await;
-    let mut stream = client.attach(AttachRequest { session_id: session, since_seq: since }).await.unwrap().into_inner();
+    let mut stream = client
+        .attach(AttachRequest {
+            session_id: session,
+            since_seq: since,
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let mut rest = vec![];
-    while let Some(ev) = tokio::time::timeout(Duration::from_secs(30), stream.message()).await.unwrap().unwrap() {
+    while let Some(ev) = tokio::time::timeout(Duration::from_secs(30), stream.message())
+        .await
+        .unwrap()
+        .unwrap()
+    {
         if matches!(ev.kind, Some(chat_event::Kind::Heartbeat(_))) {
             continue;
         }
@@ -145,14 +233,35 @@ async fn bad_tool_input_gives_clear_results_and_the_turn_goes_on() {
     let f = finished_calls(&events);
     assert_eq!(f.len(), 4);
     assert!(f.iter().all(|c| c.status == "error"), "{f:#?}");
-    assert!(f[0].result.to_lowercase().contains("json"), "{}", f[0].result);
-    assert!(f[1].result.contains("file_manager__read"), "closest names listed: {}", f[1].result);
-    assert!(f[2].result.contains("outside the workspace"), "{}", f[2].result);
-    assert!(f[3].result.contains("outside the workspace"), "{}", f[3].result);
+    assert!(
+        f[0].result.to_lowercase().contains("json"),
+        "{}",
+        f[0].result
+    );
+    assert!(
+        f[1].result.contains("file_manager__read"),
+        "closest names listed: {}",
+        f[1].result
+    );
+    assert!(
+        f[2].result.contains("outside the workspace"),
+        "{}",
+        f[2].result
+    );
+    assert!(
+        f[3].result.contains("outside the workspace"),
+        "{}",
+        f[3].result
+    );
     // The model got four error results, each once.
     llm.assert_invariants();
     let second = &llm.requests()[1].body;
-    let tool_msgs: Vec<&Value> = second["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "tool").collect();
+    let tool_msgs: Vec<&Value> = second["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
     assert_eq!(tool_msgs.len(), 4);
     for m in tool_msgs {
         let inner: Value = serde_json::from_str(m["content"].as_str().unwrap()).unwrap();
@@ -178,9 +287,19 @@ async fn llm_500_twice_then_success() {
 
 #[tokio::test]
 async fn llm_retries_run_out_with_a_clear_error() {
-    let llm = FakeLlm::start((0..4).map(|_| Reply::Status(500, "down".into(), None)).collect()).await;
+    let llm = FakeLlm::start(
+        (0..4)
+            .map(|_| Reply::Status(500, "down".into(), None))
+            .collect(),
+    )
+    .await;
     let stack = Stack::start(llm.clone(), StackOptions::default()).await;
-    let events = stack.chat(req("hello", "full")).await.unwrap().until_done().await;
+    let events = stack
+        .chat(req("hello", "full"))
+        .await
+        .unwrap()
+        .until_done()
+        .await;
     let err = events.iter().find_map(|e| match &e.kind {
         Some(chat_event::Kind::Error(x)) => Some(x.clone()),
         _ => None,
@@ -200,14 +319,37 @@ async fn context_overflow_is_its_own_error_kind() {
     )])
     .await;
     let stack = Stack::start(llm, StackOptions::default()).await;
-    let events = stack.chat(req("hello", "full")).await.unwrap().until_done().await;
-    assert!(events.iter().any(|e| matches!(&e.kind, Some(chat_event::Kind::Error(x)) if x.kind == "context_overflow")));
+    let events = stack
+        .chat(req("hello", "full"))
+        .await
+        .unwrap()
+        .until_done()
+        .await;
+    assert!(events.iter().any(
+        |e| matches!(&e.kind, Some(chat_event::Kind::Error(x)) if x.kind == "context_overflow")
+    ));
 }
 
 async fn stream_cut(backend: &str) {
-    let llm = FakeLlm::start(vec![Reply::CutMidToolCall, Reply::Text("still here".into())]).await;
-    let stack = Stack::start(llm.clone(), StackOptions { backend: backend.into(), ..Default::default() }).await;
-    let events = stack.chat(req("read a file", "full")).await.unwrap().until_done().await;
+    let llm = FakeLlm::start(vec![
+        Reply::CutMidToolCall,
+        Reply::Text("still here".into()),
+    ])
+    .await;
+    let stack = Stack::start(
+        llm.clone(),
+        StackOptions {
+            backend: backend.into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let events = stack
+        .chat(req("read a file", "full"))
+        .await
+        .unwrap()
+        .until_done()
+        .await;
     let err = events
         .iter()
         .find_map(|e| match &e.kind {
@@ -216,12 +358,24 @@ async fn stream_cut(backend: &str) {
         })
         .expect("an error event");
     assert_eq!(err.kind, "llm_stream_broken", "{err:?}");
-    assert!(err.message.contains("middle of a tool call"), "{}", err.message);
+    assert!(
+        err.message.contains("middle of a tool call"),
+        "{}",
+        err.message
+    );
     assert_eq!(done_reason(&events).as_deref(), Some("error"));
     // The half-streamed call never ran and the session goes on.
     assert!(finished_calls(&events).is_empty());
     let session = events[0].session_id.clone();
-    let again = stack.chat(ChatRequest { session_id: session, ..req("again", "full") }).await.unwrap().until_done().await;
+    let again = stack
+        .chat(ChatRequest {
+            session_id: session,
+            ..req("again", "full")
+        })
+        .await
+        .unwrap()
+        .until_done()
+        .await;
     assert_eq!(events_text(&again), "still here");
     llm.assert_invariants();
 }
@@ -241,7 +395,10 @@ async fn unknown_session_gives_a_clear_event() {
     let llm = FakeLlm::start(vec![]).await;
     let stack = Stack::start(llm.clone(), StackOptions::default()).await;
     let events = stack
-        .chat(ChatRequest { session_id: "no-such-session".into(), ..req("hi", "full") })
+        .chat(ChatRequest {
+            session_id: "no-such-session".into(),
+            ..req("hi", "full")
+        })
         .await
         .unwrap()
         .until_done()
@@ -252,7 +409,12 @@ async fn unknown_session_gives_a_clear_event() {
     );
     assert!(llm.requests().is_empty());
     // Still serving.
-    let ok = stack.chat(req("hello", "full")).await.unwrap().until_done().await;
+    let ok = stack
+        .chat(req("hello", "full"))
+        .await
+        .unwrap()
+        .until_done()
+        .await;
     assert_eq!(done_reason(&ok).as_deref(), Some("completed"));
 }
 
@@ -268,7 +430,11 @@ async fn unknown_permission_mode_is_refused() {
 #[tokio::test]
 async fn approval_in_auto_mode_and_out_of_band() {
     let llm = FakeLlm::start(vec![
-        tools(&[("c_w", "file_manager__write", r#"{"path":"a.txt","content":"A"}"#)]),
+        tools(&[(
+            "c_w",
+            "file_manager__write",
+            r#"{"path":"a.txt","content":"A"}"#,
+        )]),
         Reply::Text("written".into()),
     ])
     .await;
@@ -280,17 +446,28 @@ async fn approval_in_auto_mode_and_out_of_band() {
     // An approval for another session is refused.
     let mut client = stack.client().await;
     let wrong = client
-        .approve_tool(omicos_proto::ApproveToolRequest { session_id: "other".into(), call_id: call.clone(), decision: Decision::AllowOnce as i32 })
+        .approve_tool(omicos_proto::ApproveToolRequest {
+            session_id: "other".into(),
+            call_id: call.clone(),
+            decision: Decision::AllowOnce as i32,
+        })
         .await;
     assert_eq!(wrong.unwrap_err().code(), tonic::Code::NotFound);
     // The out-of-band answer, as a UI would POST it.
     client
-        .approve_tool(omicos_proto::ApproveToolRequest { session_id: session, call_id: call, decision: Decision::AllowOnce as i32 })
+        .approve_tool(omicos_proto::ApproveToolRequest {
+            session_id: session,
+            call_id: call,
+            decision: Decision::AllowOnce as i32,
+        })
         .await
         .unwrap();
     let events = chat.until_done().await;
     assert!(events.iter().any(|e| matches!(&e.kind, Some(chat_event::Kind::ToolApprovalResolved(r)) if r.decision == Decision::AllowOnce as i32)));
-    assert_eq!(std::fs::read_to_string(stack.workspace.join("a.txt")).unwrap(), "A");
+    assert_eq!(
+        std::fs::read_to_string(stack.workspace.join("a.txt")).unwrap(),
+        "A"
+    );
     assert_eq!(finished_calls(&events)[0].status, "done");
 }
 
@@ -315,7 +492,11 @@ async fn denied_approval_reaches_the_model_as_an_error() {
 
 #[tokio::test]
 async fn cancel_stops_a_running_tool_and_the_turn() {
-    let llm = FakeLlm::start(vec![tools(&[("c_sleep", "shell", r#"{"command":"sleep 30"}"#)]), Reply::Text("never".into())]).await;
+    let llm = FakeLlm::start(vec![
+        tools(&[("c_sleep", "shell", r#"{"command":"sleep 30"}"#)]),
+        Reply::Text("never".into()),
+    ])
+    .await;
     let stack = Stack::start(llm.clone(), StackOptions::default()).await;
     let mut chat = stack.chat(req("sleep", "full")).await.unwrap();
     while let Some(ev) = chat.next().await {
@@ -326,7 +507,11 @@ async fn cancel_stops_a_running_tool_and_the_turn() {
     let t = std::time::Instant::now();
     chat.cancel().await;
     let events = chat.until_done().await;
-    assert!(t.elapsed() < Duration::from_secs(10), "cancel took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "cancel took {:?}",
+        t.elapsed()
+    );
     assert_eq!(done_reason(&events).as_deref(), Some("cancelled"));
     assert_eq!(finished_calls(&events)[0].status, "error");
     // The model was not called again, and the cancelled call was still answered in history.
@@ -336,12 +521,17 @@ async fn cancel_stops_a_running_tool_and_the_turn() {
 #[tokio::test]
 async fn max_iterations_stops_the_loop() {
     let llm = FakeLlm::start(
-        (0..5).map(|i| tools(&[(&format!("c{i}"), "file_manager__list", r#"{"path":"."}"#)])).collect(),
+        (0..5)
+            .map(|i| tools(&[(&format!("c{i}"), "file_manager__list", r#"{"path":"."}"#)]))
+            .collect(),
     )
     .await;
     let stack = Stack::start(llm.clone(), StackOptions::default()).await;
     let events = stack
-        .chat(ChatRequest { max_tool_iterations: 2, ..req("list forever", "full") })
+        .chat(ChatRequest {
+            max_tool_iterations: 2,
+            ..req("list forever", "full")
+        })
         .await
         .unwrap()
         .until_done()

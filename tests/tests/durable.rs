@@ -4,18 +4,36 @@
 
 use omicos_e2e::stack::{ChatHandle, assert_gap_free, done_reason};
 use omicos_e2e::{FakeLlm, Reply, Stack, StackOptions, events_text};
-use omicos_proto::{AttachRequest, ChatRequest, ListSessionsRequest, chat_event, orchestrator_client::OrchestratorClient};
+use omicos_proto::{
+    AttachRequest, ChatRequest, ListSessionsRequest, chat_event,
+    orchestrator_client::OrchestratorClient,
+};
 use std::time::Duration;
 
 fn req(session: &str, message: &str) -> ChatRequest {
-    ChatRequest { session_id: session.into(), message: message.into(), permission_mode: "full".into(), ..Default::default() }
+    ChatRequest {
+        session_id: session.into(),
+        message: message.into(),
+        permission_mode: "full".into(),
+        ..Default::default()
+    }
 }
 
 async fn attach_all(url: &str, session: &str, since: u64) -> Vec<omicos_proto::ChatEvent> {
     let mut c = OrchestratorClient::connect(url.to_owned()).await.unwrap();
-    let mut s = c.attach(AttachRequest { session_id: session.into(), since_seq: since }).await.unwrap().into_inner();
+    let mut s = c
+        .attach(AttachRequest {
+            session_id: session.into(),
+            since_seq: since,
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let mut out = vec![];
-    while let Ok(Some(ev)) = tokio::time::timeout(Duration::from_secs(10), s.message()).await.unwrap() {
+    while let Ok(Some(ev)) = tokio::time::timeout(Duration::from_secs(10), s.message())
+        .await
+        .unwrap()
+    {
         if !matches!(ev.kind, Some(chat_event::Kind::Heartbeat(_))) {
             out.push(ev);
         }
@@ -26,16 +44,39 @@ async fn attach_all(url: &str, session: &str, since: u64) -> Vec<omicos_proto::C
 #[tokio::test]
 async fn restart_mid_conversation_on_sqlite() {
     let llm = FakeLlm::start(vec![
-        Reply::Tools(String::new(), vec![("c1".into(), "file_manager__write".into(), r#"{"path":"k.txt","content":"kiwi"}"#.into())]),
+        Reply::Tools(
+            String::new(),
+            vec![(
+                "c1".into(),
+                "file_manager__write".into(),
+                r#"{"path":"k.txt","content":"kiwi"}"#.into(),
+            )],
+        ),
         Reply::Text("saved kiwi".into()),
         Reply::Text("you said kiwi".into()),
     ])
     .await;
     let tmp = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", tmp.path().join(".omicos/sessions.db").display());
+    let db = format!(
+        "sqlite://{}",
+        tmp.path().join(".omicos/sessions.db").display()
+    );
     std::fs::create_dir_all(tmp.path().join(".omicos")).unwrap();
-    let mut stack = Stack::start(llm.clone(), StackOptions { store_url: db, workspace: Some(tmp.path().into()), ..Default::default() }).await;
-    let first = stack.chat(req("", "save kiwi")).await.unwrap().until_done().await;
+    let mut stack = Stack::start(
+        llm.clone(),
+        StackOptions {
+            store_url: db,
+            workspace: Some(tmp.path().into()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let first = stack
+        .chat(req("", "save kiwi"))
+        .await
+        .unwrap()
+        .until_done()
+        .await;
     let session = first[0].session_id.clone();
     let last = first.last().unwrap().event_seq;
     stack.restart_orchestrator().await;
@@ -43,23 +84,47 @@ async fn restart_mid_conversation_on_sqlite() {
     let replayed = attach_all(&stack.orchestrator, &session, 2).await;
     assert_gap_free(&replayed, 2);
     assert_eq!(replayed.last().unwrap().event_seq, last);
-    assert_eq!(replayed.iter().map(|e| e.event_seq).collect::<Vec<_>>(), first[2..].iter().map(|e| e.event_seq).collect::<Vec<_>>());
+    assert_eq!(
+        replayed.iter().map(|e| e.event_seq).collect::<Vec<_>>(),
+        first[2..].iter().map(|e| e.event_seq).collect::<Vec<_>>()
+    );
     // The chat continues with its history, and the seq goes on without a gap.
-    let second = stack.chat(req(&session, "what did I save?")).await.unwrap().until_done().await;
+    let second = stack
+        .chat(req(&session, "what did I save?"))
+        .await
+        .unwrap()
+        .until_done()
+        .await;
     assert_gap_free(&second, last);
     assert_eq!(events_text(&second), "you said kiwi");
     let third_req = llm.requests()[2].body.to_string();
-    assert!(third_req.contains("save kiwi") && third_req.contains("saved kiwi") && third_req.contains("c1"), "{third_req}");
+    assert!(
+        third_req.contains("save kiwi")
+            && third_req.contains("saved kiwi")
+            && third_req.contains("c1"),
+        "{third_req}"
+    );
     llm.assert_invariants();
-    let sessions = stack.client().await.list_sessions(ListSessionsRequest { limit: 10 }).await.unwrap().into_inner();
+    let sessions = stack
+        .client()
+        .await
+        .list_sessions(ListSessionsRequest { limit: 10 })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(sessions.sessions.len(), 1);
     assert_eq!(sessions.sessions[0].title, "save kiwi");
 }
 
 #[tokio::test]
 async fn two_replicas_on_postgres_one_turn_at_a_time() {
-    let url = std::env::var("OMICOS_TEST_POSTGRES").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    if tokio::net::TcpStream::connect("127.0.0.1:5432").await.is_err() && !url.contains("@") {
+    let url = std::env::var("OMICOS_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    if tokio::net::TcpStream::connect("127.0.0.1:5432")
+        .await
+        .is_err()
+        && !url.contains("@")
+    {
         println!("SKIPPED: PostgreSQL not reachable at {url}");
         return;
     }
@@ -68,24 +133,46 @@ async fn two_replicas_on_postgres_one_turn_at_a_time() {
         return;
     }
     let slow: String = (0..30).map(|i| format!("w{i} ")).collect();
-    let llm = FakeLlm::start(vec![Reply::Slow(slow, Duration::from_millis(30)), Reply::Text("replica two answers".into())]).await;
-    let stack = Stack::start(llm.clone(), StackOptions { store_url: url, ..Default::default() }).await;
+    let llm = FakeLlm::start(vec![
+        Reply::Slow(slow, Duration::from_millis(30)),
+        Reply::Text("replica two answers".into()),
+    ])
+    .await;
+    let stack = Stack::start(
+        llm.clone(),
+        StackOptions {
+            store_url: url,
+            ..Default::default()
+        },
+    )
+    .await;
     let replica = stack.add_replica().await;
     let mut a = stack.chat(req("", "long turn")).await.unwrap();
     let first = a.next().await.unwrap();
     let session = first.session_id.clone();
     // The second replica refuses a second turn on the busy session.
     let client_b = OrchestratorClient::connect(replica.clone()).await.unwrap();
-    let busy = ChatHandle::open(client_b.clone(), req(&session, "me too")).await.err().expect("refused while busy");
+    let busy = ChatHandle::open(client_b.clone(), req(&session, "me too"))
+        .await
+        .err()
+        .expect("refused while busy");
     assert_eq!(busy.code(), tonic::Code::FailedPrecondition);
     assert!(busy.message().contains("busy"), "{}", busy.message());
     // Replica two follows the live turn from the store.
     let followed = attach_all(&replica, &session, 0).await;
     let done_a = a.until_done().await;
     assert_eq!(done_reason(&done_a).as_deref(), Some("completed"));
-    assert_eq!(followed.last().map(|e| e.event_seq), done_a.last().map(|e| e.event_seq), "attach on the other replica saw the whole turn");
+    assert_eq!(
+        followed.last().map(|e| e.event_seq),
+        done_a.last().map(|e| e.event_seq),
+        "attach on the other replica saw the whole turn"
+    );
     // Then replica two serves the session's next turn, with the history.
-    let b = ChatHandle::open(client_b, req(&session, "next")).await.unwrap().until_done().await;
+    let b = ChatHandle::open(client_b, req(&session, "next"))
+        .await
+        .unwrap()
+        .until_done()
+        .await;
     assert_eq!(events_text(&b), "replica two answers");
     assert_gap_free(&b, done_a.last().unwrap().event_seq);
     assert!(llm.requests()[1].body.to_string().contains("long turn"));

@@ -18,20 +18,40 @@ fn agent(id: &str, toolsets: &[&str], prompt: &str) -> String {
 }
 
 /// A workspace with three agents, and a stack whose orchestrator uses them.
-async fn team_stack(llm: FakeLlm, tweak: Option<Box<dyn FnOnce(&mut omicos_orchestrator::config::Config) + Send>>) -> (Stack, tempfile::TempDir) {
+async fn team_stack(
+    llm: FakeLlm,
+    tweak: Option<omicos_e2e::stack::ConfigTweak>,
+) -> (Stack, tempfile::TempDir) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join(".omicos/agents");
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("lead.md"), agent("lead", &["file_manager"], "You are LEAD-PROMPT. Delegate shell work.")).unwrap();
-    std::fs::write(dir.join("helper.md"), agent("helper", &["shell"], "You are HELPER-PROMPT. Run commands.")).unwrap();
-    std::fs::write(dir.join("third.md"), agent("third", &["think"], "You are THIRD-PROMPT.")).unwrap();
+    std::fs::write(
+        dir.join("lead.md"),
+        agent(
+            "lead",
+            &["file_manager"],
+            "You are LEAD-PROMPT. Delegate shell work.",
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("helper.md"),
+        agent("helper", &["shell"], "You are HELPER-PROMPT. Run commands."),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("third.md"),
+        agent("third", &["think"], "You are THIRD-PROMPT."),
+    )
+    .unwrap();
     let mut cc = omicos_catalog::CatalogConfig::new(tmp.path(), omicos_catalog::Tier::Community);
     cc.builtin_agents = false;
     cc.agent_cache_dir = None;
     cc.skill_cache_dir = None;
     let (catalog, warnings) = omicos_catalog::Catalog::load(cc);
     assert!(warnings.is_empty(), "{warnings:?}");
-    let providers: Vec<Arc<dyn omicos_toolkit::Provider>> = vec![Arc::new(omicos_catalog::ThinkProvider)];
+    let providers: Vec<Arc<dyn omicos_toolkit::Provider>> =
+        vec![Arc::new(omicos_catalog::ThinkProvider)];
     let stack = Stack::start(
         llm,
         StackOptions {
@@ -49,7 +69,11 @@ async fn team_stack(llm: FakeLlm, tweak: Option<Box<dyn FnOnce(&mut omicos_orche
 fn call(id: &str, target: &str, instruction: &str) -> Reply {
     Reply::Tools(
         String::new(),
-        vec![(id.into(), "call_agent".into(), serde_json::json!({"agent_name": target, "instruction": instruction}).to_string())],
+        vec![(
+            id.into(),
+            "call_agent".into(),
+            serde_json::json!({"agent_name": target, "instruction": instruction}).to_string(),
+        )],
     )
 }
 
@@ -64,11 +88,19 @@ fn team_req(members: &[&str], mode: &str) -> ChatRequest {
 }
 
 fn system_of(body: &Value) -> String {
-    body["messages"][0]["content"].as_str().unwrap_or_default().to_owned()
+    body["messages"][0]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 fn tool_names(body: &Value) -> Vec<String> {
-    body["tools"].as_array().into_iter().flatten().filter_map(|t| t["function"]["name"].as_str().map(str::to_owned)).collect()
+    body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+        .collect()
 }
 
 #[tokio::test]
@@ -80,22 +112,46 @@ async fn delegation_runs_the_callee_with_its_own_prompt_and_tools() {
     ])
     .await;
     let (stack, _tmp) = team_stack(llm.clone(), None).await;
-    let events = stack.chat(team_req(&["lead", "helper"], "full")).await.unwrap().until_done().await;
-    assert_eq!(done_reason(&events).as_deref(), Some("completed"), "{events:#?}");
+    let events = stack
+        .chat(team_req(&["lead", "helper"], "full"))
+        .await
+        .unwrap()
+        .until_done()
+        .await;
+    assert_eq!(
+        done_reason(&events).as_deref(),
+        Some("completed"),
+        "{events:#?}"
+    );
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 3);
     // The caller: its own prompt, teammates listed, file_manager + team tools, no shell.
     let lead = &reqs[0].body;
-    assert!(system_of(lead).contains("LEAD-PROMPT") && system_of(lead).contains("helper"), "{}", system_of(lead));
-    assert!(!system_of(lead).contains("UI-ONLY-SUMMARY"), "summary must never enter a prompt");
+    assert!(
+        system_of(lead).contains("LEAD-PROMPT") && system_of(lead).contains("helper"),
+        "{}",
+        system_of(lead)
+    );
+    assert!(
+        !system_of(lead).contains("UI-ONLY-SUMMARY"),
+        "summary must never enter a prompt"
+    );
     let lt = tool_names(lead);
-    assert!(lt.contains(&"call_agent".to_string()) && lt.contains(&"file_manager__read".to_string()), "{lt:?}");
+    assert!(
+        lt.contains(&"call_agent".to_string()) && lt.contains(&"file_manager__read".to_string()),
+        "{lt:?}"
+    );
     assert!(!lt.contains(&"shell".to_string()), "{lt:?}");
     // The callee: its own prompt and tools, a fresh context holding only the instruction.
     let helper = &reqs[1].body;
-    assert!(system_of(helper).contains("HELPER-PROMPT") && !system_of(helper).contains("LEAD-PROMPT"));
+    assert!(
+        system_of(helper).contains("HELPER-PROMPT") && !system_of(helper).contains("LEAD-PROMPT")
+    );
     let ht = tool_names(helper);
-    assert!(ht.contains(&"shell".to_string()) && !ht.contains(&"file_manager__write".to_string()), "{ht:?}");
+    assert!(
+        ht.contains(&"shell".to_string()) && !ht.contains(&"file_manager__write".to_string()),
+        "{ht:?}"
+    );
     let msgs = helper["messages"].as_array().unwrap();
     assert_eq!(msgs.len(), 2, "system + instruction only: {msgs:?}");
     assert_eq!(msgs[1]["content"], "count the files");
@@ -109,8 +165,13 @@ async fn delegation_runs_the_callee_with_its_own_prompt_and_tools() {
     let kinds: Vec<String> = events
         .iter()
         .filter_map(|e| match &e.kind {
-            Some(chat_event::Kind::AgentSwitch(s)) => Some(format!("switch:{}>{}:{}", s.from_agent, s.to_agent, s.reason)),
-            Some(chat_event::Kind::TextDelta(_)) => Some(format!("text:{}:{}", e.agent_id, e.execution_context_id)),
+            Some(chat_event::Kind::AgentSwitch(s)) => Some(format!(
+                "switch:{}>{}:{}",
+                s.from_agent, s.to_agent, s.reason
+            )),
+            Some(chat_event::Kind::TextDelta(_)) => {
+                Some(format!("text:{}:{}", e.agent_id, e.execution_context_id))
+            }
             _ => None,
         })
         .fold(Vec::new(), |mut v: Vec<String>, k| {
@@ -121,7 +182,12 @@ async fn delegation_runs_the_callee_with_its_own_prompt_and_tools() {
         });
     assert_eq!(
         kinds,
-        ["switch:lead>helper:delegate", "text:helper:root/c_del", "switch:helper>lead:return", "text:lead:root"],
+        [
+            "switch:lead>helper:delegate",
+            "text:helper:root/c_del",
+            "switch:helper>lead:return",
+            "text:lead:root"
+        ],
         "{kinds:?}"
     );
     llm.assert_invariants();
@@ -131,13 +197,23 @@ async fn delegation_runs_the_callee_with_its_own_prompt_and_tools() {
 async fn callee_approvals_reach_the_client_with_its_context() {
     let llm = FakeLlm::start(vec![
         call("c_del", "helper", "make a file"),
-        Reply::Tools(String::new(), vec![("c_sh".into(), "shell".into(), r#"{"command":"echo hi > made.txt"}"#.into())]),
+        Reply::Tools(
+            String::new(),
+            vec![(
+                "c_sh".into(),
+                "shell".into(),
+                r#"{"command":"echo hi > made.txt"}"#.into(),
+            )],
+        ),
         Reply::Text("made it".into()),
         Reply::Text("helper made it".into()),
     ])
     .await;
     let (stack, _tmp) = team_stack(llm.clone(), None).await;
-    let mut chat = stack.chat(team_req(&["lead", "helper"], "auto")).await.unwrap();
+    let mut chat = stack
+        .chat(team_req(&["lead", "helper"], "auto"))
+        .await
+        .unwrap();
     let call_id = chat.until_approval().await;
     assert_eq!(call_id, "c_sh");
     let req = chat.events.last().unwrap().clone();
@@ -155,20 +231,49 @@ async fn self_call_and_unknown_member_are_refused() {
         Reply::Tools(
             String::new(),
             vec![
-                ("c1".into(), "call_agent".into(), r#"{"agent_name":"lead","instruction":"x"}"#.into()),
-                ("c2".into(), "call_agent".into(), r#"{"agent_name":"nobody","instruction":"x"}"#.into()),
-                ("c3".into(), "call_agent".into(), r#"{"agent_name":"helper"}"#.into()),
+                (
+                    "c1".into(),
+                    "call_agent".into(),
+                    r#"{"agent_name":"lead","instruction":"x"}"#.into(),
+                ),
+                (
+                    "c2".into(),
+                    "call_agent".into(),
+                    r#"{"agent_name":"nobody","instruction":"x"}"#.into(),
+                ),
+                (
+                    "c3".into(),
+                    "call_agent".into(),
+                    r#"{"agent_name":"helper"}"#.into(),
+                ),
             ],
         ),
         Reply::Text("ok".into()),
     ])
     .await;
     let (stack, _tmp) = team_stack(llm.clone(), None).await;
-    let events = stack.chat(team_req(&["lead", "helper"], "full")).await.unwrap().until_done().await;
+    let events = stack
+        .chat(team_req(&["lead", "helper"], "full"))
+        .await
+        .unwrap()
+        .until_done()
+        .await;
     let f = finished_calls(&events);
-    assert!(f[0].status == "error" && f[0].result.contains("itself"), "{:?}", f[0]);
-    assert!(f[1].status == "error" && f[1].result.contains("not in this team"), "{:?}", f[1]);
-    assert!(f[2].status == "error" && f[2].result.contains("instruction"), "{:?}", f[2]);
+    assert!(
+        f[0].status == "error" && f[0].result.contains("itself"),
+        "{:?}",
+        f[0]
+    );
+    assert!(
+        f[1].status == "error" && f[1].result.contains("not in this team"),
+        "{:?}",
+        f[1]
+    );
+    assert!(
+        f[2].status == "error" && f[2].result.contains("instruction"),
+        "{:?}",
+        f[2]
+    );
     assert_eq!(llm.requests().len(), 2);
     llm.assert_invariants();
 }
@@ -183,7 +288,12 @@ async fn cycles_are_refused() {
     ])
     .await;
     let (stack, _tmp) = team_stack(llm.clone(), None).await;
-    let events = stack.chat(team_req(&["lead", "helper"], "full")).await.unwrap().until_done().await;
+    let events = stack
+        .chat(team_req(&["lead", "helper"], "full"))
+        .await
+        .unwrap()
+        .until_done()
+        .await;
     let f = finished_calls(&events);
     let inner = f.iter().find(|c| c.call_id == "c_b").unwrap();
     assert_eq!(inner.status, "error");
@@ -201,12 +311,20 @@ async fn depth_limit_is_enforced() {
         Reply::Text("lead done".into()),
     ])
     .await;
-    let tweak: Box<dyn FnOnce(&mut omicos_orchestrator::config::Config) + Send> = Box::new(|c| c.delegation.max_depth = 1);
+    let tweak: omicos_e2e::stack::ConfigTweak = Box::new(|c| c.delegation.max_depth = 1);
     let (stack, _tmp) = team_stack(llm.clone(), Some(tweak)).await;
-    let events = stack.chat(team_req(&["lead", "helper", "third"], "full")).await.unwrap().until_done().await;
+    let events = stack
+        .chat(team_req(&["lead", "helper", "third"], "full"))
+        .await
+        .unwrap()
+        .until_done()
+        .await;
     let f = finished_calls(&events);
     let deep = f.iter().find(|c| c.call_id == "c_2").unwrap();
-    assert!(deep.status == "error" && deep.result.contains("depth limit (1)"), "{deep:?}");
+    assert!(
+        deep.status == "error" && deep.result.contains("depth limit (1)"),
+        "{deep:?}"
+    );
     let outer = f.iter().find(|c| c.call_id == "c_1").unwrap();
     assert_eq!(outer.status, "done");
     assert_eq!(outer.result, "helper stops");
@@ -221,9 +339,14 @@ async fn an_overdue_delegation_returns_what_it_has() {
         Reply::Text("lead continues".into()),
     ])
     .await;
-    let tweak: Box<dyn FnOnce(&mut omicos_orchestrator::config::Config) + Send> = Box::new(|c| c.delegation.deadline_secs = 1);
+    let tweak: omicos_e2e::stack::ConfigTweak = Box::new(|c| c.delegation.deadline_secs = 1);
     let (stack, _tmp) = team_stack(llm.clone(), Some(tweak)).await;
-    let events = stack.chat(team_req(&["lead", "helper"], "full")).await.unwrap().until_done().await;
+    let events = stack
+        .chat(team_req(&["lead", "helper"], "full"))
+        .await
+        .unwrap()
+        .until_done()
+        .await;
     let f = &finished_calls(&events)[0];
     assert_eq!(f.status, "error");
     assert!(f.result.contains("deadline"), "{}", f.result);
@@ -238,7 +361,11 @@ async fn agent_tools_in_both_formats_under_each_mode() {
     for (mode, write_visible) in [("read_only", false), ("auto", true), ("full", true)] {
         for format in ["openai", "anthropic"] {
             let r = client
-                .list_agent_tools(ListAgentToolsRequest { agent: "lead".into(), permission_mode: mode.into(), format: format.into() })
+                .list_agent_tools(ListAgentToolsRequest {
+                    agent: "lead".into(),
+                    permission_mode: mode.into(),
+                    format: format.into(),
+                })
                 .await
                 .unwrap()
                 .into_inner();
@@ -247,11 +374,24 @@ async fn agent_tools_in_both_formats_under_each_mode() {
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|t| if format == "openai" { t["function"]["name"].clone() } else { t["name"].clone() })
+                .map(|t| {
+                    if format == "openai" {
+                        t["function"]["name"].clone()
+                    } else {
+                        t["name"].clone()
+                    }
+                })
                 .map(|v| v.as_str().unwrap().to_owned())
                 .collect();
-            assert!(names.contains(&"file_manager__read".to_string()), "{mode} {format}: {names:?}");
-            assert_eq!(names.contains(&"file_manager__write".to_string()), write_visible, "{mode} {format}: {names:?}");
+            assert!(
+                names.contains(&"file_manager__read".to_string()),
+                "{mode} {format}: {names:?}"
+            );
+            assert_eq!(
+                names.contains(&"file_manager__write".to_string()),
+                write_visible,
+                "{mode} {format}: {names:?}"
+            );
             assert!(!names.contains(&"shell".to_string()));
             if format == "anthropic" {
                 assert!(tools[0]["input_schema"].is_object());

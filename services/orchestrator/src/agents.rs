@@ -51,7 +51,11 @@ Use the tools to look before you answer, keep changes minimal, and say what you 
 
 impl AgentDirectory for SingleAgent {
     fn resolve_team(&self, _members: &[String], active: &str) -> Result<TeamView, String> {
-        let id = if active.is_empty() { "assistant" } else { active };
+        let id = if active.is_empty() {
+            "assistant"
+        } else {
+            active
+        };
         Ok(TeamView {
             active: AgentProfile {
                 id: id.into(),
@@ -75,7 +79,11 @@ impl AgentDirectory for SingleAgent {
         )
     }
     fn refresh(&self) -> RefreshCatalogResponse {
-        RefreshCatalogResponse { agents: 1, skills: 0, warnings: vec![] }
+        RefreshCatalogResponse {
+            agents: 1,
+            skills: 0,
+            warnings: vec![],
+        }
     }
 }
 
@@ -89,7 +97,10 @@ pub struct CatalogAgents {
 impl CatalogAgents {
     /// Loads the catalog for the orchestrator's configuration and starts watching it.
     pub fn load(cfg: &crate::config::Config) -> Result<(Self, Vec<String>), String> {
-        let tier: omicos_catalog::Tier = cfg.tier.parse().map_err(|e| format!("config key `tier`: {e}"))?;
+        let tier: omicos_catalog::Tier = cfg
+            .tier
+            .parse()
+            .map_err(|e| format!("config key `tier`: {e}"))?;
         let mut cc = omicos_catalog::CatalogConfig::new(&cfg.workspace, tier);
         if !cfg.agent_cache_dir.is_empty() {
             cc.agent_cache_dir = Some(cfg.agent_cache_dir.clone().into());
@@ -109,12 +120,21 @@ impl CatalogAgents {
                 None
             }
         };
-        Ok((Self { catalog, _watcher: watcher }, warnings))
+        Ok((
+            Self {
+                catalog,
+                _watcher: watcher,
+            },
+            warnings,
+        ))
     }
 
     /// Wraps an already loaded catalog (tests).
     pub fn from_catalog(catalog: omicos_catalog::Catalog) -> Self {
-        Self { catalog, _watcher: None }
+        Self {
+            catalog,
+            _watcher: None,
+        }
     }
 
     /// The catalog.
@@ -135,12 +155,21 @@ impl CatalogAgents {
 
 impl AgentDirectory for CatalogAgents {
     fn resolve_team(&self, members: &[String], active: &str) -> Result<TeamView, String> {
-        let team = self.catalog.resolve_team(members, active).map_err(|e| e.to_string())?;
-        Ok(TeamView { active: self.profile(&team), members: team.agents.iter().map(|a| a.id.clone()).collect() })
+        let team = self
+            .catalog
+            .resolve_team(members, active)
+            .map_err(|e| e.to_string())?;
+        Ok(TeamView {
+            active: self.profile(&team),
+            members: team.agents.iter().map(|a| a.id.clone()).collect(),
+        })
     }
 
     fn list(&self) -> (Vec<AgentInfo>, String) {
-        (self.catalog.agents().iter().map(|a| a.to_info()).collect(), self.catalog.tier().as_str().to_owned())
+        (
+            self.catalog.agents().iter().map(|a| a.to_info()).collect(),
+            self.catalog.tier().as_str().to_owned(),
+        )
     }
 
     fn refresh(&self) -> RefreshCatalogResponse {

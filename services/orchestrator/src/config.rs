@@ -109,7 +109,10 @@ pub struct DelegationConfig {
 
 impl Default for DelegationConfig {
     fn default() -> Self {
-        Self { max_depth: 6, deadline_secs: 900 }
+        Self {
+            max_depth: 6,
+            deadline_secs: 900,
+        }
     }
 }
 
@@ -119,17 +122,29 @@ impl Config {
         if self.max_tool_iterations == 0 {
             return Err("config key `max_tool_iterations`: must be at least 1".into());
         }
-        if !matches!(self.llm.backend.as_str(), "" | "openai" | "anthropic" | "replay") {
+        if !matches!(
+            self.llm.backend.as_str(),
+            "" | "openai" | "anthropic" | "replay"
+        ) {
             return Err(format!(
                 "config key `llm.backend`: `{}` is not one of openai, anthropic, replay",
                 self.llm.backend
             ));
         }
         if !self.tool_runner.starts_with("http://") && !self.tool_runner.starts_with("https://") {
-            return Err(format!("config key `tool_runner`: `{}` is not an http(s) URL", self.tool_runner));
+            return Err(format!(
+                "config key `tool_runner`: `{}` is not an http(s) URL",
+                self.tool_runner
+            ));
         }
-        if !matches!(self.tier.as_str(), "community" | "pro_agent" | "pro_cloud" | "lab" | "enterprise") {
-            return Err(format!("config key `tier`: `{}` is not a known tier", self.tier));
+        if !matches!(
+            self.tier.as_str(),
+            "community" | "pro_agent" | "pro_cloud" | "lab" | "enterprise"
+        ) {
+            return Err(format!(
+                "config key `tier`: `{}` is not a known tier",
+                self.tier
+            ));
         }
         Ok(())
     }

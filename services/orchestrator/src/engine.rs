@@ -10,8 +10,8 @@ use crate::llm::{LlmBackend, LlmDelta, LlmError, LlmRequest, ToolCall, ToolDef};
 use crate::runner_client::{EventTag, Runner};
 use crate::trajectory::Trajectories;
 use omicos_proto::{
-    AgentSwitch, Decision, ErrorEvent, ExecuteStart, ListToolsRequest, TextDelta, ToolCallFinished, ToolCallStarted, Usage,
-    chat_event,
+    AgentSwitch, Decision, ErrorEvent, ExecuteStart, ListToolsRequest, TextDelta, ToolCallFinished,
+    ToolCallStarted, Usage, chat_event,
 };
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -105,19 +105,35 @@ pub struct Frame {
 
 impl Engine {
     fn backend(&self, name: &str) -> Result<Arc<dyn LlmBackend>, LlmError> {
-        let name = if name.is_empty() { &self.default_backend } else { name };
+        let name = if name.is_empty() {
+            &self.default_backend
+        } else {
+            name
+        };
         self.backends.get(name).cloned().ok_or_else(|| {
             let mut known: Vec<_> = self.backends.keys().cloned().collect();
             known.sort();
-            LlmError::Config(format!("provider `{name}` is not configured (configured: {})", known.join(", ")))
+            LlmError::Config(format!(
+                "provider `{name}` is not configured (configured: {})",
+                known.join(", ")
+            ))
         })
     }
 
-    async fn tools_for(&self, agent: &AgentProfile, s: &TurnSettings) -> Result<Vec<ToolDef>, String> {
+    async fn tools_for(
+        &self,
+        agent: &AgentProfile,
+        s: &TurnSettings,
+    ) -> Result<Vec<ToolDef>, String> {
         let specs = self
             .runner
             .list_tools(ListToolsRequest {
-                toolsets: agent.toolsets.iter().filter(|t| *t != "team").cloned().collect(),
+                toolsets: agent
+                    .toolsets
+                    .iter()
+                    .filter(|t| *t != "team")
+                    .cloned()
+                    .collect(),
                 permission_mode: s.permission_mode.clone(),
                 allow_shell: s.allow_shell,
                 allow_file_write: s.allow_file_write,
@@ -127,7 +143,8 @@ impl Engine {
         let mut tools: Vec<ToolDef> = specs
             .into_iter()
             .map(|t| ToolDef {
-                parameters: serde_json::from_str(&t.input_schema_json).unwrap_or_else(|_| json!({"type": "object"})),
+                parameters: serde_json::from_str(&t.input_schema_json)
+                    .unwrap_or_else(|_| json!({"type": "object"})),
                 name: t.name,
                 description: t.description,
             })
@@ -146,7 +163,11 @@ impl Engine {
         frame: &mut Frame,
         cancel: &CancellationToken,
     ) -> Outcome {
-        let tag = EventTag { turn_id: s.turn_id.clone(), context: frame.context.clone(), agent_id: frame.agent.id.clone() };
+        let tag = EventTag {
+            turn_id: s.turn_id.clone(),
+            context: frame.context.clone(),
+            agent_id: frame.agent.id.clone(),
+        };
         let backend = match self.backend(&s.provider) {
             Ok(b) => b,
             Err(e) => {
@@ -178,7 +199,9 @@ impl Engine {
                 let tag = tag.clone();
                 tokio::spawn(async move {
                     while let Some(LlmDelta::Text(t)) = drx.recv().await {
-                        session.emit(tag.event(chat_event::Kind::TextDelta(TextDelta { text: t }))).await;
+                        session
+                            .emit(tag.event(chat_event::Kind::TextDelta(TextDelta { text: t })))
+                            .await;
                     }
                 })
             };
@@ -226,23 +249,46 @@ impl Engine {
             while let Some(call) = calls.next() {
                 if cancel.is_cancelled() {
                     // Every tool call is answered exactly once, even when cancelled.
-                    self.answer(session, frame, &tag, &call, "error", "cancelled by the user before it ran", "", 0).await;
+                    self.answer(
+                        session,
+                        frame,
+                        &tag,
+                        &call,
+                        "error",
+                        "cancelled by the user before it ran",
+                        "",
+                        0,
+                    )
+                    .await;
                     for rest in calls.by_ref() {
-                        self.answer(session, frame, &tag, &rest, "error", "cancelled by the user before it ran", "", 0).await;
+                        self.answer(
+                            session,
+                            frame,
+                            &tag,
+                            &rest,
+                            "error",
+                            "cancelled by the user before it ran",
+                            "",
+                            0,
+                        )
+                        .await;
                     }
                     return Outcome::Cancelled;
                 }
                 session
-                    .emit(tag.event(chat_event::Kind::ToolCallStarted(ToolCallStarted {
-                        call_id: call.id.clone(),
-                        name: call.name.clone(),
-                        arguments: call.arguments.clone(),
-                    })))
+                    .emit(
+                        tag.event(chat_event::Kind::ToolCallStarted(ToolCallStarted {
+                            call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            arguments: call.arguments.clone(),
+                        })),
+                    )
                     .await;
                 let started = Instant::now();
                 let (status, result, spool) = match call.name.as_str() {
                     "call_agent" => {
-                        let (st, r) = Box::pin(self.delegate(session, s, frame, &call, cancel)).await;
+                        let (st, r) =
+                            Box::pin(self.delegate(session, s, frame, &call, cancel)).await;
                         (st, r, String::new())
                     }
                     "list_agents" => ("done".to_owned(), self.list_team(s), String::new()),
@@ -252,7 +298,10 @@ impl Engine {
                     }
                 };
                 let elapsed = started.elapsed().as_millis() as u64;
-                self.answer(session, frame, &tag, &call, &status, &result, &spool, elapsed).await;
+                self.answer(
+                    session, frame, &tag, &call, &status, &result, &spool, elapsed,
+                )
+                .await;
             }
         }
         Outcome::MaxIterations
@@ -271,22 +320,31 @@ impl Engine {
         elapsed_ms: u64,
     ) {
         session
-            .emit(tag.event(chat_event::Kind::ToolCallFinished(ToolCallFinished {
-                call_id: call.id.clone(),
-                name: call.name.clone(),
-                status: status.into(),
-                result: result.into(),
-                spool_path: spool.into(),
-                elapsed_ms,
-            })))
+            .emit(
+                tag.event(chat_event::Kind::ToolCallFinished(ToolCallFinished {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    status: status.into(),
+                    result: result.into(),
+                    spool_path: spool.into(),
+                    elapsed_ms,
+                })),
+            )
             .await;
         let content = json!({"status": status, "result": result}).to_string();
-        self.push(session, frame, json!({"role": "tool", "tool_call_id": call.id, "content": content})).await;
+        self.push(
+            session,
+            frame,
+            json!({"role": "tool", "tool_call_id": call.id, "content": content}),
+        )
+        .await;
     }
 
     async fn push(&self, session: &Arc<SessionState>, frame: &mut Frame, msg: Value) {
         if frame.persist
-            && let Err(e) = session_store(session).append_messages(&session.id, std::slice::from_ref(&msg)).await
+            && let Err(e) = session_store(session)
+                .append_messages(&session.id, std::slice::from_ref(&msg))
+                .await
         {
             tracing::error!(session = %session.id, error = %e, "message not persisted");
         }
@@ -311,14 +369,24 @@ impl Engine {
             permission_mode: s.permission_mode.clone(),
             allow_shell: s.allow_shell,
             allow_file_write: s.allow_file_write,
-            toolsets: frame.agent.toolsets.iter().filter(|t| *t != "team").cloned().collect(),
+            toolsets: frame
+                .agent
+                .toolsets
+                .iter()
+                .filter(|t| *t != "team")
+                .cloned()
+                .collect(),
             session_allowed_tools: session.allowed_tools(),
             transcript_path: self.trajectories.path(&session.id).display().to_string(),
             execution_context_id: frame.context.clone(),
         };
         let r = self.runner.execute(start, session, tag, cancel).await;
         if r.approval == Decision::AllowSession as i32 {
-            session.allow_for_session(if r.tool_name.is_empty() { &call.name } else { &r.tool_name });
+            session.allow_for_session(if r.tool_name.is_empty() {
+                &call.name
+            } else {
+                &r.tool_name
+            });
         }
         let record = serde_json::from_str::<Value>(&r.record_json).unwrap_or_else(|_| {
             json!({"id": call.id, "name": call.name, "arguments": call.arguments, "status": r.status, "result": r.result})
@@ -350,13 +418,25 @@ impl Engine {
         let err = |m: String| ("error".to_owned(), m);
         let args: Value = match serde_json::from_str(&call.arguments) {
             Ok(v @ Value::Object(_)) => v,
-            _ => return err(format!("call_agent arguments are not a JSON object: {}", call.arguments)),
+            _ => {
+                return err(format!(
+                    "call_agent arguments are not a JSON object: {}",
+                    call.arguments
+                ));
+            }
         };
-        let (Some(name), Some(instruction)) = (args["agent_name"].as_str(), args["instruction"].as_str()) else {
-            return err("call_agent needs {\"agent_name\": string, \"instruction\": string}".into());
+        let (Some(name), Some(instruction)) =
+            (args["agent_name"].as_str(), args["instruction"].as_str())
+        else {
+            return err(
+                "call_agent needs {\"agent_name\": string, \"instruction\": string}".into(),
+            );
         };
         if !s.team.iter().any(|m| m == name) {
-            return err(format!("agent `{name}` is not in this team ({}); use list_agents", s.team.join(", ")));
+            return err(format!(
+                "agent `{name}` is not in this team ({}); use list_agents",
+                s.team.join(", ")
+            ));
         }
         if name == caller.agent.id {
             return err(format!("agent `{name}` cannot delegate to itself"));
@@ -364,12 +444,19 @@ impl Engine {
         if caller.chain.iter().any(|a| a == name) {
             return err(format!(
                 "delegation cycle refused: {} -> {name}",
-                caller.chain.iter().map(String::as_str).collect::<Vec<_>>().join(" -> ")
+                caller
+                    .chain
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" -> ")
             ));
         }
         let max = self.config.delegation.max_depth;
         if caller.depth + 1 > max {
-            return err(format!("delegation depth limit ({max}) reached; do the work yourself or answer"));
+            return err(format!(
+                "delegation depth limit ({max}) reached; do the work yourself or answer"
+            ));
         }
         let callee = match self.agents.profile_in_team(&s.team, name) {
             Ok(p) => p,
@@ -377,7 +464,11 @@ impl Engine {
         };
         let depth = caller.depth + 1;
         let context = format!("{}/{}", caller.context, call.id);
-        let root_tag = EventTag { turn_id: s.turn_id.clone(), context: caller.context.clone(), agent_id: caller.agent.id.clone() };
+        let root_tag = EventTag {
+            turn_id: s.turn_id.clone(),
+            context: caller.context.clone(),
+            agent_id: caller.agent.id.clone(),
+        };
         session
             .emit(root_tag.event(chat_event::Kind::AgentSwitch(AgentSwitch {
                 from_agent: caller.agent.id.clone(),
@@ -400,7 +491,12 @@ impl Engine {
         let last = frame.last_text.clone();
         let deadline = Duration::from_secs(self.config.delegation.deadline_secs.max(1));
         let sub_cancel = cancel.child_token();
-        let outcome = match tokio::time::timeout(deadline, self.run_frame(session, s, &mut frame, &sub_cancel)).await {
+        let outcome = match tokio::time::timeout(
+            deadline,
+            self.run_frame(session, s, &mut frame, &sub_cancel),
+        )
+        .await
+        {
             Ok(o) => o,
             Err(_) => {
                 sub_cancel.cancel();
@@ -418,12 +514,17 @@ impl Engine {
         let text = last.lock().expect("last text").clone();
         match outcome {
             Outcome::Completed => ("done".into(), text),
-            Outcome::Cancelled => err(format!("the delegation to {name} was cancelled; what it had: {text}")),
+            Outcome::Cancelled => err(format!(
+                "the delegation to {name} was cancelled; what it had: {text}"
+            )),
             Outcome::Error => err(format!("{name} stopped on an error; what it had: {text}")),
-            Outcome::MaxIterations => err(format!("{name} ran out of tool iterations before finishing; what it had: {text}")),
-            Outcome::Deadline => {
-                err(format!("{name} passed the delegation deadline ({}s); what it had: {text}", deadline.as_secs()))
-            }
+            Outcome::MaxIterations => err(format!(
+                "{name} ran out of tool iterations before finishing; what it had: {text}"
+            )),
+            Outcome::Deadline => err(format!(
+                "{name} passed the delegation deadline ({}s); what it had: {text}",
+                deadline.as_secs()
+            )),
         }
     }
 }
@@ -435,7 +536,10 @@ fn session_store(session: &SessionState) -> &dyn omicos_sessionstore::SessionSto
 /// Emits an error event.
 pub async fn emit_error(session: &SessionState, tag: &EventTag, kind: &str, message: &str) {
     session
-        .emit(tag.event(chat_event::Kind::Error(ErrorEvent { kind: kind.into(), message: message.into() })))
+        .emit(tag.event(chat_event::Kind::Error(ErrorEvent {
+            kind: kind.into(),
+            message: message.into(),
+        })))
         .await;
 }
 

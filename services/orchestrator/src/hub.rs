@@ -61,7 +61,11 @@ impl SessionState {
         if ev.timestamp_ms == 0 {
             ev.timestamp_ms = omicos_sessionstore::now_ms();
         }
-        if let Err(e) = self.store.append_event(&self.id, *seq, &ev.encode_to_vec()).await {
+        if let Err(e) = self
+            .store
+            .append_event(&self.id, *seq, &ev.encode_to_vec())
+            .await
+        {
             tracing::error!(session = %self.id, error = %e, "event not persisted");
         }
         let _ = self.tx.send(ev);
@@ -86,7 +90,10 @@ impl SessionState {
     /// Waits for the decision on `call_id`.
     pub fn wait_approval(&self, call_id: &str) -> oneshot::Receiver<Decision> {
         let (tx, rx) = oneshot::channel();
-        self.approvals.lock().expect("approvals").insert(call_id.to_owned(), tx);
+        self.approvals
+            .lock()
+            .expect("approvals")
+            .insert(call_id.to_owned(), tx);
         rx
     }
 
@@ -100,19 +107,32 @@ impl SessionState {
 
     /// Forgets a pending approval (the runner timed out).
     pub fn drop_approval(&self, call_id: &str) -> bool {
-        self.approvals.lock().expect("approvals").remove(call_id).is_some()
+        self.approvals
+            .lock()
+            .expect("approvals")
+            .remove(call_id)
+            .is_some()
     }
 
     /// Tools allowed for the rest of the session.
     pub fn allowed_tools(&self) -> Vec<String> {
-        let mut v: Vec<_> = self.allowed.lock().expect("allowed").iter().cloned().collect();
+        let mut v: Vec<_> = self
+            .allowed
+            .lock()
+            .expect("allowed")
+            .iter()
+            .cloned()
+            .collect();
         v.sort();
         v
     }
 
     /// Remembers an allow-for-session decision.
     pub fn allow_for_session(&self, tool: &str) {
-        self.allowed.lock().expect("allowed").insert(tool.to_owned());
+        self.allowed
+            .lock()
+            .expect("allowed")
+            .insert(tool.to_owned());
     }
 
     /// Marks a turn as running; false if one already runs here.
@@ -148,7 +168,10 @@ pub struct Hub {
 impl Hub {
     /// A hub over `store`.
     pub fn new(store: Arc<dyn SessionStore>) -> Self {
-        Self { sessions: Mutex::new(HashMap::new()), store }
+        Self {
+            sessions: Mutex::new(HashMap::new()),
+            store,
+        }
     }
 
     /// The store.

@@ -24,8 +24,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
+/// The configured backends by name, and the default's name.
+pub type Backends = (HashMap<String, Arc<dyn LlmBackend>>, String);
+
 /// Builds the LLM backends the configuration allows, and picks the default.
-pub fn build_backends(cfg: &config::LlmConfig) -> Result<(HashMap<String, Arc<dyn LlmBackend>>, String), String> {
+pub fn build_backends(cfg: &config::LlmConfig) -> Result<Backends, String> {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let retry = RetryPolicy {
         max_attempts: cfg.max_attempts.max(1),
@@ -35,31 +38,69 @@ pub fn build_backends(cfg: &config::LlmConfig) -> Result<(HashMap<String, Arc<dy
     let idle = Duration::from_secs(cfg.idle_timeout_secs.max(1));
     let default = match cfg.backend.as_str() {
         "" if !cfg.replay_file.is_empty() => "replay",
-        "" if env("ANTHROPIC_API_KEY").is_some() && env("OPENAI_API_KEY").is_none() && cfg.base_url.is_empty() => "anthropic",
+        "" if env("ANTHROPIC_API_KEY").is_some()
+            && env("OPENAI_API_KEY").is_none()
+            && cfg.base_url.is_empty() =>
+        {
+            "anthropic"
+        }
         "" => "openai",
         b => b,
     }
     .to_owned();
     let mut map: HashMap<String, Arc<dyn LlmBackend>> = HashMap::new();
     let pick = |name: &str, default_url: &str| {
-        if default == name && !cfg.base_url.is_empty() { cfg.base_url.clone() } else { default_url.to_owned() }
+        if default == name && !cfg.base_url.is_empty() {
+            cfg.base_url.clone()
+        } else {
+            default_url.to_owned()
+        }
     };
-    let openai_key = if default == "openai" && !cfg.api_key.is_empty() { cfg.api_key.clone() } else { env("OPENAI_API_KEY").unwrap_or_default() };
-    let openai_model = if default == "openai" && !cfg.model.is_empty() { cfg.model.clone() } else { "gpt-4o-mini".into() };
+    let openai_key = if default == "openai" && !cfg.api_key.is_empty() {
+        cfg.api_key.clone()
+    } else {
+        env("OPENAI_API_KEY").unwrap_or_default()
+    };
+    let openai_model = if default == "openai" && !cfg.model.is_empty() {
+        cfg.model.clone()
+    } else {
+        "gpt-4o-mini".into()
+    };
     map.insert(
         "openai".into(),
-        Arc::new(llm::openai::OpenAiBackend::new(&pick("openai", "https://api.openai.com/v1"), &openai_key, &openai_model, retry.clone(), idle)),
+        Arc::new(llm::openai::OpenAiBackend::new(
+            &pick("openai", "https://api.openai.com/v1"),
+            &openai_key,
+            &openai_model,
+            retry.clone(),
+            idle,
+        )),
     );
-    let anthropic_key = if default == "anthropic" && !cfg.api_key.is_empty() { cfg.api_key.clone() } else { env("ANTHROPIC_API_KEY").unwrap_or_default() };
+    let anthropic_key = if default == "anthropic" && !cfg.api_key.is_empty() {
+        cfg.api_key.clone()
+    } else {
+        env("ANTHROPIC_API_KEY").unwrap_or_default()
+    };
     if !anthropic_key.is_empty() || default == "anthropic" {
-        let model = if default == "anthropic" && !cfg.model.is_empty() { cfg.model.clone() } else { "claude-sonnet-4-5".into() };
+        let model = if default == "anthropic" && !cfg.model.is_empty() {
+            cfg.model.clone()
+        } else {
+            "claude-sonnet-4-5".into()
+        };
         map.insert(
             "anthropic".into(),
-            Arc::new(llm::anthropic::AnthropicBackend::new(&pick("anthropic", "https://api.anthropic.com"), &anthropic_key, &model, retry, idle)),
+            Arc::new(llm::anthropic::AnthropicBackend::new(
+                &pick("anthropic", "https://api.anthropic.com"),
+                &anthropic_key,
+                &model,
+                retry,
+                idle,
+            )),
         );
     }
     if !cfg.replay_file.is_empty() {
-        let b = llm::replay::ReplayBackend::from_file(std::path::Path::new(&cfg.replay_file)).map_err(|e| e.to_string())?;
+        let b = llm::replay::ReplayBackend::from_file(std::path::Path::new(&cfg.replay_file))
+            .map_err(|e| e.to_string())?;
         map.insert("replay".into(), Arc::new(b));
     } else if default == "replay" {
         return Err("config key `llm.replay_file`: the replay backend needs a script".into());
@@ -70,11 +111,16 @@ pub fn build_backends(cfg: &config::LlmConfig) -> Result<(HashMap<String, Arc<dy
 /// Opens the conversation store named by the configuration.
 pub async fn open_store(cfg: &Config) -> Result<Arc<dyn SessionStore>, String> {
     let url = if cfg.store_url.is_empty() {
-        format!("sqlite://{}", cfg.workspace.join(".omicos").join("sessions.db").display())
+        format!(
+            "sqlite://{}",
+            cfg.workspace.join(".omicos").join("sessions.db").display()
+        )
     } else {
         cfg.store_url.clone()
     };
-    omicos_sessionstore::open(&url).await.map_err(|e| format!("config key `store_url`: {e}"))
+    omicos_sessionstore::open(&url)
+        .await
+        .map_err(|e| format!("config key `store_url`: {e}"))
 }
 
 /// Everything needed to serve, already built (tests can pass their own pieces).
@@ -86,12 +132,17 @@ pub struct Parts {
     /// Conversation store.
     pub store: Arc<dyn SessionStore>,
     /// Model backends and the default's name.
-    pub backends: (HashMap<String, Arc<dyn LlmBackend>>, String),
+    pub backends: Backends,
 }
 
 /// Serves the orchestrator on `listener` until `shutdown` drains.
 pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> std::io::Result<()> {
-    let Parts { config, agents, store, backends } = parts;
+    let Parts {
+        config,
+        agents,
+        store,
+        backends,
+    } = parts;
     std::fs::create_dir_all(config.workspace.join(".omicos"))?;
     let runner = runner_client::Runner::new(&config.tool_runner).map_err(std::io::Error::other)?;
     let engine = Arc::new(Engine {
@@ -103,10 +154,16 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
         config,
     });
     let hub = Arc::new(Hub::new(store));
-    let host = Host::new(HostOptions { name: "orchestrator", services: vec!["omicos.v1.Orchestrator"] }).await;
+    let host = Host::new(HostOptions {
+        name: "orchestrator",
+        services: vec!["omicos.v1.Orchestrator"],
+    })
+    .await;
     let svc = service::OrchestratorService::new(engine, hub, shutdown.streams_token());
     let router = host.router().add_service(
-        OrchestratorServer::new(svc).max_decoding_message_size(16 << 20).max_encoding_message_size(64 << 20),
+        OrchestratorServer::new(svc)
+            .max_decoding_message_size(16 << 20)
+            .max_encoding_message_size(64 << 20),
     );
     // Ready once the tool-runner answers.
     let reporter = host.reporter();
@@ -117,8 +174,15 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
                 return;
             }
             if runner.list_tools(Default::default()).await.is_ok() {
-                reporter.set_service_status("omicos.v1.Orchestrator", tonic_health::ServingStatus::Serving).await;
-                reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
+                reporter
+                    .set_service_status(
+                        "omicos.v1.Orchestrator",
+                        tonic_health::ServingStatus::Serving,
+                    )
+                    .await;
+                reporter
+                    .set_service_status("", tonic_health::ServingStatus::Serving)
+                    .await;
                 return;
             }
             tokio::time::sleep(Duration::from_millis(300)).await;

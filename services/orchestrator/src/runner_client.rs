@@ -3,8 +3,9 @@
 
 use crate::hub::SessionState;
 use omicos_proto::{
-    ChatEvent, Decision, ExecuteApproval, ExecuteCancel, ExecuteClientMessage, ExecuteStart, ListToolsRequest, ToolApprovalRequest,
-    ToolApprovalResolved, ToolOutputChunkEvent, ToolProgressEvent, ToolResult, ToolSpec, chat_event, execute_client_message,
+    ChatEvent, Decision, ExecuteApproval, ExecuteCancel, ExecuteClientMessage, ExecuteStart,
+    ListToolsRequest, ToolApprovalRequest, ToolApprovalResolved, ToolOutputChunkEvent,
+    ToolProgressEvent, ToolResult, ToolSpec, chat_event, execute_client_message,
     execute_server_message, tool_runner_client::ToolRunnerClient,
 };
 use tokio::sync::mpsc;
@@ -51,14 +52,21 @@ impl Runner {
             .tcp_nodelay(true)
             .connect_lazy();
         Ok(Self {
-            client: ToolRunnerClient::new(ch).max_decoding_message_size(64 << 20).max_encoding_message_size(64 << 20),
+            client: ToolRunnerClient::new(ch)
+                .max_decoding_message_size(64 << 20)
+                .max_encoding_message_size(64 << 20),
         })
     }
 
     /// The tools for these toolsets under a mode.
     pub async fn list_tools(&self, req: ListToolsRequest) -> Result<Vec<ToolSpec>, tonic::Status> {
         let mut c = self.client.clone();
-        Ok(c.list_tools(omicos_servicekit::telemetry::traced_request(req)).await?.into_inner().tools)
+        Ok(
+            c.list_tools(omicos_servicekit::telemetry::traced_request(req))
+                .await?
+                .into_inner()
+                .tools,
+        )
     }
 
     /// Runs one call. Never fails: a broken runner becomes an error result.
@@ -77,7 +85,11 @@ impl Runner {
             ..Default::default()
         };
         let (tx, rx) = mpsc::channel::<ExecuteClientMessage>(8);
-        let _ = tx.send(ExecuteClientMessage { msg: Some(execute_client_message::Msg::Start(start.clone())) }).await;
+        let _ = tx
+            .send(ExecuteClientMessage {
+                msg: Some(execute_client_message::Msg::Start(start.clone())),
+            })
+            .await;
         let mut client = self.client.clone();
         let req = omicos_servicekit::telemetry::traced_request(ReceiverStream::new(rx));
         let mut stream = match client.execute(req).await {
@@ -109,41 +121,55 @@ impl Runner {
             };
             let msg = match next {
                 Ok(Some(m)) => m,
-                Ok(None) => return error("the tool-runner closed the call without a result".into()),
+                Ok(None) => {
+                    return error("the tool-runner closed the call without a result".into());
+                }
                 Err(e) => return error(format!("the tool-runner failed: {}", e.message())),
             };
             match msg.msg {
                 Some(execute_server_message::Msg::Progress(p)) => {
                     session
-                        .emit(tag.event(chat_event::Kind::ToolProgress(ToolProgressEvent { call_id: call_id.clone(), progress: Some(p) })))
+                        .emit(tag.event(chat_event::Kind::ToolProgress(ToolProgressEvent {
+                            call_id: call_id.clone(),
+                            progress: Some(p),
+                        })))
                         .await;
                 }
                 Some(execute_server_message::Msg::Output(o)) => {
                     session
-                        .emit(tag.event(chat_event::Kind::ToolOutputChunk(ToolOutputChunkEvent { call_id: call_id.clone(), chunk: Some(o) })))
+                        .emit(
+                            tag.event(chat_event::Kind::ToolOutputChunk(ToolOutputChunkEvent {
+                                call_id: call_id.clone(),
+                                chunk: Some(o),
+                            })),
+                        )
                         .await;
                 }
                 Some(execute_server_message::Msg::ApprovalRequired(a)) => {
                     pending = Some(session.wait_approval(&call_id));
                     session
-                        .emit(tag.event(chat_event::Kind::ToolApprovalRequest(ToolApprovalRequest {
-                            call_id: call_id.clone(),
-                            tool_name: a.tool_name,
-                            risk: a.risk,
-                            summary: a.summary,
-                            arguments: a.arguments,
-                        })))
+                        .emit(tag.event(chat_event::Kind::ToolApprovalRequest(
+                            ToolApprovalRequest {
+                                call_id: call_id.clone(),
+                                tool_name: a.tool_name,
+                                risk: a.risk,
+                                summary: a.summary,
+                                arguments: a.arguments,
+                            },
+                        )))
                         .await;
                 }
                 Some(execute_server_message::Msg::Result(r)) => {
                     if pending.is_some() && session.drop_approval(&call_id) {
                         // The runner stopped waiting: its approval timeout counts as a denial.
                         session
-                            .emit(tag.event(chat_event::Kind::ToolApprovalResolved(ToolApprovalResolved {
-                                call_id: call_id.clone(),
-                                decision: Decision::Deny as i32,
-                                source: "timeout".into(),
-                            })))
+                            .emit(tag.event(chat_event::Kind::ToolApprovalResolved(
+                                ToolApprovalResolved {
+                                    call_id: call_id.clone(),
+                                    decision: Decision::Deny as i32,
+                                    source: "timeout".into(),
+                                },
+                            )))
                             .await;
                     }
                     return r;
@@ -154,7 +180,9 @@ impl Runner {
     }
 }
 
-async fn drain_result(stream: &mut tonic::Streaming<omicos_proto::ExecuteServerMessage>) -> Option<ToolResult> {
+async fn drain_result(
+    stream: &mut tonic::Streaming<omicos_proto::ExecuteServerMessage>,
+) -> Option<ToolResult> {
     while let Ok(Some(m)) = stream.message().await {
         if let Some(execute_server_message::Msg::Result(r)) = m.msg {
             return Some(r);

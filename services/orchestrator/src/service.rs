@@ -4,11 +4,13 @@ use crate::engine::{Engine, Frame, Outcome, TurnSettings};
 use crate::hub::{Hub, RunningTurn, SessionState, is_turn_done};
 use crate::runner_client::EventTag;
 use omicos_proto::{
-    ApproveToolRequest, ApproveToolResponse, AttachRequest, CancelTurnRequest, CancelTurnResponse, ChatClientMessage, ChatEvent,
-    ChatRequest, Decision, DeleteSessionRequest, DeleteSessionResponse, ErrorEvent, GetSessionRequest, Heartbeat,
-    ListAgentToolsRequest, ListAgentToolsResponse, ListAgentsRequest, ListAgentsResponse, ListSessionsRequest,
-    ListSessionsResponse, ListToolsRequest, RefreshCatalogRequest, RefreshCatalogResponse, Session, SessionSummary, TurnDone,
-    TurnStarted, chat_client_message, chat_event, orchestrator_server::Orchestrator,
+    ApproveToolRequest, ApproveToolResponse, AttachRequest, CancelTurnRequest, CancelTurnResponse,
+    ChatClientMessage, ChatEvent, ChatRequest, Decision, DeleteSessionRequest,
+    DeleteSessionResponse, ErrorEvent, GetSessionRequest, Heartbeat, ListAgentToolsRequest,
+    ListAgentToolsResponse, ListAgentsRequest, ListAgentsResponse, ListSessionsRequest,
+    ListSessionsResponse, ListToolsRequest, RefreshCatalogRequest, RefreshCatalogResponse, Session,
+    SessionSummary, TurnDone, TurnStarted, chat_client_message, chat_event,
+    orchestrator_server::Orchestrator,
 };
 use omicos_sessionstore::{SessionMeta, now_ms};
 use prost::Message;
@@ -34,7 +36,12 @@ pub struct OrchestratorService {
 impl OrchestratorService {
     /// A service over `engine` and `hub`. `streams_stop` ends long streams at the end of the drain.
     pub fn new(engine: Arc<Engine>, hub: Arc<Hub>, streams_stop: CancellationToken) -> Self {
-        Self { engine, hub, instance: uuid::Uuid::new_v4().simple().to_string(), streams_stop }
+        Self {
+            engine,
+            hub,
+            instance: uuid::Uuid::new_v4().simple().to_string(),
+            streams_stop,
+        }
     }
 
     fn heartbeat(&self) -> Duration {
@@ -63,8 +70,19 @@ fn one_shot_error(session_id: &str, kind: &str, message: String) -> EventStream 
         ..Default::default()
     };
     let events = vec![
-        Ok(mk(0, chat_event::Kind::Error(ErrorEvent { kind: kind.into(), message }))),
-        Ok(mk(0, chat_event::Kind::TurnDone(TurnDone { reason: "error".into() }))),
+        Ok(mk(
+            0,
+            chat_event::Kind::Error(ErrorEvent {
+                kind: kind.into(),
+                message,
+            }),
+        )),
+        Ok(mk(
+            0,
+            chat_event::Kind::TurnDone(TurnDone {
+                reason: "error".into(),
+            }),
+        )),
     ];
     Box::pin(tokio_stream::iter(events))
 }
@@ -90,7 +108,12 @@ impl Pump {
 
     /// Sends stored events after last_sent; returns whether `until_turn` finished.
     async fn backfill(&mut self, until_turn: &str) -> Result<bool, ()> {
-        let stored = self.state.store().events_since(&self.state.id, self.last_sent).await.map_err(|_| ())?;
+        let stored = self
+            .state
+            .store()
+            .events_since(&self.state.id, self.last_sent)
+            .await
+            .map_err(|_| ())?;
         let mut done = false;
         for (_, bytes) in stored {
             if let Ok(ev) = ChatEvent::decode(bytes.as_slice()) {
@@ -152,7 +175,10 @@ impl Pump {
 }
 
 impl OrchestratorService {
-    async fn start_turn(&self, cr: ChatRequest) -> Result<(Arc<SessionState>, String, u64), Result<EventStream, Status>> {
+    async fn start_turn(
+        &self,
+        cr: ChatRequest,
+    ) -> Result<(Arc<SessionState>, String, u64), Result<EventStream, Status>> {
         let Some(mode) = normalize_mode(&cr.permission_mode) else {
             return Err(Err(Status::invalid_argument(format!(
                 "permission_mode `{}` is not one of read_only, auto, full",
@@ -172,7 +198,10 @@ impl OrchestratorService {
                     return Err(Ok(one_shot_error(
                         &cr.session_id,
                         "session_not_found",
-                        format!("session `{}` does not exist; leave session_id empty to start a new one", cr.session_id),
+                        format!(
+                            "session `{}` does not exist; leave session_id empty to start a new one",
+                            cr.session_id
+                        ),
                     )));
                 }
                 Err(e) => return Err(Err(Status::unavailable(e.to_string()))),
@@ -180,29 +209,56 @@ impl OrchestratorService {
         };
         // A continued session keeps its team unless the request names one.
         let members = if cr.team_members.is_empty() {
-            existing.as_ref().map(|m| m.team_members.clone()).unwrap_or_default()
+            existing
+                .as_ref()
+                .map(|m| m.team_members.clone())
+                .unwrap_or_default()
         } else {
             cr.team_members.clone()
         };
-        let active = if cr.agent.is_empty() { existing.as_ref().map(|m| m.agent.clone()).unwrap_or_default() } else { cr.agent.clone() };
-        let team = self.engine.agents.resolve_team(&members, &active).map_err(|e| Err(Status::failed_precondition(e)))?;
-        let session_id = if cr.session_id.is_empty() { uuid::Uuid::new_v4().to_string() } else { cr.session_id.clone() };
+        let active = if cr.agent.is_empty() {
+            existing
+                .as_ref()
+                .map(|m| m.agent.clone())
+                .unwrap_or_default()
+        } else {
+            cr.agent.clone()
+        };
+        let team = self
+            .engine
+            .agents
+            .resolve_team(&members, &active)
+            .map_err(|e| Err(Status::failed_precondition(e)))?;
+        let session_id = if cr.session_id.is_empty() {
+            uuid::Uuid::new_v4().to_string()
+        } else {
+            cr.session_id.clone()
+        };
         let now = now_ms();
         let meta = SessionMeta {
             id: session_id.clone(),
-            title: existing.as_ref().map(|m| m.title.clone()).unwrap_or_else(|| cr.message.chars().take(80).collect()),
+            title: existing
+                .as_ref()
+                .map(|m| m.title.clone())
+                .unwrap_or_else(|| cr.message.chars().take(80).collect()),
             agent: team.active.id.clone(),
             team_members: team.members.clone(),
             created_ms: existing.as_ref().map(|m| m.created_ms).unwrap_or(now),
             last_active_ms: now,
         };
-        store.put_session(&meta).await.map_err(|e| Err(Status::unavailable(e.to_string())))?;
+        store
+            .put_session(&meta)
+            .await
+            .map_err(|e| Err(Status::unavailable(e.to_string())))?;
         let state = self.hub.state(&session_id).await;
         let turn_id = uuid::Uuid::new_v4().simple().to_string();
         let owner = format!("{}:{turn_id}", self.instance);
         let lease_ms = (self.engine.config.turn_lease_secs.max(5) * 1000) as i64;
         let cancel = CancellationToken::new();
-        if !state.start_turn(RunningTurn { turn_id: turn_id.clone(), cancel: cancel.clone() }) {
+        if !state.start_turn(RunningTurn {
+            turn_id: turn_id.clone(),
+            cancel: cancel.clone(),
+        }) {
             return Err(Err(busy(&session_id)));
         }
         match store.try_lease_turn(&session_id, &owner, lease_ms).await {
@@ -225,7 +281,11 @@ impl OrchestratorService {
             allow_file_write: cr.allow_file_write,
             model: cr.model.clone(),
             provider: cr.provider.clone(),
-            max_iterations: if cr.max_tool_iterations == 0 { self.engine.config.max_tool_iterations } else { cr.max_tool_iterations },
+            max_iterations: if cr.max_tool_iterations == 0 {
+                self.engine.config.max_tool_iterations
+            } else {
+                cr.max_tool_iterations
+            },
             team: team.members.clone(),
         };
         let engine = self.engine.clone();
@@ -245,7 +305,11 @@ impl OrchestratorService {
                     }
                 })
             };
-            let tag = EventTag { turn_id: turn_id.clone(), context: "root".into(), agent_id: active_agent.id.clone() };
+            let tag = EventTag {
+                turn_id: turn_id.clone(),
+                context: "root".into(),
+                agent_id: active_agent.id.clone(),
+            };
             st.emit(tag.event(chat_event::Kind::TurnStarted(TurnStarted {
                 message: message.clone(),
                 agent: active_agent.id.clone(),
@@ -259,7 +323,11 @@ impl OrchestratorService {
                 .await;
             let mut history = st.store().messages(&st.id).await.unwrap_or_default();
             let user = json!({"role": "user", "content": message});
-            if let Err(e) = st.store().append_messages(&st.id, std::slice::from_ref(&user)).await {
+            if let Err(e) = st
+                .store()
+                .append_messages(&st.id, std::slice::from_ref(&user))
+                .await
+            {
                 tracing::error!(error = %e, "user message not persisted");
             }
             history.push(user);
@@ -277,10 +345,22 @@ impl OrchestratorService {
                 Outcome::Deadline => Outcome::Error.reason(),
                 o => o.reason(),
             };
-            engine.trajectories.append(&st.id, json!({"type": "turn_done", "turn_id": turn_id, "reason": reason})).await;
+            engine
+                .trajectories
+                .append(
+                    &st.id,
+                    json!({"type": "turn_done", "turn_id": turn_id, "reason": reason}),
+                )
+                .await;
             renew.abort();
             let _ = st.store().release_turn(&st.id, &owner).await;
-            st.emit_final(tag.event(chat_event::Kind::TurnDone(TurnDone { reason: reason.into() })), &turn_id).await;
+            st.emit_final(
+                tag.event(chat_event::Kind::TurnDone(TurnDone {
+                    reason: reason.into(),
+                })),
+                &turn_id,
+            )
+            .await;
         });
         Ok((state, turn_id_out, start_seq))
     }
@@ -296,11 +376,19 @@ fn busy(session: &str) -> Status {
 impl Orchestrator for OrchestratorService {
     type ChatStream = EventStream;
 
-    async fn chat(&self, req: Request<Streaming<ChatClientMessage>>) -> Result<Response<Self::ChatStream>, Status> {
+    async fn chat(
+        &self,
+        req: Request<Streaming<ChatClientMessage>>,
+    ) -> Result<Response<Self::ChatStream>, Status> {
         let mut inbound = req.into_inner();
-        let first = inbound.message().await?.ok_or_else(|| Status::invalid_argument("empty Chat stream"))?;
+        let first = inbound
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("empty Chat stream"))?;
         let Some(chat_client_message::Msg::Request(cr)) = first.msg else {
-            return Err(Status::invalid_argument("the first Chat message must be a ChatRequest"));
+            return Err(Status::invalid_argument(
+                "the first Chat message must be a ChatRequest",
+            ));
         };
         let span = tracing::info_span!("chat", session = %cr.session_id);
         let _g = span.enter();
@@ -312,7 +400,13 @@ impl Orchestrator for OrchestratorService {
         // Subscribe, then backfill from start_seq: nothing between is lost.
         let rx = state.subscribe();
         let (tx, out) = mpsc::channel(512);
-        let pump = Pump { tx, state: state.clone(), last_sent: start_seq, heartbeat: self.heartbeat(), stop: self.streams_stop.clone() };
+        let pump = Pump {
+            tx,
+            state: state.clone(),
+            last_sent: start_seq,
+            heartbeat: self.heartbeat(),
+            stop: self.streams_stop.clone(),
+        };
         let t = turn_id.clone();
         tokio::spawn(async move {
             let mut pump = pump;
@@ -346,17 +440,34 @@ impl Orchestrator for OrchestratorService {
 
     type AttachStream = EventStream;
 
-    async fn attach(&self, req: Request<AttachRequest>) -> Result<Response<Self::AttachStream>, Status> {
+    async fn attach(
+        &self,
+        req: Request<AttachRequest>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
         let req = req.into_inner();
         let store = self.hub.store().clone();
-        if store.get_session(&req.session_id).await.map_err(|e| Status::unavailable(e.to_string()))?.is_none() {
-            return Err(Status::not_found(format!("session `{}` does not exist", req.session_id)));
+        if store
+            .get_session(&req.session_id)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?
+            .is_none()
+        {
+            return Err(Status::not_found(format!(
+                "session `{}` does not exist",
+                req.session_id
+            )));
         }
         let state = self.hub.state(&req.session_id).await;
         let rx = state.subscribe();
         let running = state.running();
         let (tx, out) = mpsc::channel(512);
-        let mut pump = Pump { tx, state: state.clone(), last_sent: req.since_seq, heartbeat: self.heartbeat(), stop: self.streams_stop.clone() };
+        let mut pump = Pump {
+            tx,
+            state: state.clone(),
+            last_sent: req.since_seq,
+            heartbeat: self.heartbeat(),
+            stop: self.streams_stop.clone(),
+        };
         let lease = Duration::from_secs(self.engine.config.turn_lease_secs.max(5));
         tokio::spawn(async move {
             match running {
@@ -372,7 +483,8 @@ impl Orchestrator for OrchestratorService {
                     // (read from the start when the client resumes mid-log).
                     let mut open = false;
                     if req.since_seq > 0
-                        && let Ok(earlier) = pump.state.store().events_since(&pump.state.id, 0).await
+                        && let Ok(earlier) =
+                            pump.state.store().events_since(&pump.state.id, 0).await
                     {
                         for (_, b) in earlier.iter().take_while(|(seq, _)| *seq <= req.since_seq) {
                             match ChatEvent::decode(b.as_slice()).map(|e| e.kind) {
@@ -384,7 +496,14 @@ impl Orchestrator for OrchestratorService {
                     }
                     loop {
                         let before = pump.last_sent;
-                        let Ok(stored) = pump.state.store().events_since(&pump.state.id, pump.last_sent).await else { return };
+                        let Ok(stored) = pump
+                            .state
+                            .store()
+                            .events_since(&pump.state.id, pump.last_sent)
+                            .await
+                        else {
+                            return;
+                        };
                         for (_, b) in stored {
                             if let Ok(ev) = ChatEvent::decode(b.as_slice()) {
                                 match ev.kind {
@@ -413,38 +532,69 @@ impl Orchestrator for OrchestratorService {
         Ok(Response::new(Box::pin(ReceiverStream::new(out))))
     }
 
-    async fn cancel_turn(&self, req: Request<CancelTurnRequest>) -> Result<Response<CancelTurnResponse>, Status> {
+    async fn cancel_turn(
+        &self,
+        req: Request<CancelTurnRequest>,
+    ) -> Result<Response<CancelTurnResponse>, Status> {
         let id = req.into_inner().session_id;
-        let cancelled = self.hub.existing(&id).and_then(|s| s.running()).map(|t| t.cancel.cancel()).is_some();
+        let cancelled = self
+            .hub
+            .existing(&id)
+            .and_then(|s| s.running())
+            .map(|t| t.cancel.cancel())
+            .is_some();
         Ok(Response::new(CancelTurnResponse { cancelled }))
     }
 
-    async fn approve_tool(&self, req: Request<ApproveToolRequest>) -> Result<Response<ApproveToolResponse>, Status> {
+    async fn approve_tool(
+        &self,
+        req: Request<ApproveToolRequest>,
+    ) -> Result<Response<ApproveToolResponse>, Status> {
         let r = req.into_inner();
         let decision = Decision::try_from(r.decision)
             .ok()
             .filter(|d| *d != Decision::Unspecified)
-            .ok_or_else(|| Status::invalid_argument("decision must be ALLOW_ONCE, ALLOW_SESSION or DENY"))?;
-        let ok = self.hub.existing(&r.session_id).is_some_and(|s| s.resolve_approval(&r.call_id, decision));
+            .ok_or_else(|| {
+                Status::invalid_argument("decision must be ALLOW_ONCE, ALLOW_SESSION or DENY")
+            })?;
+        let ok = self
+            .hub
+            .existing(&r.session_id)
+            .is_some_and(|s| s.resolve_approval(&r.call_id, decision));
         if ok {
             Ok(Response::new(ApproveToolResponse {}))
         } else {
-            Err(Status::not_found(format!("no approval is pending for call `{}` in session `{}`", r.call_id, r.session_id)))
+            Err(Status::not_found(format!(
+                "no approval is pending for call `{}` in session `{}`",
+                r.call_id, r.session_id
+            )))
         }
     }
 
-    async fn list_agents(&self, _req: Request<ListAgentsRequest>) -> Result<Response<ListAgentsResponse>, Status> {
+    async fn list_agents(
+        &self,
+        _req: Request<ListAgentsRequest>,
+    ) -> Result<Response<ListAgentsResponse>, Status> {
         let (agents, deployment_tier) = self.engine.agents.list();
-        Ok(Response::new(ListAgentsResponse { agents, deployment_tier }))
+        Ok(Response::new(ListAgentsResponse {
+            agents,
+            deployment_tier,
+        }))
     }
 
-    async fn list_sessions(&self, req: Request<ListSessionsRequest>) -> Result<Response<ListSessionsResponse>, Status> {
+    async fn list_sessions(
+        &self,
+        req: Request<ListSessionsRequest>,
+    ) -> Result<Response<ListSessionsResponse>, Status> {
         let limit = match req.into_inner().limit {
             0 => 100,
             n => n as usize,
         };
         let store = self.hub.store();
-        let metas = store.list_sessions(limit).await.map_err(|e| Status::unavailable(e.to_string()))?;
+        let metas = store
+            .list_sessions(limit)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
         let mut sessions = Vec::with_capacity(metas.len());
         for m in metas {
             let last = store.last_seq(&m.id).await.unwrap_or(0);
@@ -453,7 +603,10 @@ impl Orchestrator for OrchestratorService {
         Ok(Response::new(ListSessionsResponse { sessions }))
     }
 
-    async fn get_session(&self, req: Request<GetSessionRequest>) -> Result<Response<Session>, Status> {
+    async fn get_session(
+        &self,
+        req: Request<GetSessionRequest>,
+    ) -> Result<Response<Session>, Status> {
         let id = req.into_inner().session_id;
         let store = self.hub.store();
         let meta = store
@@ -461,7 +614,10 @@ impl Orchestrator for OrchestratorService {
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?
             .ok_or_else(|| Status::not_found(format!("session `{id}` does not exist")))?;
-        let messages = store.messages(&id).await.map_err(|e| Status::unavailable(e.to_string()))?;
+        let messages = store
+            .messages(&id)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
         let last = store.last_seq(&id).await.unwrap_or(0);
         Ok(Response::new(Session {
             summary: Some(summary(meta, last)),
@@ -469,37 +625,71 @@ impl Orchestrator for OrchestratorService {
         }))
     }
 
-    async fn delete_session(&self, req: Request<DeleteSessionRequest>) -> Result<Response<DeleteSessionResponse>, Status> {
+    async fn delete_session(
+        &self,
+        req: Request<DeleteSessionRequest>,
+    ) -> Result<Response<DeleteSessionResponse>, Status> {
         let id = req.into_inner().session_id;
         if self.hub.existing(&id).and_then(|s| s.running()).is_some() {
             return Err(busy(&id));
         }
-        let deleted = self.hub.store().delete_session(&id).await.map_err(|e| Status::unavailable(e.to_string()))?;
+        let deleted = self
+            .hub
+            .store()
+            .delete_session(&id)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
         self.hub.forget(&id);
         Ok(Response::new(DeleteSessionResponse { deleted }))
     }
 
-    async fn refresh_catalog(&self, _req: Request<RefreshCatalogRequest>) -> Result<Response<RefreshCatalogResponse>, Status> {
+    async fn refresh_catalog(
+        &self,
+        _req: Request<RefreshCatalogRequest>,
+    ) -> Result<Response<RefreshCatalogResponse>, Status> {
         Ok(Response::new(self.engine.agents.refresh()))
     }
 
-    async fn list_agent_tools(&self, req: Request<ListAgentToolsRequest>) -> Result<Response<ListAgentToolsResponse>, Status> {
+    async fn list_agent_tools(
+        &self,
+        req: Request<ListAgentToolsRequest>,
+    ) -> Result<Response<ListAgentToolsResponse>, Status> {
         let r = req.into_inner();
-        let mode = normalize_mode(&r.permission_mode)
-            .ok_or_else(|| Status::invalid_argument(format!("permission_mode `{}` is not one of read_only, auto, full", r.permission_mode)))?;
-        let team = self.engine.agents.resolve_team(&[], &r.agent).map_err(Status::failed_precondition)?;
-        let toolsets: Vec<String> = team.active.toolsets.iter().filter(|t| *t != "team").cloned().collect();
+        let mode = normalize_mode(&r.permission_mode).ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "permission_mode `{}` is not one of read_only, auto, full",
+                r.permission_mode
+            ))
+        })?;
+        let team = self
+            .engine
+            .agents
+            .resolve_team(&[], &r.agent)
+            .map_err(Status::failed_precondition)?;
+        let toolsets: Vec<String> = team
+            .active
+            .toolsets
+            .iter()
+            .filter(|t| *t != "team")
+            .cloned()
+            .collect();
         let mut tools = self
             .engine
             .runner
-            .list_tools(ListToolsRequest { toolsets, permission_mode: mode.into(), allow_shell: None, allow_file_write: None })
+            .list_tools(ListToolsRequest {
+                toolsets,
+                permission_mode: mode.into(),
+                allow_shell: None,
+                allow_file_write: None,
+            })
             .await?;
         let mut defs: Vec<crate::llm::ToolDef> = tools
             .iter()
             .map(|t| crate::llm::ToolDef {
                 name: t.name.clone(),
                 description: t.description.clone(),
-                parameters: serde_json::from_str(&t.input_schema_json).unwrap_or_else(|_| json!({"type": "object"})),
+                parameters: serde_json::from_str(&t.input_schema_json)
+                    .unwrap_or_else(|_| json!({"type": "object"})),
             })
             .collect();
         if team.active.toolsets.iter().any(|t| t == "team") {
@@ -515,8 +705,15 @@ impl Orchestrator for OrchestratorService {
                 defs.push(d);
             }
         }
-        let llm_tools = if r.format == "anthropic" { crate::llm::anthropic::tools_json(&defs) } else { crate::llm::openai::tools_json(&defs) };
-        Ok(Response::new(ListAgentToolsResponse { tools, llm_tools_json: llm_tools.to_string() }))
+        let llm_tools = if r.format == "anthropic" {
+            crate::llm::anthropic::tools_json(&defs)
+        } else {
+            crate::llm::openai::tools_json(&defs)
+        };
+        Ok(Response::new(ListAgentToolsResponse {
+            tools,
+            llm_tools_json: llm_tools.to_string(),
+        }))
     }
 }
 

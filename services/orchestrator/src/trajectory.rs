@@ -15,7 +15,9 @@ pub struct Trajectories {
 impl Trajectories {
     /// Under `<workspace>/.omicos/trajectories`.
     pub fn new(workspace: &Path) -> Self {
-        Self { root: workspace.join(".omicos").join("trajectories") }
+        Self {
+            root: workspace.join(".omicos").join("trajectories"),
+        }
     }
 
     /// The file of a session.
@@ -31,7 +33,10 @@ impl Trajectories {
             if let Some(dir) = path.parent() {
                 std::fs::create_dir_all(dir)?;
             }
-            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)?;
             // One write call per line keeps lines whole when several writers append.
             f.write_all(line.as_bytes())
         })
@@ -43,5 +48,13 @@ impl Trajectories {
 }
 
 fn sanitize(s: &str) -> String {
-    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }

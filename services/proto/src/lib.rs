@@ -7,6 +7,7 @@ pub mod v1 {
 }
 
 /// The encoded file descriptor set, for tonic-reflection.
-pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/omicos_descriptor.bin"));
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/omicos_descriptor.bin"));
 
 pub use v1::*;

@@ -64,7 +64,11 @@ where
 
 /// Like [`load_config`], with the file already parsed (e.g. one section of a
 /// whole-stack file). `section` prefixes key names in error messages.
-pub fn load_config_value<T>(overlay: Option<Value>, env: &[(String, String)], section: &str) -> Result<T, ConfigError>
+pub fn load_config_value<T>(
+    overlay: Option<Value>,
+    env: &[(String, String)],
+    section: &str,
+) -> Result<T, ConfigError>
 where
     T: Serialize + DeserializeOwned + Default,
 {
@@ -77,7 +81,11 @@ where
     }
     apply_env(&mut tree, env);
     serde_path_to_error::deserialize(tree).map_err(|e| ConfigError::Key {
-        key: if section.is_empty() { e.path().to_string() } else { format!("{section}.{}", e.path()) },
+        key: if section.is_empty() {
+            e.path().to_string()
+        } else {
+            format!("{section}.{}", e.path())
+        },
         message: e.inner().to_string(),
     })
 }
@@ -91,8 +99,15 @@ fn merge(base: &mut Value, overlay: Value, path: &str) -> Result<(), ConfigError
     match (base, overlay) {
         (Value::Mapping(b), Value::Mapping(o)) => {
             for (k, v) in o {
-                let key = k.as_str().map(str::to_owned).unwrap_or_else(|| format!("{k:?}"));
-                let sub = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+                let key = k
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| format!("{k:?}"));
+                let sub = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
                 match b.get_mut(&k) {
                     Some(slot) => merge(slot, v, &sub)?,
                     None => {
@@ -150,7 +165,8 @@ fn parse_env_value(current: &Value, raw: &str) -> Value {
 
 /// Expands `${VAR}` and `${VAR:-default}` in a config file's text.
 pub fn expand_vars(text: &str, env: &[(String, String)]) -> String {
-    let re = regex::Regex::new(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}").expect("static regex");
+    let re =
+        regex::Regex::new(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}").expect("static regex");
     re.replace_all(text, |c: &regex::Captures<'_>| {
         let name = &c[1];
         env.iter()
@@ -174,7 +190,10 @@ mod tests {
     }
     impl Default for Llm {
         fn default() -> Self {
-            Self { base_url: "http://x".into(), retries: 3 }
+            Self {
+                base_url: "http://x".into(),
+                retries: 3,
+            }
         }
     }
     #[derive(Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -197,7 +216,10 @@ mod tests {
             }
         }
         pub fn write(text: &str) -> TempPath {
-            let p = std::env::temp_dir().join(format!("omicos-cfg-{}.yaml", std::process::id() as u64 * 1000 + rand_suffix()));
+            let p = std::env::temp_dir().join(format!(
+                "omicos-cfg-{}.yaml",
+                std::process::id() as u64 * 1000 + rand_suffix()
+            ));
             std::fs::write(&p, text).unwrap();
             TempPath(p)
         }
@@ -232,7 +254,10 @@ mod tests {
         assert!(err.contains("llm.retries"), "{err}");
         let f = write("llm:\n  base_ulr: x\n");
         let err = load_config::<Cfg>(Some(&f.0), &[]).unwrap_err().to_string();
-        assert!(err.contains("llm.base_ulr") && err.contains("unknown"), "{err}");
+        assert!(
+            err.contains("llm.base_ulr") && err.contains("unknown"),
+            "{err}"
+        );
         let env = vec![("OMICOS_LLM_RETRIES".to_string(), "-1".to_string())];
         let err = load_config::<Cfg>(None, &env).unwrap_err().to_string();
         assert!(err.contains("llm.retries"), "{err}");

@@ -28,9 +28,13 @@ impl Host {
     pub async fn new(opts: HostOptions) -> Self {
         let reporter = HealthReporter::new();
         for s in &opts.services {
-            reporter.set_service_status(*s, tonic_health::ServingStatus::NotServing).await;
+            reporter
+                .set_service_status(*s, tonic_health::ServingStatus::NotServing)
+                .await;
         }
-        reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
+        reporter
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
         Self { opts, reporter }
     }
 
@@ -62,12 +66,22 @@ impl Host {
 
     /// Marks every service SERVING.
     pub async fn set_serving(&self) {
-        set_all(&self.reporter, &self.opts.services, tonic_health::ServingStatus::Serving).await;
+        set_all(
+            &self.reporter,
+            &self.opts.services,
+            tonic_health::ServingStatus::Serving,
+        )
+        .await;
     }
 
     /// Serves `router` on `listener` until the drain ends. Health flips to
     /// NOT_SERVING when the drain starts; in-flight RPCs get the grace period.
-    pub async fn serve(self, router: Router, listener: TcpListener, shutdown: Shutdown) -> std::io::Result<()> {
+    pub async fn serve(
+        self,
+        router: Router,
+        listener: TcpListener,
+        shutdown: Shutdown,
+    ) -> std::io::Result<()> {
         let addr: Option<SocketAddr> = listener.local_addr().ok();
         let reporter = self.reporter.clone();
         let services = self.opts.services.clone();
@@ -75,7 +89,12 @@ impl Host {
         let sd = shutdown.clone();
         let signal = async move {
             sd.draining().await;
-            set_all(&reporter, &services, tonic_health::ServingStatus::NotServing).await;
+            set_all(
+                &reporter,
+                &services,
+                tonic_health::ServingStatus::NotServing,
+            )
+            .await;
             tracing::info!(service = name, "draining");
         };
         let incoming = TcpListenerStream::new(listener);
@@ -92,7 +111,11 @@ impl Host {
     }
 }
 
-async fn set_all(reporter: &HealthReporter, services: &[&'static str], status: tonic_health::ServingStatus) {
+async fn set_all(
+    reporter: &HealthReporter,
+    services: &[&'static str],
+    status: tonic_health::ServingStatus,
+) {
     for s in services {
         reporter.set_service_status(*s, status).await;
     }

@@ -15,12 +15,20 @@ pub struct Shutdown {
 impl Shutdown {
     /// A new, untriggered shutdown with the given grace period.
     pub fn new(grace: Duration) -> Self {
-        Self { drain: CancellationToken::new(), streams: CancellationToken::new(), grace }
+        Self {
+            drain: CancellationToken::new(),
+            streams: CancellationToken::new(),
+            grace,
+        }
     }
 
     /// A child that drains when the parent does, and may also drain on its own.
     pub fn child(&self) -> Self {
-        Self { drain: self.drain.child_token(), streams: self.streams.child_token(), grace: self.grace }
+        Self {
+            drain: self.drain.child_token(),
+            streams: self.streams.child_token(),
+            grace: self.grace,
+        }
     }
 
     /// Starts the drain: no new RPCs; after the grace period, streams are cancelled.

@@ -22,24 +22,41 @@ impl Drop for TelemetryGuard {
 /// Installs the global subscriber once. `default_filter` applies when RUST_LOG is unset.
 /// Safe to call more than once (later calls only return a guard).
 pub fn init(service_name: &'static str, default_filter: &str) -> TelemetryGuard {
-    opentelemetry::global::set_text_map_propagator(opentelemetry_sdk::propagation::TraceContextPropagator::new());
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_target(true);
-    let provider = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok().filter(|s| !s.is_empty()).and_then(|_| {
-        let exporter = opentelemetry_otlp::SpanExporter::builder().with_tonic().build().ok()?;
-        let resource = opentelemetry_sdk::Resource::builder().with_service_name(service_name).build();
-        Some(
-            opentelemetry_sdk::trace::SdkTracerProvider::builder()
-                .with_batch_exporter(exporter)
-                .with_resource(resource)
-                .build(),
-        )
-    });
+    opentelemetry::global::set_text_map_propagator(
+        opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+    );
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_target(true);
+    let provider = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .and_then(|_| {
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .build()
+                .ok()?;
+            let resource = opentelemetry_sdk::Resource::builder()
+                .with_service_name(service_name)
+                .build();
+            Some(
+                opentelemetry_sdk::trace::SdkTracerProvider::builder()
+                    .with_batch_exporter(exporter)
+                    .with_resource(resource)
+                    .build(),
+            )
+        });
     let otel = provider.as_ref().map(|p| {
         use opentelemetry::trace::TracerProvider as _;
         tracing_opentelemetry::layer().with_tracer(p.tracer(service_name))
     });
-    let _ = tracing_subscriber::registry().with(filter).with(fmt).with(otel).try_init();
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(otel)
+        .try_init();
     TelemetryGuard { provider }
 }
 
@@ -76,7 +93,9 @@ impl Extractor for MetadataExtractor<'_> {
 /// Puts the current span's trace context into outgoing request metadata.
 pub fn inject_current(metadata: &mut tonic::metadata::MetadataMap) {
     let cx = tracing::Span::current().context();
-    opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&cx, &mut MetadataInjector(metadata)));
+    opentelemetry::global::get_text_map_propagator(|p| {
+        p.inject_context(&cx, &mut MetadataInjector(metadata))
+    });
 }
 
 /// Wraps a request message, carrying the current trace context.
@@ -88,6 +107,7 @@ pub fn traced_request<T>(msg: T) -> tonic::Request<T> {
 
 /// Sets `span`'s parent from incoming metadata. Call before entering the span.
 pub fn set_parent_from(span: &tracing::Span, metadata: &tonic::metadata::MetadataMap) {
-    let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&MetadataExtractor(metadata)));
+    let cx =
+        opentelemetry::global::get_text_map_propagator(|p| p.extract(&MetadataExtractor(metadata)));
     let _ = span.set_parent(cx);
 }

@@ -84,7 +84,16 @@ fn section(file: &Option<serde_yaml::Mapping>, name: &str) -> Option<Value> {
 fn known_sections(m: &serde_yaml::Mapping) -> Result<(), String> {
     for k in m.keys() {
         let k = k.as_str().unwrap_or_default();
-        if !["orchestrator", "tool_runner", "kernel", "web", "memory", "pdf"].contains(&k) {
+        if ![
+            "orchestrator",
+            "tool_runner",
+            "kernel",
+            "web",
+            "memory",
+            "pdf",
+        ]
+        .contains(&k)
+        {
             return Err(format!(
                 "config key `{k}`: unknown section (known: orchestrator, tool_runner, kernel, web, memory, pdf)"
             ));
@@ -96,11 +105,16 @@ fn known_sections(m: &serde_yaml::Mapping) -> Result<(), String> {
 async fn bind(host: &str, base: u16, offset: u16) -> Result<TcpListener, String> {
     let port = if base == 0 { 0 } else { base + offset };
     let addr = format!("{host}:{port}");
-    omicos_servicekit::host::bind(&addr).await.map_err(|e| e.to_string())
+    omicos_servicekit::host::bind(&addr)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 fn url(l: &TcpListener) -> String {
-    format!("http://{}", l.local_addr().expect("bound listener has an address"))
+    format!(
+        "http://{}",
+        l.local_addr().expect("bound listener has an address")
+    )
 }
 
 fn cfg_err(e: ConfigError) -> String {
@@ -119,21 +133,32 @@ pub fn llm_configured(env: &[(String, String)]) -> bool {
 
 /// Starts every service. Returns once the orchestrator is ready.
 pub async fn up(opts: UpOptions) -> Result<RunningStack, String> {
-    std::fs::create_dir_all(&opts.workspace).map_err(|e| format!("workspace {}: {e}", opts.workspace.display()))?;
-    let workspace = opts.workspace.canonicalize().map_err(|e| format!("workspace {}: {e}", opts.workspace.display()))?;
+    std::fs::create_dir_all(&opts.workspace)
+        .map_err(|e| format!("workspace {}: {e}", opts.workspace.display()))?;
+    let workspace = opts
+        .workspace
+        .canonicalize()
+        .map_err(|e| format!("workspace {}: {e}", opts.workspace.display()))?;
     std::fs::create_dir_all(workspace.join(".omicos")).map_err(|e| e.to_string())?;
     let file: Option<serde_yaml::Mapping> = match &opts.config_file {
         Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| format!("config file {}: {e}", p.display()))?;
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| format!("config file {}: {e}", p.display()))?;
             let text = omicos_servicekit::config::expand_vars(&text, &opts.env);
-            let v: Value = serde_yaml::from_str(&text).map_err(|e| format!("config file {}: not valid YAML: {e}", p.display()))?;
+            let v: Value = serde_yaml::from_str(&text)
+                .map_err(|e| format!("config file {}: not valid YAML: {e}", p.display()))?;
             match v {
                 Value::Mapping(m) => {
                     known_sections(&m)?;
                     Some(m)
                 }
                 Value::Null => None,
-                _ => return Err(format!("config file {}: expected a mapping of sections", p.display())),
+                _ => {
+                    return Err(format!(
+                        "config file {}: expected a mapping of sections",
+                        p.display()
+                    ));
+                }
             }
         }
         None => None,
@@ -166,11 +191,16 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, String> {
     // Tool-runner with the registry and the in-process providers.
     let runner_l = bind(&opts.host, opts.port_base, 1).await?;
     let runner_url = url(&runner_l);
-    let mut rcfg: omicos_tool_runner::Config = load_config_value(section(&file, "tool_runner"), env, "tool_runner").map_err(cfg_err)?;
+    let mut rcfg: omicos_tool_runner::Config =
+        load_config_value(section(&file, "tool_runner"), env, "tool_runner").map_err(cfg_err)?;
     rcfg.workspace = workspace.clone();
-    rcfg.listen = runner_l.local_addr().map_err(|e| e.to_string())?.to_string();
+    rcfg.listen = runner_l
+        .local_addr()
+        .map_err(|e| e.to_string())?
+        .to_string();
     rcfg.validate()?;
-    let pdf_cfg: omicos_pdf::Config = load_config_value(section(&file, "pdf"), env, "pdf").map_err(cfg_err)?;
+    let pdf_cfg: omicos_pdf::Config =
+        load_config_value(section(&file, "pdf"), env, "pdf").map_err(cfg_err)?;
     let local: Vec<Arc<dyn Provider>> = vec![
         Arc::new(omicos_pdf::PdfProvider::new(pdf_cfg)),
         Arc::new(omicos_catalog::SkillProvider::new(catalog)),
@@ -179,7 +209,12 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, String> {
         Arc::new(omicos_catalog::PlanProvider),
     ];
     let sd = shutdown.clone();
-    tasks.spawn(async move { ("tool-runner", omicos_tool_runner::run(rcfg, runner_l, sd, local).await) });
+    tasks.spawn(async move {
+        (
+            "tool-runner",
+            omicos_tool_runner::run(rcfg, runner_l, sd, local).await,
+        )
+    });
     endpoints.push(("tool-runner", runner_url.clone()));
 
     let hosting = |ttl: u32| ProviderHosting {
@@ -191,17 +226,23 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, String> {
 
     let mut kernel = None;
     if opts.kernel {
-        let kcfg: omicos_kernel::Config = load_config_value(section(&file, "kernel"), env, "kernel").map_err(cfg_err)?;
+        let kcfg: omicos_kernel::Config =
+            load_config_value(section(&file, "kernel"), env, "kernel").map_err(cfg_err)?;
         kcfg.kernel.validate()?;
         let l = bind(&opts.host, opts.port_base, 2).await?;
         endpoints.push(("kernel", url(&l)));
-        let p = omicos_kernel::KernelProvider::new(kcfg.kernel.clone(), workspace.clone(), env.clone())?;
+        let p = omicos_kernel::KernelProvider::new(
+            kcfg.kernel.clone(),
+            workspace.clone(),
+            env.clone(),
+        )?;
         kernel = Some(p.clone());
         let (h, sd) = (hosting(kcfg.ttl_seconds), shutdown.clone());
         tasks.spawn(async move { ("kernel", serve_provider(p, l, h, sd).await) });
     }
     if opts.web {
-        let wcfg: omicos_web::Config = load_config_value(section(&file, "web"), env, "web").map_err(cfg_err)?;
+        let wcfg: omicos_web::Config =
+            load_config_value(section(&file, "web"), env, "web").map_err(cfg_err)?;
         let l = bind(&opts.host, opts.port_base, 3).await?;
         endpoints.push(("web", url(&l)));
         let p = Arc::new(omicos_web::WebProvider::from_config(&wcfg.web)?);
@@ -209,10 +250,13 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, String> {
         tasks.spawn(async move { ("web", serve_provider(p, l, h, sd).await) });
     }
     if opts.memory {
-        let mut mcfg: omicos_memory::Config = load_config_value(section(&file, "memory"), env, "memory").map_err(cfg_err)?;
+        let mut mcfg: omicos_memory::Config =
+            load_config_value(section(&file, "memory"), env, "memory").map_err(cfg_err)?;
         mcfg.workspace = workspace.clone();
         let store_url = mcfg.store_url();
-        let store = omicos_memory::MemoryStore::open(&store_url).await.map_err(|e| format!("memory store: {e}"))?;
+        let store = omicos_memory::MemoryStore::open(&store_url)
+            .await
+            .map_err(|e| format!("memory store: {e}"))?;
         let l = bind(&opts.host, opts.port_base, 4).await?;
         endpoints.push(("memory", url(&l)));
         let p = Arc::new(omicos_memory::MemoryProvider::new(store));
@@ -228,9 +272,19 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, String> {
     let backends = omicos_orchestrator::build_backends(&ocfg.llm)?;
     let llm_backend = backends.1.clone();
     let store = omicos_orchestrator::open_store(&ocfg).await?;
-    let parts = omicos_orchestrator::Parts { config: ocfg, agents: Arc::new(agents), store, backends };
+    let parts = omicos_orchestrator::Parts {
+        config: ocfg,
+        agents: Arc::new(agents),
+        store,
+        backends,
+    };
     let sd = shutdown.clone();
-    tasks.spawn(async move { ("orchestrator", omicos_orchestrator::serve(parts, orch_l, sd).await) });
+    tasks.spawn(async move {
+        (
+            "orchestrator",
+            omicos_orchestrator::serve(parts, orch_l, sd).await,
+        )
+    });
     endpoints.insert(0, ("orchestrator", orch_url.clone()));
 
     let stack = RunningStack {
@@ -245,7 +299,11 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, String> {
     };
     wait_serving(&stack.orchestrator, Duration::from_secs(30)).await?;
     if opts.kernel || opts.web || opts.memory {
-        wait_providers(&stack.runner, opts.kernel as usize + opts.web as usize + opts.memory as usize).await;
+        wait_providers(
+            &stack.runner,
+            opts.kernel as usize + opts.web as usize + opts.memory as usize,
+        )
+        .await;
     }
     Ok(stack)
 }
@@ -254,10 +312,19 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, String> {
 pub async fn wait_serving(url: &str, limit: Duration) -> Result<(), String> {
     let start = std::time::Instant::now();
     while start.elapsed() < limit {
-        if let Ok(ch) = tonic::transport::Channel::from_shared(url.to_owned()).map_err(|e| e.to_string())?.connect().await {
+        if let Ok(ch) = tonic::transport::Channel::from_shared(url.to_owned())
+            .map_err(|e| e.to_string())?
+            .connect()
+            .await
+        {
             let mut h = tonic_health::pb::health_client::HealthClient::new(ch);
-            if let Ok(r) = h.check(tonic_health::pb::HealthCheckRequest { service: String::new() }).await
-                && r.into_inner().status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+            if let Ok(r) = h
+                .check(tonic_health::pb::HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await
+                && r.into_inner().status
+                    == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
             {
                 return Ok(());
             }
@@ -268,7 +335,9 @@ pub async fn wait_serving(url: &str, limit: Duration) -> Result<(), String> {
 }
 
 async fn wait_providers(runner: &str, n: usize) {
-    let Ok(ep) = tonic::transport::Channel::from_shared(runner.to_owned()) else { return };
+    let Ok(ep) = tonic::transport::Channel::from_shared(runner.to_owned()) else {
+        return;
+    };
     let Ok(ch) = ep.connect().await else { return };
     let mut c = omicos_proto::registry_client::RegistryClient::new(ch);
     for _ in 0..100 {
@@ -306,7 +375,11 @@ impl RunningStack {
         if let Some(k) = self.kernel.take() {
             k.close().await;
         }
-        if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
     }
 
     /// The workspace path.

@@ -24,14 +24,21 @@ pub enum ConfineError {
 /// a link that points out of the workspace is refused. The path need not exist.
 pub fn confine_path(root: &Path, user_path: &str) -> Result<PathBuf, ConfineError> {
     if user_path.contains('\0') {
-        return Err(ConfineError::Invalid { path: user_path.escape_debug().to_string(), why: "contains a NUL byte".into() });
+        return Err(ConfineError::Invalid {
+            path: user_path.escape_debug().to_string(),
+            why: "contains a NUL byte".into(),
+        });
     }
     let root = root.canonicalize().map_err(|e| ConfineError::Invalid {
         path: root.display().to_string(),
         why: format!("workspace cannot be resolved: {e}"),
     })?;
     let given = Path::new(user_path);
-    let joined = if given.is_absolute() { given.to_path_buf() } else { root.join(given) };
+    let joined = if given.is_absolute() {
+        given.to_path_buf()
+    } else {
+        root.join(given)
+    };
     // Lexical normalization first: `a/../../x` must not pass even if `a` is missing.
     let mut lexical = PathBuf::new();
     for c in joined.components() {
@@ -77,7 +84,9 @@ pub fn confine_path(root: &Path, user_path: &str) -> Result<PathBuf, ConfineErro
 /// The workspace-relative form of a confined path, for messages.
 pub fn relative_to(root: &Path, path: &Path) -> String {
     let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
-    path.strip_prefix(&root).map(|p| p.display().to_string()).unwrap_or_else(|_| path.display().to_string())
+    path.strip_prefix(&root)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| path.display().to_string())
 }
 
 #[cfg(test)]
@@ -85,7 +94,11 @@ mod tests {
     use super::*;
 
     fn ws() -> PathBuf {
-        let d = std::env::temp_dir().join(format!("omicos-confine-{}-{}", std::process::id(), rand_id()));
+        let d = std::env::temp_dir().join(format!(
+            "omicos-confine-{}-{}",
+            std::process::id(),
+            rand_id()
+        ));
         std::fs::create_dir_all(d.join("sub")).unwrap();
         d
     }
@@ -99,21 +112,41 @@ mod tests {
     fn inside_paths_resolve() {
         let w = ws();
         let canon = w.canonicalize().unwrap();
-        assert_eq!(confine_path(&w, "sub/new.txt").unwrap(), canon.join("sub/new.txt"));
+        assert_eq!(
+            confine_path(&w, "sub/new.txt").unwrap(),
+            canon.join("sub/new.txt")
+        );
         assert_eq!(confine_path(&w, "sub/../a/b").unwrap(), canon.join("a/b"));
         assert_eq!(confine_path(&w, "").unwrap(), canon);
-        assert_eq!(confine_path(&w, canon.join("x").to_str().unwrap()).unwrap(), canon.join("x"));
+        assert_eq!(
+            confine_path(&w, canon.join("x").to_str().unwrap()).unwrap(),
+            canon.join("x")
+        );
     }
 
     #[test]
     fn escapes_are_refused() {
         let w = ws();
-        for p in ["../../etc/passwd", "/etc/passwd", "sub/../../x", "missing/../../../x"] {
-            assert!(matches!(confine_path(&w, p), Err(ConfineError::Escapes(_))), "{p}");
+        for p in [
+            "../../etc/passwd",
+            "/etc/passwd",
+            "sub/../../x",
+            "missing/../../../x",
+        ] {
+            assert!(
+                matches!(confine_path(&w, p), Err(ConfineError::Escapes(_))),
+                "{p}"
+            );
         }
         std::os::unix::fs::symlink("/etc", w.join("link")).unwrap();
-        assert!(matches!(confine_path(&w, "link/passwd"), Err(ConfineError::Escapes(_))));
-        assert!(matches!(confine_path(&w, "link"), Err(ConfineError::Escapes(_))));
+        assert!(matches!(
+            confine_path(&w, "link/passwd"),
+            Err(ConfineError::Escapes(_))
+        ));
+        assert!(matches!(
+            confine_path(&w, "link"),
+            Err(ConfineError::Escapes(_))
+        ));
         std::os::unix::fs::symlink("sub", w.join("inner")).unwrap();
         assert!(confine_path(&w, "inner/f").is_ok());
         assert!(confine_path(&w, "a\0b").is_err());

@@ -28,13 +28,24 @@ pub async fn serve_provider<P: Provider>(
     shutdown: Shutdown,
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
-    let host = Host::new(HostOptions { name: "provider", services: vec!["omicos.v1.ToolProvider"] }).await;
-    let service = ProviderService::new(provider.clone(), hosting.workspace.clone(), shutdown.streams_token());
+    let host = Host::new(HostOptions {
+        name: "provider",
+        services: vec!["omicos.v1.ToolProvider"],
+    })
+    .await;
+    let service = ProviderService::new(
+        provider.clone(),
+        hosting.workspace.clone(),
+        shutdown.streams_token(),
+    );
     let tools = service_tools(provider.as_ref());
     let router = host.router().add_service(service.into_server());
     host.set_serving().await;
     if let Some(registry) = hosting.registry.clone() {
-        let endpoint = hosting.advertise.clone().unwrap_or_else(|| format!("http://{addr}"));
+        let endpoint = hosting
+            .advertise
+            .clone()
+            .unwrap_or_else(|| format!("http://{addr}"));
         let instance = ProviderInstance {
             instance_id: format!("{}-{}", provider.name(), uuid::Uuid::new_v4().simple()),
             provider: provider.name().into(),
@@ -51,7 +62,12 @@ pub async fn serve_provider<P: Provider>(
             sd.draining().await;
             stop2.cancel();
         });
-        tokio::spawn(keep_registered(registry, instance, hosting.ttl_seconds, stop));
+        tokio::spawn(keep_registered(
+            registry,
+            instance,
+            hosting.ttl_seconds,
+            stop,
+        ));
     }
     host.serve(router, listener, shutdown).await
 }

@@ -15,6 +15,6 @@ pub mod toolsets;
 
 pub use confine::{ConfineError, confine_path};
 pub use hosting::{ProviderHosting, serve_provider};
+pub use omicos_proto::{Risk, ToolOutputChunk, ToolProgress, ToolSpec};
 pub use provider::{CallCtx, EventSink, Provider, ProviderEvent, ToolError};
 pub use spec::{ToolSpecBuilder, tool};
-pub use omicos_proto::{Risk, ToolOutputChunk, ToolProgress, ToolSpec};

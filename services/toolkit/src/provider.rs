@@ -36,8 +36,11 @@ impl EventSink {
     }
     /// Reports a chunk of output on `stream` ("stdout" or "stderr").
     pub async fn output(&self, stream: &str, text: impl Into<String>) {
-        self.send(ProviderEvent::Output(ToolOutputChunk { stream: stream.into(), text: text.into() }))
-            .await
+        self.send(ProviderEvent::Output(ToolOutputChunk {
+            stream: stream.into(),
+            text: text.into(),
+        }))
+        .await
     }
     async fn send(&self, ev: ProviderEvent) {
         if let Some(tx) = &self.0 {

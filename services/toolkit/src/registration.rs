@@ -1,16 +1,25 @@
 //! Self-registration of a provider instance with the registry: register,
 //! heartbeat, register again when forgotten, deregister on shutdown.
 
-use omicos_proto::{DeregisterRequest, HeartbeatRequest, ProviderInstance, RegisterRequest, registry_client::RegistryClient};
+use omicos_proto::{
+    DeregisterRequest, HeartbeatRequest, ProviderInstance, RegisterRequest,
+    registry_client::RegistryClient,
+};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Keeps `instance` registered at `registry` until `shutdown` fires, then deregisters.
-pub async fn keep_registered(registry: String, instance: ProviderInstance, ttl_seconds: u32, shutdown: CancellationToken) {
+pub async fn keep_registered(
+    registry: String,
+    instance: ProviderInstance,
+    ttl_seconds: u32,
+    shutdown: CancellationToken,
+) {
     let mut registered = false;
     let mut interval = Duration::from_secs(1);
     loop {
-        let client = tonic::transport::Endpoint::from_shared(registry.clone()).map(|e| e.connect_timeout(Duration::from_secs(2)));
+        let client = tonic::transport::Endpoint::from_shared(registry.clone())
+            .map(|e| e.connect_timeout(Duration::from_secs(2)));
         let Ok(endpoint) = client else {
             tracing::error!(%registry, "registry endpoint is not a URL; not registering");
             return;
@@ -19,7 +28,12 @@ pub async fn keep_registered(registry: String, instance: ProviderInstance, ttl_s
             let mut c = RegistryClient::new(ch);
             loop {
                 let ok = if registered {
-                    match c.heartbeat(HeartbeatRequest { instance_id: instance.instance_id.clone() }).await {
+                    match c
+                        .heartbeat(HeartbeatRequest {
+                            instance_id: instance.instance_id.clone(),
+                        })
+                        .await
+                    {
                         Ok(r) => {
                             registered = r.into_inner().known;
                             true
@@ -27,7 +41,13 @@ pub async fn keep_registered(registry: String, instance: ProviderInstance, ttl_s
                         Err(_) => false,
                     }
                 } else {
-                    match c.register(RegisterRequest { instance: Some(instance.clone()), ttl_seconds }).await {
+                    match c
+                        .register(RegisterRequest {
+                            instance: Some(instance.clone()),
+                            ttl_seconds,
+                        })
+                        .await
+                    {
                         Ok(r) => {
                             let r = r.into_inner();
                             registered = true;

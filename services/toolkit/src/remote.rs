@@ -3,7 +3,8 @@
 use crate::provider::{CallCtx, Provider, ToolError};
 use async_trait::async_trait;
 use omicos_proto::{
-    CallContext, CallToolRequest, DescribeRequest, ToolSpec, call_tool_event, tool_provider_client::ToolProviderClient,
+    CallContext, CallToolRequest, DescribeRequest, ToolSpec, call_tool_event,
+    tool_provider_client::ToolProviderClient,
 };
 use serde_json::Value;
 use tonic::transport::{Channel, Endpoint};
@@ -21,7 +22,12 @@ pub struct RemoteProvider {
 
 impl RemoteProvider {
     /// A lazily connected client for `endpoint` with already known tools.
-    pub fn lazy(name: &str, endpoint: &str, tools: Vec<ToolSpec>, affinity: bool) -> Result<Self, ToolError> {
+    pub fn lazy(
+        name: &str,
+        endpoint: &str,
+        tools: Vec<ToolSpec>,
+        affinity: bool,
+    ) -> Result<Self, ToolError> {
         let channel = Endpoint::from_shared(endpoint.to_owned())
             .map_err(|e| ToolError::Unavailable(format!("bad endpoint {endpoint}: {e}")))?
             .connect_timeout(std::time::Duration::from_secs(3))
@@ -85,21 +91,39 @@ impl Provider for RemoteProvider {
             }),
         });
         let unavailable = |e: tonic::Status| {
-            ToolError::Unavailable(format!("the {} provider at {} did not answer: {}", self.name, self.endpoint, e.message()))
+            ToolError::Unavailable(format!(
+                "the {} provider at {} did not answer: {}",
+                self.name,
+                self.endpoint,
+                e.message()
+            ))
         };
         let call = async {
-            let mut stream = client.call_tool(req).await.map_err(unavailable)?.into_inner();
+            let mut stream = client
+                .call_tool(req)
+                .await
+                .map_err(unavailable)?
+                .into_inner();
             loop {
                 match stream.message().await.map_err(unavailable)? {
                     Some(ev) => match ev.event {
                         Some(call_tool_event::Event::Progress(p)) => ctx.events.progress(p).await,
-                        Some(call_tool_event::Event::Output(o)) => ctx.events.output(&o.stream, o.text).await,
+                        Some(call_tool_event::Event::Output(o)) => {
+                            ctx.events.output(&o.stream, o.text).await
+                        }
                         Some(call_tool_event::Event::Result(r)) => {
                             let v: Value = serde_json::from_str(&r.value_json).map_err(|e| {
-                                ToolError::failed(format!("the {} provider sent a result that is not JSON: {e}", self.name))
+                                ToolError::failed(format!(
+                                    "the {} provider sent a result that is not JSON: {e}",
+                                    self.name
+                                ))
                             })?;
                             return if r.is_error {
-                                Err(ToolError::Failed(v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())))
+                                Err(ToolError::Failed(
+                                    v.as_str()
+                                        .map(str::to_owned)
+                                        .unwrap_or_else(|| v.to_string()),
+                                ))
                             } else {
                                 Ok(v)
                             };

@@ -2,7 +2,8 @@
 
 use crate::provider::{CallCtx, EventSink, Provider, ProviderEvent, ToolError};
 use omicos_proto::{
-    CallToolEvent, CallToolRequest, DescribeRequest, DescribeResponse, ProviderResult, call_tool_event,
+    CallToolEvent, CallToolRequest, DescribeRequest, DescribeResponse, ProviderResult,
+    call_tool_event,
     tool_provider_server::{ToolProvider, ToolProviderServer},
 };
 use std::{path::PathBuf, pin::Pin, sync::Arc};
@@ -22,7 +23,11 @@ impl<P: Provider> ProviderService<P> {
     /// Wraps `provider`. `workspace` is used when a call carries none;
     /// `shutdown` cancels running calls when the service stops.
     pub fn new(provider: Arc<P>, workspace: PathBuf, shutdown: CancellationToken) -> Self {
-        Self { provider, workspace, shutdown }
+        Self {
+            provider,
+            workspace,
+            shutdown,
+        }
     }
 
     /// The tonic server for it.
@@ -36,8 +41,14 @@ impl<P: Provider> ProviderService<P> {
 /// Encodes a provider outcome for the wire.
 pub fn encode_result(r: Result<serde_json::Value, ToolError>) -> ProviderResult {
     match r {
-        Ok(v) => ProviderResult { is_error: false, value_json: v.to_string() },
-        Err(e) => ProviderResult { is_error: true, value_json: serde_json::Value::String(e.to_string()).to_string() },
+        Ok(v) => ProviderResult {
+            is_error: false,
+            value_json: v.to_string(),
+        },
+        Err(e) => ProviderResult {
+            is_error: true,
+            value_json: serde_json::Value::String(e.to_string()).to_string(),
+        },
     }
 }
 
@@ -45,7 +56,10 @@ type EventStream = Pin<Box<dyn Stream<Item = Result<CallToolEvent, Status>> + Se
 
 #[tonic::async_trait]
 impl<P: Provider> ToolProvider for ProviderService<P> {
-    async fn describe(&self, _req: Request<DescribeRequest>) -> Result<Response<DescribeResponse>, Status> {
+    async fn describe(
+        &self,
+        _req: Request<DescribeRequest>,
+    ) -> Result<Response<DescribeResponse>, Status> {
         let name = self.provider.name().to_owned();
         let tools = self
             .provider
@@ -67,8 +81,15 @@ impl<P: Provider> ToolProvider for ProviderService<P> {
 
     type CallToolStream = EventStream;
 
-    async fn call_tool(&self, req: Request<CallToolRequest>) -> Result<Response<Self::CallToolStream>, Status> {
-        let span = tracing::info_span!("provider.call_tool", tool_name = tracing::field::Empty, status = tracing::field::Empty);
+    async fn call_tool(
+        &self,
+        req: Request<CallToolRequest>,
+    ) -> Result<Response<Self::CallToolStream>, Status> {
+        let span = tracing::info_span!(
+            "provider.call_tool",
+            tool_name = tracing::field::Empty,
+            status = tracing::field::Empty
+        );
         omicos_servicekit::telemetry::set_parent_from(&span, req.metadata());
         let req = req.into_inner();
         span.record("tool_name", req.tool.as_str());
@@ -82,8 +103,16 @@ impl<P: Provider> ToolProvider for ProviderService<P> {
             session_id: c.session_id,
             agent_id: c.agent_id,
             user_modified: c.user_modified,
-            scope: if c.scope.is_empty() { "workspace".into() } else { c.scope },
-            workspace: if c.workspace.is_empty() { self.workspace.clone() } else { PathBuf::from(c.workspace) },
+            scope: if c.scope.is_empty() {
+                "workspace".into()
+            } else {
+                c.scope
+            },
+            workspace: if c.workspace.is_empty() {
+                self.workspace.clone()
+            } else {
+                PathBuf::from(c.workspace)
+            },
             events: EventSink::new(ev_tx),
             cancel: cancel.clone(),
         };
@@ -136,12 +165,16 @@ impl<P: Provider> ToolProvider for ProviderService<P> {
             }
             let result = match outcome {
                 Ok(r) => r,
-                Err(join) if join.is_panic() => Err(ToolError::failed(format!("the {tool} tool crashed (panic); the provider is still running"))),
+                Err(join) if join.is_panic() => Err(ToolError::failed(format!(
+                    "the {tool} tool crashed (panic); the provider is still running"
+                ))),
                 Err(_) => Err(ToolError::Cancelled),
             };
             span.record("status", if result.is_ok() { "done" } else { "error" });
             let _ = out_tx
-                .send(Ok(CallToolEvent { event: Some(call_tool_event::Event::Result(encode_result(result))) }))
+                .send(Ok(CallToolEvent {
+                    event: Some(call_tool_event::Event::Result(encode_result(result))),
+                }))
                 .await;
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(out_rx))))

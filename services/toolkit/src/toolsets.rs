@@ -4,7 +4,12 @@
 pub const TOOLSET_GROUPS: &[(&str, &[&str])] = &[
     (
         "integrated_notebook",
-        &["run_python_code", "kernel_install", "notebook__*", "registry_lookup"],
+        &[
+            "run_python_code",
+            "kernel_install",
+            "notebook__*",
+            "registry_lookup",
+        ],
     ),
     ("web", &["web_search", "web_fetch"]),
     (
@@ -35,7 +40,10 @@ pub const TOOLSET_GROUPS: &[(&str, &[&str])] = &[
 
 /// The patterns of a toolset, or None when the name is unknown.
 pub fn group(name: &str) -> Option<&'static [&'static str]> {
-    TOOLSET_GROUPS.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+    TOOLSET_GROUPS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, t)| *t)
 }
 
 /// Whether `tool` matches a pattern of a group.

@@ -23,7 +23,13 @@ pub struct AnthropicBackend {
 
 impl AnthropicBackend {
     /// `base_url` like `https://api.anthropic.com` (with or without `/v1`).
-    pub fn new(base_url: &str, api_key: &str, model: &str, retry: RetryPolicy, idle_timeout: Duration) -> Self {
+    pub fn new(
+        base_url: &str,
+        api_key: &str,
+        model: &str,
+        retry: RetryPolicy,
+        idle_timeout: Duration,
+    ) -> Self {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .build()
@@ -68,10 +74,19 @@ pub fn to_anthropic_messages(messages: &[Value]) -> Vec<Value> {
         let (role, blocks) = match role {
             "assistant" => {
                 let mut blocks = Vec::new();
-                if let Some(t) = m.get("content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+                if let Some(t) = m
+                    .get("content")
+                    .and_then(Value::as_str)
+                    .filter(|t| !t.is_empty())
+                {
                     blocks.push(json!({"type": "text", "text": t}));
                 }
-                for tc in m.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+                for tc in m
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
                     let f = &tc["function"];
                     let args = f["arguments"].as_str().unwrap_or("{}");
                     let input = serde_json::from_str::<Value>(args)
@@ -100,7 +115,10 @@ pub fn to_anthropic_messages(messages: &[Value]) -> Vec<Value> {
         }
         match out.last_mut() {
             Some(last) if last["role"] == role => {
-                last["content"].as_array_mut().expect("content is an array").extend(blocks);
+                last["content"]
+                    .as_array_mut()
+                    .expect("content is an array")
+                    .extend(blocks);
             }
             _ => out.push(json!({"role": role, "content": blocks})),
         }
@@ -120,7 +138,11 @@ impl LlmBackend for AnthropicBackend {
         deltas: mpsc::Sender<LlmDelta>,
         cancel: &CancellationToken,
     ) -> Result<LlmTurn, LlmError> {
-        let model = if req.model.is_empty() { self.model.clone() } else { req.model.clone() };
+        let model = if req.model.is_empty() {
+            self.model.clone()
+        } else {
+            req.model.clone()
+        };
         let mut body = json!({
             "model": model,
             "max_tokens": self.max_tokens,
@@ -141,7 +163,10 @@ impl LlmBackend for AnthropicBackend {
         })
         .await?;
         let mut reader = SseReader::new(Box::pin(resp.bytes_stream()));
-        let mut turn = LlmTurn { model, ..Default::default() };
+        let mut turn = LlmTurn {
+            model,
+            ..Default::default()
+        };
         // index → (id, name, partial json); kept in block order.
         let mut tools: BTreeMap<u64, (String, String, String)> = BTreeMap::new();
         let mut open_tool_blocks = 0usize;
@@ -152,7 +177,12 @@ impl LlmBackend for AnthropicBackend {
                 _ = cancel.cancelled() => return Err(LlmError::Cancelled),
             };
             let ev = match next {
-                Err(_) => return Err(LlmError::StreamBroken(format!("no data for {:?}", self.idle_timeout))),
+                Err(_) => {
+                    return Err(LlmError::StreamBroken(format!(
+                        "no data for {:?}",
+                        self.idle_timeout
+                    )));
+                }
                 Ok(Err(e)) => return Err(LlmError::StreamBroken(e)),
                 Ok(Ok(None)) => break,
                 Ok(Ok(Some(ev))) => ev,
@@ -161,7 +191,10 @@ impl LlmBackend for AnthropicBackend {
                 Ok(v) => v,
                 Err(_) => continue,
             };
-            let kind = data.get("type").and_then(Value::as_str).unwrap_or(ev.event.as_str());
+            let kind = data
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or(ev.event.as_str());
             match kind {
                 "message_start" => {
                     let m = &data["message"];
@@ -202,7 +235,9 @@ impl LlmBackend for AnthropicBackend {
                         }
                         Some("input_json_delta") => {
                             if let Some(entry) = tools.get_mut(&idx) {
-                                entry.2.push_str(d["partial_json"].as_str().unwrap_or_default());
+                                entry
+                                    .2
+                                    .push_str(d["partial_json"].as_str().unwrap_or_default());
                             }
                         }
                         _ => {}
@@ -224,7 +259,10 @@ impl LlmBackend for AnthropicBackend {
                     break;
                 }
                 "error" => {
-                    let msg = data["error"]["message"].as_str().unwrap_or("unknown error").to_owned();
+                    let msg = data["error"]["message"]
+                        .as_str()
+                        .unwrap_or("unknown error")
+                        .to_owned();
                     if super::is_context_overflow(&msg) {
                         return Err(LlmError::ContextOverflow(msg));
                     }
@@ -234,17 +272,29 @@ impl LlmBackend for AnthropicBackend {
             }
         }
         if !stopped && (open_tool_blocks > 0 || !tools.is_empty()) {
-            return Err(LlmError::StreamBroken("the stream ended in the middle of a tool call".into()));
+            return Err(LlmError::StreamBroken(
+                "the stream ended in the middle of a tool call".into(),
+            ));
         }
         if !stopped && turn.text.is_empty() {
-            return Err(LlmError::StreamBroken("the stream ended before any answer".into()));
+            return Err(LlmError::StreamBroken(
+                "the stream ended before any answer".into(),
+            ));
         }
         turn.tool_calls = tools
             .into_values()
             .map(|(id, name, args)| ToolCall {
-                id: if id.is_empty() { format!("toolu_{}", uuid::Uuid::new_v4().simple()) } else { id },
+                id: if id.is_empty() {
+                    format!("toolu_{}", uuid::Uuid::new_v4().simple())
+                } else {
+                    id
+                },
                 name,
-                arguments: if args.trim().is_empty() { "{}".into() } else { args },
+                arguments: if args.trim().is_empty() {
+                    "{}".into()
+                } else {
+                    args
+                },
             })
             .collect();
         Ok(turn)

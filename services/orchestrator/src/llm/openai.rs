@@ -22,7 +22,13 @@ pub struct OpenAiBackend {
 
 impl OpenAiBackend {
     /// `base_url` ends before `/chat/completions` (e.g. `https://api.openai.com/v1`).
-    pub fn new(base_url: &str, api_key: &str, model: &str, retry: RetryPolicy, idle_timeout: Duration) -> Self {
+    pub fn new(
+        base_url: &str,
+        api_key: &str,
+        model: &str,
+        retry: RetryPolicy,
+        idle_timeout: Duration,
+    ) -> Self {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .build()
@@ -96,7 +102,10 @@ impl LlmBackend for OpenAiBackend {
         })
         .await?;
         let mut reader = SseReader::new(Box::pin(resp.bytes_stream()));
-        let mut turn = LlmTurn { model: body["model"].as_str().unwrap_or_default().to_owned(), ..Default::default() };
+        let mut turn = LlmTurn {
+            model: body["model"].as_str().unwrap_or_default().to_owned(),
+            ..Default::default()
+        };
         // Tool calls are keyed by index; servers split arguments over many chunks.
         let mut calls: Vec<PartialCall> = Vec::new();
         let mut finished = false;
@@ -106,7 +115,12 @@ impl LlmBackend for OpenAiBackend {
                 _ = cancel.cancelled() => return Err(LlmError::Cancelled),
             };
             let ev = match next {
-                Err(_) => return Err(LlmError::StreamBroken(format!("no data for {:?}", self.idle_timeout))),
+                Err(_) => {
+                    return Err(LlmError::StreamBroken(format!(
+                        "no data for {:?}",
+                        self.idle_timeout
+                    )));
+                }
                 Ok(Err(e)) => return Err(LlmError::StreamBroken(e)),
                 Ok(Ok(None)) => break,
                 Ok(Ok(Some(ev))) => ev,
@@ -121,10 +135,19 @@ impl LlmBackend for OpenAiBackend {
             }
             let chunk: Value = match serde_json::from_str(data) {
                 Ok(v) => v,
-                Err(e) => return Err(LlmError::StreamBroken(format!("bad JSON chunk: {e}: {}", trunc(data)))),
+                Err(e) => {
+                    return Err(LlmError::StreamBroken(format!(
+                        "bad JSON chunk: {e}: {}",
+                        trunc(data)
+                    )));
+                }
             };
             if let Some(err) = chunk.get("error") {
-                let msg = err.get("message").and_then(Value::as_str).map(str::to_owned).unwrap_or_else(|| err.to_string());
+                let msg = err
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| err.to_string());
                 if super::is_context_overflow(&msg) {
                     return Err(LlmError::ContextOverflow(msg));
                 }
@@ -134,14 +157,24 @@ impl LlmBackend for OpenAiBackend {
                 turn.model = m.to_owned();
             }
             if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
-                turn.input_tokens = u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(turn.input_tokens);
-                turn.output_tokens = u.get("completion_tokens").and_then(Value::as_u64).unwrap_or(turn.output_tokens);
+                turn.input_tokens = u
+                    .get("prompt_tokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(turn.input_tokens);
+                turn.output_tokens = u
+                    .get("completion_tokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(turn.output_tokens);
             }
-            let Some(choice) = chunk.get("choices").and_then(|c| c.get(0)) else { continue };
+            let Some(choice) = chunk.get("choices").and_then(|c| c.get(0)) else {
+                continue;
+            };
             if choice.get("finish_reason").is_some_and(|f| !f.is_null()) {
                 finished = true;
             }
-            let Some(delta) = choice.get("delta") else { continue };
+            let Some(delta) = choice.get("delta") else {
+                continue;
+            };
             if let Some(text) = delta.get("content").and_then(Value::as_str)
                 && !text.is_empty()
             {
@@ -150,7 +183,11 @@ impl LlmBackend for OpenAiBackend {
             }
             if let Some(tcs) = delta.get("tool_calls").and_then(Value::as_array) {
                 for (pos, tc) in tcs.iter().enumerate() {
-                    let idx = tc.get("index").and_then(Value::as_u64).map(|i| i as usize).unwrap_or(pos);
+                    let idx = tc
+                        .get("index")
+                        .and_then(Value::as_u64)
+                        .map(|i| i as usize)
+                        .unwrap_or(pos);
                     while calls.len() <= idx {
                         calls.push(PartialCall::default());
                     }
@@ -183,18 +220,30 @@ impl LlmBackend for OpenAiBackend {
             }
         }
         if !finished && !calls.is_empty() {
-            return Err(LlmError::StreamBroken("the stream ended in the middle of a tool call".into()));
+            return Err(LlmError::StreamBroken(
+                "the stream ended in the middle of a tool call".into(),
+            ));
         }
         if !finished && turn.text.is_empty() {
-            return Err(LlmError::StreamBroken("the stream ended before any answer".into()));
+            return Err(LlmError::StreamBroken(
+                "the stream ended before any answer".into(),
+            ));
         }
         turn.tool_calls = calls
             .into_iter()
             .filter(|c| !c.name.is_empty())
             .map(|c| ToolCall {
-                id: if c.id.is_empty() { format!("call_{}", uuid::Uuid::new_v4().simple()) } else { c.id },
+                id: if c.id.is_empty() {
+                    format!("call_{}", uuid::Uuid::new_v4().simple())
+                } else {
+                    c.id
+                },
                 name: c.name,
-                arguments: if c.arguments.trim().is_empty() { "{}".into() } else { c.arguments },
+                arguments: if c.arguments.trim().is_empty() {
+                    "{}".into()
+                } else {
+                    c.arguments
+                },
             })
             .collect();
         Ok(turn)

@@ -67,13 +67,16 @@ impl ReplayBackend {
     /// From a parsed script.
     pub fn new(script: ReplayScript) -> Self {
         let n = script.steps.len();
-        Self { steps: script.steps, used: Mutex::new(vec![false; n]) }
+        Self {
+            steps: script.steps,
+            used: Mutex::new(vec![false; n]),
+        }
     }
 
     /// From YAML (or JSON) text.
     pub fn from_yaml(text: &str) -> Result<Self, LlmError> {
-        let script: ReplayScript =
-            serde_yaml::from_str(text).map_err(|e| LlmError::Config(format!("replay script: {e}")))?;
+        let script: ReplayScript = serde_yaml::from_str(text)
+            .map_err(|e| LlmError::Config(format!("replay script: {e}")))?;
         Ok(Self::new(script))
     }
 
@@ -116,7 +119,12 @@ impl LlmBackend for ReplayBackend {
         // Stream word by word, as a model would.
         let mut rest = step.text.as_str();
         while !rest.is_empty() {
-            let cut = rest.char_indices().skip(1).find(|(_, c)| *c == ' ').map(|(i, _)| i).unwrap_or(rest.len());
+            let cut = rest
+                .char_indices()
+                .skip(1)
+                .find(|(_, c)| *c == ' ')
+                .map(|(i, _)| i)
+                .unwrap_or(rest.len());
             let _ = deltas.send(LlmDelta::Text(rest[..cut].to_owned())).await;
             rest = &rest[cut..];
         }
@@ -124,7 +132,9 @@ impl LlmBackend for ReplayBackend {
             .tool_calls
             .into_iter()
             .map(|c| ToolCall {
-                id: c.id.unwrap_or_else(|| format!("call_{}", &uuid::Uuid::new_v4().simple().to_string()[..12])),
+                id: c.id.unwrap_or_else(|| {
+                    format!("call_{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+                }),
                 name: c.name,
                 arguments: match c.arguments {
                     Value::String(s) => s,
@@ -133,6 +143,11 @@ impl LlmBackend for ReplayBackend {
                 },
             })
             .collect();
-        Ok(LlmTurn { text: step.text, tool_calls, model: "replay".into(), ..Default::default() })
+        Ok(LlmTurn {
+            text: step.text,
+            tool_calls,
+            model: "replay".into(),
+            ..Default::default()
+        })
     }
 }

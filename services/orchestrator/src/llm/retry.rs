@@ -19,7 +19,11 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self { max_attempts: 4, base_delay: Duration::from_millis(500), max_delay: Duration::from_secs(20) }
+        Self {
+            max_attempts: 4,
+            base_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(20),
+        }
     }
 }
 
@@ -28,7 +32,10 @@ impl RetryPolicy {
         if let Some(ra) = retry_after {
             return ra.min(self.max_delay);
         }
-        let exp = self.base_delay.saturating_mul(1u32 << attempt.min(10)).min(self.max_delay);
+        let exp = self
+            .base_delay
+            .saturating_mul(1u32 << attempt.min(10))
+            .min(self.max_delay);
         // Full jitter in [exp/2, exp].
         let half = exp / 2;
         let jitter = rand::rng().random_range(0..=half.as_millis() as u64);
@@ -37,8 +44,16 @@ impl RetryPolicy {
 }
 
 fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
-    let v = resp.headers().get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    v.trim().parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0).map(Duration::from_secs_f64)
+    let v = resp
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?;
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64)
 }
 
 /// Sends the request built by `build` until it succeeds or retries run out.
@@ -86,5 +101,8 @@ pub async fn send(
             }
         }
     }
-    Err(LlmError::Unavailable { attempts: policy.max_attempts.max(1), last })
+    Err(LlmError::Unavailable {
+        attempts: policy.max_attempts.max(1),
+        last,
+    })
 }

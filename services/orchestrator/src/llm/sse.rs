@@ -26,7 +26,11 @@ where
 {
     /// Wraps a body stream.
     pub fn new(inner: S) -> Self {
-        Self { inner, buf: Vec::new(), done: false }
+        Self {
+            inner,
+            buf: Vec::new(),
+            done: false,
+        }
     }
 
     /// The next event; Ok(None) at a clean end of stream.
@@ -103,10 +107,18 @@ mod tests {
     async fn splits_events_across_chunks() {
         let chunks: Vec<Result<Bytes, String>> = vec![
             Ok(Bytes::from("event: a\nda")),
-            Ok(Bytes::from("ta: 1\n\n: comment\n\ndata: x\r\n\r\ndata: last")),
+            Ok(Bytes::from(
+                "ta: 1\n\n: comment\n\ndata: x\r\n\r\ndata: last",
+            )),
         ];
         let mut r = SseReader::new(futures::stream::iter(chunks));
-        assert_eq!(r.next_event().await.unwrap().unwrap(), SseEvent { event: "a".into(), data: "1".into() });
+        assert_eq!(
+            r.next_event().await.unwrap().unwrap(),
+            SseEvent {
+                event: "a".into(),
+                data: "1".into()
+            }
+        );
         assert_eq!(r.next_event().await.unwrap().unwrap().data, "x");
         assert_eq!(r.next_event().await.unwrap().unwrap().data, "last");
         assert!(r.next_event().await.unwrap().is_none());
