@@ -93,14 +93,25 @@ impl KernelConfig {
         }
         for (key, v) in [
             ("kernel.timeout_seconds", self.timeout_seconds),
-            ("kernel.interrupt_grace_seconds", self.interrupt_grace_seconds),
-            ("kernel.startup_timeout_seconds", self.startup_timeout_seconds),
+            (
+                "kernel.interrupt_grace_seconds",
+                self.interrupt_grace_seconds,
+            ),
+            (
+                "kernel.startup_timeout_seconds",
+                self.startup_timeout_seconds,
+            ),
             ("kernel.heartbeat_seconds", self.heartbeat_seconds),
-            ("kernel.install_timeout_seconds", self.install_timeout_seconds),
+            (
+                "kernel.install_timeout_seconds",
+                self.install_timeout_seconds,
+            ),
             ("kernel.lookup_timeout_seconds", self.lookup_timeout_seconds),
         ] {
             if !(v.is_finite() && v > 0.0) {
-                return Err(format!("{key} must be a positive number of seconds, not {v}"));
+                return Err(format!(
+                    "{key} must be a positive number of seconds, not {v}"
+                ));
             }
         }
         Ok(())

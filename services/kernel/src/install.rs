@@ -26,33 +26,56 @@ pub fn parse_request(args: &Value) -> Result<InstallRequest, ToolError> {
     let packages = match &args["packages"] {
         Value::Array(a) => a
             .iter()
-            .map(|p| p.as_str().map(str::to_owned).ok_or_else(|| ToolError::invalid("packages must be strings")))
+            .map(|p| {
+                p.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| ToolError::invalid("packages must be strings"))
+            })
             .collect::<Result<Vec<_>, _>>()?,
         Value::String(s) => s.split_whitespace().map(str::to_owned).collect(),
-        _ => return Err(ToolError::invalid("packages is required: a list of package names")),
+        _ => {
+            return Err(ToolError::invalid(
+                "packages is required: a list of package names",
+            ));
+        }
     };
     if packages.is_empty() {
-        return Err(ToolError::invalid("packages is empty: name at least one package"));
+        return Err(ToolError::invalid(
+            "packages is empty: name at least one package",
+        ));
     }
     for p in &packages {
         let t = p.trim();
         if t == "-r" || t.starts_with("--requirement") || t.starts_with("-r") {
-            return Err(ToolError::invalid(format!("`{p}` refused: -r/--requirement files are not installed by kernel_install; name the packages")));
+            return Err(ToolError::invalid(format!(
+                "`{p}` refused: -r/--requirement files are not installed by kernel_install; name the packages"
+            )));
         }
         if t.starts_with("--target") || t == "-t" {
-            return Err(ToolError::invalid(format!("`{p}` refused: --target is not allowed; packages go into the kernel's environment")));
+            return Err(ToolError::invalid(format!(
+                "`{p}` refused: --target is not allowed; packages go into the kernel's environment"
+            )));
         }
         if t.starts_with('-') {
-            return Err(ToolError::invalid(format!("`{p}` refused: it looks like a pip option; only package names are accepted")));
+            return Err(ToolError::invalid(format!(
+                "`{p}` refused: it looks like a pip option; only package names are accepted"
+            )));
         }
         if t.contains('/') {
-            return Err(ToolError::invalid(format!("`{p}` refused: names with '/' (paths, URLs) are not accepted; give a package name from the index")));
+            return Err(ToolError::invalid(format!(
+                "`{p}` refused: names with '/' (paths, URLs) are not accepted; give a package name from the index"
+            )));
         }
         if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(ToolError::invalid(format!("`{}` refused: a package name has no spaces or control characters", p.escape_debug())));
+            return Err(ToolError::invalid(format!(
+                "`{}` refused: a package name has no spaces or control characters",
+                p.escape_debug()
+            )));
         }
         if !t.chars().next().is_some_and(|c| c.is_ascii_alphanumeric()) {
-            return Err(ToolError::invalid(format!("`{p}` refused: a package name starts with a letter or digit")));
+            return Err(ToolError::invalid(format!(
+                "`{p}` refused: a package name starts with a letter or digit"
+            )));
         }
     }
     let upgrade = args["upgrade"].as_bool().unwrap_or(false);
@@ -61,14 +84,22 @@ pub fn parse_request(args: &Value) -> Result<InstallRequest, ToolError> {
         Value::String(u) if u.is_empty() => None,
         Value::String(u) => {
             let lower = u.to_ascii_lowercase();
-            if !(lower.starts_with("http://") || lower.starts_with("https://")) || u.chars().any(char::is_whitespace) {
-                return Err(ToolError::invalid(format!("index_url `{u}` refused: only http:// and https:// index URLs are accepted")));
+            if !(lower.starts_with("http://") || lower.starts_with("https://"))
+                || u.chars().any(char::is_whitespace)
+            {
+                return Err(ToolError::invalid(format!(
+                    "index_url `{u}` refused: only http:// and https:// index URLs are accepted"
+                )));
             }
             Some(u.clone())
         }
         _ => return Err(ToolError::invalid("index_url must be a string")),
     };
-    Ok(InstallRequest { packages: packages.into_iter().map(|p| p.trim().to_owned()).collect(), upgrade, index_url })
+    Ok(InstallRequest {
+        packages: packages.into_iter().map(|p| p.trim().to_owned()).collect(),
+        upgrade,
+        index_url,
+    })
 }
 
 /// Runs pip. Output streams to `events`; the result keeps at most `cap` bytes of it.
@@ -81,7 +112,15 @@ pub async fn run(
     cancel: &CancellationToken,
 ) -> Result<Value, ToolError> {
     let mut cmd = tokio::process::Command::new(python);
-    cmd.args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--progress-bar", "off"]);
+    cmd.args([
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--progress-bar",
+        "off",
+    ]);
     if req.upgrade {
         cmd.arg("--upgrade");
     }
@@ -95,16 +134,38 @@ pub async fn run(
         .env("PYTHONUNBUFFERED", "1")
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = cmd.spawn().map_err(|e| ToolError::failed(format!("cannot run {} -m pip: {e}", python.display())))?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| ToolError::failed(format!("cannot run {} -m pip: {e}", python.display())))?;
     let pid = child.id().unwrap_or(0) as i32;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(&'static str, String)>(64);
-    for (name, pipe) in [("stdout", child.stdout.take().map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Unpin + Send>)), ("stderr", child.stderr.take().map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Unpin + Send>))] {
+    for (name, pipe) in [
+        (
+            "stdout",
+            child
+                .stdout
+                .take()
+                .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+        ),
+        (
+            "stderr",
+            child
+                .stderr
+                .take()
+                .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+        ),
+    ] {
         let Some(mut pipe) = pipe else { continue };
         let tx = tx.clone();
         tokio::spawn(async move {
             let mut buf = vec![0u8; 8192];
             while let Ok(n) = pipe.read(&mut buf).await {
-                if n == 0 || tx.send((name, String::from_utf8_lossy(&buf[..n]).into_owned())).await.is_err() {
+                if n == 0
+                    || tx
+                        .send((name, String::from_utf8_lossy(&buf[..n]).into_owned()))
+                        .await
+                        .is_err()
+                {
                     break;
                 }
             }
@@ -151,7 +212,9 @@ pub async fn run(
             "note": "already-imported modules keep their old version until the kernel restarts; new packages can be imported now",
         }))
     } else {
-        Err(ToolError::failed(format!("pip install failed ({status}):\n{text}")))
+        Err(ToolError::failed(format!(
+            "pip install failed ({status}):\n{text}"
+        )))
     }
 }
 
@@ -173,14 +236,21 @@ mod tests {
             json!({"packages": ["six"], "index_url": "ftp://x"}),
         ];
         for b in bad {
-            assert!(matches!(parse_request(&b), Err(ToolError::InvalidInput(_))), "{b}");
+            assert!(
+                matches!(parse_request(&b), Err(ToolError::InvalidInput(_))),
+                "{b}"
+            );
         }
         let ok = parse_request(&json!({"packages": ["six==1.16.0", "requests[socks]>=2"], "upgrade": true, "index_url": "https://pypi.org/simple"})).unwrap();
         assert_eq!(ok.packages, vec!["six==1.16.0", "requests[socks]>=2"]);
         assert!(ok.upgrade);
-        let msg = parse_request(&json!({"packages": ["-r", "x"]})).unwrap_err().to_string();
+        let msg = parse_request(&json!({"packages": ["-r", "x"]}))
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains("-r/--requirement"), "{msg}");
-        let msg = parse_request(&json!({"packages": ["--target=/x"]})).unwrap_err().to_string();
+        let msg = parse_request(&json!({"packages": ["--target=/x"]}))
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains("--target"), "{msg}");
     }
 }

@@ -16,14 +16,22 @@ pub struct Interpreter {
 }
 
 fn env_get<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    env.iter().find(|(k, v)| k == key && !v.is_empty()).map(|(_, v)| v.as_str())
+    env.iter()
+        .find(|(k, v)| k == key && !v.is_empty())
+        .map(|(_, v)| v.as_str())
 }
 
 /// Resolves the interpreter for `workspace`. `configured` is `kernel.python`.
 pub fn resolve(configured: &str, workspace: &Path, env: &[(String, String)]) -> Interpreter {
-    let pick = |p: PathBuf, source: &str| Interpreter { python: p, source: source.into() };
+    let pick = |p: PathBuf, source: &str| Interpreter {
+        python: p,
+        source: source.into(),
+    };
     if !configured.is_empty() {
-        return pick(PathBuf::from(configured), "kernel.python / OMICOS_KERNEL_PYTHON");
+        return pick(
+            PathBuf::from(configured),
+            "kernel.python / OMICOS_KERNEL_PYTHON",
+        );
     }
     if let Some(v) = env_get(env, "OMICOS_KERNEL_PYTHON") {
         return pick(PathBuf::from(v), "OMICOS_KERNEL_PYTHON");
@@ -32,13 +40,21 @@ pub fn resolve(configured: &str, workspace: &Path, env: &[(String, String)]) -> 
     if let Ok(text) = std::fs::read_to_string(&choice) {
         let p = text.trim();
         if !p.is_empty() {
-            let p = if Path::new(p).is_absolute() { PathBuf::from(p) } else { workspace.join(p) };
+            let p = if Path::new(p).is_absolute() {
+                PathBuf::from(p)
+            } else {
+                workspace.join(p)
+            };
             if p.exists() {
                 return pick(p, &choice.display().to_string());
             }
         }
     }
-    for (var, suffix) in [("OMICOS_ENV_DIR", ".venv/bin/python3"), ("VIRTUAL_ENV", "bin/python3"), ("CONDA_PREFIX", "bin/python3")] {
+    for (var, suffix) in [
+        ("OMICOS_ENV_DIR", ".venv/bin/python3"),
+        ("VIRTUAL_ENV", "bin/python3"),
+        ("CONDA_PREFIX", "bin/python3"),
+    ] {
         if let Some(dir) = env_get(env, var) {
             let p = Path::new(dir).join(suffix);
             if p.exists() {
@@ -75,7 +91,10 @@ pub fn setup_venv(dir: &Path) -> Result<PathBuf, SetupError> {
     let venv = dir.join(".venv");
     let python = venv.join("bin/python3");
     let run = |cmd: &mut std::process::Command, step: String| -> Result<(), SetupError> {
-        let out = cmd.output().map_err(|e| SetupError::Step { step: step.clone(), detail: e.to_string() })?;
+        let out = cmd.output().map_err(|e| SetupError::Step {
+            step: step.clone(),
+            detail: e.to_string(),
+        })?;
         if out.status.success() {
             Ok(())
         } else {
@@ -88,12 +107,22 @@ pub fn setup_venv(dir: &Path) -> Result<PathBuf, SetupError> {
     };
     if !python.exists() {
         run(
-            std::process::Command::new("python3").arg("-m").arg("venv").arg(&venv),
+            std::process::Command::new("python3")
+                .arg("-m")
+                .arg("venv")
+                .arg(&venv),
             format!("python3 -m venv {}", venv.display()),
         )?;
     }
     run(
-        std::process::Command::new(&python).args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "ipykernel>=6.29"]),
+        std::process::Command::new(&python).args([
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--no-input",
+            "ipykernel>=6.29",
+        ]),
         format!("{} -m pip install ipykernel", python.display()),
     )?;
     Ok(python)
@@ -103,7 +132,10 @@ pub fn setup_venv(dir: &Path) -> Result<PathBuf, SetupError> {
 pub fn write_kernel_choice(workspace: &Path, python: &Path) -> std::io::Result<()> {
     let dir = workspace.join(".omicos");
     std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join(".kernel_choice"), format!("{}\n", python.display()))
+    std::fs::write(
+        dir.join(".kernel_choice"),
+        format!("{}\n", python.display()),
+    )
 }
 
 #[cfg(test)]
@@ -118,10 +150,16 @@ mod tests {
         std::fs::create_dir_all(venv_py.parent().unwrap()).unwrap();
         std::fs::write(&venv_py, "").unwrap();
         let env = vec![
-            ("OMICOS_ENV_DIR".to_string(), env_dir.path().display().to_string()),
+            (
+                "OMICOS_ENV_DIR".to_string(),
+                env_dir.path().display().to_string(),
+            ),
             ("VIRTUAL_ENV".to_string(), "/nonexistent".to_string()),
         ];
-        assert_eq!(resolve("/x/py", ws.path(), &env).python, PathBuf::from("/x/py"));
+        assert_eq!(
+            resolve("/x/py", ws.path(), &env).python,
+            PathBuf::from("/x/py")
+        );
         assert_eq!(resolve("", ws.path(), &env).python, venv_py);
         assert_eq!(resolve("", ws.path(), &env).source, "OMICOS_ENV_DIR");
         write_kernel_choice(ws.path(), &venv_py).unwrap();
@@ -131,6 +169,9 @@ mod tests {
         let mut env2 = env.clone();
         env2.push(("OMICOS_KERNEL_PYTHON".into(), "/y/py".into()));
         assert_eq!(resolve("", ws.path(), &env2).python, PathBuf::from("/y/py"));
-        assert_eq!(resolve("", tempfile::tempdir().unwrap().path(), &[]).python, PathBuf::from("python3"));
+        assert_eq!(
+            resolve("", tempfile::tempdir().unwrap().path(), &[]).python,
+            PathBuf::from("python3")
+        );
     }
 }

@@ -6,8 +6,8 @@
 use crate::interpreter::{Interpreter, SETUP_HINT};
 use crate::output::{CellOutput, StreamSplitter};
 use jupyter_protocol::{
-    ConnectionInfo, ExecuteRequest, ExecutionState, InterruptRequest, JupyterMessage, JupyterMessageContent, KernelInfoRequest,
-    ReplyStatus, ShutdownRequest, Transport,
+    ConnectionInfo, ExecuteRequest, ExecutionState, InterruptRequest, JupyterMessage,
+    JupyterMessageContent, KernelInfoRequest, ReplyStatus, ShutdownRequest, Transport,
 };
 use jupyter_zmq_client as jzc;
 use omicos_toolkit::EventSink;
@@ -121,7 +121,9 @@ pub struct StartOptions {
 }
 
 fn route(routes: &Routes, chan: Chan, msg: JupyterMessage) {
-    let Some(parent) = msg.parent_header.as_ref().map(|h| h.msg_id.clone()) else { return };
+    let Some(parent) = msg.parent_header.as_ref().map(|h| h.msg_id.clone()) else {
+        return;
+    };
     let tx = routes.lock().expect("routes lock").get(&parent).cloned();
     if let Some(tx) = tx {
         let _ = tx.send((chan, msg));
@@ -150,7 +152,11 @@ fn killpg(pid: i32, sig: i32) {
 
 impl Kernel {
     /// Starts a kernel with `interpreter`, in `cwd`, and waits until it answers.
-    pub async fn start(interpreter: &Interpreter, cwd: &Path, opts: &StartOptions) -> Result<Arc<Kernel>, KernelError> {
+    pub async fn start(
+        interpreter: &Interpreter,
+        cwd: &Path,
+        opts: &StartOptions,
+    ) -> Result<Arc<Kernel>, KernelError> {
         let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
         let dir = std::env::temp_dir().join(format!("omicos-k-{id}"));
         {
@@ -174,8 +180,11 @@ impl Kernel {
             kernel_name: None,
         };
         let conn_file = dir.join("connection.json");
-        std::fs::write(&conn_file, serde_json::to_vec(&info).expect("connection info serializes"))
-            .map_err(|e| KernelError::Start(format!("cannot write the connection file: {e}")))?;
+        std::fs::write(
+            &conn_file,
+            serde_json::to_vec(&info).expect("connection info serializes"),
+        )
+        .map_err(|e| KernelError::Start(format!("cannot write the connection file: {e}")))?;
         let mut cmd = tokio::process::Command::new(&interpreter.python);
         cmd.arg("-m")
             .arg("ipykernel_launcher")
@@ -216,13 +225,17 @@ impl Kernel {
                     t.push_str(&String::from_utf8_lossy(&buf[..n]));
                     if t.len() > 8192 {
                         let cut = t.len() - 8192;
-                        let cut = (cut..t.len()).find(|i| t.is_char_boundary(*i)).unwrap_or(t.len());
+                        let cut = (cut..t.len())
+                            .find(|i| t.is_char_boundary(*i))
+                            .unwrap_or(t.len());
                         t.drain(..cut);
                     }
                 }
             }));
         }
-        let fail = |child_status: Option<std::process::ExitStatus>, stderr_tail: &Arc<Mutex<String>>| -> KernelError {
+        let fail = |child_status: Option<std::process::ExitStatus>,
+                    stderr_tail: &Arc<Mutex<String>>|
+         -> KernelError {
             let text = stderr_tail.lock().expect("stderr lock").clone();
             if text.contains("No module named ipykernel") {
                 return KernelError::NoIpykernel {
@@ -230,12 +243,21 @@ impl Kernel {
                     chosen_by: interpreter.source.clone(),
                 };
             }
-            let last: Vec<&str> = text.lines().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect();
+            let last: Vec<&str> = text
+                .lines()
+                .rev()
+                .take(8)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
             KernelError::Start(format!(
                 "{} ({}) exited{}: {}",
                 interpreter.python.display(),
                 interpreter.source,
-                child_status.map(|s| format!(" with {s}")).unwrap_or_default(),
+                child_status
+                    .map(|s| format!(" with {s}"))
+                    .unwrap_or_default(),
                 last.join("\n")
             ))
         };
@@ -252,16 +274,25 @@ impl Kernel {
             }
             if Instant::now() > deadline {
                 killpg(pid, libc::SIGKILL);
-                return Err(KernelError::Start(format!("not ready after {:?}", opts.startup_timeout)));
+                return Err(KernelError::Start(format!(
+                    "not ready after {:?}",
+                    opts.startup_timeout
+                )));
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let session = uuid::Uuid::new_v4().to_string();
         let chan_err = |e: jzc::RuntimeError| KernelError::Channel(e.to_string());
-        let iopub = jzc::create_client_iopub_connection(&info, "", &session).await.map_err(chan_err)?;
+        let iopub = jzc::create_client_iopub_connection(&info, "", &session)
+            .await
+            .map_err(chan_err)?;
         let identity = jzc::peer_identity_for_session(&session).map_err(chan_err)?;
-        let shell = jzc::create_client_shell_connection_with_identity(&info, &session, identity).await.map_err(chan_err)?;
-        let control = jzc::create_client_control_connection(&info, &session).await.map_err(chan_err)?;
+        let shell = jzc::create_client_shell_connection_with_identity(&info, &session, identity)
+            .await
+            .map_err(chan_err)?;
+        let control = jzc::create_client_control_connection(&info, &session)
+            .await
+            .map_err(chan_err)?;
         let (shell_tx, shell_rx) = shell.split();
         let (control_tx, control_rx) = control.split();
         let routes: Routes = Arc::new(Mutex::new(HashMap::new()));
@@ -269,8 +300,16 @@ impl Kernel {
         let dead_tx = Arc::new(dead_tx);
         let stop = CancellationToken::new();
         tasks.push(tokio::spawn(read_loop(iopub, Chan::IoPub, routes.clone())));
-        tasks.push(tokio::spawn(read_loop(shell_rx, Chan::Shell, routes.clone())));
-        tasks.push(tokio::spawn(read_loop(control_rx, Chan::Control, routes.clone())));
+        tasks.push(tokio::spawn(read_loop(
+            shell_rx,
+            Chan::Shell,
+            routes.clone(),
+        )));
+        tasks.push(tokio::spawn(read_loop(
+            control_rx,
+            Chan::Control,
+            routes.clone(),
+        )));
         // Process exit is the surest sign of death.
         {
             let dead_tx = dead_tx.clone();
@@ -319,7 +358,13 @@ impl Kernel {
         let mut kernel = kernel;
         // A hung kernel (stuck in C code with signals blocked) still has its process:
         // the heartbeat catches it.
-        kernel.tasks.push(tokio::spawn(heartbeat_loop(info, opts.heartbeat, kernel.dead_tx.clone(), pid, kernel.stop.clone())));
+        kernel.tasks.push(tokio::spawn(heartbeat_loop(
+            info,
+            opts.heartbeat,
+            kernel.dead_tx.clone(),
+            pid,
+            kernel.stop.clone(),
+        )));
         Ok(Arc::new(kernel))
     }
 
@@ -330,7 +375,12 @@ impl Kernel {
             let msg: JupyterMessage = KernelInfoRequest {}.into();
             let mid = msg.header.msg_id.clone();
             let mut rx = self.register(&mid);
-            self.shell.lock().await.send(msg).await.map_err(|e| KernelError::Channel(e.to_string()))?;
+            self.shell
+                .lock()
+                .await
+                .send(msg)
+                .await
+                .map_err(|e| KernelError::Channel(e.to_string()))?;
             let (mut replied, mut on_iopub) = (false, false);
             let attempt_end = (Instant::now() + Duration::from_millis(250)).min(deadline);
             while !(replied && on_iopub) {
@@ -353,14 +403,19 @@ impl Kernel {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                return Err(KernelError::Start("the kernel did not answer kernel_info in time".into()));
+                return Err(KernelError::Start(
+                    "the kernel did not answer kernel_info in time".into(),
+                ));
             }
         }
     }
 
     fn register(&self, msg_id: &str) -> mpsc::UnboundedReceiver<(Chan, JupyterMessage)> {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.routes.lock().expect("routes lock").insert(msg_id.to_owned(), tx);
+        self.routes
+            .lock()
+            .expect("routes lock")
+            .insert(msg_id.to_owned(), tx);
         rx
     }
 
@@ -388,13 +443,29 @@ impl Kernel {
     pub async fn chdir(&self, dir: &Path) -> Result<(), KernelError> {
         let path = serde_json::to_string(&dir.display().to_string()).expect("string serializes");
         let code = format!("__import__('os').chdir({path})");
-        let limits = ExecLimits { timeout: Duration::from_secs(10), grace: Duration::from_secs(1), max_output: 4096 };
-        let r = self.execute(&code, true, &limits, &EventSink::discard(), &CancellationToken::new()).await;
+        let limits = ExecLimits {
+            timeout: Duration::from_secs(10),
+            grace: Duration::from_secs(1),
+            max_output: 4096,
+        };
+        let r = self
+            .execute(
+                &code,
+                true,
+                &limits,
+                &EventSink::discard(),
+                &CancellationToken::new(),
+            )
+            .await;
         if let Some(d) = r.died {
             return Err(KernelError::Dead(d));
         }
         if let Some(e) = r.out.error {
-            return Err(KernelError::Channel(format!("cannot change directory to {}: {}", dir.display(), e.evalue)));
+            return Err(KernelError::Channel(format!(
+                "cannot change directory to {}: {}",
+                dir.display(),
+                e.evalue
+            )));
         }
         *self.cwd.lock().expect("cwd lock") = dir.to_path_buf();
         Ok(())
@@ -402,7 +473,14 @@ impl Kernel {
 
     /// Runs `code`. Output streams to `events` while it runs. On timeout or
     /// cancel: interrupt_request, then SIGINT to the group, then kill.
-    pub async fn execute(&self, code: &str, silent: bool, limits: &ExecLimits, events: &EventSink, cancel: &CancellationToken) -> ExecOutcome {
+    pub async fn execute(
+        &self,
+        code: &str,
+        silent: bool,
+        limits: &ExecLimits,
+        events: &EventSink,
+        cancel: &CancellationToken,
+    ) -> ExecOutcome {
         let mut outcome = ExecOutcome::default();
         outcome.out.set_cap(limits.max_output);
         if let Some(d) = self.death() {
@@ -435,10 +513,11 @@ impl Kernel {
                         (Chan::Shell, JupyterMessageContent::ExecuteReply(r)) => {
                             replied = true;
                             outcome.out.execution_count = Some(r.execution_count.value() as i64);
-                            if r.status == ReplyStatus::Error && outcome.out.error.is_none() {
-                                if let Some(e) = r.error {
-                                    outcome.out.set_error(&e.ename, &e.evalue, &e.traceback);
-                                }
+                            if r.status == ReplyStatus::Error
+                                && outcome.out.error.is_none()
+                                && let Some(e) = r.error
+                            {
+                                outcome.out.set_error(&e.ename, &e.evalue, &e.traceback);
                             }
                         }
                         (Chan::IoPub, JupyterMessageContent::Status(s)) if s.execution_state == ExecutionState::Idle => idle = true,
@@ -512,7 +591,10 @@ impl Kernel {
                 2
             }
             _ => {
-                mark_dead(&self.dead_tx, "killed: neither interrupt_request nor SIGINT stopped the cell".into());
+                mark_dead(
+                    &self.dead_tx,
+                    "killed: neither interrupt_request nor SIGINT stopped the cell".into(),
+                );
                 killpg(self.pid, libc::SIGKILL);
                 3
             }
@@ -525,7 +607,10 @@ impl Kernel {
             let msg: JupyterMessage = ShutdownRequest { restart: false }.into();
             let _ = self.control.lock().await.send(msg).await;
             let mut dead = self.dead.clone();
-            let _ = tokio::time::timeout(Duration::from_secs(2), async { let _ = dead.wait_for(|d| d.is_some()).await; }).await;
+            let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                let _ = dead.wait_for(|d| d.is_some()).await;
+            })
+            .await;
         }
         mark_dead(&self.dead_tx, "shut down".into());
         killpg(self.pid, libc::SIGKILL);
@@ -578,7 +663,9 @@ mod jzc_recv {
     /// A receiving half.
     pub trait Recv: Send + 'static {
         /// Reads the next message.
-        fn read_msg(&mut self) -> impl std::future::Future<Output = jzc::Result<JupyterMessage>> + Send;
+        fn read_msg(
+            &mut self,
+        ) -> impl std::future::Future<Output = jzc::Result<JupyterMessage>> + Send;
     }
     impl Recv for jzc::ClientIoPubConnection {
         async fn read_msg(&mut self) -> jzc::Result<JupyterMessage> {
@@ -592,7 +679,13 @@ mod jzc_recv {
     }
 }
 
-async fn heartbeat_loop(info: ConnectionInfo, every: Duration, dead_tx: Arc<watch::Sender<Option<String>>>, pid: i32, stop: CancellationToken) {
+async fn heartbeat_loop(
+    info: ConnectionInfo,
+    every: Duration,
+    dead_tx: Arc<watch::Sender<Option<String>>>,
+    pid: i32,
+    stop: CancellationToken,
+) {
     let mut misses = 0u32;
     let mut hb = None;
     loop {
@@ -607,7 +700,10 @@ async fn heartbeat_loop(info: ConnectionInfo, every: Duration, dead_tx: Arc<watc
             hb = jzc::create_client_heartbeat_connection(&info).await.ok();
         }
         let ok = match hb.as_mut() {
-            Some(c) => matches!(tokio::time::timeout(every, c.single_heartbeat()).await, Ok(Ok(()))),
+            Some(c) => matches!(
+                tokio::time::timeout(every, c.single_heartbeat()).await,
+                Ok(Ok(()))
+            ),
             None => false,
         };
         if ok {
@@ -617,7 +713,10 @@ async fn heartbeat_loop(info: ConnectionInfo, every: Duration, dead_tx: Arc<watc
             hb = None;
             misses += 1;
             if misses >= 3 {
-                mark_dead(&dead_tx, format!("the kernel missed {misses} heartbeats and was killed"));
+                mark_dead(
+                    &dead_tx,
+                    format!("the kernel missed {misses} heartbeats and was killed"),
+                );
                 killpg(pid, libc::SIGKILL);
                 return;
             }

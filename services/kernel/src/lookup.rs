@@ -58,32 +58,59 @@ impl Lookup {
             return Ok(i.clone());
         }
         let mut cmd = tokio::process::Command::new(python);
-        cmd.arg("-c").arg(INDEX_SCRIPT).stdin(std::process::Stdio::null()).kill_on_drop(true);
+        cmd.arg("-c")
+            .arg(INDEX_SCRIPT)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
         let out = tokio::time::timeout(timeout, cmd.output())
             .await
-            .map_err(|_| ToolError::failed(format!("indexing the installed packages took longer than {} s", timeout.as_secs())))?
+            .map_err(|_| {
+                ToolError::failed(format!(
+                    "indexing the installed packages took longer than {} s",
+                    timeout.as_secs()
+                ))
+            })?
             .map_err(|e| ToolError::failed(format!("cannot run {}: {e}", python.display())))?;
         if !out.status.success() {
             return Err(ToolError::failed(format!(
                 "indexing the installed packages failed: {}",
-                String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("")
             )));
         }
-        let entries: Vec<Entry> = out.stdout.split(|b| *b == b'\n').filter(|l| !l.is_empty()).filter_map(|l| serde_json::from_slice(l).ok()).collect();
+        let entries: Vec<Entry> = out
+            .stdout
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .filter_map(|l| serde_json::from_slice(l).ok())
+            .collect();
         let entries = Arc::new(entries);
-        self.indexes.lock().expect("lookup lock").insert(python.to_path_buf(), entries.clone());
+        self.indexes
+            .lock()
+            .expect("lookup lock")
+            .insert(python.to_path_buf(), entries.clone());
         Ok(entries)
     }
 
     /// Searches `query` (words; all must match the name, module or doc line).
-    pub async fn search(&self, python: &Path, query: &str, max_results: usize, timeout: Duration) -> Result<Value, ToolError> {
+    pub async fn search(
+        &self,
+        python: &Path,
+        query: &str,
+        max_results: usize,
+        timeout: Duration,
+    ) -> Result<Value, ToolError> {
         let words: Vec<String> = query
             .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
             .filter(|w| !w.is_empty())
             .map(|w| w.to_lowercase())
             .collect();
         if words.is_empty() {
-            return Err(ToolError::invalid("query is empty: give a function, module or topic name"));
+            return Err(ToolError::invalid(
+                "query is empty: give a function, module or topic name",
+            ));
         }
         let index = self.index(python, timeout).await?;
         let mut hits: Vec<(i64, &Entry)> = index
@@ -111,7 +138,12 @@ impl Lookup {
                     };
                 }
                 // Shorter, public-facing paths first: `numpy.mean` before `numpy.core.fromnumeric.mean`.
-                Some((score * 100 - full.matches('.').count() as i64 * 3 - if e.doc.is_empty() { 5 } else { 0 }, e))
+                Some((
+                    score * 100
+                        - full.matches('.').count() as i64 * 3
+                        - if e.doc.is_empty() { 5 } else { 0 },
+                    e,
+                ))
             })
             .collect();
         hits.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.module.cmp(&b.1.module)));
@@ -127,6 +159,8 @@ impl Lookup {
                 })
             })
             .collect();
-        Ok(json!({"query": query, "total_matches": hits.len(), "indexed": index.len(), "results": results}))
+        Ok(
+            json!({"query": query, "total_matches": hits.len(), "indexed": index.len(), "results": results}),
+        )
     }
 }

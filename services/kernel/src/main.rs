@@ -23,9 +23,13 @@ async fn main() -> anyhow::Result<()> {
     cfg.kernel.validate().map_err(anyhow::Error::msg)?;
     let _telemetry = omicos_servicekit::telemetry::init("omicos-kernel", "info");
     let workspace = PathBuf::from(&cfg.workspace);
-    let workspace = workspace.canonicalize().map_err(|e| anyhow::anyhow!("workspace {}: {e}", workspace.display()))?;
+    let workspace = workspace
+        .canonicalize()
+        .map_err(|e| anyhow::anyhow!("workspace {}: {e}", workspace.display()))?;
     let listener = omicos_servicekit::host::bind(&cfg.listen).await?;
-    let provider = KernelProvider::new(cfg.kernel.clone(), workspace.clone(), env).map_err(anyhow::Error::msg)?;
+    omicos_kernel::set_listener_nodelay(&listener)?;
+    let provider = KernelProvider::new(cfg.kernel.clone(), workspace.clone(), env)
+        .map_err(anyhow::Error::msg)?;
     println!("listening on http://{}", listener.local_addr()?);
     let shutdown = Shutdown::new(Duration::from_secs(cfg.grace_seconds));
     shutdown.on_signals();

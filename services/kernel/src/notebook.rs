@@ -19,7 +19,11 @@ pub fn source_text(cell: &Value) -> String {
 
 /// A source in the list-of-lines form Jupyter writes.
 pub fn source_lines(text: &str) -> Value {
-    Value::Array(text.split_inclusive('\n').map(|l| Value::String(l.to_owned())).collect())
+    Value::Array(
+        text.split_inclusive('\n')
+            .map(|l| Value::String(l.to_owned()))
+            .collect(),
+    )
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -32,16 +36,31 @@ fn truncate(s: &str, n: usize) -> String {
 
 /// One line per output: what kind, and its gist.
 pub fn summarize_outputs(cell: &Value) -> Vec<String> {
-    let Some(outputs) = cell["outputs"].as_array() else { return vec![] };
+    let Some(outputs) = cell["outputs"].as_array() else {
+        return vec![];
+    };
     outputs
         .iter()
         .map(|o| match o["output_type"].as_str().unwrap_or("") {
-            "stream" => format!("{}: {}", o["name"].as_str().unwrap_or("stream"), truncate(source_text(&json!({"source": o["text"]})).trim(), 200)),
-            "error" => format!("error: {}: {}", o["ename"].as_str().unwrap_or(""), truncate(o["evalue"].as_str().unwrap_or(""), 200)),
+            "stream" => format!(
+                "{}: {}",
+                o["name"].as_str().unwrap_or("stream"),
+                truncate(source_text(&json!({"source": o["text"]})).trim(), 200)
+            ),
+            "error" => format!(
+                "error: {}: {}",
+                o["ename"].as_str().unwrap_or(""),
+                truncate(o["evalue"].as_str().unwrap_or(""), 200)
+            ),
             kind @ ("display_data" | "execute_result") => {
                 let data = o["data"].as_object();
-                let mimes: Vec<&str> = data.map(|d| d.keys().map(String::as_str).collect()).unwrap_or_default();
-                let text = data.and_then(|d| d.get("text/plain")).map(|t| truncate(source_text(&json!({"source": t})).trim(), 200)).unwrap_or_default();
+                let mimes: Vec<&str> = data
+                    .map(|d| d.keys().map(String::as_str).collect())
+                    .unwrap_or_default();
+                let text = data
+                    .and_then(|d| d.get("text/plain"))
+                    .map(|t| truncate(source_text(&json!({"source": t})).trim(), 200))
+                    .unwrap_or_default();
                 format!("{kind} [{}]: {text}", mimes.join(", "))
             }
             other => other.to_owned(),
@@ -52,14 +71,20 @@ pub fn summarize_outputs(cell: &Value) -> Vec<String> {
 impl Notebook {
     /// Reads and checks a notebook file.
     pub fn read(path: &Path, shown: &str) -> Result<Self, ToolError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ToolError::failed(format!("cannot read {shown}: {e}")))?;
-        let v: Value = serde_json::from_str(&text).map_err(|e| ToolError::failed(format!("{shown} is not a notebook (invalid JSON: {e})")))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ToolError::failed(format!("cannot read {shown}: {e}")))?;
+        let v: Value = serde_json::from_str(&text).map_err(|e| {
+            ToolError::failed(format!("{shown} is not a notebook (invalid JSON: {e})"))
+        })?;
         Self::check(v, shown)
     }
 
     fn check(v: Value, shown: &str) -> Result<Self, ToolError> {
         if v["nbformat"].as_i64() != Some(4) {
-            return Err(ToolError::failed(format!("{shown} is not an nbformat 4 notebook (nbformat = {})", v["nbformat"])));
+            return Err(ToolError::failed(format!(
+                "{shown} is not an nbformat 4 notebook (nbformat = {})",
+                v["nbformat"]
+            )));
         }
         if !v["cells"].is_array() {
             return Err(ToolError::failed(format!("{shown} has no cells array")));
@@ -95,7 +120,10 @@ impl Notebook {
         let mut c = Map::new();
         c.insert("cell_type".into(), json!(cell_type));
         if self.0["nbformat_minor"].as_i64().unwrap_or(0) >= 5 {
-            c.insert("id".into(), json!(uuid::Uuid::new_v4().simple().to_string()[..8]));
+            c.insert(
+                "id".into(),
+                json!(uuid::Uuid::new_v4().simple().to_string()[..8]),
+            );
         }
         c.insert("metadata".into(), json!({}));
         c.insert("source".into(), source_lines(source));
@@ -112,7 +140,9 @@ impl Notebook {
         text.push('\n');
         let tmp = path.with_extension(format!("ipynb.tmp-{}", std::process::id()));
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| ToolError::failed(format!("cannot create the folder of {shown}: {e}")))?;
+            std::fs::create_dir_all(dir).map_err(|e| {
+                ToolError::failed(format!("cannot create the folder of {shown}: {e}"))
+            })?;
         }
         std::fs::write(&tmp, text)
             .and_then(|_| std::fs::rename(&tmp, path))
@@ -145,29 +175,47 @@ impl Notebook {
     }
 
     /// Applies notebook__edit's action.
-    pub fn edit(&mut self, action: &str, index: Option<usize>, source: Option<&str>, cell_type: Option<&str>) -> Result<String, ToolError> {
+    pub fn edit(
+        &mut self,
+        action: &str,
+        index: Option<usize>,
+        source: Option<&str>,
+        cell_type: Option<&str>,
+    ) -> Result<String, ToolError> {
         let len = self.cells().len();
         let ct = cell_type.unwrap_or("code");
         if !matches!(ct, "code" | "markdown" | "raw") {
-            return Err(ToolError::invalid(format!("cell_type `{ct}` is not one of code, markdown, raw")));
+            return Err(ToolError::invalid(format!(
+                "cell_type `{ct}` is not one of code, markdown, raw"
+            )));
         }
         match action {
             "insert" => {
                 let at = index.unwrap_or(len);
                 if at > len {
-                    return Err(ToolError::invalid(format!("index {at} is past the end: the notebook has {len} cells (insert accepts 0..={len})")));
+                    return Err(ToolError::invalid(format!(
+                        "index {at} is past the end: the notebook has {len} cells (insert accepts 0..={len})"
+                    )));
                 }
-                let cell = self.new_cell(ct, source.ok_or_else(|| ToolError::invalid("insert needs source"))?);
+                let cell = self.new_cell(
+                    ct,
+                    source.ok_or_else(|| ToolError::invalid("insert needs source"))?,
+                );
                 self.cells_mut().insert(at, cell);
                 Ok(format!("inserted a {ct} cell at index {at}"))
             }
             "replace" => {
                 let at = index.ok_or_else(|| ToolError::invalid("replace needs index"))?;
                 if at >= len {
-                    return Err(ToolError::invalid(format!("index {at} does not exist: the notebook has {len} cells")));
+                    return Err(ToolError::invalid(format!(
+                        "index {at} does not exist: the notebook has {len} cells"
+                    )));
                 }
                 let src = source.ok_or_else(|| ToolError::invalid("replace needs source"))?;
-                let old_type = self.cells()[at]["cell_type"].as_str().unwrap_or("code").to_owned();
+                let old_type = self.cells()[at]["cell_type"]
+                    .as_str()
+                    .unwrap_or("code")
+                    .to_owned();
                 let ct = cell_type.unwrap_or(&old_type).to_owned();
                 let mut cell = self.new_cell(&ct, src);
                 // Keep the cell's id and metadata; a replaced code cell loses its stale outputs.
@@ -184,12 +232,16 @@ impl Notebook {
             "delete" => {
                 let at = index.ok_or_else(|| ToolError::invalid("delete needs index"))?;
                 if at >= len {
-                    return Err(ToolError::invalid(format!("index {at} does not exist: the notebook has {len} cells")));
+                    return Err(ToolError::invalid(format!(
+                        "index {at} does not exist: the notebook has {len} cells"
+                    )));
                 }
                 self.cells_mut().remove(at);
                 Ok(format!("deleted cell {at}"))
             }
-            other => Err(ToolError::invalid(format!("action `{other}` is not one of replace, insert, delete"))),
+            other => Err(ToolError::invalid(format!(
+                "action `{other}` is not one of replace, insert, delete"
+            ))),
         }
     }
 }
@@ -202,7 +254,8 @@ mod tests {
     fn edit_and_inspect() {
         let mut nb = Notebook::new_empty();
         nb.edit("insert", None, Some("x = 1\nx + 1"), None).unwrap();
-        nb.edit("insert", Some(0), Some("# Title"), Some("markdown")).unwrap();
+        nb.edit("insert", Some(0), Some("# Title"), Some("markdown"))
+            .unwrap();
         assert!(nb.edit("insert", Some(5), Some("y"), None).is_err());
         assert!(nb.edit("replace", Some(9), Some("y"), None).is_err());
         assert!(nb.edit("move", Some(0), None, None).is_err());

@@ -8,8 +8,10 @@ use regex::Regex;
 use serde_json::{Map, Value, json};
 use std::sync::LazyLock;
 
-static ANSI: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]").expect("static regex"));
+static ANSI: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+        .expect("static regex")
+});
 
 /// Removes ANSI escape sequences (colours, cursor moves).
 pub fn strip_ansi(s: &str) -> String {
@@ -49,13 +51,18 @@ fn floor_boundary(s: &str, mut i: usize) -> usize {
 impl CappedText {
     /// Empty text kept up to `cap` bytes (0: unbounded).
     pub fn with_cap(cap: usize) -> Self {
-        Self { cap, ..Default::default() }
+        Self {
+            cap,
+            ..Default::default()
+        }
     }
 
     /// Appends text, dropping from the middle past the cap.
     pub fn push(&mut self, s: &str) {
         let half = (self.cap / 2).max(1);
-        if self.cap == 0 || (self.tail.is_empty() && self.dropped == 0 && self.head.len() + s.len() <= self.cap) {
+        if self.cap == 0
+            || (self.tail.is_empty() && self.dropped == 0 && self.head.len() + s.len() <= self.cap)
+        {
             self.head.push_str(s);
             return;
         }
@@ -68,7 +75,9 @@ impl CappedText {
         }
         if self.tail.len() > half {
             let cut = self.tail.len() - half;
-            let cut = (cut..=self.tail.len()).find(|i| self.tail.is_char_boundary(*i)).unwrap_or(self.tail.len());
+            let cut = (cut..=self.tail.len())
+                .find(|i| self.tail.is_char_boundary(*i))
+                .unwrap_or(self.tail.len());
             self.dropped += cut;
             self.tail.drain(..cut);
         }
@@ -79,7 +88,10 @@ impl CappedText {
         if self.dropped == 0 {
             format!("{}{}", self.head, self.tail)
         } else {
-            format!("{}\n[... {} bytes of output left out ...]\n{}", self.head, self.dropped, self.tail)
+            format!(
+                "{}\n[... {} bytes of output left out ...]\n{}",
+                self.head, self.dropped, self.tail
+            )
         }
     }
 }
@@ -130,26 +142,34 @@ impl CellOutput {
 
     /// Adds stream text.
     pub fn stream(&mut self, name: &str, text: &str) {
-        if name == "stderr" { &mut self.stderr } else { &mut self.stdout }.push(text);
+        if name == "stderr" {
+            &mut self.stderr
+        } else {
+            &mut self.stdout
+        }
+        .push(text);
         // The notebook copy stops growing at the cap; the result copy keeps the tail.
         if self.cap != 0 && self.nb_stream_bytes >= self.cap {
             return;
         }
         self.nb_stream_bytes += text.len();
-        if let Some(last) = self.outputs.last_mut() {
-            if last["output_type"] == "stream" && last["name"] == name {
-                let joined = format!("{}{}", last["text"].as_str().unwrap_or(""), text);
-                last["text"] = Value::String(joined);
-                return;
-            }
+        if let Some(last) = self.outputs.last_mut()
+            && last["output_type"] == "stream"
+            && last["name"] == name
+        {
+            let joined = format!("{}{}", last["text"].as_str().unwrap_or(""), text);
+            last["text"] = Value::String(joined);
+            return;
         }
-        self.outputs.push(json!({"output_type": "stream", "name": name, "text": text}));
+        self.outputs
+            .push(json!({"output_type": "stream", "name": name, "text": text}));
     }
 
     /// Adds display data.
     pub fn display(&mut self, data: &Media, metadata: &Map<String, Value>) {
         let data = media_value(data);
-        self.outputs.push(json!({"output_type": "display_data", "data": data, "metadata": metadata}));
+        self.outputs
+            .push(json!({"output_type": "display_data", "data": data, "metadata": metadata}));
         self.displays.push(data);
     }
 
@@ -167,7 +187,11 @@ impl CellOutput {
         }
         let traceback: Vec<String> = traceback.iter().map(|l| strip_ansi(l)).collect();
         self.outputs.push(json!({"output_type": "error", "ename": ename, "evalue": evalue, "traceback": traceback}));
-        self.error = Some(CellError { ename: ename.into(), evalue: strip_ansi(evalue), traceback });
+        self.error = Some(CellError {
+            ename: ename.into(),
+            evalue: strip_ansi(evalue),
+            traceback,
+        });
     }
 
     /// `clear_output`: what was shown so far goes.
@@ -184,10 +208,12 @@ impl CellOutput {
             .cloned()
             .map(|mut o| {
                 if o["output_type"] == "execute_result" {
-                    o["execution_count"] = self.execution_count.map(Value::from).unwrap_or(Value::Null);
+                    o["execution_count"] =
+                        self.execution_count.map(Value::from).unwrap_or(Value::Null);
                 }
                 if o["output_type"] == "stream" {
-                    o["text"] = Value::String(strip_ansi(&collapse_cr(o["text"].as_str().unwrap_or(""))));
+                    o["text"] =
+                        Value::String(strip_ansi(&collapse_cr(o["text"].as_str().unwrap_or(""))));
                 }
                 o
             })
@@ -239,12 +265,15 @@ fn clock(s: &str) -> f64 {
     if s.contains('?') {
         return 0.0;
     }
-    s.split(':').fold(0.0, |acc, p| acc * 60.0 + p.parse::<f64>().unwrap_or(0.0))
+    s.split(':')
+        .fold(0.0, |acc, p| acc * 60.0 + p.parse::<f64>().unwrap_or(0.0))
 }
 
 fn unit_of(rate: &str) -> String {
     // "9.98it/s" → "it"; "2.5MB/s" → "B"; "1.20s/it" → "it"; "?it/s" → "it".
-    let body = rate.trim().trim_start_matches(|c: char| c.is_ascii_digit() || c == '.' || c == '?' || c == ' ');
+    let body = rate
+        .trim()
+        .trim_start_matches(|c: char| c.is_ascii_digit() || c == '.' || c == '?' || c == ' ');
     if let Some(u) = body.strip_suffix("/s") {
         let mut chars = u.chars();
         match chars.next() {
@@ -264,23 +293,40 @@ pub fn parse_bar(line: &str) -> Option<ToolProgress> {
     if let Some(c) = BAR.captures(&line) {
         let current = scaled(&c["n"]);
         let total = scaled(&c["total"]);
-        let percent = if total > 0.0 { (current / total * 100.0).min(100.0) } else { c["pct"].parse().unwrap_or(0.0) };
+        let percent = if total > 0.0 {
+            (current / total * 100.0).min(100.0)
+        } else {
+            c["pct"].parse().unwrap_or(0.0)
+        };
         return Some(ToolProgress {
-            label: c.name("label").map(|m| m.as_str().trim().to_owned()).unwrap_or_default(),
+            label: c
+                .name("label")
+                .map(|m| m.as_str().trim().to_owned())
+                .unwrap_or_default(),
             current,
             total,
             percent,
             elapsed_s: clock(&c["elapsed"]),
             eta_s: clock(&c["eta"]),
-            unit: c.name("rate").map(|m| unit_of(m.as_str())).unwrap_or_default(),
+            unit: c
+                .name("rate")
+                .map(|m| unit_of(m.as_str()))
+                .unwrap_or_default(),
             done: total > 0.0 && current >= total,
             ..Default::default()
         });
     }
     let c = BAR_NO_TOTAL.captures(&line)?;
-    let unit = c.name("rate").map(|m| unit_of(m.as_str())).filter(|u| !u.is_empty()).unwrap_or_else(|| c["unit"].to_owned());
+    let unit = c
+        .name("rate")
+        .map(|m| unit_of(m.as_str()))
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| c["unit"].to_owned());
     Some(ToolProgress {
-        label: c.name("label").map(|m| m.as_str().trim().to_owned()).unwrap_or_default(),
+        label: c
+            .name("label")
+            .map(|m| m.as_str().trim().to_owned())
+            .unwrap_or_default(),
         current: scaled(&c["n"]),
         elapsed_s: clock(&c["elapsed"]),
         unit,
@@ -347,15 +393,26 @@ impl StreamSplitter {
     }
 
     fn update(&mut self, mut p: ToolProgress, close: bool) -> Option<ToolProgress> {
-        if self.finished.iter().any(|b| b.label == p.label && b.last.current == p.current && b.last.total == p.total) {
+        if self
+            .finished
+            .iter()
+            .any(|b| b.label == p.label && b.last.current == p.current && b.last.total == p.total)
+        {
             return None;
         }
-        let pos = self.open.iter().position(|b| b.label == p.label && p.current >= b.last.current);
+        let pos = self
+            .open
+            .iter()
+            .position(|b| b.label == p.label && p.current >= b.last.current);
         let idx = match pos {
             Some(i) => i,
             None => {
                 self.next_id += 1;
-                self.open.push(Bar { id: format!("tqdm-{}", self.next_id), label: p.label.clone(), last: p.clone() });
+                self.open.push(Bar {
+                    id: format!("tqdm-{}", self.next_id),
+                    label: p.label.clone(),
+                    last: p.clone(),
+                });
                 self.open.len() - 1
             }
         };
@@ -397,11 +454,17 @@ mod tests {
         assert_eq!(ev.len(), 2);
         assert_eq!(ev[0].bar_id, ev[1].bar_id);
         assert_eq!(ev[1].label, "work");
-        assert_eq!((ev[1].current, ev[1].total, ev[1].percent), (2.0, 4.0, 50.0));
+        assert_eq!(
+            (ev[1].current, ev[1].total, ev[1].percent),
+            (2.0, 4.0, 50.0)
+        );
         assert_eq!((ev[1].elapsed_s, ev[1].eta_s), (1.0, 1.0));
         assert_eq!(ev[1].unit, "it");
         assert!(!ev[1].done);
-        let (plain, ev) = s.feed("stderr", "\rwork: 100%|##########| 4/4 [00:02<00:00,  2.00it/s]");
+        let (plain, ev) = s.feed(
+            "stderr",
+            "\rwork: 100%|##########| 4/4 [00:02<00:00,  2.00it/s]",
+        );
         assert!(plain.is_empty());
         assert!(ev[0].done);
         let (plain, ev) = s.feed("stderr", "\nafter\n");
@@ -417,10 +480,19 @@ mod tests {
     #[test]
     fn text_helpers() {
         assert_eq!(collapse_cr("a\rb\nc\r\n"), "b\nc\n");
-        assert_eq!(strip_ansi("\x1b[0;31mValueError\x1b[0m: x"), "ValueError: x");
-        let mut t = CappedText { cap: 10, ..Default::default() };
+        assert_eq!(
+            strip_ansi("\x1b[0;31mValueError\x1b[0m: x"),
+            "ValueError: x"
+        );
+        let mut t = CappedText {
+            cap: 10,
+            ..Default::default()
+        };
         t.push("0123456789abcdef");
         let s = t.text();
-        assert!(s.starts_with("01234") && s.ends_with("bcdef") && s.contains("6 bytes"), "{s}");
+        assert!(
+            s.starts_with("01234") && s.ends_with("bcdef") && s.contains("6 bytes"),
+            "{s}"
+        );
     }
 }

@@ -11,7 +11,7 @@ use crate::sessions::{Kernels, session_file_name};
 use async_trait::async_trait;
 use base64::Engine;
 use omicos_toolkit::{CallCtx, Provider, Risk, ToolError, ToolSpec, confine_path, tool};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
 const TOOLSET: &str = "integrated_notebook";
@@ -26,11 +26,18 @@ impl KernelProvider {
     /// A provider whose default workspace is `workspace`, reading the
     /// interpreter environment variables from `env`. Starts the warm pool and
     /// the idle culler (needs a tokio runtime).
-    pub fn new(cfg: KernelConfig, workspace: PathBuf, env: Vec<(String, String)>) -> Result<Arc<Self>, String> {
+    pub fn new(
+        cfg: KernelConfig,
+        workspace: PathBuf,
+        env: Vec<(String, String)>,
+    ) -> Result<Arc<Self>, String> {
         cfg.validate()?;
         let kernels = Kernels::new(cfg, workspace, env);
         kernels.spawn_background();
-        Ok(Arc::new(Self { kernels, lookup: Lookup::default() }))
+        Ok(Arc::new(Self {
+            kernels,
+            lookup: Lookup::default(),
+        }))
     }
 
     /// The session kernels (for tests, benches and shutdown).
@@ -48,7 +55,11 @@ impl KernelProvider {
     }
 
     fn limits(&self, args: &Value) -> ExecLimits {
-        let timeout = args["timeout"].as_f64().filter(|t| t.is_finite() && *t > 0.0).unwrap_or(self.cfg().timeout_seconds).min(86_400.0);
+        let timeout = args["timeout"]
+            .as_f64()
+            .filter(|t| t.is_finite() && *t > 0.0)
+            .unwrap_or(self.cfg().timeout_seconds)
+            .min(86_400.0);
         ExecLimits {
             timeout: Duration::from_secs_f64(timeout),
             grace: Duration::from_secs_f64(self.cfg().interrupt_grace_seconds),
@@ -61,21 +72,26 @@ impl KernelProvider {
         let limits = self.limits(&args);
         let mut lease = self.kernels.lease(&ctx.session_id, &ctx.workspace).await?;
         let kernel = lease.kernel();
-        let outcome = kernel.execute(&code, false, &limits, &ctx.events, &ctx.cancel).await;
+        let outcome = kernel
+            .execute(&code, false, &limits, &ctx.events, &ctx.cancel)
+            .await;
         self.kernels.touch(&ctx.session_id);
         if outcome.cancelled {
             return Err(ToolError::Cancelled);
         }
+        // A kernel that died or was killed stays in the slot: the next call sees it and says so.
         let mut notices = std::mem::take(&mut lease.notices);
-        if outcome.interruption == Some(Interruption::Killed) || outcome.died.is_some() {
-            // The dead kernel stays in the slot: the next call sees it and says so.
-            drop(lease);
-        }
-        let v = self.result_value(&outcome, &ctx, &limits, &mut notices)?;
-        Ok(v)
+        drop(lease);
+        self.result_value(&outcome, &ctx, &limits, &mut notices)
     }
 
-    fn result_value(&self, o: &ExecOutcome, ctx: &CallCtx, limits: &ExecLimits, notices: &mut Vec<String>) -> Result<Value, ToolError> {
+    fn result_value(
+        &self,
+        o: &ExecOutcome,
+        ctx: &CallCtx,
+        limits: &ExecLimits,
+        notices: &mut Vec<String>,
+    ) -> Result<Value, ToolError> {
         let mut display = Vec::new();
         let mut png_n = 0;
         for d in &o.out.displays {
@@ -93,7 +109,9 @@ impl KernelProvider {
                 display.push(Value::Object(kept));
             }
         }
-        let error = o.out.error.as_ref().map(|e| json!({"ename": e.ename, "evalue": e.evalue, "traceback": e.traceback.join("\n")}));
+        let error = o.out.error.as_ref().map(
+            |e| json!({"ename": e.ename, "evalue": e.evalue, "traceback": e.traceback.join("\n")}),
+        );
         let error = match (&o.died, error) {
             (Some(why), _) => {
                 notices.push(format!("the kernel died while running this cell ({why}); kernel restarted, variables lost: the next call runs in a fresh kernel"));
@@ -112,9 +130,24 @@ impl KernelProvider {
         if o.timed_out {
             let secs = limits.timeout.as_secs_f64();
             let (how, msg) = match o.interruption {
-                Some(Interruption::InterruptRequest) => ("interrupt_request", format!("the cell ran past its {secs} s timeout and was stopped by a Jupyter interrupt_request (KeyboardInterrupt); the kernel's variables are kept")),
-                Some(Interruption::Sigint) => ("sigint", format!("the cell ran past its {secs} s timeout, did not stop on interrupt_request, and was stopped by SIGINT to the kernel's process group; the kernel's variables are kept")),
-                _ => ("killed_and_restarted", format!("the cell ran past its {secs} s timeout and stopped neither on interrupt_request nor on SIGINT: the kernel was killed and will be restarted, its variables are lost")),
+                Some(Interruption::InterruptRequest) => (
+                    "interrupt_request",
+                    format!(
+                        "the cell ran past its {secs} s timeout and was stopped by a Jupyter interrupt_request (KeyboardInterrupt); the kernel's variables are kept"
+                    ),
+                ),
+                Some(Interruption::Sigint) => (
+                    "sigint",
+                    format!(
+                        "the cell ran past its {secs} s timeout, did not stop on interrupt_request, and was stopped by SIGINT to the kernel's process group; the kernel's variables are kept"
+                    ),
+                ),
+                _ => (
+                    "killed_and_restarted",
+                    format!(
+                        "the cell ran past its {secs} s timeout and stopped neither on interrupt_request nor on SIGINT: the kernel was killed and will be restarted, its variables are lost"
+                    ),
+                ),
             };
             v["timeout"] = json!({"seconds": secs, "stopped_by": how, "message": msg});
         }
@@ -133,9 +166,13 @@ impl KernelProvider {
         let dir = ctx.workspace.join(&rel_dir);
         std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {rel_dir}: {e}"))?;
         let call = session_file_name(&ctx.call_id).unwrap_or_else(|_| "call".into());
-        let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
         let name = format!("{ms}_{call}_{n}.png");
-        std::fs::write(dir.join(&name), bytes).map_err(|e| format!("cannot write {rel_dir}/{name}: {e}"))?;
+        std::fs::write(dir.join(&name), bytes)
+            .map_err(|e| format!("cannot write {rel_dir}/{name}: {e}"))?;
         Ok(format!("{rel_dir}/{name}"))
     }
 
@@ -155,40 +192,75 @@ impl KernelProvider {
         let mut v = r?;
         // A running kernel caches the import system's view of site-packages.
         if let Some(k) = self.kernels.session_kernel(&ctx.session_id) {
-            let limits = ExecLimits { timeout: Duration::from_secs(10), grace: Duration::from_secs(1), max_output: 4096 };
-            let _ = k.execute("__import__('importlib').invalidate_caches()", true, &limits, &omicos_toolkit::EventSink::discard(), &ctx.cancel).await;
+            let limits = ExecLimits {
+                timeout: Duration::from_secs(10),
+                grace: Duration::from_secs(1),
+                max_output: 4096,
+            };
+            let _ = k
+                .execute(
+                    "__import__('importlib').invalidate_caches()",
+                    true,
+                    &limits,
+                    &omicos_toolkit::EventSink::discard(),
+                    &ctx.cancel,
+                )
+                .await;
         }
         v["python"] = json!(python.display().to_string());
         Ok(v)
     }
 
     async fn registry_lookup(&self, args: Value, ctx: CallCtx) -> Result<Value, ToolError> {
-        let query = args["query"].as_str().ok_or_else(|| ToolError::invalid("query is required"))?;
+        let query = args["query"]
+            .as_str()
+            .ok_or_else(|| ToolError::invalid("query is required"))?;
         let max = args["max_results"].as_u64().unwrap_or(15).clamp(1, 200) as usize;
         let python = self.kernels.interpreter(&ctx.workspace).python;
-        self.lookup.search(&python, query, max, Duration::from_secs_f64(self.cfg().lookup_timeout_seconds)).await
+        self.lookup
+            .search(
+                &python,
+                query,
+                max,
+                Duration::from_secs_f64(self.cfg().lookup_timeout_seconds),
+            )
+            .await
     }
 
     fn notebook_path(&self, args: &Value, ctx: &CallCtx) -> Result<(PathBuf, String), ToolError> {
-        let p = args["path"].as_str().ok_or_else(|| ToolError::invalid("path is required"))?;
+        let p = args["path"]
+            .as_str()
+            .ok_or_else(|| ToolError::invalid("path is required"))?;
         if !p.ends_with(".ipynb") {
             return Err(ToolError::invalid(format!("`{p}` is not a .ipynb file")));
         }
-        let full = confine_path(&ctx.workspace, p).map_err(|e| ToolError::invalid(e.to_string()))?;
+        let full =
+            confine_path(&ctx.workspace, p).map_err(|e| ToolError::invalid(e.to_string()))?;
         Ok((full, p.to_owned()))
     }
 
     async fn notebook_run(&self, args: Value, ctx: CallCtx) -> Result<Value, ToolError> {
         let (path, shown) = self.notebook_path(&args, &ctx)?;
         let mut nb = Notebook::read(&path, &shown)?;
-        let code_cells: Vec<usize> = nb.cells().iter().enumerate().filter(|(_, c)| c["cell_type"] == "code").map(|(i, _)| i).collect();
+        let code_cells: Vec<usize> = nb
+            .cells()
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c["cell_type"] == "code")
+            .map(|(i, _)| i)
+            .collect();
         let wanted: Vec<usize> = match &args["cells"] {
             Value::Array(a) => {
                 let mut v = Vec::new();
                 for x in a {
-                    let i = x.as_u64().ok_or_else(|| ToolError::invalid("cells must be cell indices"))? as usize;
+                    let i = x
+                        .as_u64()
+                        .ok_or_else(|| ToolError::invalid("cells must be cell indices"))?
+                        as usize;
                     if !code_cells.contains(&i) {
-                        return Err(ToolError::invalid(format!("cell {i} is not a code cell of {shown} (code cells: {code_cells:?})")));
+                        return Err(ToolError::invalid(format!(
+                            "cell {i} is not a code cell of {shown} (code cells: {code_cells:?})"
+                        )));
                     }
                     v.push(i);
                 }
@@ -204,7 +276,9 @@ impl KernelProvider {
         let mut ran = Vec::new();
         for i in wanted {
             let code = crate::notebook::source_text(&nb.cells()[i]);
-            let o = kernel.execute(&code, false, &limits, &ctx.events, &ctx.cancel).await;
+            let o = kernel
+                .execute(&code, false, &limits, &ctx.events, &ctx.cancel)
+                .await;
             if o.cancelled {
                 // Outputs of the cells that finished are kept.
                 nb.write(&path, &shown)?;
@@ -212,18 +286,30 @@ impl KernelProvider {
             }
             let cell = &mut nb.cells_mut()[i];
             cell["outputs"] = Value::Array(o.out.notebook_outputs());
-            cell["execution_count"] = o.out.execution_count.map(Value::from).unwrap_or(Value::Null);
+            cell["execution_count"] = o
+                .out
+                .execution_count
+                .map(Value::from)
+                .unwrap_or(Value::Null);
             let failed = o.out.error.is_some() || o.died.is_some() || o.timed_out;
             let mut entry = json!({"index": i, "execution_count": cell["execution_count"], "status": if failed { "error" } else { "ok" }, "outputs": crate::notebook::summarize_outputs(cell)});
             if let Some(why) = &o.died {
-                entry["error"] = json!(format!("the kernel died ({why}); kernel restarted, variables lost"));
+                entry["error"] = json!(format!(
+                    "the kernel died ({why}); kernel restarted, variables lost"
+                ));
             }
             if o.timed_out {
-                entry["timeout"] = json!(format!("stopped after {} s ({:?})", limits.timeout.as_secs_f64(), o.interruption));
+                entry["timeout"] = json!(format!(
+                    "stopped after {} s ({:?})",
+                    limits.timeout.as_secs_f64(),
+                    o.interruption
+                ));
             }
             ran.push(entry);
             if o.died.is_some() || o.interruption == Some(Interruption::Killed) {
-                notices.push("the kernel died during the run; the remaining cells were not run".into());
+                notices.push(
+                    "the kernel died during the run; the remaining cells were not run".into(),
+                );
                 break;
             }
             if failed && stop_on_error {
@@ -242,14 +328,15 @@ impl KernelProvider {
 }
 
 fn code_arg(args: &Value) -> Result<String, ToolError> {
-    match (args.get("code").and_then(Value::as_str), args.get("content").and_then(Value::as_str)) {
+    match (
+        args.get("code").and_then(Value::as_str),
+        args.get("content").and_then(Value::as_str),
+    ) {
         (Some(c), _) | (None, Some(c)) => Ok(c.to_owned()),
-        _ => Err(ToolError::invalid("code is required (the Python source to run; `content` is accepted too)")),
+        _ => Err(ToolError::invalid(
+            "code is required (the Python source to run; `content` is accepted too)",
+        )),
     }
-}
-
-fn obj(v: Value) -> Value {
-    v
 }
 
 #[async_trait]
@@ -268,14 +355,14 @@ impl Provider for KernelProvider {
                 "run_python_code",
                 "Run Python code in this session's persistent Jupyter kernel (variables, imports and definitions persist across calls; cwd is the workspace). \
                  Returns stdout, stderr, display_data (text/plain, text/html, text/markdown, image/png with a saved png_path), execute_result (the last expression's value) and error (ename, evalue, traceback).",
-                obj(json!({
+                json!({
                     "type": "object",
                     "properties": {
                         "code": {"type": "string", "description": "Python source to run."},
                         "content": {"type": "string", "description": "Same as code (accepted for compatibility)."},
                         "timeout": {"type": "number", "description": "Seconds before the cell is interrupted (default from the service config, 600)."}
                     }
-                })),
+                }),
             )
             .risk(Risk::Python)
             .alias("python")
@@ -360,7 +447,9 @@ impl Provider for KernelProvider {
         match tool {
             "run_python_code" | "python" => code_arg(args).map(|_| ()),
             "kernel_install" => install::parse_request(args).map(|_| ()),
-            "notebook__inspect" | "notebook__edit" | "notebook__run" => self.notebook_path(args, ctx).map(|_| ()),
+            "notebook__inspect" | "notebook__edit" | "notebook__run" => {
+                self.notebook_path(args, ctx).map(|_| ())
+            }
             _ => Ok(()),
         }
     }
@@ -379,13 +468,27 @@ impl Provider for KernelProvider {
             }
             "notebook__edit" => {
                 let (path, shown) = self.notebook_path(&args, &ctx)?;
-                let action = args["action"].as_str().ok_or_else(|| ToolError::invalid("action is required"))?;
-                let mut nb = if !path.exists() && action == "insert" { Notebook::new_empty() } else { Notebook::read(&path, &shown)? };
-                let index = match &args["index"] {
-                    Value::Null => None,
-                    v => Some(v.as_u64().ok_or_else(|| ToolError::invalid("index must be a non-negative integer"))? as usize),
+                let action = args["action"]
+                    .as_str()
+                    .ok_or_else(|| ToolError::invalid("action is required"))?;
+                let mut nb = if !path.exists() && action == "insert" {
+                    Notebook::new_empty()
+                } else {
+                    Notebook::read(&path, &shown)?
                 };
-                let what = nb.edit(action, index, args["source"].as_str(), args["cell_type"].as_str())?;
+                let index =
+                    match &args["index"] {
+                        Value::Null => None,
+                        v => Some(v.as_u64().ok_or_else(|| {
+                            ToolError::invalid("index must be a non-negative integer")
+                        })? as usize),
+                    };
+                let what = nb.edit(
+                    action,
+                    index,
+                    args["source"].as_str(),
+                    args["cell_type"].as_str(),
+                )?;
                 nb.write(&path, &shown)?;
                 Ok(json!({"path": shown, "done": what, "cell_count": nb.cells().len()}))
             }
@@ -393,15 +496,4 @@ impl Provider for KernelProvider {
             other => Err(ToolError::UnknownTool(other.into())),
         }
     }
-}
-
-/// Keeps only an object's listed keys (for compact results).
-pub fn pick(v: &Value, keys: &[&str]) -> Value {
-    let mut m = Map::new();
-    for k in keys {
-        if let Some(x) = v.get(*k) {
-            m.insert((*k).into(), x.clone());
-        }
-    }
-    Value::Object(m)
 }

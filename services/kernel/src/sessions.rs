@@ -67,9 +67,15 @@ impl Lease {
 
 /// A session id as a file name: safe characters kept, others hex-escaped.
 pub fn session_file_name(session: &str) -> Result<String, ToolError> {
-    let s = if session.is_empty() { "default" } else { session };
+    let s = if session.is_empty() {
+        "default"
+    } else {
+        session
+    };
     if s.len() > 200 {
-        return Err(ToolError::invalid("the session id is longer than 200 bytes"));
+        return Err(ToolError::invalid(
+            "the session id is longer than 200 bytes",
+        ));
     }
     let mut out = String::new();
     for (i, b) in s.bytes().enumerate() {
@@ -83,7 +89,10 @@ pub fn session_file_name(session: &str) -> Result<String, ToolError> {
 }
 
 fn now_ms() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
 }
 
 impl Kernels {
@@ -94,7 +103,10 @@ impl Kernels {
             cfg,
             env,
             workspace,
-            instance_id: format!("kernel-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+            instance_id: format!(
+                "kernel-{}",
+                &uuid::Uuid::new_v4().simple().to_string()[..12]
+            ),
             inner: Mutex::new(Inner::default()),
             refill: Notify::new(),
             stop: CancellationToken::new(),
@@ -149,7 +161,8 @@ impl Kernels {
                         _ = stop.cancelled() => return,
                     }
                     let Some(k) = me.upgrade() else { return };
-                    k.cull_idle(Duration::from_secs(k.cfg.idle_cull_seconds)).await;
+                    k.cull_idle(Duration::from_secs(k.cfg.idle_cull_seconds))
+                        .await;
                 }
             });
         }
@@ -158,7 +171,18 @@ impl Kernels {
     /// Kernels running or starting, warm ones included.
     pub fn count(&self) -> usize {
         let inner = self.inner.lock().expect("kernels lock");
-        inner.warm.len() + inner.starting + inner.sessions.values().filter(|s| s.state.try_lock().map(|st| st.kernel.is_some()).unwrap_or(true)).count()
+        inner.warm.len()
+            + inner.starting
+            + inner
+                .sessions
+                .values()
+                .filter(|s| {
+                    s.state
+                        .try_lock()
+                        .map(|st| st.kernel.is_some())
+                        .unwrap_or(true)
+                })
+                .count()
     }
 
     /// Warm kernels ready now.
@@ -171,9 +195,21 @@ impl Kernels {
             {
                 let mut inner = self.inner.lock().expect("kernels lock");
                 inner.warm.retain(|k| k.death().is_none());
-                let busy = inner.sessions.values().filter(|s| s.state.try_lock().map(|st| st.kernel.is_some()).unwrap_or(true)).count();
+                let busy = inner
+                    .sessions
+                    .values()
+                    .filter(|s| {
+                        s.state
+                            .try_lock()
+                            .map(|st| st.kernel.is_some())
+                            .unwrap_or(true)
+                    })
+                    .count();
                 let total = inner.warm.len() + inner.starting + busy;
-                if inner.warm.len() + inner.starting >= self.cfg.pool_size || total >= self.cfg.max_kernels || self.stop.is_cancelled() {
+                if inner.warm.len() + inner.starting >= self.cfg.pool_size
+                    || total >= self.cfg.max_kernels
+                    || self.stop.is_cancelled()
+                {
                     return;
                 }
                 inner.starting += 1;
@@ -195,14 +231,20 @@ impl Kernels {
     async fn cull_idle(&self, idle: Duration) {
         let slots: Vec<(String, Arc<Slot>)> = {
             let inner = self.inner.lock().expect("kernels lock");
-            inner.sessions.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+            inner
+                .sessions
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
         };
         for (session, slot) in slots {
             if slot.last_used.lock().expect("slot lock").elapsed() < idle {
                 continue;
             }
             // A session running a cell is not idle.
-            let Ok(mut st) = slot.state.clone().try_lock_owned() else { continue };
+            let Ok(mut st) = slot.state.clone().try_lock_owned() else {
+                continue;
+            };
             if let Some(k) = st.kernel.take() {
                 tracing::info!(%session, kernel = %k.id, "culling idle kernel");
                 k.shutdown().await;
@@ -220,7 +262,10 @@ impl Kernels {
         self.stop.cancel();
         let (warm, slots): (Vec<_>, Vec<_>) = {
             let mut inner = self.inner.lock().expect("kernels lock");
-            (std::mem::take(&mut inner.warm), inner.sessions.values().cloned().collect())
+            (
+                std::mem::take(&mut inner.warm),
+                inner.sessions.values().cloned().collect(),
+            )
         };
         for k in warm {
             k.shutdown().await;
@@ -241,7 +286,12 @@ impl Kernels {
             inner
                 .sessions
                 .entry(session.to_owned())
-                .or_insert_with(|| Arc::new(Slot { state: Arc::new(AsyncMutex::new(SessionState::default())), last_used: Mutex::new(Instant::now()) }))
+                .or_insert_with(|| {
+                    Arc::new(Slot {
+                        state: Arc::new(AsyncMutex::new(SessionState::default())),
+                        last_used: Mutex::new(Instant::now()),
+                    })
+                })
                 .clone()
         };
         let mut state = slot.state.clone().lock_owned().await;
@@ -250,22 +300,23 @@ impl Kernels {
         if let Some(n) = state.notice.take() {
             notices.push(n);
         }
-        if let Some(k) = &state.kernel {
-            if let Some(why) = k.death() {
-                notices.push(format!("kernel restarted, variables lost: the previous kernel died ({why}). This call ran in a fresh kernel."));
-                state.kernel = None;
-                self.refill.notify_one();
-            }
+        if let Some(why) = state.kernel.as_ref().and_then(|k| k.death()) {
+            notices.push(format!("kernel restarted, variables lost: the previous kernel died ({why}). This call ran in a fresh kernel."));
+            state.kernel = None;
+            self.refill.notify_one();
         }
         if state.kernel.is_none() {
-            if !state.had_kernel {
-                if let Some(n) = self.foreign_marker(workspace, &file) {
-                    notices.push(n);
-                }
+            if !state.had_kernel
+                && let Some(n) = self.foreign_marker(workspace, &file)
+            {
+                notices.push(n);
             }
             let kernel = self.obtain(workspace).await?;
             if kernel.cwd() != workspace {
-                kernel.chdir(workspace).await.map_err(|e| ToolError::failed(e.to_string()))?;
+                kernel
+                    .chdir(workspace)
+                    .await
+                    .map_err(|e| ToolError::failed(e.to_string()))?;
             }
             self.write_marker(workspace, &file, &kernel);
             state.kernel = Some(kernel);
@@ -276,14 +327,26 @@ impl Kernels {
 
     /// Marks the end of a call (for idle culling).
     pub fn touch(&self, session: &str) {
-        if let Some(s) = self.inner.lock().expect("kernels lock").sessions.get(session) {
+        if let Some(s) = self
+            .inner
+            .lock()
+            .expect("kernels lock")
+            .sessions
+            .get(session)
+        {
             *s.last_used.lock().expect("slot lock") = Instant::now();
         }
     }
 
     /// The live kernel of a session, if any (without locking it for a call).
     pub fn session_kernel(&self, session: &str) -> Option<Arc<Kernel>> {
-        let slot = self.inner.lock().expect("kernels lock").sessions.get(session).cloned()?;
+        let slot = self
+            .inner
+            .lock()
+            .expect("kernels lock")
+            .sessions
+            .get(session)
+            .cloned()?;
         slot.state.try_lock().ok().and_then(|s| s.kernel.clone())
     }
 
@@ -292,13 +355,26 @@ impl Kernels {
         {
             let mut inner = self.inner.lock().expect("kernels lock");
             inner.warm.retain(|k| k.death().is_none());
-            if let Some(i) = inner.warm.iter().position(|k| k.interpreter.python == py.python) {
+            if let Some(i) = inner
+                .warm
+                .iter()
+                .position(|k| k.interpreter.python == py.python)
+            {
                 let k = inner.warm.remove(i);
                 drop(inner);
                 self.refill.notify_one();
                 return Ok(k);
             }
-            let busy = inner.sessions.values().filter(|s| s.state.try_lock().map(|st| st.kernel.is_some()).unwrap_or(true)).count();
+            let busy = inner
+                .sessions
+                .values()
+                .filter(|s| {
+                    s.state
+                        .try_lock()
+                        .map(|st| st.kernel.is_some())
+                        .unwrap_or(true)
+                })
+                .count();
             // The session asking holds its own (kernel-less) lock: it counts as busy.
             let total = inner.warm.len() + inner.starting + busy.saturating_sub(1);
             if total >= self.cfg.max_kernels {
@@ -324,7 +400,9 @@ impl Kernels {
     }
 
     fn marker_path(workspace: &Path, file: &str) -> PathBuf {
-        workspace.join(".omicos/kernels").join(format!("{file}.json"))
+        workspace
+            .join(".omicos/kernels")
+            .join(format!("{file}.json"))
     }
 
     fn foreign_marker(&self, workspace: &Path, file: &str) -> Option<String> {
@@ -342,7 +420,8 @@ impl Kernels {
     fn write_marker(&self, workspace: &Path, file: &str, kernel: &Kernel) {
         let path = Self::marker_path(workspace, file);
         let body = serde_json::json!({"instance": self.instance_id, "kernel": kernel.id, "pid": kernel.pid(), "started_ms": now_ms() as u64});
-        let r = std::fs::create_dir_all(path.parent().expect("marker has a parent")).and_then(|_| std::fs::write(&path, body.to_string()));
+        let r = std::fs::create_dir_all(path.parent().expect("marker has a parent"))
+            .and_then(|_| std::fs::write(&path, body.to_string()));
         if let Err(e) = r {
             tracing::warn!(path = %path.display(), error = %e, "cannot write the session marker");
         }

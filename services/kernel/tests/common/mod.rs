@@ -10,11 +10,18 @@ use tokio::sync::mpsc;
 /// The interpreter the tests run kernels on: OMICOS_KERNEL_PYTHON, else the
 /// repo's .venv. Fails clearly when it lacks ipykernel.
 pub fn python() -> String {
-    let py = std::env::var("OMICOS_KERNEL_PYTHON").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| {
-        let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-        repo.join(".venv/bin/python3").display().to_string()
-    });
-    let ok = std::process::Command::new(&py).args(["-c", "import ipykernel"]).output().map(|o| o.status.success()).unwrap_or(false);
+    let py = std::env::var("OMICOS_KERNEL_PYTHON")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| {
+            let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+            repo.join(".venv/bin/python3").display().to_string()
+        });
+    let ok = std::process::Command::new(&py)
+        .args(["-c", "import ipykernel"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
     assert!(
         ok,
         "{py} cannot import ipykernel. Run the README's setup first: `python3 -m venv .venv && .venv/bin/pip install -r requirements.txt` \
@@ -52,20 +59,33 @@ pub fn ctx(ws: &tempfile::TempDir, session: &str) -> (CallCtx, mpsc::Receiver<Pr
 }
 
 /// Runs code in `session`.
-pub async fn run(p: &KernelProvider, ws: &tempfile::TempDir, session: &str, code: &str) -> Result<Value, ToolError> {
+pub async fn run(
+    p: &KernelProvider,
+    ws: &tempfile::TempDir,
+    session: &str,
+    code: &str,
+) -> Result<Value, ToolError> {
     let (c, _rx) = ctx(ws, session);
     call(p, "run_python_code", serde_json::json!({"code": code}), c).await
 }
 
 /// Validates then calls, as the runner does.
-pub async fn call(p: &KernelProvider, tool: &str, args: Value, c: CallCtx) -> Result<Value, ToolError> {
+pub async fn call(
+    p: &KernelProvider,
+    tool: &str,
+    args: Value,
+    c: CallCtx,
+) -> Result<Value, ToolError> {
     p.validate_input(tool, &args, &c)?;
     p.call(tool, args, c).await
 }
 
 /// The text/plain of the last expression.
 pub fn value(r: &Value) -> String {
-    r["execute_result"]["text/plain"].as_str().unwrap_or_default().to_owned()
+    r["execute_result"]["text/plain"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// Drains collected events.
