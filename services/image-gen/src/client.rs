@@ -85,6 +85,12 @@ pub async fn generate(
                     cfg.timeout_secs
                 )));
             }
+            Err(e) if e.is_builder() => {
+                return Err(ToolError::Unavailable(format!(
+                    "the images base URL `{base}` is not usable ({}); fix OMICOS_IMAGE_GEN_BASE_URL (e.g. https://api.openai.com/v1)",
+                    error_chain(&e)
+                )));
+            }
             Err(e) => (
                 format!(
                     "cannot reach the images endpoint at {base}: {}",

@@ -432,6 +432,41 @@ async fn unconfigured_says_how_to_configure() {
 }
 
 #[tokio::test]
+async fn a_broken_base_url_fails_at_once_and_a_dead_one_after_the_retries() {
+    let ws = tempfile::tempdir().unwrap();
+    let p = ImageGenProvider::new(ImageGenConfig {
+        retry_base_ms: 600_000,
+        ..config("not a url")
+    })
+    .unwrap();
+    let e = generate(&p, ws.path(), json!({"prompt": "x"}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("not usable") && e.contains("OMICOS_IMAGE_GEN_BASE_URL"),
+        "{e}"
+    );
+    // A port nothing listens on: connection failures are retried, then reported.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead = format!("http://{}/v1", closed.local_addr().unwrap());
+    drop(closed);
+    let p = ImageGenProvider::new(ImageGenConfig {
+        max_retries: 1,
+        ..config(&dead)
+    })
+    .unwrap();
+    let e = generate(&p, ws.path(), json!({"prompt": "x"}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("cannot reach the images endpoint") && e.contains("gave up after 2 attempts"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
 async fn input_is_checked_before_any_request() {
     let (fake, base) = start(vec![]).await;
     let ws = tempfile::tempdir().unwrap();
