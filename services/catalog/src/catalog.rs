@@ -260,13 +260,24 @@ impl Catalog {
 
     /// The active agent's system prompt with its teammates and its skills.
     pub fn system_prompt(&self, team: &Team) -> String {
-        crate::team::system_prompt(team, &self.skills_for(&team.active))
+        // References, not clones: skill bodies can be large and this runs every turn.
+        let snap = self.snapshot();
+        let visible: Vec<&Skill> = snap
+            .skills
+            .iter()
+            .filter(|s| s.visible_to(&team.active))
+            .collect();
+        crate::team::system_prompt(team, &visible)
     }
 
     /// [`runtime_toolsets`] with the skill condition taken from this catalog:
     /// `skill` is added when the agent can see at least one skill.
     pub fn runtime_toolsets(&self, agent: &AgentSpec, team_len: usize) -> Vec<String> {
-        runtime_toolsets(agent, team_len, !self.skills_for(agent).is_empty())
+        runtime_toolsets(
+            agent,
+            team_len,
+            self.snapshot().skills.iter().any(|s| s.visible_to(agent)),
+        )
     }
 
     /// Reloads when a source directory changes, after `config.watch_debounce`

@@ -172,7 +172,7 @@ pub fn resolve(snap: &Snapshot, team_members: &[String], active: &str) -> Result
 /// The active agent's prompt, then "Available agents" when it has teammates,
 /// then "Available skills" when it can see skills. UI-only fields (summary,
 /// use_when, example_prompts) never appear.
-pub fn system_prompt(team: &Team, skills: &[Skill]) -> String {
+pub fn system_prompt(team: &Team, skills: &[&Skill]) -> String {
     let mut out = team.active.prompt.trim_end().to_string();
     let mates: Vec<&AgentSpec> = team.teammates().collect();
     if !mates.is_empty() {

@@ -134,6 +134,15 @@ fn check_relpath(relpath: &str) -> Result<PathBuf, ToolError> {
     Ok(out)
 }
 
+/// Valid UTF-8 can still be binary (a run of 0x07 bytes is "valid"): text
+/// has no control characters other than tab, newline, form feed, carriage
+/// return and escape (ANSI colours in logs).
+fn looks_binary(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .any(|&b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r' | 0x0c | 0x1b) || b == 0x7f)
+}
+
 /// Reads a resource: text as `content`, anything else as base64, cut at
 /// [`MAX_RESOURCE_BYTES`]. Runs on a blocking thread.
 fn read_resource(skill: &Skill, relpath: &str) -> Result<Value, ToolError> {
@@ -174,12 +183,16 @@ fn read_resource(skill: &Skill, relpath: &str) -> Result<Value, ToolError> {
     let truncated = buf.len() as u64 > MAX_RESOURCE_BYTES;
     buf.truncate(MAX_RESOURCE_BYTES as usize);
     let (encoding, content) = match std::str::from_utf8(&buf) {
-        Ok(s) if !s.contains('\0') => ("utf-8", s.to_string()),
+        Ok(s) if !looks_binary(&buf) => ("utf-8", s.to_string()),
         // The cut may have split a character: what comes before it is still text.
-        Err(e) if truncated && e.error_len().is_none() && !buf[..e.valid_up_to()].contains(&0) => (
-            "utf-8",
-            String::from_utf8_lossy(&buf[..e.valid_up_to()]).into_owned(),
-        ),
+        Err(e)
+            if truncated && e.error_len().is_none() && !looks_binary(&buf[..e.valid_up_to()]) =>
+        {
+            (
+                "utf-8",
+                String::from_utf8_lossy(&buf[..e.valid_up_to()]).into_owned(),
+            )
+        }
         _ => (
             "base64",
             base64::engine::general_purpose::STANDARD.encode(&buf),
@@ -355,6 +368,16 @@ impl Provider for SkillProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn binary_detection() {
+        assert!(!looks_binary(
+            "plain\ttext\r\n\x1b[1mbold\x1b[0m é".as_bytes()
+        ));
+        assert!(looks_binary(&[7, 7, 7]));
+        assert!(looks_binary(b"a\0b"));
+        assert!(looks_binary(b"del\x7f"));
+    }
 
     #[test]
     fn relpaths_are_checked_before_the_disk() {
