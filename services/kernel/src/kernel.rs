@@ -283,15 +283,24 @@ impl Kernel {
         }
         let session = uuid::Uuid::new_v4().to_string();
         let chan_err = |e: jzc::RuntimeError| KernelError::Channel(e.to_string());
-        let iopub = jzc::create_client_iopub_connection(&info, "", &session)
+        // Connecting runs the ZMTP handshake, which a wedged kernel never completes.
+        let connect = async {
+            let iopub = jzc::create_client_iopub_connection(&info, "", &session).await?;
+            let identity = jzc::peer_identity_for_session(&session)?;
+            let shell =
+                jzc::create_client_shell_connection_with_identity(&info, &session, identity)
+                    .await?;
+            let control = jzc::create_client_control_connection(&info, &session).await?;
+            Ok::<_, jzc::RuntimeError>((iopub, shell, control))
+        };
+        let (iopub, shell, control) = tokio::time::timeout_at(deadline.into(), connect)
             .await
-            .map_err(chan_err)?;
-        let identity = jzc::peer_identity_for_session(&session).map_err(chan_err)?;
-        let shell = jzc::create_client_shell_connection_with_identity(&info, &session, identity)
-            .await
-            .map_err(chan_err)?;
-        let control = jzc::create_client_control_connection(&info, &session)
-            .await
+            .map_err(|_| {
+                KernelError::Start(format!(
+                    "the kernel's sockets did not answer within {:?}",
+                    opts.startup_timeout
+                ))
+            })?
             .map_err(chan_err)?;
         let (shell_tx, shell_rx) = shell.split();
         let (control_tx, control_rx) = control.split();
@@ -697,7 +706,11 @@ async fn heartbeat_loop(
             return;
         }
         if hb.is_none() {
-            hb = jzc::create_client_heartbeat_connection(&info).await.ok();
+            // The ZMTP handshake waits for the peer: a hung kernel never answers it.
+            hb = tokio::time::timeout(every, jzc::create_client_heartbeat_connection(&info))
+                .await
+                .ok()
+                .and_then(Result::ok);
         }
         let ok = match hb.as_mut() {
             Some(c) => matches!(

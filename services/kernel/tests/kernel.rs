@@ -369,3 +369,34 @@ async fn missing_ipykernel_is_a_clear_error() {
     let msg = run(&p, &ws, "m", "1").await.unwrap_err().to_string();
     assert!(msg.contains("does not exist"), "{msg}");
 }
+
+#[tokio::test]
+async fn hung_kernel_is_caught_by_the_heartbeat() {
+    let (ws, p) = provider(KernelConfig {
+        heartbeat_seconds: 0.5,
+        ..config(0)
+    });
+    run(&p, &ws, "h", "h = 1").await.unwrap();
+    let k = p.kernels().session_kernel("h").unwrap();
+    // A stopped process neither answers nor exits: only the heartbeat can tell.
+    unsafe { libc::kill(k.pid(), libc::SIGSTOP) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while k.death().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the heartbeat never declared the kernel dead"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(k.death().unwrap().contains("heartbeat"), "{:?}", k.death());
+    let r = run(&p, &ws, "h", "'h' in dir()").await.unwrap();
+    assert!(
+        r["notice"]
+            .as_str()
+            .unwrap()
+            .contains("kernel restarted, variables lost"),
+        "{r}"
+    );
+    assert_eq!(value(&r), "False");
+    p.close().await;
+}

@@ -1,0 +1,67 @@
+//! The `omicos-kernel` binary: config from the environment, serves, answers
+//! over gRPC, and stops its kernels on SIGTERM.
+
+mod common;
+
+use omicos_toolkit::{CallCtx, Provider, remote::RemoteProvider};
+use serde_json::json;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+#[tokio::test]
+async fn binary_serves_and_stops_its_kernels() {
+    let ws = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_omicos-kernel"))
+        .env("OMICOS_LISTEN", "127.0.0.1:0")
+        .env("OMICOS_WORKSPACE", ws.path())
+        .env("OMICOS_KERNEL_PYTHON", common::python())
+        .env("OMICOS_KERNEL_POOL_SIZE", "0")
+        .env("OMICOS_GRACE_SECONDS", "1")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let endpoint = line
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_owned();
+    let remote = RemoteProvider::connect(&endpoint).await.unwrap();
+    let r = remote
+        .call(
+            "run_python_code",
+            json!({"code": "import os\nos.getpid()"}),
+            CallCtx::for_test(ws.path(), "bin"),
+        )
+        .await
+        .unwrap();
+    let kernel_pid: i32 = r["execute_result"]["text/plain"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        unsafe { libc::kill(kernel_pid, 0) } == 0,
+        "the kernel is not running"
+    );
+    unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGTERM) };
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    // The kernel went with the service.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while unsafe { libc::kill(kernel_pid, 0) } == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "kernel {kernel_pid} outlived the service"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
