@@ -78,3 +78,43 @@ pub fn default_store_url(url: &str, workspace: &Path) -> String {
         url.trim().to_owned()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_layers_and_default_url() {
+        let env = vec![(
+            "OMICOS_MEMORY_STORE_URL".to_string(),
+            "postgres://u@h/db".to_string(),
+        )];
+        let cfg: Config = omicos_servicekit::load_config(None, &env).unwrap();
+        assert_eq!(cfg.store_url(), "postgres://u@h/db");
+        let cfg: Config = omicos_servicekit::load_config(None, &[]).unwrap();
+        assert_eq!(cfg.listen, "127.0.0.1:0");
+        assert_eq!(cfg.store_url(), "sqlite://./.omicos/memory.db");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("m.yaml");
+        std::fs::write(
+            &file,
+            "memory:\n  store_url: ${DB:-sqlite:///tmp/x.db}\n  nope: 1\n",
+        )
+        .unwrap();
+        let err = omicos_servicekit::load_config::<Config>(Some(&file), &[]).unwrap_err();
+        assert!(err.to_string().contains("memory.nope"), "{err}");
+        std::fs::write(&file, "memory:\n  store_url: ${DB:-sqlite:///tmp/x.db}\n").unwrap();
+        let cfg: Config = omicos_servicekit::load_config(Some(&file), &[]).unwrap();
+        assert_eq!(cfg.store_url(), "sqlite:///tmp/x.db");
+    }
+
+    #[tokio::test]
+    async fn a_bad_store_url_is_a_clear_error() {
+        let e = MemoryStore::open("mysql://x").await.unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("expected sqlite://PATH or postgres://"),
+            "{e}"
+        );
+    }
+}

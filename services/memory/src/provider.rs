@@ -287,7 +287,7 @@ impl Provider for MemoryProvider {
                     include_expired: a.include_expired,
                 };
                 let hits = s.search(scope, &q).await.map_err(to_tool_error)?;
-                if crate::terms::words(&q.text).is_empty() {
+                if crate::terms::search_words(&q.text).is_empty() {
                     json!({"results": hits, "note": "the query has no words to search for (letters or digits)"})
                 } else {
                     json!({"results": hits})

@@ -562,7 +562,7 @@ impl MemoryStore {
     /// Full-text search of the scope, ranked by text relevance weighted by how
     /// recently each entry was used. Marks the hits as used now.
     pub async fn search(&self, scope: &str, q: &SearchQuery) -> MemoryResult<Vec<Hit>> {
-        let words = terms::words(&q.text);
+        let words = terms::search_words(&q.text);
         if words.is_empty() {
             return Ok(vec![]);
         }

@@ -36,6 +36,27 @@ pub fn words(text: &str) -> Vec<String> {
     out
 }
 
+/// Words so common in English notes that searching for them costs a scan of
+/// most entries and adds almost nothing to the ranking.
+pub const STOPWORDS: &[&str] = &[
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "from", "has", "have", "he",
+    "her", "his", "i", "in", "is", "it", "its", "of", "on", "or", "our", "she", "so", "that",
+    "the", "their", "them", "they", "this", "to", "was", "we", "were", "what", "when", "which",
+    "who", "will", "with", "you", "your",
+];
+
+/// The words to search for: [`words`] without [`STOPWORDS`], unless the text
+/// has nothing else (then "AND OR" or "the who" still find what they say).
+pub fn search_words(text: &str) -> Vec<String> {
+    let all = words(text);
+    let content: Vec<String> = all
+        .iter()
+        .filter(|w| !STOPWORDS.contains(&w.as_str()))
+        .cloned()
+        .collect();
+    if content.is_empty() { all } else { content }
+}
+
 /// An FTS5 MATCH expression: each word as a quoted string (`"` doubled), OR-ed.
 pub fn fts5_match(words: &[String]) -> String {
     words
@@ -69,6 +90,16 @@ mod tests {
             vec!["foo", "bar", "near", "baz", "col", "qux"]
         );
         assert_eq!(tsquery(&words("it's")), "'it' | 's'");
+    }
+
+    #[test]
+    fn stopwords_drop_only_when_other_words_remain() {
+        assert_eq!(
+            search_words("what is the deploy plan"),
+            vec!["deploy", "plan"]
+        );
+        assert_eq!(search_words("AND OR"), vec!["and", "or"]);
+        assert!(search_words("\"").is_empty());
     }
 
     #[test]
