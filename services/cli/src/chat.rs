@@ -42,7 +42,11 @@ const EXIT_INTERRUPTED: u8 = 130;
 
 /// Runs `omicos chat`.
 pub async fn run(opts: ChatOptions) -> ExitCode {
-    if std::io::stdin().is_terminal() { repl(opts).await } else { piped(opts).await }
+    if std::io::stdin().is_terminal() {
+        repl(opts).await
+    } else {
+        piped(opts).await
+    }
 }
 
 async fn piped(opts: ChatOptions) -> ExitCode {
@@ -65,7 +69,10 @@ async fn piped(opts: ChatOptions) -> ExitCode {
     let view = if opts.json { View::Json } else { View::Answer };
     let mut r = Renderer::new(view);
     let mut ints = Interrupts::install();
-    let req = opts.request(opts.session.as_deref().unwrap_or_default(), message.trim_end().to_owned());
+    let req = opts.request(
+        opts.session.as_deref().unwrap_or_default(),
+        message.trim_end().to_owned(),
+    );
     match run_turn(&mut client, req, &mut r, &Approver::Deny, &mut ints).await {
         Ok(t) if t.reason == "completed" => {
             // The renderer ended the answer's last line at turn_done.
@@ -74,7 +81,10 @@ async fn piped(opts: ChatOptions) -> ExitCode {
         }
         Ok(t) => {
             // Error events were already printed on stderr as they came; say how it ended.
-            eprintln!("omicos chat: the turn ended with `{}` (session {})", t.reason, t.session_id);
+            eprintln!(
+                "omicos chat: the turn ended with `{}` (session {})",
+                t.reason, t.session_id
+            );
             ExitCode::FAILURE
         }
         Err(TurnError::Exit) => ExitCode::from(EXIT_INTERRUPTED),
@@ -126,7 +136,15 @@ async fn repl(opts: ChatOptions) -> ExitCode {
             return ExitCode::SUCCESS;
         }
         let req = opts.request(&session, line.to_owned());
-        match run_turn(&mut client, req, &mut r, &Approver::Prompt(&input), &mut ints).await {
+        match run_turn(
+            &mut client,
+            req,
+            &mut r,
+            &Approver::Prompt(&input),
+            &mut ints,
+        )
+        .await
+        {
             Ok(t) => {
                 // An unknown --session gives an error event and no session: start fresh next time.
                 let unknown = t.errors.iter().any(|(k, _)| k == "session_not_found");

@@ -4,18 +4,43 @@
 use crate::render::{clip, result_lines, risk_name, short_args};
 use crate::style::Style;
 use crate::turn::{Client, status_text};
-use omicos_proto::{ApproveToolRequest, Decision, GetSessionRequest, ListAgentToolsRequest, ListAgentsRequest, ListSessionsRequest, Risk};
+use omicos_proto::{
+    ApproveToolRequest, Decision, GetSessionRequest, ListAgentToolsRequest, ListAgentsRequest,
+    ListSessionsRequest, Risk,
+};
 use serde_json::Value;
 use std::fmt::Write;
 
 /// `omicos agents`: the catalog, one agent a line.
 pub async fn agents(client: &mut Client, st: Style) -> Result<String, String> {
-    let r = client.list_agents(ListAgentsRequest {}).await.map_err(|s| status_text(&s))?.into_inner();
+    let r = client
+        .list_agents(ListAgentsRequest {})
+        .await
+        .map_err(|s| status_text(&s))?
+        .into_inner();
     let mut out = String::new();
-    let w = r.agents.iter().map(|a| a.id.chars().count()).max().unwrap_or(2).max(2);
-    let _ = writeln!(out, "{}", st.dim(&format!("{} agents · deployment tier {}", r.agents.len(), r.deployment_tier)));
+    let w = r
+        .agents
+        .iter()
+        .map(|a| a.id.chars().count())
+        .max()
+        .unwrap_or(2)
+        .max(2);
+    let _ = writeln!(
+        out,
+        "{}",
+        st.dim(&format!(
+            "{} agents · deployment tier {}",
+            r.agents.len(),
+            r.deployment_tier
+        ))
+    );
     for a in &r.agents {
-        let lock = if a.locked { st.yellow(&format!(" (locked: tier {})", a.tier)) } else { String::new() };
+        let lock = if a.locked {
+            st.yellow(&format!(" (locked: tier {})", a.tier))
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
             "{} {}  {}{lock}\n{}  {}",
@@ -23,26 +48,56 @@ pub async fn agents(client: &mut Client, st: Style) -> Result<String, String> {
             st.bold(&format!("{:<w$}", a.id)),
             a.name,
             " ".repeat(w + 2),
-            st.dim(&clip(&format!("{} · toolsets: {}", a.description, a.toolsets.join(", ")), 110)),
+            st.dim(&clip(
+                &format!("{} · toolsets: {}", a.description, a.toolsets.join(", ")),
+                110
+            )),
         );
     }
     Ok(out)
 }
 
 /// `omicos tools`: what an agent's model would see under a mode.
-pub async fn tools(client: &mut Client, agent: &str, mode: &str, st: Style) -> Result<String, String> {
+pub async fn tools(
+    client: &mut Client,
+    agent: &str,
+    mode: &str,
+    st: Style,
+) -> Result<String, String> {
     let r = client
-        .list_agent_tools(ListAgentToolsRequest { agent: agent.to_owned(), permission_mode: mode.to_owned(), format: String::new() })
+        .list_agent_tools(ListAgentToolsRequest {
+            agent: agent.to_owned(),
+            permission_mode: mode.to_owned(),
+            format: String::new(),
+        })
         .await
         .map_err(|s| status_text(&s))?
         .into_inner();
     let mut tools = r.tools;
-    tools.sort_by(|a, b| (a.toolset.as_str(), a.name.as_str()).cmp(&(b.toolset.as_str(), b.name.as_str())));
-    let w = tools.iter().map(|t| t.name.chars().count()).max().unwrap_or(4);
+    tools.sort_by(|a, b| {
+        (a.toolset.as_str(), a.name.as_str()).cmp(&(b.toolset.as_str(), b.name.as_str()))
+    });
+    let w = tools
+        .iter()
+        .map(|t| t.name.chars().count())
+        .max()
+        .unwrap_or(4);
     let mut out = String::new();
-    let who = if agent.is_empty() { "the default agent".to_owned() } else { format!("agent {agent}") };
-    let how = if mode.is_empty() { "the default mode".to_owned() } else { format!("mode {mode}") };
-    let _ = writeln!(out, "{}", st.dim(&format!("{} tools for {who} under {how}", tools.len())));
+    let who = if agent.is_empty() {
+        "the default agent".to_owned()
+    } else {
+        format!("agent {agent}")
+    };
+    let how = if mode.is_empty() {
+        "the default mode".to_owned()
+    } else {
+        format!("mode {mode}")
+    };
+    let _ = writeln!(
+        out,
+        "{}",
+        st.dim(&format!("{} tools for {who} under {how}", tools.len()))
+    );
     for t in &tools {
         let risk = Risk::try_from(t.risk).map(risk_name).unwrap_or("?");
         let first = t.description.lines().next().unwrap_or_default();
@@ -59,7 +114,10 @@ pub async fn tools(client: &mut Client, agent: &str, mode: &str, st: Style) -> R
 }
 
 fn when(ms: i64) -> String {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
     let s = ((now - ms) / 1000).max(0);
     match s {
         0..60 => format!("{s}s ago"),
@@ -71,7 +129,11 @@ fn when(ms: i64) -> String {
 
 /// `omicos sessions`: the most recent sessions.
 pub async fn sessions(client: &mut Client, st: Style) -> Result<String, String> {
-    let r = client.list_sessions(ListSessionsRequest { limit: 50 }).await.map_err(|s| status_text(&s))?.into_inner();
+    let r = client
+        .list_sessions(ListSessionsRequest { limit: 50 })
+        .await
+        .map_err(|s| status_text(&s))?
+        .into_inner();
     let mut out = String::new();
     if r.sessions.is_empty() {
         let _ = writeln!(out, "no sessions yet (start one with `omicos chat`)");
@@ -93,7 +155,13 @@ pub async fn sessions(client: &mut Client, st: Style) -> Result<String, String> 
 
 /// `omicos sessions show ID`: the conversation, one message a block.
 pub async fn session_show(client: &mut Client, id: &str, st: Style) -> Result<String, String> {
-    let s = client.get_session(GetSessionRequest { session_id: id.to_owned() }).await.map_err(|s| status_text(&s))?.into_inner();
+    let s = client
+        .get_session(GetSessionRequest {
+            session_id: id.to_owned(),
+        })
+        .await
+        .map_err(|s| status_text(&s))?
+        .into_inner();
     let mut out = String::new();
     if let Some(m) = &s.summary {
         let _ = writeln!(
@@ -124,15 +192,28 @@ pub async fn session_show(client: &mut Client, id: &str, st: Style) -> Result<St
                 for c in m["tool_calls"].as_array().into_iter().flatten() {
                     let name = c["function"]["name"].as_str().unwrap_or("?");
                     let args = c["function"]["arguments"].as_str().unwrap_or_default();
-                    let _ = writeln!(out, "{} {} {}", st.cyan("▸"), st.cyan(name), st.dim(&short_args(args, 80)));
+                    let _ = writeln!(
+                        out,
+                        "{} {} {}",
+                        st.cyan("▸"),
+                        st.cyan(name),
+                        st.dim(&short_args(args, 80))
+                    );
                 }
             }
             "tool" => {
                 // The model saw {"status", "result"}.
                 let v: Value = serde_json::from_str(content).unwrap_or(Value::Null);
                 let status = v["status"].as_str().unwrap_or("?");
-                let result = v["result"].as_str().map(str::to_owned).unwrap_or_else(|| v["result"].to_string());
-                let mark = if status == "done" { st.green("✓") } else { st.red("✗") };
+                let result = v["result"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| v["result"].to_string());
+                let mark = if status == "done" {
+                    st.green("✓")
+                } else {
+                    st.red("✗")
+                };
                 let _ = writeln!(out, "{mark} {status}");
                 for l in result_lines(&result, 3) {
                     let _ = writeln!(out, "  {}", st.dim(&l));
@@ -152,17 +233,32 @@ pub fn parse_decision(s: &str) -> Result<Decision, String> {
         "allow" | "once" | "allow_once" | "y" => Ok(Decision::AllowOnce),
         "session" | "allow_session" | "always" | "a" => Ok(Decision::AllowSession),
         "deny" | "n" | "no" => Ok(Decision::Deny),
-        other => Err(format!("`{other}` is not a decision: use allow (this call), session (this tool for the session) or deny")),
+        other => Err(format!(
+            "`{other}` is not a decision: use allow (this call), session (this tool for the session) or deny"
+        )),
     }
 }
 
 /// `omicos approve SESSION CALL allow|session|deny`.
-pub async fn approve(client: &mut Client, session: &str, call: &str, decision: Decision) -> Result<String, String> {
+pub async fn approve(
+    client: &mut Client,
+    session: &str,
+    call: &str,
+    decision: Decision,
+) -> Result<String, String> {
     client
-        .approve_tool(ApproveToolRequest { session_id: session.to_owned(), call_id: call.to_owned(), decision: decision as i32 })
+        .approve_tool(ApproveToolRequest {
+            session_id: session.to_owned(),
+            call_id: call.to_owned(),
+            decision: decision as i32,
+        })
         .await
         .map_err(|s| status_text(&s))?;
-    Ok(format!("{}: {}\n", call, crate::render::decision_words(decision)))
+    Ok(format!(
+        "{}: {}\n",
+        call,
+        crate::render::decision_words(decision)
+    ))
 }
 
 /// `omicos kernel setup`: a venv with ipykernel in `dir`, plus `dir/requirements.txt` when there is one.
@@ -172,13 +268,30 @@ pub fn kernel_setup(dir: &std::path::Path) -> Result<String, String> {
     let req = dir.join("requirements.txt");
     if req.is_file() {
         let o = std::process::Command::new(&python)
-            .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-r"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-input",
+                "-r",
+            ])
             .arg(&req)
             .output()
-            .map_err(|e| format!("{} -m pip install -r {}: {e}", python.display(), req.display()))?;
+            .map_err(|e| {
+                format!(
+                    "{} -m pip install -r {}: {e}",
+                    python.display(),
+                    req.display()
+                )
+            })?;
         if !o.status.success() {
             let err = String::from_utf8_lossy(&o.stderr);
-            return Err(format!("pip install -r {} failed: {}", req.display(), clip(err.trim(), 2000)));
+            return Err(format!(
+                "pip install -r {} failed: {}",
+                req.display(),
+                clip(err.trim(), 2000)
+            ));
         }
         let _ = writeln!(out, "installed {}", req.display());
     }

@@ -14,8 +14,7 @@ use std::path::{Path, PathBuf};
 pub const DEMO_SCRIPT: &str = include_str!("../../stack/scripts/demo.yaml");
 
 /// What the user says in the demo.
-pub const DEMO_PROMPT: &str =
-    "Tabulate n, n² and n³ for n = 1..6 with a plot, write a short report into the workspace and check it reads back.";
+pub const DEMO_PROMPT: &str = "Tabulate n, n² and n³ for n = 1..6 with a plot, write a short report into the workspace and check it reads back.";
 
 /// How to run the demo.
 #[derive(Clone, Debug)]
@@ -56,7 +55,9 @@ impl DemoReport {
 }
 
 fn env_get<'a>(env: &'a [(String, String)], k: &str) -> Option<&'a str> {
-    env.iter().find(|(n, v)| n == k && !v.is_empty()).map(|(_, v)| v.as_str())
+    env.iter()
+        .find(|(n, v)| n == k && !v.is_empty())
+        .map(|(_, v)| v.as_str())
 }
 
 /// The interpreter for the demo's kernel: `OMICOS_KERNEL_PYTHON`, else a
@@ -88,13 +89,21 @@ pub fn check_python(python: &Path, source: &str) -> Result<(), String> {
     let out = std::process::Command::new(python)
         .args(["-c", "import ipykernel, matplotlib"])
         .output()
-        .map_err(|e| format!("the demo's kernel needs Python, and {} ({source}) does not run: {e}; {hint}", python.display()))?;
+        .map_err(|e| {
+            format!(
+                "the demo's kernel needs Python, and {} ({source}) does not run: {e}; {hint}",
+                python.display()
+            )
+        })?;
     if out.status.success() {
         Ok(())
     } else {
         let err = String::from_utf8_lossy(&out.stderr);
         let last = err.lines().last().unwrap_or_default();
-        Err(format!("{} ({source}) cannot run the demo's kernel: {last}; {hint}", python.display()))
+        Err(format!(
+            "{} ({source}) cannot run the demo's kernel: {last}; {hint}",
+            python.display()
+        ))
     }
 }
 
@@ -107,21 +116,38 @@ pub async fn run(opts: DemoOptions) -> Result<DemoReport, String> {
     check_python(&python, &source)?;
     let workspace = match &opts.workspace {
         Some(w) => w.clone(),
-        None => std::env::temp_dir().join(format!("omicos-demo-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])),
+        None => std::env::temp_dir().join(format!(
+            "omicos-demo-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        )),
     };
-    std::fs::create_dir_all(workspace.join(".omicos")).map_err(|e| format!("workspace {}: {e}", workspace.display()))?;
+    std::fs::create_dir_all(workspace.join(".omicos"))
+        .map_err(|e| format!("workspace {}: {e}", workspace.display()))?;
     let script = workspace.join(".omicos/demo-replay.yaml");
     std::fs::write(&script, DEMO_SCRIPT).map_err(|e| format!("{}: {e}", script.display()))?;
 
-    let mut env: Vec<(String, String)> = opts.env.iter().filter(|(k, _)| k != "OMICOS_KERNEL_PYTHON").cloned().collect();
+    let mut env: Vec<(String, String)> = opts
+        .env
+        .iter()
+        .filter(|(k, _)| k != "OMICOS_KERNEL_PYTHON")
+        .cloned()
+        .collect();
     env.push(("OMICOS_KERNEL_PYTHON".into(), python.display().to_string()));
     let mut up = omicos_stack::UpOptions::new(&workspace);
     up.port_base = 0;
     up.replay_file = Some(script);
     up.env = env;
     up.web = false;
-    println!("{}", st.bold("omicos demo: a scripted conversation on the replay backend; every tool call is real"));
-    println!("{}", st.dim(&format!("kernel python: {} ({source})", python.display())));
+    println!(
+        "{}",
+        st.bold(
+            "omicos demo: a scripted conversation on the replay backend; every tool call is real"
+        )
+    );
+    println!(
+        "{}",
+        st.dim(&format!("kernel python: {} ({source})", python.display()))
+    );
     let stack = omicos_stack::up(up).await?;
     let workspace = stack.workspace.clone();
     println!("{}", st.dim(&format!("workspace: {}", workspace.display())));
@@ -142,7 +168,15 @@ pub async fn run(opts: DemoOptions) -> Result<DemoReport, String> {
             permission_mode: "auto".into(),
             ..Default::default()
         };
-        match run_turn(&mut client, req, &mut r, &Approver::Auto(Decision::AllowSession), &mut ints).await {
+        match run_turn(
+            &mut client,
+            req,
+            &mut r,
+            &Approver::Auto(Decision::AllowSession),
+            &mut ints,
+        )
+        .await
+        {
             Ok(t) => Ok(t),
             Err(TurnError::Exit) => Err("interrupted".to_owned()),
             Err(TurnError::Failed(e)) => Err(e),
@@ -176,33 +210,66 @@ fn finished<'a>(t: &'a TurnResult, name: &str) -> Vec<&'a omicos_proto::ToolCall
 /// What the demo promises, checked against the events and the workspace.
 pub fn checks(t: &TurnResult, ws: &Path) -> Vec<Check> {
     let mut out = vec![];
-    let mut check = |what: &'static str, ok: bool, detail: String| out.push(Check { what, ok, detail });
+    let mut check =
+        |what: &'static str, ok: bool, detail: String| out.push(Check { what, ok, detail });
 
-    check("the turn completed", t.reason == "completed", format!("turn_done: {}", if t.reason.is_empty() { "none" } else { &t.reason }));
+    check(
+        "the turn completed",
+        t.reason == "completed",
+        format!(
+            "turn_done: {}",
+            if t.reason.is_empty() {
+                "none"
+            } else {
+                &t.reason
+            }
+        ),
+    );
 
     let delegated = t.events.iter().any(|e| matches!(&e.kind, Some(Kind::AgentSwitch(s)) if s.reason == "delegate" && s.to_agent == "data_analyst"));
     let returned = t.events.iter().any(|e| matches!(&e.kind, Some(Kind::AgentSwitch(s)) if s.reason == "return" && s.from_agent == "data_analyst"));
     let call_agent = finished(t, "call_agent");
-    let ca_ok = call_agent.iter().any(|f| f.status == "done" && f.result.contains("441"));
+    let ca_ok = call_agent
+        .iter()
+        .any(|f| f.status == "done" && f.result.contains("441"));
     check(
         "a sub-agent was called (generalist → data_analyst and back)",
         delegated && returned && ca_ok,
-        format!("delegate {delegated}, return {returned}, call_agent done with the analyst's answer {ca_ok}"),
+        format!(
+            "delegate {delegated}, return {returned}, call_agent done with the analyst's answer {ca_ok}"
+        ),
     );
 
     let py = finished(t, "run_python_code");
-    let outputs: Vec<Value> = py.iter().map(|f| serde_json::from_str(&f.result).unwrap_or(Value::Null)).collect();
-    let clean = py.iter().zip(&outputs).all(|(f, v)| f.status == "done" && v["error"].is_null());
-    let table = outputs.iter().any(|v| v["stdout"].as_str().is_some_and(|s| s.contains("sum of cubes: 441")));
+    let outputs: Vec<Value> = py
+        .iter()
+        .map(|f| serde_json::from_str(&f.result).unwrap_or(Value::Null))
+        .collect();
+    let clean = py
+        .iter()
+        .zip(&outputs)
+        .all(|(f, v)| f.status == "done" && v["error"].is_null());
+    let table = outputs.iter().any(|v| {
+        v["stdout"]
+            .as_str()
+            .is_some_and(|s| s.contains("sum of cubes: 441"))
+    });
     check(
         "Python computed the table in the kernel",
         py.len() == 2 && clean && table,
-        format!("{} run_python_code calls, all without error {clean}, table printed {table}", py.len()),
+        format!(
+            "{} run_python_code calls, all without error {clean}, table printed {table}",
+            py.len()
+        ),
     );
 
     let png = std::fs::read(ws.join("demo/plot.png")).unwrap_or_default();
     let is_png = png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 1000;
-    check("matplotlib drew the plot", is_png, format!("demo/plot.png: {} bytes", png.len()));
+    check(
+        "matplotlib drew the plot",
+        is_png,
+        format!("demo/plot.png: {} bytes", png.len()),
+    );
 
     let asked: Vec<&omicos_proto::ToolApprovalRequest> = t
         .events
@@ -215,16 +282,27 @@ pub fn checks(t: &TurnResult, ws: &Path) -> Vec<Check> {
     let granted = t.events.iter().any(|e| {
         matches!(&e.kind, Some(Kind::ToolApprovalResolved(r)) if r.decision == Decision::AllowSession as i32 && r.source == "client")
     });
-    let py_asked = asked.iter().filter(|a| a.tool_name == "run_python_code").count();
+    let py_asked = asked
+        .iter()
+        .filter(|a| a.tool_name == "run_python_code")
+        .count();
     check(
         "an approval was asked and granted for the session",
         !asked.is_empty() && granted && py_asked == 1,
-        format!("{} asked, granted for the session {granted}; run_python_code asked {py_asked}× for 2 calls", asked.len()),
+        format!(
+            "{} asked, granted for the session {granted}; run_python_code asked {py_asked}× for 2 calls",
+            asked.len()
+        ),
     );
 
-    let wrote = finished(t, "file_manager__write").iter().any(|f| f.status == "done");
-    let read_back = finished(t, "file_manager__read").iter().any(|f| f.status == "done" && f.result.contains("omicos demo report"));
-    let on_disk = std::fs::read_to_string(ws.join("demo/report.md")).is_ok_and(|s| s.contains("441 = 21^2"));
+    let wrote = finished(t, "file_manager__write")
+        .iter()
+        .any(|f| f.status == "done");
+    let read_back = finished(t, "file_manager__read")
+        .iter()
+        .any(|f| f.status == "done" && f.result.contains("omicos demo report"));
+    let on_disk =
+        std::fs::read_to_string(ws.join("demo/report.md")).is_ok_and(|s| s.contains("441 = 21^2"));
     check(
         "a file was written and read back",
         wrote && read_back && on_disk,
@@ -243,9 +321,21 @@ mod tests {
         let steps = v["steps"].as_array().expect("steps");
         assert!(steps.len() >= 6);
         // An unnamed step would be taken by whichever agent asks first.
-        assert!(steps.iter().all(|s| s["agent"].is_string()), "every step names its agent");
-        let tools: Vec<&str> = steps.iter().flat_map(|s| s["tool_calls"].as_array().into_iter().flatten()).filter_map(|c| c["name"].as_str()).collect();
-        for t in ["call_agent", "run_python_code", "file_manager__write", "file_manager__read"] {
+        assert!(
+            steps.iter().all(|s| s["agent"].is_string()),
+            "every step names its agent"
+        );
+        let tools: Vec<&str> = steps
+            .iter()
+            .flat_map(|s| s["tool_calls"].as_array().into_iter().flatten())
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        for t in [
+            "call_agent",
+            "run_python_code",
+            "file_manager__write",
+            "file_manager__read",
+        ] {
             assert!(tools.contains(&t), "{t} is scripted");
         }
     }
@@ -261,7 +351,10 @@ mod tests {
         assert_eq!(p, dir.join(".venv/bin/python3"));
         assert!(src.ends_with("/.venv"));
         let env = vec![("OMICOS_KERNEL_PYTHON".to_owned(), "/x/python".to_owned())];
-        assert_eq!(find_kernel_python(&env, &nested).0, PathBuf::from("/x/python"));
+        assert_eq!(
+            find_kernel_python(&env, &nested).0,
+            PathBuf::from("/x/python")
+        );
         let err = check_python(Path::new("/nonexistent/python3"), "test").unwrap_err();
         assert!(err.contains("omicos kernel setup"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();

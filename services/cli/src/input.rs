@@ -31,7 +31,8 @@ pub struct Input {
 impl Input {
     /// Starts the input thread with a rustyline editor.
     pub fn start() -> Result<Self, String> {
-        let mut editor = rustyline::DefaultEditor::new().map_err(|e| format!("cannot open the line editor: {e}"))?;
+        let mut editor = rustyline::DefaultEditor::new()
+            .map_err(|e| format!("cannot open the line editor: {e}"))?;
         let (tx, rx) = std::sync::mpsc::channel::<Ask>();
         std::thread::Builder::new()
             .name("omicos-input".into())
@@ -57,7 +58,15 @@ impl Input {
     /// Reads one line after `prompt`; `history` keeps it for the up arrow.
     pub async fn read(&self, prompt: &str, history: bool) -> Line {
         let (reply, rx) = oneshot::channel();
-        if self.tx.send(Ask { prompt: prompt.to_owned(), history, reply }).is_err() {
+        if self
+            .tx
+            .send(Ask {
+                prompt: prompt.to_owned(),
+                history,
+                reply,
+            })
+            .is_err()
+        {
             return Line::Eof;
         }
         rx.await.unwrap_or(Line::Eof)

@@ -6,10 +6,19 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "omicos", version, about = "omicos: an agent runtime. Start with `omicos demo`, then `omicos up` and `omicos chat`.")]
+#[command(
+    name = "omicos",
+    version,
+    about = "omicos: an agent runtime. Start with `omicos demo`, then `omicos up` and `omicos chat`."
+)]
 struct Cli {
     /// The orchestrator to talk to.
-    #[arg(long, global = true, env = "OMICOS_SERVER", default_value = "http://127.0.0.1:7000")]
+    #[arg(
+        long,
+        global = true,
+        env = "OMICOS_SERVER",
+        default_value = "http://127.0.0.1:7000"
+    )]
     server: String,
     #[command(subcommand)]
     command: Command,
@@ -134,29 +143,82 @@ where
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let level = if matches!(cli.command, Command::Up { .. }) { "info" } else { "warn" };
+    // `up` is a server: its logs matter. The demo is a transcript: only errors may interrupt it.
+    let level = match cli.command {
+        Command::Up { .. } => "info",
+        Command::Demo { .. } => "error",
+        _ => "warn",
+    };
     let _telemetry = omicos_servicekit::telemetry::init("omicos", level);
     let st = Style::for_stdout();
     let server = cli.server;
     match cli.command {
-        Command::Up { workspace, config, port_base } => up::run(up::UpArgs { workspace, config, port_base }).await,
-        Command::Chat { session, agent, team, mode, json } => {
-            chat::run(chat::ChatOptions { server, session, agent, team, mode, json }).await
+        Command::Up {
+            workspace,
+            config,
+            port_base,
+        } => {
+            up::run(up::UpArgs {
+                workspace,
+                config,
+                port_base,
+            })
+            .await
         }
-        Command::Agents => with_client(&server, "agents", |mut c| async move { commands::agents(&mut c, st).await }).await,
+        Command::Chat {
+            session,
+            agent,
+            team,
+            mode,
+            json,
+        } => {
+            chat::run(chat::ChatOptions {
+                server,
+                session,
+                agent,
+                team,
+                mode,
+                json,
+            })
+            .await
+        }
+        Command::Agents => {
+            with_client(&server, "agents", |mut c| async move {
+                commands::agents(&mut c, st).await
+            })
+            .await
+        }
         Command::Tools { agent, mode } => {
             with_client(&server, "tools", |mut c| async move {
-                commands::tools(&mut c, agent.as_deref().unwrap_or_default(), mode.as_deref().unwrap_or_default(), st).await
+                commands::tools(
+                    &mut c,
+                    agent.as_deref().unwrap_or_default(),
+                    mode.as_deref().unwrap_or_default(),
+                    st,
+                )
+                .await
             })
             .await
         }
         Command::Sessions { show: None } => {
-            with_client(&server, "sessions", |mut c| async move { commands::sessions(&mut c, st).await }).await
+            with_client(&server, "sessions", |mut c| async move {
+                commands::sessions(&mut c, st).await
+            })
+            .await
         }
-        Command::Sessions { show: Some(SessionsCommand::Show { id }) } => {
-            with_client(&server, "sessions show", |mut c| async move { commands::session_show(&mut c, &id, st).await }).await
+        Command::Sessions {
+            show: Some(SessionsCommand::Show { id }),
+        } => {
+            with_client(&server, "sessions show", |mut c| async move {
+                commands::session_show(&mut c, &id, st).await
+            })
+            .await
         }
-        Command::Approve { session, call, decision } => {
+        Command::Approve {
+            session,
+            call,
+            decision,
+        } => {
             let d = match commands::parse_decision(&decision) {
                 Ok(d) => d,
                 Err(e) => {
@@ -164,9 +226,14 @@ async fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            with_client(&server, "approve", |mut c| async move { commands::approve(&mut c, &session, &call, d).await }).await
+            with_client(&server, "approve", |mut c| async move {
+                commands::approve(&mut c, &session, &call, d).await
+            })
+            .await
         }
-        Command::Kernel { command: KernelCommand::Setup { dir } } => {
+        Command::Kernel {
+            command: KernelCommand::Setup { dir },
+        } => {
             let r = tokio::task::spawn_blocking(move || commands::kernel_setup(&dir))
                 .await
                 .unwrap_or_else(|e| Err(format!("setup task failed: {e}")));
@@ -174,15 +241,28 @@ async fn main() -> ExitCode {
         }
         Command::Demo { workspace } => {
             let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-            let opts = demo::DemoOptions { workspace, env: omicos_servicekit::config::process_env(), cwd };
+            let opts = demo::DemoOptions {
+                workspace,
+                env: omicos_servicekit::config::process_env(),
+                cwd,
+            };
             match demo::run(opts).await {
                 Ok(report) if report.passed() => {
-                    println!("{}", st.green(&format!("demo passed · workspace {}", report.workspace.display())));
+                    println!(
+                        "{}",
+                        st.green(&format!(
+                            "demo passed · workspace {}",
+                            report.workspace.display()
+                        ))
+                    );
                     ExitCode::SUCCESS
                 }
                 Ok(report) => {
                     let failed = report.checks.iter().filter(|c| !c.ok).count();
-                    eprintln!("omicos demo: {failed} step(s) did not happen · workspace {}", report.workspace.display());
+                    eprintln!(
+                        "omicos demo: {failed} step(s) did not happen · workspace {}",
+                        report.workspace.display()
+                    );
                     ExitCode::FAILURE
                 }
                 Err(e) => {

@@ -46,7 +46,11 @@ impl Renderer {
     /// A renderer for `view`, colours decided from the process's streams.
     pub fn new(view: View) -> Self {
         let out_style = Style::for_stdout();
-        let side_style = if view == View::Answer { Style::for_stderr() } else { out_style };
+        let side_style = if view == View::Answer {
+            Style::for_stderr()
+        } else {
+            out_style
+        };
         Self::with_styles(view, out_style, side_style)
     }
 
@@ -98,7 +102,13 @@ impl Renderer {
         });
     }
 
-    /// A notice from the CLI itself (re-attach, cancel), styled dim.
+    /// A notice about an event of `context` (indented like that context's lines).
+    pub fn notice_in(&mut self, context: &str, s: &str) {
+        let ind = self.indent(depth(context), "");
+        self.notice(&format!("{ind}{s}"));
+    }
+
+    /// A notice from the CLI itself (re-attach, cancel), styled yellow.
     pub fn notice(&mut self, s: &str) {
         if self.view == View::Json {
             eprintln!("{s}");
@@ -153,7 +163,11 @@ impl Renderer {
             return String::new();
         }
         let _ = agent;
-        format!("{}{} ", "    ".repeat(depth - 1), self.out_style.magenta("  │"))
+        format!(
+            "{}{} ",
+            "    ".repeat(depth - 1),
+            self.out_style.magenta("  │")
+        )
     }
 
     /// Prints one event.
@@ -177,15 +191,31 @@ impl Renderer {
         match kind {
             Kind::TurnStarted(t) => {
                 if self.view == View::Human {
-                    let team = if t.team_members.is_empty() { String::new() } else { format!(" · team {}", t.team_members.join(", ")) };
-                    let mode = if t.permission_mode.is_empty() { String::new() } else { format!(" · mode {}", t.permission_mode) };
-                    let l = st.dim(&format!("── {}{team}{mode} · session {}", t.agent, ev.session_id));
+                    let team = if t.team_members.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" · team {}", t.team_members.join(", "))
+                    };
+                    let mode = if t.permission_mode.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" · mode {}", t.permission_mode)
+                    };
+                    let l = st.dim(&format!(
+                        "── {}{team}{mode} · session {}",
+                        t.agent, ev.session_id
+                    ));
                     self.line(&l);
                 }
             }
             Kind::TextDelta(t) => self.text(ev, &t.text),
             Kind::ToolCallStarted(c) => {
-                let l = format!("{ind}{} {} {}", st.cyan("▸"), st.cyan(&c.name), st.dim(&short_args(&c.arguments, 80)));
+                let l = format!(
+                    "{ind}{} {} {}",
+                    st.cyan("▸"),
+                    st.cyan(&c.name),
+                    st.dim(&short_args(&c.arguments, 80))
+                );
                 self.line(&l);
             }
             Kind::ToolOutputChunk(o) => {
@@ -199,8 +229,17 @@ impl Renderer {
             Kind::ToolProgress(p) => self.progress(ev, p),
             Kind::ToolApprovalRequest(a) => {
                 let risk = Risk::try_from(a.risk).map(risk_name).unwrap_or("unknown");
-                let summary = if a.summary.is_empty() { String::new() } else { format!(": {}", a.summary) };
-                let l = format!("{ind}{} {} wants to run {} ({risk} risk){summary}", st.yellow("?"), ev.agent_id, st.cyan(&a.tool_name));
+                let summary = if a.summary.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", a.summary)
+                };
+                let l = format!(
+                    "{ind}{} {} wants to run {} ({risk} risk){summary}",
+                    st.yellow("?"),
+                    ev.agent_id,
+                    st.cyan(&a.tool_name)
+                );
                 self.line(&l);
                 if !a.arguments.is_empty() {
                     let l = format!("{ind}  {}", st.dim(&short_args(&a.arguments, LINE_WIDTH)));
@@ -221,7 +260,12 @@ impl Renderer {
                 self.finish_bars(&f.call_id);
                 let ok = f.status == "done";
                 let mark = if ok { st.green("✓") } else { st.red("✗") };
-                let l = format!("{ind}{mark} {} {} {}", st.cyan(&f.name), f.status, st.dim(&elapsed(f.elapsed_ms)));
+                let l = format!(
+                    "{ind}{mark} {} {} {}",
+                    st.cyan(&f.name),
+                    f.status,
+                    st.dim(&elapsed(f.elapsed_ms))
+                );
                 self.line(&l);
                 let show = !ok || !self.streamed.contains(&f.call_id);
                 if show {
@@ -231,23 +275,40 @@ impl Renderer {
                     }
                 }
                 if !f.spool_path.is_empty() {
-                    let l = format!("{ind}  {}", st.dim(&format!("(full output: {})", f.spool_path)));
+                    let l = format!(
+                        "{ind}  {}",
+                        st.dim(&format!("(full output: {})", f.spool_path))
+                    );
                     self.line(&l);
                 }
             }
             Kind::AgentSwitch(s) => {
                 let l = if s.reason == "delegate" {
                     let outer = self.indent(s.depth.saturating_sub(1) as usize, &s.from_agent);
-                    format!("{outer}{} {} hands over to {}", st.magenta("↳"), s.from_agent, st.bold(&s.to_agent))
+                    format!(
+                        "{outer}{} {} hands over to {}",
+                        st.magenta("↳"),
+                        s.from_agent,
+                        st.bold(&s.to_agent)
+                    )
                 } else {
                     let inner = self.indent(s.depth as usize + 1, &s.from_agent);
-                    format!("{inner}{} {} returns to {}", st.magenta("↲"), s.from_agent, st.bold(&s.to_agent))
+                    format!(
+                        "{inner}{} {} returns to {}",
+                        st.magenta("↲"),
+                        s.from_agent,
+                        st.bold(&s.to_agent)
+                    )
                 };
                 self.line(&l);
             }
             Kind::Usage(_) | Kind::Heartbeat(_) => {}
             Kind::Error(e) => {
-                let l = format!("{ind}{} {}", st.red(&format!("error [{}]:", e.kind)), e.message);
+                let l = format!(
+                    "{ind}{} {}",
+                    st.red(&format!("error [{}]:", e.kind)),
+                    e.message
+                );
                 self.line(&l);
             }
             Kind::TurnDone(t) => {
@@ -273,14 +334,22 @@ impl Renderer {
         let bar = self.bars.entry(key.clone()).or_insert_with(|| {
             let b = self.multi.add(ProgressBar::new(pr.total.max(0.0) as u64));
             let tpl = format!("{ind}  {{msg}} [{{bar:30}}] {{pos}}/{{len}} {{elapsed}}");
-            b.set_style(ProgressStyle::with_template(&tpl).unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("=> "));
+            b.set_style(
+                ProgressStyle::with_template(&tpl)
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+            );
             b
         });
         if pr.total > 0.0 {
             bar.set_length(pr.total as u64);
         }
         bar.set_position(pr.current.max(0.0) as u64);
-        let label = if pr.label.is_empty() { pr.message.clone() } else { pr.label.clone() };
+        let label = if pr.label.is_empty() {
+            pr.message.clone()
+        } else {
+            pr.label.clone()
+        };
         bar.set_message(label);
         if pr.done {
             bar.finish_and_clear();
@@ -289,7 +358,12 @@ impl Renderer {
     }
 
     fn finish_bars(&mut self, call_id: &str) {
-        let keys: Vec<String> = self.bars.keys().filter(|k| k.starts_with(&format!("{call_id}/"))).cloned().collect();
+        let keys: Vec<String> = self
+            .bars
+            .keys()
+            .filter(|k| k.starts_with(&format!("{call_id}/")))
+            .cloned()
+            .collect();
         for k in keys {
             if let Some(b) = self.bars.remove(&k) {
                 b.finish_and_clear();
@@ -373,7 +447,11 @@ pub fn result_lines(result: &str, n: usize) -> Vec<String> {
                     break;
                 }
             }
-            if parts.is_empty() { result.to_owned() } else { parts.join("\n") }
+            if parts.is_empty() {
+                result.to_owned()
+            } else {
+                parts.join("\n")
+            }
         }
         _ => result.to_owned(),
     };
@@ -387,7 +465,11 @@ pub fn result_lines(result: &str, n: usize) -> Vec<String> {
 
 /// Milliseconds in a short human form.
 pub fn elapsed(ms: u64) -> String {
-    if ms < 1000 { format!("{ms} ms") } else { format!("{:.1} s", ms as f64 / 1000.0) }
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    }
 }
 
 /// An event as one JSON object: the envelope fields plus `type` and the
@@ -408,7 +490,10 @@ pub fn event_json(ev: &ChatEvent) -> Value {
             json!({"message": t.message, "agent": t.agent, "team_members": t.team_members, "permission_mode": t.permission_mode}),
         ),
         Some(Kind::TextDelta(t)) => ("text_delta", json!({"text": t.text})),
-        Some(Kind::ToolCallStarted(c)) => ("tool_call_started", json!({"call_id": c.call_id, "name": c.name, "arguments": c.arguments})),
+        Some(Kind::ToolCallStarted(c)) => (
+            "tool_call_started",
+            json!({"call_id": c.call_id, "name": c.name, "arguments": c.arguments}),
+        ),
         Some(Kind::ToolProgress(p)) => {
             let pr = p.progress.clone().unwrap_or_default();
             (
@@ -419,7 +504,10 @@ pub fn event_json(ev: &ChatEvent) -> Value {
         }
         Some(Kind::ToolOutputChunk(o)) => {
             let c = o.chunk.clone().unwrap_or_default();
-            ("tool_output_chunk", json!({"call_id": o.call_id, "stream": c.stream, "text": c.text}))
+            (
+                "tool_output_chunk",
+                json!({"call_id": o.call_id, "stream": c.stream, "text": c.text}),
+            )
         }
         Some(Kind::ToolApprovalRequest(a)) => (
             "tool_approval_request",
@@ -438,7 +526,10 @@ pub fn event_json(ev: &ChatEvent) -> Value {
             "agent_switch",
             json!({"from_agent": s.from_agent, "to_agent": s.to_agent, "reason": s.reason, "depth": s.depth}),
         ),
-        Some(Kind::Usage(u)) => ("usage", json!({"input_tokens": u.input_tokens, "output_tokens": u.output_tokens, "model": u.model})),
+        Some(Kind::Usage(u)) => (
+            "usage",
+            json!({"input_tokens": u.input_tokens, "output_tokens": u.output_tokens, "model": u.model}),
+        ),
         Some(Kind::Error(e)) => ("error", json!({"kind": e.kind, "message": e.message})),
         Some(Kind::Heartbeat(_)) => ("heartbeat", json!({})),
         Some(Kind::TurnDone(t)) => ("turn_done", json!({"reason": t.reason})),
@@ -467,7 +558,10 @@ mod tests {
 
     #[test]
     fn short_args_are_one_line_and_clipped() {
-        assert_eq!(short_args(r#"{"path":"a.txt","n":3}"#, 80), r#"path="a.txt" n=3"#);
+        assert_eq!(
+            short_args(r#"{"path":"a.txt","n":3}"#, 80),
+            r#"path="a.txt" n=3"#
+        );
         let long = format!(r#"{{"code":"{}"}}"#, "x".repeat(200));
         let s = short_args(&long, 40);
         assert_eq!(s.chars().count(), 40);
@@ -480,8 +574,14 @@ mod tests {
         let r = json!({"stdout": "a\nb\n\nc\nd\n", "stderr": "", "error": null}).to_string();
         assert_eq!(result_lines(&r, 3), vec!["a", "b", "c", "… 1 more lines"]);
         let e = json!({"stdout": "", "error": {"ename": "ZeroDivisionError", "evalue": "division by zero"}}).to_string();
-        assert_eq!(result_lines(&e, 3), vec!["ZeroDivisionError: division by zero"]);
-        assert_eq!(result_lines("plain\ntext", 1), vec!["plain", "… 1 more lines"]);
+        assert_eq!(
+            result_lines(&e, 3),
+            vec!["ZeroDivisionError: division by zero"]
+        );
+        assert_eq!(
+            result_lines("plain\ntext", 1),
+            vec!["plain", "… 1 more lines"]
+        );
     }
 
     #[test]
@@ -506,6 +606,9 @@ mod tests {
         assert_eq!(v["name"], "run_python_code");
         assert_eq!(v["execution_context_id"], "root/c1");
         assert_eq!(depth("root/c1/c9"), 2);
-        assert_eq!(decision_name(Decision::AllowSession as i32), "allow_session");
+        assert_eq!(
+            decision_name(Decision::AllowSession as i32),
+            "allow_session"
+        );
     }
 }

@@ -13,17 +13,25 @@ pub struct Style {
 impl Style {
     /// Colours for stdout: a terminal and no `NO_COLOR`.
     pub fn for_stdout() -> Self {
-        Self::decide(std::io::stdout().is_terminal(), std::env::var_os("NO_COLOR"))
+        Self::decide(
+            std::io::stdout().is_terminal(),
+            std::env::var_os("NO_COLOR"),
+        )
     }
 
     /// Colours for stderr: a terminal and no `NO_COLOR`.
     pub fn for_stderr() -> Self {
-        Self::decide(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR"))
+        Self::decide(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR"),
+        )
     }
 
     /// The rule itself, separated so it can be tested without a terminal.
     pub fn decide(is_tty: bool, no_color: Option<std::ffi::OsString>) -> Self {
-        Self { color: is_tty && no_color.is_none_or(|v| v.is_empty()) }
+        Self {
+            color: is_tty && no_color.is_none_or(|v| v.is_empty()),
+        }
     }
 
     /// No colours at all.
@@ -32,7 +40,11 @@ impl Style {
     }
 
     fn paint(&self, code: &str, s: &str) -> String {
-        if self.color { format!("\x1b[{code}m{s}\x1b[0m") } else { s.to_owned() }
+        if self.color {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_owned()
+        }
     }
 
     /// Dim (secondary information: arguments, results, notices).
@@ -72,7 +84,10 @@ mod tests {
     #[test]
     fn colour_only_on_a_tty_without_no_color() {
         assert!(Style::decide(true, None).color);
-        assert!(Style::decide(true, Some("".into())).color, "an empty NO_COLOR does not count");
+        assert!(
+            Style::decide(true, Some("".into())).color,
+            "an empty NO_COLOR does not count"
+        );
         assert!(!Style::decide(true, Some("1".into())).color);
         assert!(!Style::decide(false, None).color);
         assert_eq!(Style::plain().red("x"), "x");

@@ -5,8 +5,9 @@
 use crate::input::{Input, Line};
 use crate::render::{Renderer, decision_words};
 use omicos_proto::{
-    ApproveToolRequest, AttachRequest, CancelRequest, CancelTurnRequest, ChatClientMessage, ChatEvent, ChatRequest, Decision,
-    ToolApprovalRequest, chat_client_message, chat_event::Kind, orchestrator_client::OrchestratorClient,
+    ApproveToolRequest, AttachRequest, CancelRequest, CancelTurnRequest, ChatClientMessage,
+    ChatEvent, ChatRequest, Decision, ToolApprovalRequest, chat_client_message, chat_event::Kind,
+    orchestrator_client::OrchestratorClient,
 };
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -49,7 +50,11 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 /// A gRPC status as a short sentence.
 pub fn status_text(s: &tonic::Status) -> String {
     let msg = s.message();
-    if msg.is_empty() { format!("{:?}", s.code()) } else { format!("{msg} ({:?})", s.code()) }
+    if msg.is_empty() {
+        format!("{:?}", s.code())
+    } else {
+        format!("{msg} ({:?})", s.code())
+    }
 }
 
 /// Ctrl-C presses, delivered as messages while a turn runs (the REPL's line
@@ -90,26 +95,43 @@ pub enum Approver<'a> {
 
 impl Approver<'_> {
     /// The decision for `a`; None when the user pressed Ctrl-C (deny and cancel).
-    async fn decide(&self, r: &mut Renderer, a: &ToolApprovalRequest) -> Option<Decision> {
+    async fn decide(
+        &self,
+        r: &mut Renderer,
+        context: &str,
+        a: &ToolApprovalRequest,
+    ) -> Option<Decision> {
         match self {
             Approver::Auto(d) => {
-                r.notice(&format!("  (demo) answering the approval for {}: {}", a.tool_name, decision_words(*d)));
+                r.notice_in(
+                    context,
+                    &format!(
+                        "  (demo) answering the approval for {}: {}",
+                        a.tool_name,
+                        decision_words(*d)
+                    ),
+                );
                 Some(*d)
             }
             Approver::Deny => {
-                r.notice(&format!(
+                r.notice_in(
+                    context,
+                    &format!(
                     "  approval needed for {} but stdin is not a terminal: denied (use --mode full to let tools with side effects run)",
                     a.tool_name
-                ));
+                ),
+                );
                 Some(Decision::Deny)
             }
             Approver::Prompt(input) => {
-                let prompt = r.style().yellow("  allow? [y] once  [a] always this session  [n] deny > ");
+                let prompt = r
+                    .style()
+                    .yellow("  allow? [y] once  [a] always this session  [n] deny > ");
                 loop {
                     match input.read(&prompt, false).await {
                         Line::Text(t) => match parse_answer(&t) {
                             Some(d) => return Some(d),
-                            None => r.notice("  please answer y, a or n"),
+                            None => r.notice_in(context, "  please answer y, a or n"),
                         },
                         Line::Interrupted => return None,
                         Line::Eof => return Some(Decision::Deny),
@@ -172,12 +194,23 @@ pub async fn run_turn(
     r.begin_turn();
     ints.drain();
     let (tx, rx) = mpsc::channel(8);
-    let first = ChatClientMessage { msg: Some(chat_client_message::Msg::Request(req.clone())) };
-    tx.send(first).await.map_err(|_| TurnError::Failed("chat stream closed before it opened".into()))?;
-    let mut stream = client.chat(ReceiverStream::new(rx)).await.map_err(|s| TurnError::Failed(status_text(&s)))?.into_inner();
+    let first = ChatClientMessage {
+        msg: Some(chat_client_message::Msg::Request(req.clone())),
+    };
+    tx.send(first)
+        .await
+        .map_err(|_| TurnError::Failed("chat stream closed before it opened".into()))?;
+    let mut stream = client
+        .chat(ReceiverStream::new(rx))
+        .await
+        .map_err(|s| TurnError::Failed(status_text(&s)))?
+        .into_inner();
     // Kept so the server keeps reading our side of the stream (cancel falls back to it).
     let mut chat_tx = Some(tx);
-    let mut res = TurnResult { session_id: req.session_id.clone(), ..Default::default() };
+    let mut res = TurnResult {
+        session_id: req.session_id.clone(),
+        ..Default::default()
+    };
     let mut last_seq = 0u64;
     let mut cancelling = false;
     loop {
@@ -202,7 +235,9 @@ pub async fn run_turn(
                     _ => "the stream ended before the turn did".into(),
                 };
                 if res.session_id.is_empty() {
-                    return Err(TurnError::Failed(format!("the chat stream broke before the session started: {why}")));
+                    return Err(TurnError::Failed(format!(
+                        "the chat stream broke before the session started: {why}"
+                    )));
                 }
                 stream = reattach(client, &res.session_id, last_seq, r, &why).await?;
                 res.reattached += 1;
@@ -231,7 +266,7 @@ pub async fn run_turn(
                 return Ok(res);
             }
             Some(Kind::ToolApprovalRequest(a)) => {
-                let decision = match approver.decide(r, &a).await {
+                let decision = match approver.decide(r, &ev.execution_context_id, &a).await {
                     Some(d) => d,
                     None => {
                         cancelling = true;
@@ -240,9 +275,16 @@ pub async fn run_turn(
                         Decision::Deny
                     }
                 };
-                let ask = ApproveToolRequest { session_id: res.session_id.clone(), call_id: a.call_id.clone(), decision: decision as i32 };
+                let ask = ApproveToolRequest {
+                    session_id: res.session_id.clone(),
+                    call_id: a.call_id.clone(),
+                    decision: decision as i32,
+                };
                 if let Err(s) = client.approve_tool(ask).await {
-                    r.notice(&format!("  the approval was not taken: {}", status_text(&s)));
+                    r.notice(&format!(
+                        "  the approval was not taken: {}",
+                        status_text(&s)
+                    ));
                 }
             }
             _ => {}
@@ -250,12 +292,27 @@ pub async fn run_turn(
     }
 }
 
-async fn cancel(client: &mut Client, session_id: &str, chat_tx: Option<&mpsc::Sender<ChatClientMessage>>) {
-    if !session_id.is_empty() && client.cancel_turn(CancelTurnRequest { session_id: session_id.to_owned() }).await.is_ok() {
+async fn cancel(
+    client: &mut Client,
+    session_id: &str,
+    chat_tx: Option<&mpsc::Sender<ChatClientMessage>>,
+) {
+    if !session_id.is_empty()
+        && client
+            .cancel_turn(CancelTurnRequest {
+                session_id: session_id.to_owned(),
+            })
+            .await
+            .is_ok()
+    {
         return;
     }
     if let Some(tx) = chat_tx {
-        let msg = ChatClientMessage { msg: Some(chat_client_message::Msg::Cancel(CancelRequest { reason: "ctrl-c".into() })) };
+        let msg = ChatClientMessage {
+            msg: Some(chat_client_message::Msg::Cancel(CancelRequest {
+                reason: "ctrl-c".into(),
+            })),
+        };
         let _ = tx.send(msg).await;
     }
 }
@@ -270,12 +327,22 @@ async fn reattach(
     let mut delay = Duration::from_millis(100);
     let mut last_err = String::new();
     for _ in 0..REATTACH_TRIES {
-        match client.attach(AttachRequest { session_id: session_id.to_owned(), since_seq }).await {
+        match client
+            .attach(AttachRequest {
+                session_id: session_id.to_owned(),
+                since_seq,
+            })
+            .await
+        {
             Ok(s) => {
-                r.notice(&format!("(stream dropped: {why}; re-attached after event {since_seq})"));
+                r.notice(&format!(
+                    "(stream dropped: {why}; re-attached after event {since_seq})"
+                ));
                 return Ok(s.into_inner());
             }
-            Err(s) if s.code() == tonic::Code::NotFound => return Err(TurnError::Failed(status_text(&s))),
+            Err(s) if s.code() == tonic::Code::NotFound => {
+                return Err(TurnError::Failed(status_text(&s)));
+            }
             Err(s) => last_err = status_text(&s),
         }
         tokio::time::sleep(delay).await;

@@ -38,7 +38,10 @@ pub async fn run(args: UpArgs) -> ExitCode {
     let hint = if args.port_base == 7000 {
         "talk to it: omicos chat · Ctrl-C stops".to_owned()
     } else {
-        format!("talk to it: omicos chat --server {} · Ctrl-C stops", stack.orchestrator)
+        format!(
+            "talk to it: omicos chat --server {} · Ctrl-C stops",
+            stack.orchestrator
+        )
     };
     println!("{}", st.dim(&hint));
     let shutdown = stack.shutdown.clone();

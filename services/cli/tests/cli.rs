@@ -14,7 +14,10 @@ const BIN: &str = env!("CARGO_BIN_EXE_omicos");
 
 /// The repository root (where `.venv` lives).
 fn repo_root() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 struct Stack {
@@ -41,7 +44,11 @@ impl Stack {
         ];
         let stack = omicos_stack::up(o).await.expect("stack up");
         let url = stack.orchestrator.clone();
-        Stack { stack: Some(stack), url, workspace }
+        Stack {
+            stack: Some(stack),
+            url,
+            workspace,
+        }
     }
 
     async fn stop(mut self) {
@@ -65,9 +72,18 @@ async fn run_piped(args: &[&str], stdin: &str) -> (i32, String, String) {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn omicos");
-        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
         let out = child.wait_with_output().unwrap();
-        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     })
     .await
     .unwrap()
@@ -76,7 +92,10 @@ async fn run_piped(args: &[&str], stdin: &str) -> (i32, String, String) {
 /// Spawns `omicos chat` in a pseudo-terminal.
 fn spawn_chat(args: &[&str]) -> Session {
     let mut cmd = Command::new(BIN);
-    cmd.arg("chat").args(args).env("NO_COLOR", "1").env("TERM", "dumb");
+    cmd.arg("chat")
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env("TERM", "dumb");
     let mut s = Session::spawn(cmd).expect("spawn in a pty");
     s.set_expect_timeout(Some(Duration::from_secs(20)));
     s
@@ -92,14 +111,20 @@ fn exit_code(s: &Session) -> i32 {
 
 fn write_call(id: &str, path: &str, content: &str) -> Reply {
     let args = serde_json::json!({"path": path, "content": content}).to_string();
-    Reply::Tools("Let me write it.".into(), vec![(id.into(), "file_manager__write".into(), args)])
+    Reply::Tools(
+        "Let me write it.".into(),
+        vec![(id.into(), "file_manager__write".into(), args)],
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repl_streams_text_and_answers_an_approval_at_the_prompt() {
     let llm = FakeLlm::start(vec![
         write_call("call_w1", "hello.txt", "hi from the pty"),
-        Reply::Slow("The file hello.txt is written and holds the greeting, as asked.".into(), Duration::from_millis(40)),
+        Reply::Slow(
+            "The file hello.txt is written and holds the greeting, as asked.".into(),
+            Duration::from_millis(40),
+        ),
     ])
     .await;
     let stack = Stack::start(&llm).await;
@@ -114,7 +139,10 @@ async fn repl_streams_text_and_answers_an_approval_at_the_prompt() {
         s.expect("wants to run").unwrap();
         s.expect("allow? [y] once").unwrap();
         // Nothing ran before the answer.
-        assert!(!ws.join("hello.txt").exists(), "the write waited for the approval");
+        assert!(
+            !ws.join("hello.txt").exists(),
+            "the write waited for the approval"
+        );
         s.send_line("y").unwrap();
         s.expect("allowed once").unwrap();
         s.expect("file_manager__write done").unwrap();
@@ -123,7 +151,10 @@ async fn repl_streams_text_and_answers_an_approval_at_the_prompt() {
         let all_at_once = !s.check("as asked.").unwrap().is_empty();
         s.expect("as asked.").unwrap();
         s.expect("you> ").unwrap();
-        assert_eq!(std::fs::read_to_string(ws.join("hello.txt")).unwrap(), "hi from the pty");
+        assert_eq!(
+            std::fs::read_to_string(ws.join("hello.txt")).unwrap(),
+            "hi from the pty"
+        );
         s.send(ControlCode::EndOfTransmission).unwrap();
         (exit_code(&s), all_at_once)
     })
@@ -138,7 +169,11 @@ async fn repl_streams_text_and_answers_an_approval_at_the_prompt() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_cancels_the_turn_and_a_second_ctrl_c_exits() {
     let slow = "This answer is long and slow on purpose, so that there is time to press Ctrl-C in the middle of it. ".repeat(4);
-    let llm = FakeLlm::start(vec![Reply::Slow(slow.clone(), Duration::from_millis(100)), Reply::Slow(slow, Duration::from_millis(100))]).await;
+    let llm = FakeLlm::start(vec![
+        Reply::Slow(slow.clone(), Duration::from_millis(100)),
+        Reply::Slow(slow, Duration::from_millis(100)),
+    ])
+    .await;
     let stack = Stack::start(&llm).await;
     let url = stack.url.clone();
     let code = tokio::task::spawn_blocking(move || {
@@ -166,37 +201,72 @@ async fn ctrl_c_cancels_the_turn_and_a_second_ctrl_c_exits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn piped_mode_prints_the_answer_and_exit_codes_tell_success_from_error() {
-    let llm = FakeLlm::start(vec![Reply::Text("Four.".into()), Reply::Text("Still four.".into())]).await;
+    let llm = FakeLlm::start(vec![
+        Reply::Text("Four.".into()),
+        Reply::Text("Still four.".into()),
+    ])
+    .await;
     let stack = Stack::start(&llm).await;
     let url = stack.url.as_str();
 
     let (code, out, err) = run_piped(&["chat", "--server", url], "What is 2 + 2?\n").await;
     assert_eq!(code, 0, "stderr: {err}");
     assert_eq!(out, "Four.\n", "only the answer on stdout");
-    let session = err.lines().find_map(|l| l.strip_prefix("session ")).expect("the session id on stderr").to_owned();
+    let session = err
+        .lines()
+        .find_map(|l| l.strip_prefix("session "))
+        .expect("the session id on stderr")
+        .to_owned();
 
     // The same session, as JSON lines: every line an event, the last one turn_done.
-    let (code, out, err) = run_piped(&["chat", "--server", url, "--session", &session, "--json"], "And now?").await;
+    let (code, out, err) = run_piped(
+        &["chat", "--server", url, "--session", &session, "--json"],
+        "And now?",
+    )
+    .await;
     assert_eq!(code, 0, "stderr: {err}");
-    let events: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    let events: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
     assert_eq!(events.first().unwrap()["type"], "turn_started");
     assert_eq!(events.last().unwrap()["type"], "turn_done");
     assert_eq!(events.last().unwrap()["reason"], "completed");
-    let text: String = events.iter().filter(|e| e["type"] == "text_delta").map(|e| e["text"].as_str().unwrap()).collect();
+    let text: String = events
+        .iter()
+        .filter(|e| e["type"] == "text_delta")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
     assert_eq!(text, "Still four.");
     assert!(events.iter().all(|e| e["session_id"] == session.as_str()));
-    let seqs: Vec<u64> = events.iter().map(|e| e["event_seq"].as_u64().unwrap()).collect();
-    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "gap-free: {seqs:?}");
+    let seqs: Vec<u64> = events
+        .iter()
+        .map(|e| e["event_seq"].as_u64().unwrap())
+        .collect();
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "gap-free: {seqs:?}"
+    );
 
     // An unknown session: the error is said and the exit code is not 0.
-    let (code, _, err) = run_piped(&["chat", "--server", url, "--session", "no-such-session"], "hello").await;
+    let (code, _, err) = run_piped(
+        &["chat", "--server", url, "--session", "no-such-session"],
+        "hello",
+    )
+    .await;
     assert_eq!(code, 1);
-    assert!(err.contains("session_not_found") && err.contains("no-such-session"), "{err}");
+    assert!(
+        err.contains("session_not_found") && err.contains("no-such-session"),
+        "{err}"
+    );
 
     // An unreachable server.
     let (code, _, err) = run_piped(&["chat", "--server", "http://127.0.0.1:9"], "hello").await;
     assert_eq!(code, 1);
-    assert!(err.contains("cannot reach the orchestrator at http://127.0.0.1:9"), "{err}");
+    assert!(
+        err.contains("cannot reach the orchestrator at http://127.0.0.1:9"),
+        "{err}"
+    );
 
     // A bad permission mode is refused by the server, clearly.
     let (code, _, err) = run_piped(&["chat", "--server", url, "--mode", "yolo"], "hello").await;
@@ -212,9 +282,17 @@ async fn piped_mode_prints_the_answer_and_exit_codes_tell_success_from_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn piped_mode_denies_approvals_it_cannot_ask_for() {
-    let llm = FakeLlm::start(vec![write_call("call_w2", "nope.txt", "x"), Reply::Text("Understood, I will not write it.".into())]).await;
+    let llm = FakeLlm::start(vec![
+        write_call("call_w2", "nope.txt", "x"),
+        Reply::Text("Understood, I will not write it.".into()),
+    ])
+    .await;
     let stack = Stack::start(&llm).await;
-    let (code, out, err) = run_piped(&["chat", "--server", &stack.url, "--mode", "auto"], "write nope.txt").await;
+    let (code, out, err) = run_piped(
+        &["chat", "--server", &stack.url, "--mode", "auto"],
+        "write nope.txt",
+    )
+    .await;
     assert_eq!(code, 0, "the turn itself completed: {err}");
     assert!(err.contains("stdin is not a terminal: denied"), "{err}");
     assert!(out.contains("Understood"), "{out}");
@@ -230,36 +308,88 @@ async fn agents_tools_sessions_and_approve_commands() {
 
     let (code, out, err) = run_piped(&["agents", "--server", url], "").await;
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("generalist") && out.contains("data_analyst"), "{out}");
+    assert!(
+        out.contains("generalist") && out.contains("data_analyst"),
+        "{out}"
+    );
 
     // What the demo relies on: the generalist writes and reads files and delegates; the analyst runs Python.
-    let (code, out, err) = run_piped(&["tools", "--server", url, "--agent", "generalist", "--mode", "auto"], "").await;
+    let (code, out, err) = run_piped(
+        &[
+            "tools",
+            "--server",
+            url,
+            "--agent",
+            "generalist",
+            "--mode",
+            "auto",
+        ],
+        "",
+    )
+    .await;
     assert_eq!(code, 0, "{err}");
     for t in ["file_manager__write", "file_manager__read", "call_agent"] {
         assert!(out.contains(t), "{t} missing:\n{out}");
     }
-    let (code, out, _) = run_piped(&["tools", "--server", url, "--agent", "generalist", "--mode", "read_only"], "").await;
+    let (code, out, _) = run_piped(
+        &[
+            "tools",
+            "--server",
+            url,
+            "--agent",
+            "generalist",
+            "--mode",
+            "read_only",
+        ],
+        "",
+    )
+    .await;
     assert_eq!(code, 0);
-    assert!(!out.contains("file_manager__write"), "read_only hides writes:\n{out}");
+    assert!(
+        !out.contains("file_manager__write"),
+        "read_only hides writes:\n{out}"
+    );
 
-    let (code, _, err) = run_piped(&["chat", "--server", url, "--agent", "generalist"], "Say hello").await;
+    let (code, _, err) = run_piped(
+        &["chat", "--server", url, "--agent", "generalist"],
+        "Say hello",
+    )
+    .await;
     assert_eq!(code, 0, "{err}");
-    let session = err.lines().find_map(|l| l.strip_prefix("session ")).unwrap().to_owned();
+    let session = err
+        .lines()
+        .find_map(|l| l.strip_prefix("session "))
+        .unwrap()
+        .to_owned();
 
     let (code, out, _) = run_piped(&["sessions", "--server", url], "").await;
     assert_eq!(code, 0);
     assert!(out.contains(&session) && out.contains("Say hello"), "{out}");
     let (code, out, _) = run_piped(&["sessions", "show", &session, "--server", url], "").await;
     assert_eq!(code, 0);
-    assert!(out.contains("you> Say hello") && out.contains("Hello there."), "{out}");
+    assert!(
+        out.contains("you> Say hello") && out.contains("Hello there."),
+        "{out}"
+    );
     let (code, _, err) = run_piped(&["sessions", "show", "missing", "--server", url], "").await;
     assert_eq!(code, 1);
     assert!(err.contains("does not exist"), "{err}");
 
-    let (code, _, err) = run_piped(&["approve", &session, "call_x", "allow", "--server", url], "").await;
+    let (code, _, err) = run_piped(
+        &["approve", &session, "call_x", "allow", "--server", url],
+        "",
+    )
+    .await;
     assert_eq!(code, 1);
-    assert!(err.contains("no approval is pending for call `call_x`"), "{err}");
-    let (code, _, err) = run_piped(&["approve", &session, "call_x", "perhaps", "--server", url], "").await;
+    assert!(
+        err.contains("no approval is pending for call `call_x`"),
+        "{err}"
+    );
+    let (code, _, err) = run_piped(
+        &["approve", &session, "call_x", "perhaps", "--server", url],
+        "",
+    )
+    .await;
     assert_eq!(code, 2);
     assert!(err.contains("not a decision"), "{err}");
     stack.stop().await;
@@ -327,7 +457,11 @@ async fn a_dropped_stream_is_reattached_without_losing_or_repeating_events() {
     let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
     let mut events = vec![];
     let mut cut = 0;
-    while let Some(l) = tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await.expect("events keep coming").unwrap() {
+    while let Some(l) = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .expect("events keep coming")
+        .unwrap()
+    {
         let v: serde_json::Value = serde_json::from_str(&l).unwrap();
         if v["type"] == "text_delta" && cut == 0 && v["text"].as_str().unwrap().contains("w3") {
             cut = proxy.cut();
@@ -339,9 +473,19 @@ async fn a_dropped_stream_is_reattached_without_losing_or_repeating_events() {
     assert!(cut >= 1, "the proxy had a connection to cut");
     assert!(out.status.success(), "stderr: {err}");
     assert!(err.contains("re-attached after event"), "{err}");
-    let seqs: Vec<u64> = events.iter().map(|e| e["event_seq"].as_u64().unwrap()).collect();
-    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "nothing lost or repeated across the re-attach: {seqs:?}");
-    let got: String = events.iter().filter(|e| e["type"] == "text_delta").map(|e| e["text"].as_str().unwrap()).collect();
+    let seqs: Vec<u64> = events
+        .iter()
+        .map(|e| e["event_seq"].as_u64().unwrap())
+        .collect();
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "nothing lost or repeated across the re-attach: {seqs:?}"
+    );
+    let got: String = events
+        .iter()
+        .filter(|e| e["type"] == "text_delta")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
     assert_eq!(got, text);
     assert_eq!(events.last().unwrap()["reason"], "completed");
     stack.stop().await;
@@ -353,18 +497,32 @@ async fn a_dropped_stream_is_reattached_without_losing_or_repeating_events() {
 async fn up_prints_its_urls_serves_offline_and_stops_on_ctrl_c() {
     let ws = tempfile::tempdir().unwrap();
     let mut cmd = tokio::process::Command::new(BIN);
-    cmd.args(["up", "--port-base", "0", "--workspace"]).arg(ws.path()).env("NO_COLOR", "1");
+    cmd.args(["up", "--port-base", "0", "--workspace"])
+        .arg(ws.path())
+        .env("NO_COLOR", "1");
     for (k, _) in std::env::vars() {
-        if k.starts_with("OMICOS_LLM_") || k == "OPENAI_API_KEY" || k == "ANTHROPIC_API_KEY" || k == "OMICOS_SERVER" {
+        if k.starts_with("OMICOS_LLM_")
+            || k == "OPENAI_API_KEY"
+            || k == "ANTHROPIC_API_KEY"
+            || k == "OMICOS_SERVER"
+        {
             cmd.env_remove(k);
         }
     }
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let stdout = child.stdout.take().unwrap();
     let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
     let mut url = None;
     let mut printed = vec![];
-    while let Some(l) = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await.expect("omicos up prints").unwrap() {
+    while let Some(l) = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("omicos up prints")
+        .unwrap()
+    {
         printed.push(l.clone());
         if let Some(u) = l.trim().strip_prefix("orchestrator") {
             url = Some(u.trim().to_owned());
@@ -374,24 +532,48 @@ async fn up_prints_its_urls_serves_offline_and_stops_on_ctrl_c() {
         }
     }
     let url = url.unwrap_or_else(|| panic!("no orchestrator URL in {printed:?}"));
-    for s in ["tool-runner", "kernel", "web", "memory", "llm backend   replay"] {
-        assert!(printed.iter().any(|l| l.contains(s)), "{s} not printed: {printed:?}");
+    for s in [
+        "tool-runner",
+        "kernel",
+        "web",
+        "memory",
+        "llm backend   replay",
+    ] {
+        assert!(
+            printed.iter().any(|l| l.contains(s)),
+            "{s} not printed: {printed:?}"
+        );
     }
     let (code, out, err) = run_piped(&["chat", "--server", &url, "--mode", "full"], "hello").await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("offline replay"), "{out}");
-    assert!(ws.path().join("notes/offline.md").exists(), "the offline script's tool calls are real");
+    assert!(
+        ws.path().join("notes/offline.md").exists(),
+        "the offline script's tool calls are real"
+    );
 
     // Ctrl-C, as the terminal would send it.
     let pid = child.id().unwrap().to_string();
-    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
-    let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await.expect("drains in time").unwrap();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("drains in time")
+        .unwrap();
     assert!(status.success(), "{status:?}");
     let mut rest = vec![];
     while let Ok(Some(l)) = lines.next_line().await {
         rest.push(l);
     }
-    assert!(rest.iter().any(|l| l.contains("draining")) && rest.iter().any(|l| l == "stopped"), "{rest:?}");
+    assert!(
+        rest.iter().any(|l| l.contains("draining")) && rest.iter().any(|l| l == "stopped"),
+        "{rest:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -407,11 +589,27 @@ async fn demo_completes_offline_on_a_fresh_workspace() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "demo failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        out.status.success(),
+        "demo failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
     assert!(stdout.contains("demo passed"), "{stdout}");
     assert!(!stdout.contains('✗'), "every check passed:\n{stdout}");
-    assert!(stdout.contains("(demo) answering the approval for run_python_code: allowed for this session"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "(demo) answering the approval for run_python_code: allowed for this session"
+        ),
+        "{stdout}"
+    );
     assert!(stdout.contains("hands over to data_analyst"), "{stdout}");
-    assert!(std::fs::read(ws.path().join("demo/plot.png")).unwrap().starts_with(b"\x89PNG"));
-    assert!(std::fs::read_to_string(ws.path().join("demo/report.md")).unwrap().contains("441"));
+    assert!(
+        std::fs::read(ws.path().join("demo/plot.png"))
+            .unwrap()
+            .starts_with(b"\x89PNG")
+    );
+    assert!(
+        std::fs::read_to_string(ws.path().join("demo/report.md"))
+            .unwrap()
+            .contains("441")
+    );
 }
