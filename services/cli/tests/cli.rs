@@ -613,3 +613,31 @@ async fn demo_completes_offline_on_a_fresh_workspace() {
             .contains("441")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kernel_setup_reuses_an_existing_venv_and_says_where_it_is() {
+    // A venv that already has ipykernel (the repository's): setup keeps it and needs no download.
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(repo_root().join(".venv"), dir.path().join(".venv")).unwrap();
+    let (code, out, err) = run_piped(
+        &["kernel", "setup", "--dir", dir.path().to_str().unwrap()],
+        "",
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("kernel venv ready") && out.contains(".venv/bin/python3"),
+        "{out}"
+    );
+    // A directory where no venv can be made fails with the step that failed.
+    let (code, _, err) = run_piped(
+        &["kernel", "setup", "--dir", "/proc/omicos-no-such-dir"],
+        "",
+    )
+    .await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("omicos kernel setup:") && err.contains("venv"),
+        "{err}"
+    );
+}
