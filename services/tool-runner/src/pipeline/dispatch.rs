@@ -6,9 +6,11 @@
 use super::normalize::{Failure, Stage};
 use crate::catalog::{Route, ToolEntry};
 use crate::registry::Registry;
+use futures::FutureExt;
 use omicos_proto::{ExecuteServerMessage, execute_server_message};
 use omicos_toolkit::{CallCtx, EventSink, Provider, ProviderEvent, ToolError};
 use serde_json::Value;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -38,17 +40,19 @@ pub async fn dispatch(
         EventSink::discard()
     };
     let name = tool.spec.name.clone();
-    // Its own task, so that a panic inside the provider becomes an error result.
-    let mut handle = tokio::spawn(async move { provider.call(&name, args, ctx).await });
+    // Polled in place (no task hop: that alone cost ~15 µs per call), with a
+    // panic inside the provider caught and turned into an error result.
+    let call =
+        AssertUnwindSafe(async move { provider.call(&name, args, ctx).await }).catch_unwind();
+    tokio::pin!(call);
     let joined = loop {
         tokio::select! {
             biased;
-            r = &mut handle => break r,
+            r = &mut call => break r,
             Some(ev) = ev_rx.recv() => forward(out, ev).await,
             _ = cancel.cancelled() => {
                 // The provider sees the same token; give it a moment to clean up (kill its processes).
-                let _ = tokio::time::timeout(CANCEL_GRACE, &mut handle).await;
-                handle.abort();
+                let _ = tokio::time::timeout(CANCEL_GRACE, &mut call).await;
                 return Err(Failure::new(Stage::Dispatch, "cancelled"));
             }
         }
@@ -61,14 +65,13 @@ pub async fn dispatch(
         Ok(Ok(v)) => Ok(v),
         Ok(Err(ToolError::Cancelled)) => Err(Failure::new(Stage::Dispatch, "cancelled")),
         Ok(Err(e)) => Err(Failure::new(Stage::Dispatch, e.to_string())),
-        Err(j) if j.is_panic() => Err(Failure::new(
+        Err(_panic) => Err(Failure::new(
             Stage::Dispatch,
             format!(
                 "the `{}` tool crashed (panic) in the `{}` provider; the runner is still serving",
                 tool.spec.name, tool.spec.provider
             ),
         )),
-        Err(_) => Err(Failure::new(Stage::Dispatch, "cancelled")),
     }
 }
 

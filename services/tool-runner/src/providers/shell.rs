@@ -28,6 +28,15 @@ impl Shell {
             output_cap,
         }
     }
+
+    /// Keeps what fits under the cap; returns the bytes dropped.
+    fn keep(&self, stream: &str, bytes: &[u8], out: &mut Vec<u8>, err: &mut Vec<u8>) -> usize {
+        let room = self.output_cap.saturating_sub(out.len() + err.len());
+        let keep = bytes.len().min(room);
+        let buf = if stream == "stdout" { out } else { err };
+        buf.extend_from_slice(&bytes[..keep]);
+        bytes.len() - keep
+    }
 }
 
 fn killpg(pid: Option<u32>) {
@@ -143,11 +152,7 @@ impl Provider for Shell {
                 chunk = rx.recv(), if pipes_open => match chunk {
                     Some((stream, bytes)) => {
                         ctx.events.output(stream, String::from_utf8_lossy(&bytes).into_owned()).await;
-                        let room = self.output_cap.saturating_sub(out.len() + err.len());
-                        let keep = bytes.len().min(room);
-                        dropped += bytes.len() - keep;
-                        let buf = if stream == "stdout" { &mut out } else { &mut err };
-                        buf.extend_from_slice(&bytes[..keep]);
+                        dropped += self.keep(stream, &bytes, &mut out, &mut err);
                     }
                     None => pipes_open = false,
                 },
@@ -161,11 +166,8 @@ impl Provider for Shell {
                             tokio::select! {
                                 c = rx.recv() => match c {
                                     Some((stream, bytes)) => {
-                                        let room = self.output_cap.saturating_sub(out.len() + err.len());
-                                        let keep = bytes.len().min(room);
-                                        dropped += bytes.len() - keep;
-                                        let buf = if stream == "stdout" { &mut out } else { &mut err };
-                                        buf.extend_from_slice(&bytes[..keep]);
+                                        ctx.events.output(stream, String::from_utf8_lossy(&bytes).into_owned()).await;
+                                        dropped += self.keep(stream, &bytes, &mut out, &mut err);
                                     }
                                     None => break,
                                 },
