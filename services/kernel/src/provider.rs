@@ -67,10 +67,19 @@ impl KernelProvider {
         }
     }
 
+    /// The session's kernel; a cancel while waiting (for the session's running
+    /// cell, or for a kernel to start) ends the wait.
+    async fn lease(&self, ctx: &CallCtx) -> Result<crate::sessions::Lease, ToolError> {
+        tokio::select! {
+            l = self.kernels.lease(&ctx.session_id, &ctx.workspace) => l,
+            _ = ctx.cancel.cancelled() => Err(ToolError::Cancelled),
+        }
+    }
+
     async fn run_python_code(&self, args: Value, ctx: CallCtx) -> Result<Value, ToolError> {
         let code = code_arg(&args)?;
         let limits = self.limits(&args);
-        let mut lease = self.kernels.lease(&ctx.session_id, &ctx.workspace).await?;
+        let mut lease = self.lease(&ctx).await?;
         let kernel = lease.kernel();
         let outcome = kernel
             .execute(&code, false, &limits, &ctx.events, &ctx.cancel)
@@ -270,7 +279,7 @@ impl KernelProvider {
         };
         let stop_on_error = args["stop_on_error"].as_bool().unwrap_or(true);
         let limits = self.limits(&args);
-        let mut lease = self.kernels.lease(&ctx.session_id, &ctx.workspace).await?;
+        let mut lease = self.lease(&ctx).await?;
         let kernel = lease.kernel();
         let mut notices = std::mem::take(&mut lease.notices);
         let mut ran = Vec::new();

@@ -391,8 +391,9 @@ impl Kernels {
             }
             inner.starting += 1;
         }
+        // Counted down even when the caller is cancelled mid-start.
+        let _counted = StartingGuard(self);
         let r = Kernel::start(&py, workspace, &self.start_options()).await;
-        self.inner.lock().expect("kernels lock").starting -= 1;
         r.map_err(|e| match e {
             KernelError::NoIpykernel { .. } => ToolError::Unavailable(e.to_string()),
             other => ToolError::failed(other.to_string()),
@@ -425,5 +426,12 @@ impl Kernels {
         if let Err(e) = r {
             tracing::warn!(path = %path.display(), error = %e, "cannot write the session marker");
         }
+    }
+}
+
+struct StartingGuard<'a>(&'a Kernels);
+impl Drop for StartingGuard<'_> {
+    fn drop(&mut self) {
+        self.0.inner.lock().expect("kernels lock").starting -= 1;
     }
 }
