@@ -13,7 +13,7 @@ use lopdf::{
 };
 use omicos_toolkit::ToolError;
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashSet},
     io::Read,
     panic::{AssertUnwindSafe, catch_unwind},
     path::Path,
@@ -52,6 +52,8 @@ pub struct Opened {
     pub pages: BTreeMap<u32, ObjectId>,
     /// The file was encrypted with an empty user password, which is opened as is.
     pub was_encrypted: bool,
+    /// Font streams already checked for size (fonts are shared between pages).
+    pub checked: HashSet<ObjectId>,
 }
 
 /// What one page gave.
@@ -136,6 +138,7 @@ pub fn open(path: &Path, shown: &str, budget: &Budget) -> Result<Opened, ToolErr
         doc,
         pages,
         was_encrypted,
+        checked: HashSet::new(),
     })
 }
 
@@ -161,8 +164,14 @@ fn sniff(head: &[u8]) -> Option<&'static str> {
 /// [`PageText::Unreadable`]. The document is changed in one way: the page's
 /// content (and that of its forms) is replaced by the checked, decoded and
 /// normalised bytes the extractor is then given.
-pub fn page_text(doc: &mut Document, num: u32, id: ObjectId, budget: &Budget) -> PageText {
-    let prepared = match check_page(doc, id, budget) {
+pub fn page_text(
+    doc: &mut Document,
+    checked: &mut HashSet<ObjectId>,
+    num: u32,
+    id: ObjectId,
+    budget: &Budget,
+) -> PageText {
+    let prepared = match check_page(doc, id, budget, checked) {
         Ok(p) => p,
         Err(why) => return PageText::Unreadable(why),
     };
@@ -276,7 +285,12 @@ const MAX_FORM_VISITS: usize = 5_000;
 
 /// Refuses pages the text extractor would loop on, recurse on without end, or
 /// inflate without bound. The reason is for the model.
-fn check_page(doc: &Document, id: ObjectId, budget: &Budget) -> Result<Prepared, String> {
+fn check_page(
+    doc: &Document,
+    id: ObjectId,
+    budget: &Budget,
+    checked: &mut HashSet<ObjectId>,
+) -> Result<Prepared, String> {
     let page = doc
         .get_dictionary(id)
         .map_err(|_| "the page object is missing or not a dictionary".to_string())?;
@@ -310,7 +324,8 @@ fn check_page(doc: &Document, id: ObjectId, budget: &Budget) -> Result<Prepared,
         let Ok(stream) = doc.get_object(sid).and_then(Object::as_stream) else {
             continue;
         };
-        let plain = bounded_content(stream, budget.max_page_content_bytes.saturating_sub(used))?;
+        let room = budget.max_page_content_bytes.saturating_sub(used);
+        let plain = bounded_content(stream, room, "the page's content")?;
         used += plain.len();
         content.extend_from_slice(&plain);
         content.push(b'\n');
@@ -323,8 +338,13 @@ fn check_page(doc: &Document, id: ObjectId, budget: &Budget) -> Result<Prepared,
         visits: 0,
         stack: Vec::new(),
         rewritten: Vec::new(),
+        resources: Vec::new(),
     };
-    walk.check(&content, resources.unwrap_or(&empty))?;
+    let page_resources = resources.unwrap_or(&empty);
+    walk.check(&content, page_resources)?;
+    for res in std::iter::once(page_resources).chain(walk.resources.iter().copied()) {
+        check_fonts(doc, res, budget, checked)?;
+    }
     let content = rewrite_quotes(&content).unwrap_or(content);
     Ok(Prepared {
         content,
@@ -347,6 +367,8 @@ struct FormWalk<'a> {
     visits: usize,
     stack: Vec<ObjectId>,
     rewritten: Vec<(ObjectId, Vec<u8>)>,
+    /// Resource dictionaries of the forms drawn, whose fonts are checked too.
+    resources: Vec<&'a Dictionary>,
 }
 
 impl<'a> FormWalk<'a> {
@@ -390,10 +412,8 @@ impl<'a> FormWalk<'a> {
                     "the page nests or repeats drawn forms too much to be read safely".into(),
                 );
             }
-            let inner = bounded_content(
-                form,
-                self.budget.max_page_content_bytes.saturating_sub(self.used),
-            )?;
+            let room = self.budget.max_page_content_bytes.saturating_sub(self.used);
+            let inner = bounded_content(form, room, "a form drawn on the page")?;
             self.used += inner.len();
             let res = form
                 .dict
@@ -401,6 +421,11 @@ impl<'a> FormWalk<'a> {
                 .ok()
                 .and_then(|r| deref_dict(self.doc, r))
                 .unwrap_or(resources);
+            if !std::ptr::eq(res, resources)
+                && !self.resources.iter().any(|r| std::ptr::eq(*r, res))
+            {
+                self.resources.push(res);
+            }
             self.stack.push(fid);
             self.check(&inner, res)?;
             self.stack.pop();
@@ -415,10 +440,10 @@ impl<'a> FormWalk<'a> {
 
 /// The decoded bytes of a content stream, refusing anything that would
 /// decode past `limit` bytes.
-fn bounded_content(stream: &lopdf::Stream, limit: usize) -> Result<Vec<u8>, String> {
+fn bounded_content(stream: &lopdf::Stream, limit: usize, what: &str) -> Result<Vec<u8>, String> {
     let too_big = || {
         format!(
-            "the page's content is larger than {} MiB once decompressed; it is skipped",
+            "{what} is larger than {} MiB once decompressed, so the page is skipped",
             limit >> 20
         )
     };
@@ -449,7 +474,7 @@ fn bounded_content(stream: &lopdf::Stream, limit: usize) -> Result<Vec<u8>, Stri
         // Other filters (LZW, RunLength, chains) are decoded by lopdf in one
         // go; only small streams are let through, with room for their ratio.
         return Err(format!(
-            "the page's content uses a {} compression too large to decode safely",
+            "{what} uses a {} compression too large to decode safely",
             filters
                 .iter()
                 .map(|f| String::from_utf8_lossy(f).into_owned())
@@ -459,5 +484,72 @@ fn bounded_content(stream: &lopdf::Stream, limit: usize) -> Result<Vec<u8>, Stri
     }
     stream
         .decompressed_content()
-        .map_err(|e| format!("the page's content cannot be decompressed: {e}"))
+        .map_err(|e| format!("{what} cannot be decompressed: {e}"))
+}
+
+/// Most font dictionaries followed from one resource dictionary (descendant
+/// fonts included): enough for any real page, and an end to reference loops.
+const MAX_FONTS: usize = 2_000;
+
+/// Checks the streams of the fonts a resource dictionary names (embedded
+/// font programs, ToUnicode and encoding CMaps), which the extractor
+/// decompresses whole: a bomb there would be an unbounded allocation.
+/// Streams already checked (fonts are shared between pages) are skipped.
+fn check_fonts(
+    doc: &Document,
+    resources: &Dictionary,
+    budget: &Budget,
+    checked: &mut HashSet<ObjectId>,
+) -> Result<(), String> {
+    let Some(fonts) = resources.get(b"Font").ok().and_then(|f| deref_dict(doc, f)) else {
+        return Ok(());
+    };
+    let mut todo: Vec<&Dictionary> = fonts
+        .iter()
+        .filter_map(|(_, f)| deref_dict(doc, f))
+        .collect();
+    let mut followed = 0usize;
+    let mut check = |o: Result<&Object, lopdf::Error>| -> Result<(), String> {
+        let Ok(Object::Reference(sid)) = o else {
+            return Ok(());
+        };
+        if !checked.insert(*sid) {
+            return Ok(());
+        }
+        match doc.get_object(*sid).and_then(Object::as_stream) {
+            Ok(stream) => {
+                bounded_content(stream, budget.max_page_content_bytes, "a font of this page")
+                    .map(|_| ())
+            }
+            Err(_) => Ok(()),
+        }
+    };
+    while let Some(font) = todo.pop() {
+        followed += 1;
+        if followed > MAX_FONTS {
+            return Err("the page's fonts refer to each other in a loop or are too many".into());
+        }
+        check(font.get(b"ToUnicode"))?;
+        check(font.get(b"Encoding"))?;
+        if let Some(desc) = font
+            .get(b"FontDescriptor")
+            .ok()
+            .and_then(|d| deref_dict(doc, d))
+        {
+            for key in [b"FontFile".as_slice(), b"FontFile2", b"FontFile3"] {
+                check(desc.get(key))?;
+            }
+        }
+        let descendants = match font.get(b"DescendantFonts") {
+            Ok(Object::Array(a)) => Some(a),
+            Ok(Object::Reference(r)) => doc.get_object(*r).and_then(Object::as_array).ok(),
+            _ => None,
+        };
+        for d in descendants.into_iter().flatten() {
+            if let Some(d) = deref_dict(doc, d) {
+                todo.push(d);
+            }
+        }
+    }
+    Ok(())
 }

@@ -324,7 +324,7 @@ fn info(path: &std::path::Path, shown: &str, b: &Budget) -> Result<Value, ToolEr
         if b.exhausted() {
             break;
         }
-        match extract::page_text(&mut o.doc, num, id, b) {
+        match extract::page_text(&mut o.doc, &mut o.checked, num, id, b) {
             PageText::Text(_) => with_text.push(num),
             PageText::NoText { .. } => without_text.push(num),
             PageText::Unreadable(_) => unreadable.push(num),
@@ -421,7 +421,7 @@ fn read(
         let Some(&id) = o.pages.get(&num) else {
             continue;
         };
-        let text = match extract::page_text(&mut o.doc, num, id, b) {
+        let text = match extract::page_text(&mut o.doc, &mut o.checked, num, id, b) {
             PageText::Text(t) => t,
             PageText::NoText { images } => {
                 no_text.push(num);
@@ -531,7 +531,7 @@ fn search(
             break;
         }
         searched += 1;
-        let text = match extract::page_text(&mut o.doc, num, id, b) {
+        let text = match extract::page_text(&mut o.doc, &mut o.checked, num, id, b) {
             PageText::Text(t) => t,
             _ => {
                 no_text += 1;

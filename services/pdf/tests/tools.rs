@@ -588,6 +588,14 @@ async fn hostile_pages_are_skipped_not_crashed_on() {
         .await
         .unwrap();
     assert_eq!(info["unreadable_pages"], "2");
+
+    // The bomb may hide in a font program, which the extractor inflates whole.
+    ws.put("fontbomb.pdf", &common::font_bomb(3 << 20));
+    let out = text(run(&p, &ws, "pdf__read", json!({"path": "fontbomb.pdf"})).await);
+    assert!(
+        out.contains("a font of this page is larger than 1 MiB once decompressed"),
+        "{out}"
+    );
 }
 
 #[tokio::test]

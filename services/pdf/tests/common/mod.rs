@@ -263,3 +263,24 @@ pub fn bomb(n: usize) -> Vec<u8> {
         .set("Contents", sid);
     b.build("Bomb", "Nobody")
 }
+
+/// A text page whose font embeds a program that is a zlib bomb of `n` bytes.
+pub fn font_bomb(n: usize) -> Vec<u8> {
+    let mut b = Builder::new().text_pages(&[&["Text in a bombed font."]]);
+    let program = Stream::new(dictionary! { "Filter" => "FlateDecode" }, deflated_zeros(n));
+    let program_id = b.doc.add_object(program);
+    let descriptor = b.doc.add_object(dictionary! {
+        "Type" => "FontDescriptor",
+        "FontName" => "Helvetica",
+        "Flags" => 32,
+        "FontFile2" => program_id,
+    });
+    let font_id = b.font_id;
+    b.doc
+        .get_object_mut(font_id)
+        .unwrap()
+        .as_dict_mut()
+        .unwrap()
+        .set("FontDescriptor", descriptor);
+    b.build("Font bomb", "Nobody")
+}
