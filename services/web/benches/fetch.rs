@@ -44,7 +44,11 @@ struct Stats {
 fn stats(mut v: Vec<Duration>) -> Stats {
     v.sort();
     let mean = v.iter().sum::<Duration>() / v.len() as u32;
-    Stats { median: v[v.len() / 2], mean, min: v[0] }
+    Stats {
+        median: v[v.len() / 2],
+        mean,
+        min: v[0],
+    }
 }
 
 fn show(name: &str, s: &Stats) {
@@ -75,7 +79,10 @@ where
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     rt.block_on(async {
         let page = Arc::new(big_page());
         let served = page.clone();
@@ -83,41 +90,78 @@ fn main() {
             "/big",
             get(move || {
                 let p = served.clone();
-                async move { ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], p.as_str().to_owned()).into_response() }
+                async move {
+                    (
+                        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+                        p.as_str().to_owned(),
+                    )
+                        .into_response()
+                }
             }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let addr = listener.local_addr().expect("addr");
         tokio::spawn(async move { axum::serve(listener, app).await });
         let url = format!("http://{addr}/big");
         println!("page: {} bytes, {ROUNDS} rounds each", page.len());
 
-        let plain = reqwest::Client::builder().no_proxy().build().expect("client");
+        let plain = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("client");
         let page_len = page.len();
         let baseline = time(ROUNDS, || {
             let plain = plain.clone();
             let url = url.clone();
             async move {
-                let body = plain.get(&url).send().await.expect("get").bytes().await.expect("body");
+                let body = plain
+                    .get(&url)
+                    .send()
+                    .await
+                    .expect("get")
+                    .bytes()
+                    .await
+                    .expect("body");
                 assert_eq!(body.len(), page_len);
             }
         })
         .await;
         show("baseline: plain GET, body only", &baseline);
 
-        let cfg = WebConfig { allow: vec!["127.0.0.1/32".into()], ..WebConfig::default() };
-        let provider = Arc::new(WebProvider::with_parts(&cfg, &[], Arc::new(omicos_web::ssrf::SystemLookup)).expect("provider"));
+        let cfg = WebConfig {
+            allow: vec!["127.0.0.1/32".into()],
+            ..WebConfig::default()
+        };
+        let provider = Arc::new(
+            WebProvider::with_parts(&cfg, &[], Arc::new(omicos_web::ssrf::SystemLookup))
+                .expect("provider"),
+        );
         let mut results = Vec::new();
         for (name, args) in [
-            ("web_fetch raw (guarded GET + decode)", json!({"url": url, "raw": true})),
+            (
+                "web_fetch raw (guarded GET + decode)",
+                json!({"url": url, "raw": true}),
+            ),
             ("web_fetch markdown (fetch + extract)", json!({"url": url})),
-            ("web_fetch text (fetch + extract)", json!({"url": url, "format": "text"})),
+            (
+                "web_fetch text (fetch + extract)",
+                json!({"url": url, "format": "text"}),
+            ),
         ] {
             let s = time(ROUNDS, || {
                 let p = provider.clone();
                 let args = args.clone();
                 async move {
-                    let v = p.call("web_fetch", args, CallCtx::for_test(std::env::temp_dir(), "bench")).await.expect("fetch");
+                    let v = p
+                        .call(
+                            "web_fetch",
+                            args,
+                            CallCtx::for_test(std::env::temp_dir(), "bench"),
+                        )
+                        .await
+                        .expect("fetch");
                     assert!(v["total_length"].as_u64().unwrap_or(0) > 1_000_000, "{v}");
                 }
             })
@@ -127,13 +171,21 @@ fn main() {
         }
 
         let html = page.as_str().to_owned();
-        let bounds = extract::Bounds { max_elements: cfg.max_elements, max_depth: cfg.max_depth };
+        let bounds = extract::Bounds {
+            max_elements: cfg.max_elements,
+            max_depth: cfg.max_depth,
+        };
         let only = time(ROUNDS, || {
             let html = html.clone();
             async move {
-                let e = extract::extract_on_worker(html, "http://bench/big".into(), extract::Format::Markdown, bounds)
-                    .await
-                    .expect("extract");
+                let e = extract::extract_on_worker(
+                    html,
+                    "http://bench/big".into(),
+                    extract::Format::Markdown,
+                    bounds,
+                )
+                .await
+                .expect("extract");
                 assert!(e.content.len() > 1_000_000);
             }
         })
@@ -142,7 +194,10 @@ fn main() {
 
         println!();
         for (name, s) in &results {
-            println!("{name:<44} {:>6.1}x the baseline (median)", s.median.as_secs_f64() / baseline.median.as_secs_f64());
+            println!(
+                "{name:<44} {:>6.1}x the baseline (median)",
+                s.median.as_secs_f64() / baseline.median.as_secs_f64()
+            );
         }
     });
 }
