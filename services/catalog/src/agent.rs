@@ -135,23 +135,47 @@ The agent this conversation was started with is no longer in the catalog, so you
 Answer the user's request directly. Use your tools when they help: read files before you change them, \
 keep a task list for multi-step work, and say plainly what you did and what you could not do.";
 
-/// A list of strings that may be written as one string (`skills: "*"`).
-#[derive(Deserialize, Debug, Default)]
-#[serde(untagged)]
-enum OneOrMany {
-    #[default]
-    None,
-    One(String),
-    Many(Vec<String>),
+/// A list of strings that may be written as one string (`skills: "*"`) or
+/// left empty. A hand-written visitor rather than `#[serde(untagged)]`, so a
+/// wrong value gets an error with its line instead of "no variant matched".
+#[derive(Debug, Default)]
+pub(crate) struct OneOrMany(Vec<String>);
+
+impl<'de> Deserialize<'de> for OneOrMany {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = OneOrMany;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of names or a single name")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<OneOrMany, E> {
+                Ok(OneOrMany(vec![v.to_string()]))
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<OneOrMany, E> {
+                Ok(OneOrMany(Vec::new()))
+            }
+            fn visit_none<E: serde::de::Error>(self) -> Result<OneOrMany, E> {
+                Ok(OneOrMany(Vec::new()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<OneOrMany, A::Error> {
+                let mut out = Vec::new();
+                while let Some(s) = seq.next_element::<String>()? {
+                    out.push(s);
+                }
+                Ok(OneOrMany(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl OneOrMany {
-    fn into_vec(self) -> Vec<String> {
-        match self {
-            OneOrMany::None => Vec::new(),
-            OneOrMany::One(s) => vec![s],
-            OneOrMany::Many(v) => v,
-        }
+    pub(crate) fn into_vec(self) -> Vec<String> {
+        self.0
     }
 }
 
@@ -171,7 +195,7 @@ struct Frontmatter {
     #[serde(default)]
     use_when: String,
     #[serde(default)]
-    example_prompts: Vec<String>,
+    example_prompts: OneOrMany,
     #[serde(default)]
     toolsets: OneOrMany,
     #[serde(default)]
@@ -283,7 +307,7 @@ pub fn parse_agent(
             category_order: m.category_order.unwrap_or(i64::MAX / 2),
             summary: m.summary,
             use_when: m.use_when,
-            example_prompts: m.example_prompts,
+            example_prompts: m.example_prompts.into_vec(),
             toolsets,
             skills,
             description: m.description.trim().to_string(),
@@ -399,6 +423,18 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("a.md:1") && e.contains("no `id`"), "{e}");
+        for (text, want) in [
+            (
+                "---\n---\nbody",
+                "a.md:1: skipped: the frontmatter has no `id`",
+            ),
+            ("", "a.md:1: skipped: no YAML frontmatter"),
+            ("---\nid: [a, b]\n---\n", "a.md:2: skipped"),
+            ("---\nid: a\ntoolsets: {x: 1}\n---\n", "a.md:3: skipped"),
+        ] {
+            let e = parse_agent(text, "a.md", AgentSource::Cache, Tier::Lab).unwrap_err();
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
         let e = parse_agent(
             "---\nid: ../x\n---\nbody",
             "a.md",

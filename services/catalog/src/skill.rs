@@ -81,7 +81,7 @@ struct Frontmatter {
     #[serde(default)]
     use_when: String,
     #[serde(default)]
-    example_prompts: Vec<String>,
+    example_prompts: crate::agent::OneOrMany,
 }
 
 const KNOWN_KEYS: &[&str] = &[
@@ -127,7 +127,7 @@ pub fn parse_skill(
             category: m.category,
             summary: m.summary,
             use_when: m.use_when,
-            example_prompts: m.example_prompts,
+            example_prompts: m.example_prompts.into_vec(),
             body: doc.body.trim_end().to_string(),
             dir: dir.to_path_buf(),
             source,

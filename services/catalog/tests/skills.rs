@@ -416,6 +416,7 @@ async fn skill_resource_refuses_traversal() {
     std::os::unix::fs::symlink(&outside, dir.join("escape")).unwrap();
     std::os::unix::fs::symlink(s.ws.as_path(), dir.join("wsdir")).unwrap();
     std::os::unix::fs::symlink("../", dir.join("up")).unwrap();
+    std::os::unix::fs::symlink(".env", dir.join("env-link")).unwrap();
     let (cat, _) = Catalog::load(config(&s, Tier::Community));
     let p = SkillProvider::new(cat);
     let c = ctx(&s.ws, "generalist");
@@ -431,6 +432,7 @@ async fn skill_resource_refuses_traversal() {
         ("escape", "out of the skill directory"),
         ("wsdir/secret.txt", "out of the skill directory"),
         ("up/sibling.txt", "out of the skill directory"),
+        ("env-link", "hidden"),
         ("", "empty"),
         ("a\u{0}b", "NUL"),
     ];

@@ -168,6 +168,19 @@ fn read_resource(skill: &Skill, relpath: &str) -> Result<Value, ToolError> {
             "relpath `{relpath}` refused: it leads out of the skill directory"
         )));
     }
+    // A link to a hidden file inside the skill is refused like the hidden path itself.
+    let hidden = real
+        .strip_prefix(&root)
+        .map(|r| {
+            r.components()
+                .any(|c| c.as_os_str().to_string_lossy().starts_with('.'))
+        })
+        .unwrap_or(true);
+    if hidden {
+        return Err(ToolError::invalid(format!(
+            "relpath `{relpath}` refused: it leads to a hidden file"
+        )));
+    }
     if real.is_dir() {
         return Err(ToolError::invalid(format!(
             "`{relpath}` is a directory; give a file"
