@@ -400,3 +400,21 @@ async fn hung_kernel_is_caught_by_the_heartbeat() {
     assert_eq!(value(&r), "False");
     p.close().await;
 }
+
+#[tokio::test]
+async fn a_warm_kernel_moves_to_the_sessions_workspace() {
+    let (_default_ws, p) = provider(config(1));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while p.kernels().warm_count() < 1 {
+        assert!(Instant::now() < deadline, "the warm pool never filled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(other.path().join("data.txt"), "from the other workspace").unwrap();
+    let r = run(&p, &other, "o", "open('data.txt').read()")
+        .await
+        .unwrap();
+    assert_eq!(value(&r), "'from the other workspace'", "{r}");
+    assert!(other.path().join(".omicos/kernels/o.json").exists());
+    p.close().await;
+}
