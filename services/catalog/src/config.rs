@@ -223,4 +223,24 @@ mod tests {
                 .contains("gold")
         );
     }
+
+    #[test]
+    fn loads_through_the_service_config_layers() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("catalog.yaml");
+        std::fs::write(
+            &file,
+            "tier: pro_agent\nskill_roots: [\"/x\"]\nwatch_debounce_ms: 50\n",
+        )
+        .unwrap();
+        let env = vec![("OMICOS_TIER".to_string(), "lab".to_string())];
+        let cfg: Config = omicos_servicekit::load_config(Some(&file), &env).unwrap();
+        assert_eq!((cfg.tier.as_str(), cfg.watch_debounce_ms), ("lab", 50));
+        let c = CatalogConfig::from_config("/ws", &cfg, &env).unwrap();
+        assert_eq!(c.tier, Tier::Lab);
+        assert_eq!(c.skill_roots, vec![PathBuf::from("/x")]);
+        std::fs::write(&file, "tiers: lab\n").unwrap();
+        let e = omicos_servicekit::load_config::<Config>(Some(&file), &[]).unwrap_err();
+        assert!(e.to_string().contains("tiers"), "{e}");
+    }
 }
