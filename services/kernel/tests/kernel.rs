@@ -128,6 +128,24 @@ async fn timeout_interrupts_keeps_state_or_kills_and_restarts() {
     assert_eq!(r["error"]["ename"], "KeyboardInterrupt");
     assert_eq!(value(&run(&p, &ws, "t", "y").await.unwrap()), "5");
 
+    // A cell that ignores the first SIGINT (the one interrupt_request sends):
+    // the provider's own SIGINT to the group stops it, state kept.
+    let (c, _) = ctx(&ws, "t");
+    let second = "import signal, time\nseen = []\ndef h(*a):\n    seen.append(1)\n    if len(seen) >= 2:\n        raise KeyboardInterrupt\nsignal.signal(signal.SIGINT, h)\nwhile True:\n    time.sleep(0.01)";
+    let r = call(
+        &p,
+        "run_python_code",
+        json!({"code": second, "timeout": 0.5}),
+        c,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r["timeout"]["stopped_by"], "sigint", "{r}");
+    assert_eq!(
+        value(&run(&p, &ws, "t", "(y, len(seen))").await.unwrap()),
+        "(5, 2)"
+    );
+
     // A cell that swallows every interrupt: killed, and the next call says so.
     let (c, _) = ctx(&ws, "t");
     let stubborn = "import time\nwhile True:\n    try:\n        time.sleep(0.01)\n    except KeyboardInterrupt:\n        pass";
