@@ -54,6 +54,34 @@ pub struct Opened {
     pub was_encrypted: bool,
     /// Font streams already checked for size (fonts are shared between pages).
     pub checked: HashSet<ObjectId>,
+    /// Object streams left out because they would decompress past the cap.
+    pub skipped_object_streams: u32,
+}
+
+thread_local! {
+    /// The cap [`objstm_guard`] applies. lopdf takes a plain `fn` as its load
+    /// filter, so the cap travels by thread-local: loading runs on the
+    /// calling (worker) thread, as lopdf is built without rayon here.
+    static OBJSTM_LIMIT: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+    /// How many object streams the guard left out during the current load.
+    static OBJSTM_REFUSED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// lopdf load filter: leaves out an object stream (`/Type /ObjStm`) that would
+/// decompress past the cap, since lopdf expands them whole while loading.
+/// lopdf keeps the object it passed in for top-level objects and the returned
+/// one for objects from inside object streams, so the object is cloned, not taken.
+fn objstm_guard(id: ObjectId, obj: &mut Object) -> Option<(ObjectId, Object)> {
+    if let Object::Stream(s) = obj
+        && s.dict.has_type(b"ObjStm")
+    {
+        let limit = OBJSTM_LIMIT.with(|c| c.get());
+        if bounded_content(s, limit, "an object stream").is_err() {
+            OBJSTM_REFUSED.with(|c| c.set(c.get() + 1));
+            return None;
+        }
+    }
+    Some((id, obj.clone()))
 }
 
 /// What one page gave.
@@ -117,7 +145,15 @@ pub fn open(path: &Path, shown: &str, budget: &Budget) -> Result<Opened, ToolErr
                 .unwrap_or_default()
         )));
     }
-    let doc = Document::load_mem(&bytes).map_err(|e| {
+    OBJSTM_LIMIT.with(|c| c.set(budget.max_page_content_bytes));
+    OBJSTM_REFUSED.with(|c| c.set(0));
+    let options = lopdf::LoadOptions {
+        filter: Some(objstm_guard),
+        ..Default::default()
+    };
+    let loaded = Document::load_mem_with_options(&bytes, options);
+    let skipped_object_streams = OBJSTM_REFUSED.with(|c| c.replace(0));
+    let doc = loaded.map_err(|e| {
         ToolError::failed(format!(
             "{shown} is damaged or truncated and cannot be parsed as a PDF ({e}); if it was downloaded, fetch it again"
         ))
@@ -128,6 +164,13 @@ pub fn open(path: &Path, shown: &str, budget: &Budget) -> Result<Opened, ToolErr
         )));
     }
     let pages = doc.get_pages();
+    if pages.is_empty() && skipped_object_streams > 0 {
+        return Err(ToolError::failed(format!(
+            "{shown} keeps its objects in compressed object streams larger than {} MiB once decompressed, \
+             which are not read; no page could be found without them",
+            budget.max_page_content_bytes >> 20
+        )));
+    }
     if pages.is_empty() {
         return Err(ToolError::failed(format!(
             "{shown} has no pages that can be found (its page tree is missing or damaged, possibly truncated)"
@@ -139,6 +182,7 @@ pub fn open(path: &Path, shown: &str, budget: &Budget) -> Result<Opened, ToolErr
         pages,
         was_encrypted,
         checked: HashSet::new(),
+        skipped_object_streams,
     })
 }
 
@@ -552,4 +596,41 @@ fn check_fonts(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn deflated_spaces(n: usize) -> Vec<u8> {
+        let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+        enc.write_all(&vec![b' '; n]).unwrap();
+        enc.finish().unwrap()
+    }
+
+    #[test]
+    fn object_stream_bombs_are_left_out_of_the_load() {
+        OBJSTM_LIMIT.with(|c| c.set(1 << 20));
+        OBJSTM_REFUSED.with(|c| c.set(0));
+        let dict = |ty: &str| {
+            let mut d = Dictionary::new();
+            d.set("Type", Object::Name(ty.as_bytes().to_vec()));
+            d.set("Filter", Object::Name(b"FlateDecode".to_vec()));
+            d
+        };
+        let mut bomb = Object::Stream(lopdf::Stream::new(dict("ObjStm"), deflated_spaces(3 << 20)));
+        assert!(objstm_guard((6, 0), &mut bomb).is_none());
+        assert_eq!(OBJSTM_REFUSED.with(|c| c.get()), 1);
+        // Small object streams and other big streams (images) load as usual.
+        let mut small = Object::Stream(lopdf::Stream::new(dict("ObjStm"), deflated_spaces(1000)));
+        assert!(objstm_guard((7, 0), &mut small).is_some());
+        let mut image = Object::Stream(lopdf::Stream::new(
+            dict("XObject"),
+            deflated_spaces(3 << 20),
+        ));
+        let kept = objstm_guard((8, 0), &mut image).expect("kept");
+        assert_eq!(kept.0, (8, 0));
+        assert_eq!(OBJSTM_REFUSED.with(|c| c.get()), 1);
+    }
 }

@@ -379,6 +379,12 @@ fn info(path: &std::path::Path, shown: &str, b: &Budget) -> Result<Value, ToolEr
     if layer == "no" {
         notes.push("no page has a text layer: the PDF is probably scanned images; its text cannot be read without OCR, which these tools do not do".into());
     }
+    if o.skipped_object_streams > 0 {
+        notes.push(format!(
+            "{} compressed object stream(s) too large to decompress safely were left out; some pages or metadata may be missing",
+            o.skipped_object_streams
+        ));
+    }
     if o.was_encrypted {
         notes.push("the file is encrypted without a user password, so it can be read".into());
     }
