@@ -90,16 +90,32 @@ impl Fetcher {
             .acquire()
             .await
             .map_err(|_| "the fetcher is shutting down".to_string())?;
+        let started = Instant::now();
         let total = Duration::from_millis(self.cfg.total_timeout_ms);
-        let (final_url, resp, body) = tokio::time::timeout(total, self.download(url))
+        let downloaded = tokio::time::timeout(total, self.download(url.clone()))
             .await
             .map_err(|_| {
                 format!(
                     "timed out after {} ms (web.total_timeout_ms)",
                     self.cfg.total_timeout_ms
                 )
-            })??;
-        self.shape(&args, final_url, resp, body).await
+            })
+            .and_then(|r| r);
+        let (final_url, head, body) = match downloaded {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::info!(host = url.host_str().unwrap_or(""), error = %e, "web_fetch refused or failed");
+                return Err(e);
+            }
+        };
+        tracing::info!(
+            host = final_url.host_str().unwrap_or(""),
+            status = head.status,
+            bytes = body.len(),
+            download_ms = started.elapsed().as_millis() as u64,
+            "web_fetch downloaded"
+        );
+        self.shape(&args, final_url, head, body).await
     }
 
     /// Requests `url`, following redirects by hand, and reads the body.

@@ -451,7 +451,7 @@ async fn concurrent_fetches_are_capped() {
             get(|State(g): State<Arc<Gauge>>| async move {
                 let n = g.now.fetch_add(1, Ordering::SeqCst) + 1;
                 g.max.fetch_max(n, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(150)).await;
+                tokio::time::sleep(Duration::from_millis(400)).await;
                 g.now.fetch_sub(1, Ordering::SeqCst);
                 "done"
             }),
