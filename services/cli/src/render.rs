@@ -221,7 +221,7 @@ impl Renderer {
             Kind::ToolOutputChunk(o) => {
                 let Some(chunk) = &o.chunk else { return };
                 self.streamed.insert(o.call_id.clone());
-                for l in chunk.text.lines() {
+                for l in chunk.text.lines().filter(|l| !l.trim().is_empty()) {
                     let l = format!("{ind}  {}", st.dim(&format!("┆ {}", clip(l, LINE_WIDTH))));
                     self.line(&l);
                 }

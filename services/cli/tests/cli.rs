@@ -89,13 +89,18 @@ async fn run_piped(args: &[&str], stdin: &str) -> (i32, String, String) {
     .unwrap()
 }
 
-/// Spawns `omicos chat` in a pseudo-terminal.
+/// Spawns `omicos chat` in a pseudo-terminal (a dumb one: plain line editing, no progress bars).
 fn spawn_chat(args: &[&str]) -> Session {
+    spawn_chat_on("dumb", args)
+}
+
+/// Spawns `omicos chat` in a pseudo-terminal of type `term`.
+fn spawn_chat_on(term: &str, args: &[&str]) -> Session {
     let mut cmd = Command::new(BIN);
     cmd.arg("chat")
         .args(args)
         .env("NO_COLOR", "1")
-        .env("TERM", "dumb");
+        .env("TERM", term);
     let mut s = Session::spawn(cmd).expect("spawn in a pty");
     s.set_expect_timeout(Some(Duration::from_secs(20)));
     s
@@ -640,4 +645,66 @@ async fn kernel_setup_reuses_an_existing_venv_and_says_where_it_is() {
         err.contains("omicos kernel setup:") && err.contains("venv"),
         "{err}"
     );
+}
+
+/// Tool progress (a tqdm bar in the real kernel) shows as a progress bar, and
+/// the REPL still prints the call's end and the answer after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repl_shows_kernel_progress_as_a_progress_bar() {
+    let code = "from tqdm import tqdm\nimport time\nfor i in tqdm(range(40), desc='crunching'):\n    time.sleep(0.05)\nprint('crunched')";
+    let args = serde_json::json!({"code": code}).to_string();
+    let llm = FakeLlm::start(vec![
+        Reply::Tools(
+            String::new(),
+            vec![("call_p1".into(), "run_python_code".into(), args)],
+        ),
+        Reply::Text("Crunched all forty.".into()),
+    ])
+    .await;
+    let workspace = tempfile::tempdir().unwrap();
+    let mut o = omicos_stack::UpOptions::new(workspace.path());
+    o.port_base = 0;
+    o.web = false;
+    o.memory = false;
+    o.env = vec![
+        ("OMICOS_LLM_BACKEND".into(), "openai".into()),
+        ("OMICOS_LLM_BASE_URL".into(), llm.openai_url()),
+        ("OMICOS_LLM_API_KEY".into(), "test-key".into()),
+        ("OMICOS_LLM_MODEL".into(), "fake-model".into()),
+        (
+            "OMICOS_KERNEL_PYTHON".into(),
+            repo_root().join(".venv/bin/python3").display().to_string(),
+        ),
+    ];
+    let stack = omicos_stack::up(o).await.expect("stack up");
+    let url = stack.orchestrator.clone();
+    let code = tokio::task::spawn_blocking(move || {
+        // A real terminal type: indicatif hides bars on a dumb one.
+        let mut s = spawn_chat_on(
+            "xterm-256color",
+            &[
+                "--server",
+                &url,
+                "--agent",
+                "data_analyst",
+                "--mode",
+                "full",
+            ],
+        );
+        s.expect("you> ").unwrap();
+        s.send_line("crunch").unwrap();
+        s.expect("run_python_code").unwrap();
+        // indicatif's bar: "<label> [====>   ] <pos>/<len>".
+        s.expect(expectrl::Regex(r"crunching \[=*>? *\] \d+/40"))
+            .unwrap();
+        s.expect("run_python_code done").unwrap();
+        s.expect("Crunched all forty.").unwrap();
+        s.expect("you> ").unwrap();
+        s.send(ControlCode::EndOfTransmission).unwrap();
+        exit_code(&s)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0);
+    let _ = stack.stop().await;
 }
