@@ -4,6 +4,7 @@
 use crate::Shutdown;
 use std::net::SocketAddr;
 use tokio::net::TcpListener;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::server::Router;
 use tonic_health::server::HealthReporter;
@@ -97,7 +98,12 @@ impl Host {
             .await;
             tracing::info!(service = name, "draining");
         };
-        let incoming = TcpListenerStream::new(listener);
+        // Without TCP_NODELAY every small gRPC message waits for Nagle + delayed ACK (~40 ms a hop).
+        let incoming = TcpListenerStream::new(listener).map(|conn| {
+            conn.inspect(|s| {
+                let _ = s.set_nodelay(true);
+            })
+        });
         tracing::info!(service = name, ?addr, "serving");
         let serve = router.serve_with_incoming_shutdown(incoming, signal);
         tokio::pin!(serve);
