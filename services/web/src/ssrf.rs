@@ -137,6 +137,7 @@ fn v4_rule(ip: Ipv4Addr) -> Option<&'static str> {
         [192, 0, 0, _] => "reserved (IETF protocol assignment) address",
         [192, 0, 2, _] | [198, 51, 100, _] | [203, 0, 113, _] => "reserved (documentation) address",
         [198, b, ..] if b == 18 || b == 19 => "reserved (benchmarking) address",
+        [192, 88, 99, _] => "reserved (6to4 relay anycast) address",
         _ => return None,
     };
     Some(rule)
@@ -152,6 +153,11 @@ fn v6_rule(ip: Ipv6Addr) -> Option<String> {
     }
     if ip.is_unspecified() {
         return Some(format!("unspecified address {ip}"));
+    }
+    // ::ffff:0:a.b.c.d (IPv4-translated, SIIT).
+    if s[..4] == [0; 4] && s[4] == 0xffff && s[5] == 0 {
+        let v4 = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+        return embedded(v4, "IPv4-translated IPv6");
     }
     // ::ffff:a.b.c.d (IPv4-mapped) and ::a.b.c.d (IPv4-compatible, deprecated).
     if s[..5] == [0; 5] && (s[5] == 0xffff || s[5] == 0) {
@@ -358,6 +364,17 @@ mod tests {
                 "2002:7f00:1::",
                 "loopback address 127.0.0.1 embedded in 6to4",
             ),
+            (
+                "::ffff:0:7f00:1",
+                "loopback address 127.0.0.1 embedded in IPv4-translated IPv6",
+            ),
+            (
+                "::7f00:1",
+                "loopback address 127.0.0.1 embedded in IPv4-compatible IPv6",
+            ),
+            ("192.88.99.1", "6to4 relay anycast"),
+            ("64:ff9b:1::1", "local-use NAT64"),
+            ("2001:db8::1", "documentation"),
         ];
         for (ip, want) in cases {
             let err = p.check_ip(ip.parse().unwrap()).unwrap_err().to_string();

@@ -75,6 +75,10 @@ async fn every_literal_form_is_refused_naming_the_rule() {
             "link-local address 169.254.169.254 embedded in IPv4-mapped IPv6",
         ),
         (
+            "http://[::ffff:0:7f00:1]/",
+            "loopback address 127.0.0.1 embedded in IPv4-translated IPv6",
+        ),
+        (
             "http://[64:ff9b::7f00:1]/",
             "loopback address 127.0.0.1 embedded in NAT64",
         ),
