@@ -5,6 +5,8 @@
 //! Run it as its own service with the `omicos-web` binary, or serve
 //! [`WebProvider`] with [`omicos_toolkit::serve_provider`].
 
+#![warn(missing_docs)]
+
 pub mod config;
 pub mod extract;
 pub mod fetch;
