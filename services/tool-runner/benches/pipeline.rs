@@ -174,6 +174,51 @@ fn main() {
         }
         let concurrent_cps = (n / callers * callers) as f64 / t0.elapsed().as_secs_f64();
 
+        // The same call over gRPC: one Execute stream per call on loopback (what the orchestrator pays).
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = format!("http://{}", listener.local_addr().unwrap());
+        let shutdown = omicos_servicekit::Shutdown::new(Duration::from_secs(1));
+        let grpc_cfg = Config { workspace: dir.path().join("ws-grpc"), ..Config::default() };
+        tokio::spawn(omicos_tool_runner::run(grpc_cfg, listener, shutdown.clone(), vec![Arc::new(Noop)]));
+        let channel = loop {
+            if let Ok(c) = tonic::transport::Endpoint::from_shared(addr.clone()).unwrap().tcp_nodelay(true).connect().await {
+                break c;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let client = omicos_proto::tool_runner_client::ToolRunnerClient::new(channel);
+        let grpc_n = (n / 10).max(1000);
+        let mut grpc_lat = Vec::with_capacity(grpc_n);
+        let mut t0 = Instant::now();
+        for i in 0..grpc_n + 200 {
+            if i == 200 {
+                t0 = Instant::now();
+            }
+            let s = Instant::now();
+            let start = omicos_proto::ExecuteStart {
+                call_id: format!("g{i}"),
+                tool_name: "noop".into(),
+                arguments: r#"{"x":1}"#.into(),
+                session_id: "bench".into(),
+                permission_mode: "full".into(),
+                ..Default::default()
+            };
+            let msg = omicos_proto::ExecuteClientMessage { msg: Some(omicos_proto::execute_client_message::Msg::Start(start)) };
+            let mut stream = client.clone().execute(tokio_stream::iter(vec![msg])).await.unwrap().into_inner();
+            let mut done = false;
+            while let Some(m) = stream.message().await.unwrap() {
+                if let Some(omicos_proto::execute_server_message::Msg::Result(r)) = m.msg {
+                    done = r.status == "done";
+                }
+            }
+            assert!(done);
+            if i >= 200 {
+                grpc_lat.push(s.elapsed());
+            }
+        }
+        let grpc = stats(grpc_lat, t0.elapsed());
+        shutdown.trigger();
+
         let overhead = pipe.p50.saturating_sub(direct.p50);
         println!("## tool-runner pipeline bench ({n} calls per path, 2 worker threads)");
         println!("| path | calls/s | p50 µs | p99 µs |");
@@ -197,6 +242,7 @@ fn main() {
             us(rec.p99)
         );
         println!("| pipeline + record, {callers} concurrent callers | {concurrent_cps:.0} | | |");
+        println!("| over gRPC: one Execute stream per call, loopback ({grpc_n} calls) | {:.0} | {:.2} | {:.2} |", grpc.calls_per_s, us(grpc.p50), us(grpc.p99));
         println!();
         println!(
             "pipeline/direct: p50 ratio {:.1}x, throughput ratio {:.3}",
