@@ -164,3 +164,82 @@ impl HooksConfig {
         ]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(yaml: &str, env: &[(&str, &str)]) -> Result<Config, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("runner.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let cfg: Config =
+            omicos_servicekit::load_config(Some(&file), &env).map_err(|e| e.to_string())?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    #[test]
+    fn claude_code_hook_settings_load_unchanged() {
+        let cfg = load(
+            r#"
+hooks:
+  PreToolUse:
+    - matcher: "Bash|shell"
+      hooks:
+        - type: command
+          command: "$CLAUDE_PROJECT_DIR/.claude/hooks/check.sh"
+          timeout: 30
+  PostToolUse:
+    - matcher: ""
+      hooks: [{type: command, command: "./log.sh"}]
+providers:
+  - {name: kernel, endpoint: "http://127.0.0.1:7010"}
+"#,
+            &[
+                ("OMICOS_APPROVAL_TIMEOUT_SECS", "42"),
+                ("OMICOS_DEFAULT_PERMISSION_MODE", "auto"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(cfg.hooks.pre_tool_use[0].hooks[0].timeout, Some(30));
+        assert_eq!(cfg.hooks.pre_tool_use[0].hooks[0].kind, "command");
+        assert_eq!(cfg.hooks.post_tool_use[0].hooks[0].timeout, None);
+        assert_eq!(
+            cfg.providers,
+            vec![StaticProvider {
+                name: "kernel".into(),
+                endpoint: "http://127.0.0.1:7010".into()
+            }]
+        );
+        assert_eq!(cfg.approval_timeout_secs, 42);
+        assert_eq!(cfg.default_permission_mode, "auto");
+        assert_eq!(Config::default().default_permission_mode, "read_only");
+    }
+
+    #[test]
+    fn bad_config_names_the_key() {
+        let e = load(
+            "hooks:\n  PreToolUse:\n    - matcher: \"(\"\n      hooks: []\n",
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.contains("hooks.PreToolUse[0].matcher"), "{e}");
+        let e = load("hooks:\n  OnSomething: []\n", &[]).unwrap_err();
+        assert!(e.contains("hooks.OnSomething"), "{e}");
+        let e = load("default_permission_mode: yolo\n", &[]).unwrap_err();
+        assert!(e.contains("default_permission_mode"), "{e}");
+        let e = load("providers: [{name: k, endpoint: \"127.0.0.1:1\"}]\n", &[]).unwrap_err();
+        assert!(e.contains("providers[0].endpoint"), "{e}");
+        let e = load(
+            "hooks:\n  PreToolUse:\n    - hooks: [{type: prompt, command: x}]\n",
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.contains("only `command` hooks"), "{e}");
+    }
+}
