@@ -863,6 +863,33 @@ async fn a_200_kb_result_is_spooled_byte_exact() {
     );
 }
 
+#[tokio::test]
+async fn a_long_error_is_bounded_too() {
+    let f = fixture_with(|c, _| c.shell_timeout_secs = 1);
+    let o = run(
+        &f.pipeline,
+        req(
+            "shell",
+            &json!({"command": "seq 1 20000; sleep 5"}).to_string(),
+            "full",
+        ),
+    )
+    .await;
+    let m = err(&o);
+    assert!(
+        m.starts_with("the command timed out after 1s"),
+        "{}",
+        &m[..100]
+    );
+    assert!(
+        m.len() < 4000 && m.contains("spooled to .omicos/tool_outputs/"),
+        "{} bytes",
+        m.len()
+    );
+    let full = std::fs::read_to_string(f.pipeline.workspace().join(&o.result.spool_path)).unwrap();
+    assert!(full.contains("\n19999\n20000\n"));
+}
+
 // ---------- 8. normalize + record ----------
 
 #[tokio::test]

@@ -240,7 +240,16 @@ impl Pipeline {
             Err((f, approval)) => {
                 rec.error_stage = Some(f.stage.as_str().to_owned());
                 let n = f.message.len();
-                (false, f.message, None, n, approval)
+                // A long error (a timed-out command's output) is bounded like any result.
+                match shape::shape(
+                    f.message.clone(),
+                    &self.inner.workspace,
+                    &req.call_id,
+                    self.inner.spool_threshold,
+                ) {
+                    Ok(s) => (false, s.text, s.spool_path, n, approval),
+                    Err(_) => (false, f.message, None, n, approval),
+                }
             }
         };
         let status = normalize::status(ok);
