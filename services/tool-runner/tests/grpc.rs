@@ -467,6 +467,27 @@ async fn registered_provider_panic_vanish_and_unreachable() {
     );
     assert_eq!(r.call("noop", json!({}), "full", "s").await.status, "done");
 
+    // Output of a remote tool streams through as it comes; a cancel stops the remote call.
+    let (tx, mut resp) = r.open(start("slow", json!({}), "full", "s")).await;
+    let started = Instant::now();
+    let mut result = None;
+    while let Some(m) = resp.message().await.unwrap() {
+        match m.msg {
+            Some(Out::Output(o)) => {
+                assert_eq!(o.text, "started\n");
+                tx.send(ExecuteClientMessage {
+                    msg: Some(In::Cancel(ExecuteCancel {})),
+                })
+                .await
+                .unwrap();
+            }
+            Some(Out::Result(res)) => result = Some(res),
+            _ => {}
+        }
+    }
+    assert_eq!(result.unwrap().result, "cancelled");
+    assert!(started.elapsed() < Duration::from_secs(5));
+
     // The provider stops: it deregisters, and its tools answer clearly.
     psd.trigger();
     r.wait_for_tool("echo", false).await;
@@ -684,4 +705,20 @@ async fn kernel_sessions_stay_pinned_and_lost_state_is_said_plainly() {
     let second = instance(&r.call("echo", json!({}), "full", "sess-1").await);
     assert_ne!(second, first);
     r.shutdown.trigger();
+}
+
+#[tokio::test]
+async fn execute_must_start_with_execute_start() {
+    let r = start_runner(|_| {}).await;
+    let msg = ExecuteClientMessage {
+        msg: Some(In::Cancel(ExecuteCancel {})),
+    };
+    let e = r
+        .client()
+        .await
+        .execute(tokio_stream::iter(vec![msg]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().contains("ExecuteStart"), "{}", e.message());
 }
