@@ -6,8 +6,11 @@
 use sqlx::{Connection, PgConnection};
 use std::time::Duration;
 
-/// The PostgreSQL server the tests use (trust auth).
-pub const PG_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+/// The PostgreSQL server the tests use (trust auth); `OMICOS_TEST_PG_URL` overrides it.
+pub fn pg_admin_url() -> String {
+    std::env::var("OMICOS_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
 
 /// A store location that cleans up after itself.
 pub struct Backend {
@@ -29,7 +32,7 @@ impl Drop for Backend {
                     .build()
                     .unwrap();
                 rt.block_on(async {
-                    if let Ok(mut c) = PgConnection::connect(PG_ADMIN_URL).await {
+                    if let Ok(mut c) = PgConnection::connect(&pg_admin_url()).await {
                         let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
                             "DROP SCHEMA IF EXISTS {schema} CASCADE"
                         )))
@@ -61,8 +64,11 @@ pub fn sqlite() -> Backend {
 /// A new, empty schema on the local PostgreSQL, or None (with a visible
 /// message) when it does not answer.
 pub async fn postgres(test: &str) -> Option<Backend> {
-    let conn =
-        tokio::time::timeout(Duration::from_secs(3), PgConnection::connect(PG_ADMIN_URL)).await;
+    let conn = tokio::time::timeout(
+        Duration::from_secs(3),
+        PgConnection::connect(&pg_admin_url()),
+    )
+    .await;
     let mut c = match conn {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
@@ -79,7 +85,7 @@ pub async fn postgres(test: &str) -> Option<Backend> {
         .execute(&mut c)
         .await
         .unwrap();
-    let url = format!("{PG_ADMIN_URL}?options[search_path]={schema}");
+    let url = format!("{}?options[search_path]={schema}", pg_admin_url());
     Some(Backend {
         name: "postgres",
         url,
