@@ -289,6 +289,9 @@ CREATE TRIGGER memories_fts_delete AFTER DELETE ON memories BEGIN
 END;
 "#;
 
+// fillfactor 70: every read rewrites last_used_ms; with room on the page the
+// new row version is a HOT update (no indexed column changes), so the GIN
+// index is not touched and its pending list does not grow with each search.
 const PG_SCHEMA_V1: &str = r#"
 CREATE TABLE memories (
     id BIGSERIAL PRIMARY KEY,
@@ -305,7 +308,7 @@ CREATE TABLE memories (
     supersedes BIGINT REFERENCES memories(id),
     superseded_by BIGINT,
     tsv tsvector GENERATED ALWAYS AS (to_tsvector('simple', content || ' ' || tags_text)) STORED
-);
+) WITH (fillfactor = 70);
 CREATE INDEX memories_scope_id ON memories(scope, id);
 CREATE UNIQUE INDEX memories_scope_key ON memories(scope, key) WHERE key IS NOT NULL AND expired_ms IS NULL;
 CREATE INDEX memories_tsv ON memories USING GIN (tsv);
