@@ -28,7 +28,7 @@ pub struct UpOptions {
     pub config_file: Option<PathBuf>,
     /// Host to bind.
     pub host: String,
-    /// Orchestrator port; the others follow (+1 runner, +2 kernel, +3 web, +4 memory). 0: ephemeral ports.
+    /// Orchestrator port; the others follow (+1 runner, +2 kernel, +3 web, +4 memory, +5 image_gen). 0: ephemeral ports.
     pub port_base: u16,
     /// Use this replay script (forces the replay backend).
     pub replay_file: Option<PathBuf>,
@@ -40,6 +40,8 @@ pub struct UpOptions {
     pub web: bool,
     /// Start the memory provider.
     pub memory: bool,
+    /// Start the image_gen provider (it explains how to configure itself when unconfigured).
+    pub image_gen: bool,
 }
 
 impl UpOptions {
@@ -55,6 +57,7 @@ impl UpOptions {
             kernel: true,
             web: true,
             memory: true,
+            image_gen: true,
         }
     }
 }
@@ -264,6 +267,17 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, String> {
         tasks.spawn(async move { ("memory", serve_provider(p, l, h, sd).await) });
     }
 
+    if opts.image_gen {
+        let icfg: omicos_image_gen::Config = load_config_value(section(&file, "image_gen"), env, "image_gen").map_err(cfg_err)?;
+        let l = bind(&opts.host, opts.port_base, 5).await?;
+        endpoints.push(("image_gen", url(&l)));
+        let p = Arc::new(
+            omicos_image_gen::ImageGenProvider::new(icfg.image_gen.clone().with_env_fallbacks(env)).map_err(|e| e.to_string())?,
+        );
+        let (h, sd) = (hosting(icfg.registry_ttl_seconds), shutdown.clone());
+        tasks.spawn(async move { ("image_gen", serve_provider(p, l, h, sd).await) });
+    }
+
     // The orchestrator last: it is ready once the runner answers.
     let orch_l = bind(&opts.host, opts.port_base, 0).await?;
     let orch_url = url(&orch_l);
@@ -298,7 +312,7 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, String> {
         kernel,
     };
     wait_serving(&stack.orchestrator, Duration::from_secs(30)).await?;
-    if opts.kernel || opts.web || opts.memory {
+    if opts.kernel || opts.web || opts.memory || opts.image_gen {
         wait_providers(
             &stack.runner,
             opts.kernel as usize + opts.web as usize + opts.memory as usize,
