@@ -390,8 +390,7 @@ impl Orchestrator for OrchestratorService {
                 "the first Chat message must be a ChatRequest",
             ));
         };
-        let span = tracing::info_span!("chat", session = %cr.session_id);
-        let _g = span.enter();
+        tracing::info!(session = %cr.session_id, agent = %cr.agent, "chat request");
         let (state, turn_id, start_seq) = match self.start_turn(cr).await {
             Ok(x) => x,
             Err(Ok(stream)) => return Ok(Response::new(stream)),

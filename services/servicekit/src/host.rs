@@ -56,8 +56,15 @@ impl Host {
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1alpha()
             .expect("embedded descriptor set is valid");
+        let service = self.opts.name;
         tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(std::time::Duration::from_secs(20)))
+            // A span per RPC, parented on the caller's trace context.
+            .trace_fn(move |req| {
+                let span = tracing::info_span!("rpc", service, path = %req.uri().path());
+                crate::telemetry::set_parent_from(&span, &tonic::metadata::MetadataMap::from_headers(req.headers().clone()));
+                span
+            })
             .add_service(tonic_health::pb::health_server::HealthServer::new(
                 tonic_health::server::HealthService::from_health_reporter(self.reporter.clone()),
             ))
