@@ -117,12 +117,44 @@ async fn write_then_read(backend: &str) {
         .client()
         .await
         .get_session(GetSessionRequest {
-            session_id: session,
+            session_id: session.clone(),
         })
         .await
         .unwrap()
         .into_inner();
     assert_eq!(s.messages_json.len(), 5, "{:?}", s.messages_json);
+    // The trajectory holds the user message, both model turns, both tool records and the end.
+    let traj = std::fs::read_to_string(
+        stack
+            .workspace
+            .join(".omicos/trajectories")
+            .join(&session)
+            .join("trajectory.jsonl"),
+    )
+    .unwrap();
+    let lines: Vec<Value> = traj
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "user",
+            "model_turn",
+            "tool_call",
+            "tool_call",
+            "model_turn",
+            "turn_done"
+        ]
+    );
+    let write = &lines[2]["record"];
+    assert_eq!(write["name"], "file_manager__write");
+    assert_eq!(write["status"], "done");
+    assert!(
+        write.to_string().contains("hello omicos"),
+        "arguments kept: {write}"
+    );
 }
 
 #[tokio::test]

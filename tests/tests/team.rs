@@ -401,3 +401,90 @@ async fn agent_tools_in_both_formats_under_each_mode() {
         }
     }
 }
+
+#[tokio::test]
+async fn refresh_catalog_and_list_agents() {
+    let (stack, tmp) = team_stack(FakeLlm::start(vec![]).await, None).await;
+    let mut client = stack.client().await;
+    let before = client
+        .list_agents(omicos_proto::ListAgentsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(before.agents.len(), 3);
+    let lead = before.agents.iter().find(|a| a.id == "lead").unwrap();
+    assert_eq!(lead.summary, "UI-ONLY-SUMMARY-lead", "UIs get the summary");
+    std::fs::write(
+        tmp.path().join(".omicos/agents/fourth.md"),
+        agent("fourth", &["think"], "You are FOURTH."),
+    )
+    .unwrap();
+    let r = client
+        .refresh_catalog(omicos_proto::RefreshCatalogRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.agents, 4);
+    let after = client
+        .list_agents(omicos_proto::ListAgentsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(after.agents.iter().any(|a| a.id == "fourth"));
+}
+
+#[tokio::test]
+async fn plan_asks_the_client_through_the_approval_path() {
+    let llm = FakeLlm::start(vec![
+        Reply::Tools(
+            String::new(),
+            vec![(
+                "c_plan".into(),
+                "plan".into(),
+                r#"{"plan":"1. look\n2. act"}"#.into(),
+            )],
+        ),
+        Reply::Text("plan approved".into()),
+    ])
+    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join(".omicos/agents");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("planner.md"),
+        agent("planner", &["plan"], "You plan."),
+    )
+    .unwrap();
+    let mut cc = omicos_catalog::CatalogConfig::new(tmp.path(), omicos_catalog::Tier::Community);
+    cc.builtin_agents = false;
+    cc.agent_cache_dir = None;
+    cc.skill_cache_dir = None;
+    let (catalog, _) = omicos_catalog::Catalog::load(cc);
+    let providers: Vec<Arc<dyn omicos_toolkit::Provider>> =
+        vec![Arc::new(omicos_catalog::PlanProvider)];
+    let stack = Stack::start(
+        llm,
+        StackOptions {
+            agents: Some(Arc::new(CatalogAgents::from_catalog(catalog))),
+            workspace: Some(tmp.path().to_path_buf()),
+            providers,
+            ..Default::default()
+        },
+    )
+    .await;
+    // Even in full mode, a plan is put to the client.
+    let mut chat = stack.chat(team_req(&["planner"], "full")).await.unwrap();
+    let call = chat.until_approval().await;
+    assert_eq!(call, "c_plan");
+    chat.approve(&call, Decision::AllowOnce).await;
+    let events = chat.until_done().await;
+    assert_eq!(finished_calls(&events)[0].status, "done", "{events:#?}");
+    let session = events[0].session_id.clone();
+    let plan = std::fs::read_to_string(
+        tmp.path()
+            .join(".omicos/plans")
+            .join(format!("{session}.md")),
+    )
+    .unwrap();
+    assert!(plan.contains("1. look"), "{plan}");
+}
