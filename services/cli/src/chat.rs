@@ -123,7 +123,11 @@ async fn repl(opts: ChatOptions) -> ExitCode {
     );
     let prompt = st.bold("you> ");
     loop {
-        let line = match input.read(&prompt, true).await {
+        let line = tokio::select! {
+            l = input.read(&prompt, true) => l,
+            _ = ints.pressed() => Line::Interrupted,
+        };
+        let line = match line {
             Line::Text(t) => t,
             Line::Interrupted => return ExitCode::from(EXIT_INTERRUPTED),
             Line::Eof => return ExitCode::SUCCESS,

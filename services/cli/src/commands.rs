@@ -227,6 +227,33 @@ pub async fn session_show(client: &mut Client, id: &str, st: Style) -> Result<St
     Ok(out)
 }
 
+/// Checks a permission mode and returns its canonical spelling (the server
+/// accepts the same spellings; checking here fails before anything starts).
+pub fn parse_mode(s: &str) -> Result<String, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "read_only" | "readonly" | "read-only" => Ok("read_only".into()),
+        "auto" => Ok("auto".into()),
+        "full" | "full_access" | "full-access" => Ok("full".into()),
+        other => Err(format!(
+            "`{other}` is not a permission mode: use read_only (only read tools), auto (ask before side effects) or full"
+        )),
+    }
+}
+
+/// Checks `--port-base`: 0 (ephemeral ports) or a port with room for the four that follow it.
+pub fn parse_port_base(s: &str) -> Result<u16, String> {
+    let n: u16 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a port number (0-65531)"))?;
+    if n > u16::MAX - 4 {
+        return Err(format!(
+            "{n} leaves no room for the four services after it (tool-runner +1 … memory +4): use at most 65531, or 0 for free ports"
+        ));
+    }
+    Ok(n)
+}
+
 /// Parses `allow|session|deny` (and the REPL's y/a/n).
 pub fn parse_decision(s: &str) -> Result<Decision, String> {
     match s.trim().to_ascii_lowercase().as_str() {
@@ -313,5 +340,20 @@ mod tests {
         assert_eq!(parse_decision("Session").unwrap(), Decision::AllowSession);
         assert_eq!(parse_decision("deny").unwrap(), Decision::Deny);
         assert!(parse_decision("perhaps").unwrap_err().contains("allow"));
+    }
+
+    #[test]
+    fn modes_and_port_bases_are_checked_before_anything_starts() {
+        assert_eq!(parse_mode("Read-Only").unwrap(), "read_only");
+        assert_eq!(parse_mode("full_access").unwrap(), "full");
+        assert!(parse_mode("yolo").unwrap_err().contains("read_only"));
+        assert_eq!(parse_port_base("0").unwrap(), 0);
+        assert_eq!(parse_port_base("65531").unwrap(), 65531);
+        assert!(
+            parse_port_base("65535")
+                .unwrap_err()
+                .contains("at most 65531")
+        );
+        assert!(parse_port_base("seven").is_err());
     }
 }

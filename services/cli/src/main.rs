@@ -35,7 +35,7 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
         /// Orchestrator port; the others follow (+1 tool-runner, +2 kernel, +3 web, +4 memory). 0: ephemeral ports.
-        #[arg(long, default_value_t = 7000)]
+        #[arg(long, default_value = "7000", value_parser = commands::parse_port_base)]
         port_base: u16,
     },
     /// Chat with the agents: a REPL on a terminal; with piped stdin, one turn that prints the answer.
@@ -50,7 +50,7 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         team: Vec<String>,
         /// Permission mode: read_only, auto (ask before side effects) or full.
-        #[arg(long)]
+        #[arg(long, value_parser = commands::parse_mode)]
         mode: Option<String>,
         /// Print every event as a JSON line.
         #[arg(long)]
@@ -64,7 +64,7 @@ enum Command {
         #[arg(long)]
         agent: Option<String>,
         /// Permission mode (read_only, auto, full).
-        #[arg(long)]
+        #[arg(long, value_parser = commands::parse_mode)]
         mode: Option<String>,
     },
     /// List sessions, or show one.

@@ -67,6 +67,22 @@ impl Interrupts {
     /// Catches SIGINT from now on: it no longer kills the process.
     pub fn install() -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
+        // One SIGINT stream for the whole run: a fresh `ctrl_c()` per press
+        // would miss a press that lands between two calls.
+        #[cfg(unix)]
+        tokio::spawn(async move {
+            let Ok(mut sig) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            else {
+                return;
+            };
+            while sig.recv().await.is_some() {
+                if tx.send(()).is_err() {
+                    break;
+                }
+            }
+        });
+        #[cfg(not(unix))]
         tokio::spawn(async move {
             while tokio::signal::ctrl_c().await.is_ok() {
                 if tx.send(()).is_err() {
@@ -80,6 +96,15 @@ impl Interrupts {
     /// Forgets presses made before the turn started.
     fn drain(&mut self) {
         while self.rx.try_recv().is_ok() {}
+    }
+
+    /// The next press. A line editor in raw mode reads Ctrl-C itself, but on
+    /// a dumb terminal it reads in cooked mode and Ctrl-C is a signal: prompts
+    /// wait for this too.
+    pub async fn pressed(&mut self) {
+        if self.rx.recv().await.is_none() {
+            std::future::pending::<()>().await;
+        }
     }
 }
 
@@ -100,6 +125,7 @@ impl Approver<'_> {
         r: &mut Renderer,
         context: &str,
         a: &ToolApprovalRequest,
+        ints: &mut Interrupts,
     ) -> Option<Decision> {
         match self {
             Approver::Auto(d) => {
@@ -128,7 +154,11 @@ impl Approver<'_> {
                     .style()
                     .yellow("  allow? [y] once  [a] always this session  [n] deny > ");
                 loop {
-                    match input.read(&prompt, false).await {
+                    let line = tokio::select! {
+                        l = input.read(&prompt, false) => l,
+                        _ = ints.pressed() => Line::Interrupted,
+                    };
+                    match line {
                         Line::Text(t) => match parse_answer(&t) {
                             Some(d) => return Some(d),
                             None => r.notice_in(context, "  please answer y, a or n"),
@@ -266,7 +296,7 @@ pub async fn run_turn(
                 return Ok(res);
             }
             Some(Kind::ToolApprovalRequest(a)) => {
-                let decision = match approver.decide(r, &ev.execution_context_id, &a).await {
+                let decision = match approver.decide(r, &ev.execution_context_id, &a, ints).await {
                     Some(d) => d,
                     None => {
                         cancelling = true;

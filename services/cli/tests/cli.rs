@@ -273,10 +273,13 @@ async fn piped_mode_prints_the_answer_and_exit_codes_tell_success_from_error() {
         "{err}"
     );
 
-    // A bad permission mode is refused by the server, clearly.
+    // A bad permission mode is refused before anything is sent, clearly.
     let (code, _, err) = run_piped(&["chat", "--server", url, "--mode", "yolo"], "hello").await;
-    assert_eq!(code, 1);
-    assert!(err.contains("permission_mode `yolo`"), "{err}");
+    assert_eq!(code, 2);
+    assert!(err.contains("`yolo` is not a permission mode"), "{err}");
+    let (code, _, err) = run_piped(&["up", "--port-base", "65535"], "").await;
+    assert_eq!(code, 2);
+    assert!(err.contains("at most 65531"), "{err}");
 
     // Nothing to say.
     let (code, _, err) = run_piped(&["chat", "--server", url], "  \n").await;
