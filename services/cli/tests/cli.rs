@@ -128,7 +128,7 @@ async fn repl_streams_text_and_answers_an_approval_at_the_prompt() {
         write_call("call_w1", "hello.txt", "hi from the pty"),
         Reply::Slow(
             "The file hello.txt is written and holds the greeting, as asked.".into(),
-            Duration::from_millis(40),
+            Duration::from_millis(100),
         ),
     ])
     .await;
