@@ -191,7 +191,8 @@ impl Hub {
                 Arc::new(SessionState {
                     id: id.to_owned(),
                     seq: tokio::sync::Mutex::new(last),
-                    tx: broadcast::channel(4096).0,
+                    tx: // Small on purpose: a subscriber that lags re-reads the store.
+                    broadcast::channel(256).0,
                     approvals: Mutex::new(HashMap::new()),
                     allowed: Mutex::new(HashSet::new()),
                     turn: Mutex::new(None),
@@ -209,6 +210,25 @@ impl Hub {
     /// Forgets a session's live state.
     pub fn forget(&self, id: &str) {
         self.sessions.lock().expect("sessions").remove(id);
+    }
+
+    /// Drops a session's live state when nothing needs it any more (no turn,
+    /// no subscriber, no allow-for-session decision), so an orchestrator
+    /// serving many sessions does not keep them all. It is rebuilt from the
+    /// store on next use.
+    pub fn release_if_idle(&self, id: &str) {
+        let mut map = self.sessions.lock().expect("sessions");
+        // Only the map holds it: nobody can be emitting through it (a new turn
+        // takes its Arc under this same lock).
+        if let Some(s) = map.get(id)
+            && Arc::strong_count(s) == 1
+            && s.running().is_none()
+            && s.tx.receiver_count() == 0
+            && s.allowed.lock().expect("allowed").is_empty()
+            && s.approvals.lock().expect("approvals").is_empty()
+        {
+            map.remove(id);
+        }
     }
 }
 

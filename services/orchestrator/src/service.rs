@@ -407,12 +407,17 @@ impl Orchestrator for OrchestratorService {
             stop: self.streams_stop.clone(),
         };
         let t = turn_id.clone();
+        let hub = self.hub.clone();
+        let sid = state.id.clone();
         tokio::spawn(async move {
             let mut pump = pump;
             match pump.backfill(&t).await {
-                Ok(true) | Err(()) => {}
+                Ok(true) | Err(()) => drop(pump),
                 Ok(false) => pump.follow(rx, t).await,
             }
+            // Give the turn task a moment to let go of the session, then drop idle state.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            hub.release_if_idle(&sid);
         });
         // Later client messages: approvals and cancel. The turn outlives the stream.
         let st = state.clone();
