@@ -8,14 +8,8 @@
 
 use crate::terms;
 use serde::{Deserialize, Serialize};
-use sqlx::{
-    Row,
-    postgres::{PgConnectOptions, PgPool, PgPoolOptions},
-    sqlite::{
-        SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-    },
-};
-use std::{str::FromStr, time::Duration};
+use sqlx::Row;
+use std::time::Duration;
 
 /// The categories an entry can have (what the model is told to use them for
 /// is in the tool descriptions).
@@ -143,11 +137,7 @@ pub struct Page {
     pub next_cursor: Option<String>,
 }
 
-#[derive(Clone, Debug)]
-enum Db {
-    Sqlite(SqlitePool),
-    Pg(PgPool),
-}
+use omicos_sqldb::Db;
 
 /// Runs the same body on either pool type (the SQL text is shared where
 /// both dialects agree: `$n` placeholders work on SQLite too).
@@ -335,46 +325,20 @@ impl MemoryStore {
     /// creating the SQLite file and its directory when missing, and runs
     /// the migrations.
     pub async fn open(url: &str) -> MemoryResult<Self> {
-        let db = if url.starts_with("sqlite:") {
-            let opts = SqliteConnectOptions::from_str(url)
-                .map_err(|e| MemoryError::Invalid(format!("memory store URL {url}: {e}")))?
-                .create_if_missing(true)
-                // WAL: readers never block the writer, and a killed process
-                // leaves at most its uncommitted transaction behind.
-                .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Normal)
-                .busy_timeout(Duration::from_secs(30))
-                .foreign_keys(true);
-            if let Some(dir) = std::path::Path::new(opts.get_filename()).parent()
-                && !dir.as_os_str().is_empty()
-            {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    MemoryError::Backend(format!("cannot create {}: {e}", dir.display()))
-                })?;
-            }
-            // An in-memory database exists per connection: keep one.
-            let max = if url.contains(":memory:") { 1 } else { 8 };
-            Db::Sqlite(
-                SqlitePoolOptions::new()
-                    .max_connections(max)
-                    .connect_with(opts)
-                    .await?,
-            )
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let opts = PgConnectOptions::from_str(url)
-                .map_err(|e| MemoryError::Invalid(format!("memory store URL: {e}")))?;
-            Db::Pg(
-                PgPoolOptions::new()
-                    .max_connections(16)
-                    .acquire_timeout(Duration::from_secs(10))
-                    .connect_with(opts)
-                    .await?,
-            )
-        } else {
-            return Err(MemoryError::Invalid(format!(
-                "memory store URL {url:?}: expected sqlite://PATH or postgres://..."
-            )));
-        };
+        let db = omicos_sqldb::open(
+            url,
+            omicos_sqldb::OpenOptions {
+                what: "memory store",
+                expected: "sqlite://PATH or postgres://...",
+                foreign_keys: true,
+            },
+        )
+        .await
+        .map_err(|e| match e {
+            omicos_sqldb::OpenError::Invalid(m) => MemoryError::Invalid(m),
+            omicos_sqldb::OpenError::Io(m) => MemoryError::Backend(m),
+            omicos_sqldb::OpenError::Sqlx(e) => MemoryError::from(e),
+        })?;
         let me = Self { db };
         me.migrate().await?;
         Ok(me)

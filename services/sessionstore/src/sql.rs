@@ -10,14 +10,7 @@
 use crate::{SessionMeta, SessionStore, StoreError, StoreResult, now_ms};
 use async_trait::async_trait;
 use serde_json::Value;
-use sqlx::{
-    Row,
-    postgres::{PgConnectOptions, PgPool, PgPoolOptions},
-    sqlite::{
-        SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-    },
-};
-use std::{str::FromStr, time::Duration};
+use sqlx::Row;
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
@@ -25,11 +18,7 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
-#[derive(Clone, Debug)]
-enum Db {
-    Sqlite(SqlitePool),
-    Pg(PgPool),
-}
+use omicos_sqldb::Db;
 
 /// Runs the same body on either pool type (`$n` placeholders work on both).
 macro_rules! on_db {
@@ -163,44 +152,21 @@ impl SqlStore {
     /// creating the SQLite file and its directory when missing, and runs the
     /// migrations.
     pub async fn open(url: &str) -> StoreResult<Self> {
-        let db = if url.starts_with("sqlite:") {
-            let opts = SqliteConnectOptions::from_str(url)
-                .map_err(|e| StoreError::Backend(format!("conversation store URL {url}: {e}")))?
-                .create_if_missing(true)
-                .journal_mode(SqliteJournalMode::Wal)
-                // NORMAL in WAL mode: a killed process loses nothing that
-                // committed; only a power cut may lose the last commits.
-                .synchronous(SqliteSynchronous::Normal)
-                .busy_timeout(Duration::from_secs(30));
-            if let Some(dir) = std::path::Path::new(opts.get_filename()).parent()
-                && !dir.as_os_str().is_empty()
-            {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    StoreError::Backend(format!("cannot create {}: {e}", dir.display()))
-                })?;
+        let db = omicos_sqldb::open(
+            url,
+            omicos_sqldb::OpenOptions {
+                what: "conversation store",
+                expected: "memory:, sqlite://PATH or postgres://...",
+                foreign_keys: true,
+            },
+        )
+        .await
+        .map_err(|e| match e {
+            omicos_sqldb::OpenError::Invalid(m) | omicos_sqldb::OpenError::Io(m) => {
+                StoreError::Backend(m)
             }
-            let max = if url.contains(":memory:") { 1 } else { 8 };
-            Db::Sqlite(
-                SqlitePoolOptions::new()
-                    .max_connections(max)
-                    .connect_with(opts)
-                    .await?,
-            )
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let opts = PgConnectOptions::from_str(url)
-                .map_err(|e| StoreError::Backend(format!("conversation store URL: {e}")))?;
-            Db::Pg(
-                PgPoolOptions::new()
-                    .max_connections(16)
-                    .acquire_timeout(Duration::from_secs(10))
-                    .connect_with(opts)
-                    .await?,
-            )
-        } else {
-            return Err(StoreError::Backend(format!(
-                "conversation store URL {url:?}: expected memory:, sqlite://PATH or postgres://..."
-            )));
-        };
+            omicos_sqldb::OpenError::Sqlx(e) => StoreError::from(e),
+        })?;
         let me = Self { db };
         me.migrate().await?;
         Ok(me)

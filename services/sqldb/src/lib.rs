@@ -1,0 +1,129 @@
+//! Opening the database an omicos store lives in, from its URL: SQLite (WAL,
+//! file and directory created when missing) or PostgreSQL. The memory store
+//! and the conversation store share this so both behave alike.
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// A pool on one of the two backends.
+#[derive(Clone, Debug)]
+pub enum Db {
+    /// SQLite.
+    Sqlite(SqlitePool),
+    /// PostgreSQL.
+    Pg(PgPool),
+}
+
+impl Db {
+    /// `sqlite` or `postgres`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Db::Sqlite(_) => "sqlite",
+            Db::Pg(_) => "postgres",
+        }
+    }
+}
+
+/// Why a database could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The URL is not one this store takes.
+    #[error("{0}")]
+    Invalid(String),
+    /// The SQLite file's directory cannot be created.
+    #[error("{0}")]
+    Io(String),
+    /// The database refused the connection.
+    #[error(transparent)]
+    Sqlx(#[from] sqlx::Error),
+}
+
+/// How to open.
+#[derive(Clone, Copy, Debug)]
+pub struct OpenOptions<'a> {
+    /// What the store is called in messages ("memory store").
+    pub what: &'a str,
+    /// The URL forms the store accepts, for the message about a bad URL.
+    pub expected: &'a str,
+    /// Enforce foreign keys on SQLite.
+    pub foreign_keys: bool,
+}
+
+/// Opens `url` (`sqlite://PATH`, `sqlite::memory:`, `postgres://…`).
+pub async fn open(url: &str, o: OpenOptions<'_>) -> Result<Db, OpenError> {
+    if url.starts_with("sqlite:") {
+        let opts = SqliteConnectOptions::from_str(url)
+            .map_err(|e| OpenError::Invalid(format!("{} URL {url}: {e}", o.what)))?
+            .create_if_missing(true)
+            // WAL: readers never block the writer. NORMAL sync in WAL mode: a
+            // killed process loses nothing that committed; only a power cut may
+            // lose the last commits.
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(30))
+            .foreign_keys(o.foreign_keys);
+        if let Some(dir) = std::path::Path::new(opts.get_filename()).parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| OpenError::Io(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        // An in-memory database exists per connection: keep one.
+        let max = if url.contains(":memory:") { 1 } else { 8 };
+        Ok(Db::Sqlite(
+            SqlitePoolOptions::new()
+                .max_connections(max)
+                .connect_with(opts)
+                .await?,
+        ))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let opts = PgConnectOptions::from_str(url)
+            .map_err(|e| OpenError::Invalid(format!("{} URL: {e}", o.what)))?;
+        Ok(Db::Pg(
+            PgPoolOptions::new()
+                .max_connections(16)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_with(opts)
+                .await?,
+        ))
+    } else {
+        Err(OpenError::Invalid(format!(
+            "{} URL {url:?}: expected {}",
+            o.what, o.expected
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const O: OpenOptions<'static> = OpenOptions {
+        what: "test store",
+        expected: "sqlite://PATH or postgres://...",
+        foreign_keys: true,
+    };
+
+    #[tokio::test]
+    async fn sqlite_file_and_directory_are_created() {
+        let dir = std::env::temp_dir().join(format!("omicos-sqldb-{}", std::process::id()));
+        let url = format!("sqlite://{}", dir.join("a/b/x.db").display());
+        let db = open(&url, O).await.unwrap();
+        assert_eq!(db.backend(), "sqlite");
+        assert!(dir.join("a/b/x.db").exists());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn a_bad_url_names_the_store_and_the_forms() {
+        let e = open("mysql://x", O).await.unwrap_err().to_string();
+        assert!(
+            e.contains("test store") && e.contains("sqlite://PATH"),
+            "{e}"
+        );
+    }
+}
