@@ -174,37 +174,17 @@ impl SqlStore {
 
     /// `sqlite` or `postgres`.
     pub fn backend(&self) -> &'static str {
-        match self.db {
-            Db::Sqlite(_) => "sqlite",
-            Db::Pg(_) => "postgres",
-        }
+        self.db.backend()
     }
 
     async fn migrate(&self) -> StoreResult<()> {
-        const CREATE: &str = "CREATE TABLE IF NOT EXISTS omicos_sessions_schema (version BIGINT PRIMARY KEY, applied_ms BIGINT NOT NULL)";
-        let steps = match self.db {
-            Db::Sqlite(_) => SQLITE_MIGRATIONS,
-            Db::Pg(_) => PG_MIGRATIONS,
+        let m = omicos_sqldb::Migrations {
+            table: "omicos_sessions_schema",
+            pg_lock: 7002002,
+            sqlite: SQLITE_MIGRATIONS,
+            pg: PG_MIGRATIONS,
         };
-        in_tx!(&self.db, tx, pg => {
-            if pg {
-                // Replicas starting together migrate one at a time.
-                sqlx::query("SELECT pg_advisory_xact_lock(7002002)").execute(&mut *tx).await?;
-            }
-            sqlx::query(CREATE).execute(&mut *tx).await?;
-            let have: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM omicos_sessions_schema")
-                .fetch_one(&mut *tx)
-                .await?;
-            for (i, step) in steps.iter().enumerate().skip(have as usize) {
-                sqlx::raw_sql(*step).execute(&mut *tx).await?;
-                sqlx::query("INSERT INTO omicos_sessions_schema (version, applied_ms) VALUES ($1, $2)")
-                    .bind(i as i64 + 1)
-                    .bind(now_ms())
-                    .execute(&mut *tx)
-                    .await?;
-            }
-        });
-        Ok(())
+        Ok(omicos_sqldb::migrate(&self.db, m).await?)
     }
 
     /// SQLite's `PRAGMA integrity_check` ("ok" when sound; PostgreSQL: "ok").

@@ -98,6 +98,71 @@ pub async fn open(url: &str, o: OpenOptions<'_>) -> Result<Db, OpenError> {
     }
 }
 
+/// A store's schema history: numbered steps per backend, recorded in `table`.
+#[derive(Clone, Copy, Debug)]
+pub struct Migrations<'a> {
+    /// The table that records applied versions (a name from code, never user input).
+    pub table: &'a str,
+    /// PostgreSQL advisory lock id, so replicas starting together migrate one at a time.
+    pub pg_lock: i64,
+    /// SQLite steps, in order.
+    pub sqlite: &'a [&'a str],
+    /// PostgreSQL steps, in order.
+    pub pg: &'a [&'a str],
+}
+
+/// Applies the steps not yet recorded, in one transaction.
+pub async fn migrate(db: &Db, m: Migrations<'_>) -> Result<(), sqlx::Error> {
+    let create = format!(
+        "CREATE TABLE IF NOT EXISTS {} (version BIGINT PRIMARY KEY, applied_ms BIGINT NOT NULL)",
+        m.table
+    );
+    let max = format!("SELECT COALESCE(MAX(version), 0) FROM {}", m.table);
+    let record = format!(
+        "INSERT INTO {} (version, applied_ms) VALUES ($1, $2)",
+        m.table
+    );
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    macro_rules! apply {
+        ($tx:ident, $steps:expr) => {{
+            sqlx::query(sqlx::AssertSqlSafe(create.clone()))
+                .execute(&mut *$tx)
+                .await?;
+            let have: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(max.clone()))
+                .fetch_one(&mut *$tx)
+                .await?;
+            for (i, step) in $steps.iter().enumerate().skip(have as usize) {
+                sqlx::raw_sql(sqlx::AssertSqlSafe(*step))
+                    .execute(&mut *$tx)
+                    .await?;
+                sqlx::query(sqlx::AssertSqlSafe(record.clone()))
+                    .bind(i as i64 + 1)
+                    .bind(now_ms)
+                    .execute(&mut *$tx)
+                    .await?;
+            }
+            $tx.commit().await
+        }};
+    }
+    match db {
+        Db::Sqlite(p) => {
+            let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
+            apply!(tx, m.sqlite)
+        }
+        Db::Pg(p) => {
+            let mut tx = p.begin().await?;
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(m.pg_lock)
+                .execute(&mut *tx)
+                .await?;
+            apply!(tx, m.pg)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,6 +181,39 @@ mod tests {
         assert_eq!(db.backend(), "sqlite");
         assert!(dir.join("a/b/x.db").exists());
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn migrations_apply_once_and_resume() {
+        let db = open("sqlite::memory:", O).await.unwrap();
+        let steps = ["CREATE TABLE a (x INTEGER)", "CREATE TABLE b (y INTEGER)"];
+        let m = Migrations {
+            table: "t_schema",
+            pg_lock: 1,
+            sqlite: &steps[..1],
+            pg: &[],
+        };
+        migrate(&db, m).await.unwrap();
+        migrate(&db, m).await.unwrap();
+        migrate(
+            &db,
+            Migrations {
+                sqlite: &steps,
+                ..m
+            },
+        )
+        .await
+        .unwrap();
+        let Db::Sqlite(p) = &db else { unreachable!() };
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM t_schema")
+            .fetch_one(p)
+            .await
+            .unwrap();
+        assert_eq!(n, 2);
+        sqlx::query("INSERT INTO b (y) VALUES (1)")
+            .execute(p)
+            .await
+            .unwrap();
     }
 
     #[tokio::test]
