@@ -30,10 +30,7 @@ impl AnthropicBackend {
         retry: RetryPolicy,
         idle_timeout: Duration,
     ) -> Self {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .expect("reqwest client builds");
+        let http = super::http_client();
         Self {
             http,
             base_url: base_url.trim_end_matches('/').to_owned(),
@@ -172,20 +169,8 @@ impl LlmBackend for AnthropicBackend {
         let mut open_tool_blocks = 0usize;
         let mut stopped = false;
         loop {
-            let next = tokio::select! {
-                r = tokio::time::timeout(self.idle_timeout, reader.next_event()) => r,
-                _ = cancel.cancelled() => return Err(LlmError::Cancelled),
-            };
-            let ev = match next {
-                Err(_) => {
-                    return Err(LlmError::StreamBroken(format!(
-                        "no data for {:?}",
-                        self.idle_timeout
-                    )));
-                }
-                Ok(Err(e)) => return Err(LlmError::StreamBroken(e)),
-                Ok(Ok(None)) => break,
-                Ok(Ok(Some(ev))) => ev,
+            let Some(ev) = super::next_event(&mut reader, self.idle_timeout, cancel).await? else {
+                break;
             };
             let data: Value = match serde_json::from_str(&ev.data) {
                 Ok(v) => v,

@@ -128,6 +128,35 @@ pub trait LlmBackend: Send + Sync {
     ) -> Result<LlmTurn, LlmError>;
 }
 
+/// The HTTP client a backend streams with (no total timeout: streams are
+/// bounded by the idle timeout instead).
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .build()
+        .expect("reqwest client builds")
+}
+
+/// The next SSE event, or a broken-stream error when nothing arrives within
+/// `idle`; Ok(None) at the end of the stream.
+pub async fn next_event<S, E>(
+    reader: &mut sse::SseReader<S>,
+    idle: std::time::Duration,
+    cancel: &CancellationToken,
+) -> Result<Option<sse::SseEvent>, LlmError>
+where
+    S: futures::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    tokio::select! {
+        r = tokio::time::timeout(idle, reader.next_event()) => match r {
+            Err(_) => Err(LlmError::StreamBroken(format!("no data for {idle:?}"))),
+            Ok(r) => r.map_err(LlmError::StreamBroken),
+        },
+        _ = cancel.cancelled() => Err(LlmError::Cancelled),
+    }
+}
+
 /// Detects a context-length refusal in an error body.
 pub fn is_context_overflow(body: &str) -> bool {
     let b = body.to_ascii_lowercase();

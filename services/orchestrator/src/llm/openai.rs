@@ -29,10 +29,7 @@ impl OpenAiBackend {
         retry: RetryPolicy,
         idle_timeout: Duration,
     ) -> Self {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .expect("reqwest client builds");
+        let http = super::http_client();
         Self {
             http,
             base_url: base_url.trim_end_matches('/').to_owned(),
@@ -110,20 +107,8 @@ impl LlmBackend for OpenAiBackend {
         let mut calls: Vec<PartialCall> = Vec::new();
         let mut finished = false;
         loop {
-            let next = tokio::select! {
-                r = tokio::time::timeout(self.idle_timeout, reader.next_event()) => r,
-                _ = cancel.cancelled() => return Err(LlmError::Cancelled),
-            };
-            let ev = match next {
-                Err(_) => {
-                    return Err(LlmError::StreamBroken(format!(
-                        "no data for {:?}",
-                        self.idle_timeout
-                    )));
-                }
-                Ok(Err(e)) => return Err(LlmError::StreamBroken(e)),
-                Ok(Ok(None)) => break,
-                Ok(Ok(Some(ev))) => ev,
+            let Some(ev) = super::next_event(&mut reader, self.idle_timeout, cancel).await? else {
+                break;
             };
             let data = ev.data.trim();
             if data == "[DONE]" {
