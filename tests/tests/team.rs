@@ -17,41 +17,26 @@ fn agent(id: &str, toolsets: &[&str], prompt: &str) -> String {
     )
 }
 
-/// A workspace with three agents, and a stack whose orchestrator uses them.
-async fn team_stack(
+/// A workspace holding `agents` (id, toolsets, prompt) as legacy workspace
+/// agents, and a stack whose orchestrator uses only them.
+async fn agents_stack(
     llm: FakeLlm,
+    agents: &[(&str, &[&str], &str)],
+    providers: Vec<Arc<dyn omicos_toolkit::Provider>>,
     tweak: Option<omicos_e2e::stack::ConfigTweak>,
 ) -> (Stack, tempfile::TempDir) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join(".omicos/agents");
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("lead.md"),
-        agent(
-            "lead",
-            &["file_manager"],
-            "You are LEAD-PROMPT. Delegate shell work.",
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("helper.md"),
-        agent("helper", &["shell"], "You are HELPER-PROMPT. Run commands."),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("third.md"),
-        agent("third", &["think"], "You are THIRD-PROMPT."),
-    )
-    .unwrap();
+    for (id, toolsets, prompt) in agents {
+        std::fs::write(dir.join(format!("{id}.md")), agent(id, toolsets, prompt)).unwrap();
+    }
     let mut cc = omicos_catalog::CatalogConfig::new(tmp.path(), omicos_catalog::Tier::Community);
     cc.builtin_agents = false;
     cc.agent_cache_dir = None;
     cc.skill_cache_dir = None;
     let (catalog, warnings) = omicos_catalog::Catalog::load(cc);
     assert!(warnings.is_empty(), "{warnings:?}");
-    let providers: Vec<Arc<dyn omicos_toolkit::Provider>> =
-        vec![Arc::new(omicos_catalog::ThinkProvider)];
     let stack = Stack::start(
         llm,
         StackOptions {
@@ -64,6 +49,29 @@ async fn team_stack(
     )
     .await;
     (stack, tmp)
+}
+
+/// Three agents: lead (file_manager), helper (shell), third (think).
+async fn team_stack(
+    llm: FakeLlm,
+    tweak: Option<omicos_e2e::stack::ConfigTweak>,
+) -> (Stack, tempfile::TempDir) {
+    let agents: [(&str, &[&str], &str); 3] = [
+        (
+            "lead",
+            &["file_manager"],
+            "You are LEAD-PROMPT. Delegate shell work.",
+        ),
+        ("helper", &["shell"], "You are HELPER-PROMPT. Run commands."),
+        ("third", &["think"], "You are THIRD-PROMPT."),
+    ];
+    agents_stack(
+        llm,
+        &agents,
+        vec![Arc::new(omicos_catalog::ThinkProvider)],
+        tweak,
+    )
+    .await
 }
 
 fn call(id: &str, target: &str, instruction: &str) -> Reply {
@@ -447,29 +455,12 @@ async fn plan_asks_the_client_through_the_approval_path() {
         Reply::Text("plan approved".into()),
     ])
     .await;
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join(".omicos/agents");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("planner.md"),
-        agent("planner", &["plan"], "You plan."),
-    )
-    .unwrap();
-    let mut cc = omicos_catalog::CatalogConfig::new(tmp.path(), omicos_catalog::Tier::Community);
-    cc.builtin_agents = false;
-    cc.agent_cache_dir = None;
-    cc.skill_cache_dir = None;
-    let (catalog, _) = omicos_catalog::Catalog::load(cc);
-    let providers: Vec<Arc<dyn omicos_toolkit::Provider>> =
-        vec![Arc::new(omicos_catalog::PlanProvider)];
-    let stack = Stack::start(
+    let planner: [(&str, &[&str], &str); 1] = [("planner", &["plan"], "You plan.")];
+    let (stack, tmp) = agents_stack(
         llm,
-        StackOptions {
-            agents: Some(Arc::new(CatalogAgents::from_catalog(catalog))),
-            workspace: Some(tmp.path().to_path_buf()),
-            providers,
-            ..Default::default()
-        },
+        &planner,
+        vec![Arc::new(omicos_catalog::PlanProvider)],
+        None,
     )
     .await;
     // Even in full mode, a plan is put to the client.
