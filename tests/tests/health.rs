@@ -3,65 +3,42 @@
 use omicos_e2e::{FakeLlm, Stack, StackOptions};
 use tonic::transport::Channel;
 
-async fn list_services_v1(url: &str) -> Vec<String> {
-    use tonic_reflection_client::v1::*;
-    let ch = Channel::from_shared(url.to_owned())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut c = server_reflection_client::ServerReflectionClient::new(ch);
-    let req = ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(server_reflection_request::MessageRequest::ListServices(
-            String::new(),
-        )),
-    };
-    let mut s = c
-        .server_reflection_info(tokio_stream::iter(vec![req]))
-        .await
-        .unwrap()
-        .into_inner();
-    let r = s.message().await.unwrap().unwrap();
-    match r.message_response {
-        Some(server_reflection_response::MessageResponse::ListServicesResponse(l)) => {
-            l.service.into_iter().map(|s| s.name).collect()
+/// `list_services_v1` and `list_services_v1alpha`: the same ListServices
+/// call through each reflection version's generated client.
+macro_rules! list_services {
+    ($name:ident, $version:ident) => {
+        async fn $name(url: &str) -> Vec<String> {
+            use tonic_reflection::pb::$version::*;
+            let ch = Channel::from_shared(url.to_owned())
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            let mut c = server_reflection_client::ServerReflectionClient::new(ch);
+            let req = ServerReflectionRequest {
+                host: String::new(),
+                message_request: Some(server_reflection_request::MessageRequest::ListServices(
+                    String::new(),
+                )),
+            };
+            let mut s = c
+                .server_reflection_info(tokio_stream::iter(vec![req]))
+                .await
+                .unwrap()
+                .into_inner();
+            let r = s.message().await.unwrap().unwrap();
+            match r.message_response {
+                Some(server_reflection_response::MessageResponse::ListServicesResponse(l)) => {
+                    l.service.into_iter().map(|s| s.name).collect()
+                }
+                other => panic!("unexpected {other:?}"),
+            }
         }
-        other => panic!("unexpected {other:?}"),
-    }
+    };
 }
 
-async fn list_services_v1alpha(url: &str) -> Vec<String> {
-    use tonic_reflection_client::v1alpha::*;
-    let ch = Channel::from_shared(url.to_owned())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut c = server_reflection_client::ServerReflectionClient::new(ch);
-    let req = ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(server_reflection_request::MessageRequest::ListServices(
-            String::new(),
-        )),
-    };
-    let mut s = c
-        .server_reflection_info(tokio_stream::iter(vec![req]))
-        .await
-        .unwrap()
-        .into_inner();
-    let r = s.message().await.unwrap().unwrap();
-    match r.message_response {
-        Some(server_reflection_response::MessageResponse::ListServicesResponse(l)) => {
-            l.service.into_iter().map(|s| s.name).collect()
-        }
-        other => panic!("unexpected {other:?}"),
-    }
-}
-
-mod tonic_reflection_client {
-    pub use tonic_reflection::pb::{v1, v1alpha};
-}
+list_services!(list_services_v1, v1);
+list_services!(list_services_v1alpha, v1alpha);
 
 #[tokio::test]
 async fn health_and_reflection_on_orchestrator_and_runner() {
