@@ -4,6 +4,7 @@
 //!
 //! `cargo bench -p omicos-e2e --bench kernel_path` (release). N with KERNEL_PATH_N (default 300).
 
+use omicos_proto::ToolStatus;
 use omicos_proto::{
     ExecuteClientMessage, ExecuteStart, ListProvidersRequest, execute_client_message,
     execute_server_message, registry_client::RegistryClient, tool_runner_client::ToolRunnerClient,
@@ -77,7 +78,7 @@ async fn main() {
                     tool_name: "run_python_code".into(),
                     arguments: r#"{"code":"1+1"}"#.into(),
                     session_id: "bench".into(),
-                    permission_mode: "full".into(),
+                    permission_mode: omicos_proto::PermissionMode::Full as i32,
                     ..Default::default()
                 })),
             })
@@ -91,7 +92,7 @@ async fn main() {
                 .into_inner();
             while let Some(m) = s.message().await.unwrap() {
                 if let Some(execute_server_message::Msg::Result(r)) = m.msg {
-                    assert_eq!(r.status, "done", "{}", r.result);
+                    assert_eq!(r.status(), ToolStatus::Done, "{}", r.result);
                     assert!(r.result.contains('2'));
                     break;
                 }

@@ -337,7 +337,7 @@ pub fn finished_calls(events: &[ChatEvent]) -> Vec<ToolCallFinished> {
 /// The turn_done reason, if any.
 pub fn done_reason(events: &[ChatEvent]) -> Option<String> {
     events.iter().find_map(|e| match &e.kind {
-        Some(chat_event::Kind::TurnDone(d)) => Some(d.reason.clone()),
+        Some(chat_event::Kind::TurnDone(d)) => Some(d.reason().as_str().to_owned()),
         _ => None,
     })
 }

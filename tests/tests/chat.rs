@@ -3,6 +3,7 @@
 
 use omicos_e2e::stack::{assert_gap_free, done_reason};
 use omicos_e2e::{FakeLlm, Reply, Stack, StackOptions, events_text, finished_calls};
+use omicos_proto::ToolStatus;
 use omicos_proto::{AttachRequest, ChatRequest, Decision, GetSessionRequest, chat_event};
 use serde_json::Value;
 use std::time::Duration;
@@ -80,7 +81,7 @@ async fn write_then_read(backend: &str) {
         .filter_map(|e| match &e.kind {
             Some(chat_event::Kind::ToolCallStarted(s)) => Some(format!("start:{}", s.name)),
             Some(chat_event::Kind::ToolCallFinished(f)) => {
-                Some(format!("end:{}:{}", f.name, f.status))
+                Some(format!("end:{}:{}", f.name, f.status().as_str()))
             }
             _ => None,
         })
@@ -264,7 +265,7 @@ async fn bad_tool_input_gives_clear_results_and_the_turn_goes_on() {
     assert_eq!(done_reason(&events).as_deref(), Some("completed"));
     let f = finished_calls(&events);
     assert_eq!(f.len(), 4);
-    assert!(f.iter().all(|c| c.status == "error"), "{f:#?}");
+    assert!(f.iter().all(|c| c.status() == ToolStatus::Error), "{f:#?}");
     assert!(
         f[0].result.to_lowercase().contains("json"),
         "{}",
@@ -500,7 +501,7 @@ async fn approval_in_auto_mode_and_out_of_band() {
         std::fs::read_to_string(stack.workspace.join("a.txt")).unwrap(),
         "A"
     );
-    assert_eq!(finished_calls(&events)[0].status, "done");
+    assert_eq!(finished_calls(&events)[0].status(), ToolStatus::Done);
 }
 
 #[tokio::test]
@@ -516,7 +517,7 @@ async fn denied_approval_reaches_the_model_as_an_error() {
     chat.approve(&call, Decision::Deny).await;
     let events = chat.until_done().await;
     let f = &finished_calls(&events)[0];
-    assert_eq!(f.status, "error");
+    assert_eq!(f.status(), ToolStatus::Error);
     assert!(f.result.contains("denied by user"), "{}", f.result);
     assert!(!stack.workspace.join("b.txt").exists());
     assert_eq!(done_reason(&events).as_deref(), Some("completed"));
@@ -545,7 +546,7 @@ async fn cancel_stops_a_running_tool_and_the_turn() {
         t.elapsed()
     );
     assert_eq!(done_reason(&events).as_deref(), Some("cancelled"));
-    assert_eq!(finished_calls(&events)[0].status, "error");
+    assert_eq!(finished_calls(&events)[0].status(), ToolStatus::Error);
     // The model was not called again, and the cancelled call was still answered in history.
     assert_eq!(llm.requests().len(), 1);
 }

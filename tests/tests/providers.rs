@@ -5,6 +5,7 @@
 
 use omicos_e2e::stack::done_reason;
 use omicos_e2e::{FakeLlm, Reply, Stack, StackOptions, finished_calls};
+use omicos_proto::ToolStatus;
 use omicos_proto::{
     ChatRequest, ListProvidersRequest, chat_event, registry_client::RegistryClient,
 };
@@ -116,7 +117,7 @@ async fn python_streams_output_keeps_state_and_a_cancel_interrupts() {
         .unwrap();
     assert!(first_chunk < finished);
     let f = finished_calls(&events);
-    assert_eq!(f[0].status, "done", "{:?}", f[0]);
+    assert_eq!(f[0].status(), ToolStatus::Done, "{:?}", f[0]);
     assert!(f[0].result.contains("42"), "{}", f[0].result);
     assert!(
         f[1].result.contains("22"),
@@ -145,7 +146,7 @@ async fn python_streams_output_keeps_state_and_a_cancel_interrupts() {
         .await;
     let f = finished_calls(&after);
     assert!(
-        f[0].status == "done" && f[0].result.contains("21 5"),
+        f[0].status() == ToolStatus::Done && f[0].result.contains("21 5"),
         "{:?}",
         f[0]
     );
@@ -202,7 +203,7 @@ async fn web_fetch_and_memory_through_the_pipeline() {
         .await;
     assert_eq!(done_reason(&events).as_deref(), Some("completed"));
     let f = finished_calls(&events);
-    assert_eq!(f[0].status, "done", "{:?}", f[0]);
+    assert_eq!(f[0].status(), ToolStatus::Done, "{:?}", f[0]);
     assert!(
         f[0].result.contains("forty-two") && f[0].result.contains("Tiny Article"),
         "{}",
@@ -213,10 +214,10 @@ async fn web_fetch_and_memory_through_the_pipeline() {
         "nav stripped: {}",
         f[0].result
     );
-    assert_eq!(f[1].status, "done", "{:?}", f[1]);
-    assert_eq!(f[2].status, "done", "{:?}", f[2]);
+    assert_eq!(f[1].status(), ToolStatus::Done, "{:?}", f[1]);
+    assert_eq!(f[2].status(), ToolStatus::Done, "{:?}", f[2]);
     assert!(f[2].result.contains("forty-two"), "{}", f[2].result);
-    assert_eq!(f[3].status, "error");
+    assert_eq!(f[3].status(), ToolStatus::Error);
     assert!(f[3].result.contains("169.254.169.254"), "{}", f[3].result);
     llm.assert_invariants();
 }
@@ -290,17 +291,17 @@ async fn pdf_and_image_gen_through_the_pipeline() {
         .await;
     let session = events[0].session_id.clone();
     let f = finished_calls(&events);
-    assert_eq!(f[0].status, "done", "{:?}", f[0]);
+    assert_eq!(f[0].status(), ToolStatus::Done, "{:?}", f[0]);
     assert!(f[0].result.contains("page"), "{}", f[0].result);
-    assert_eq!(f[1].status, "done", "{:?}", f[1]);
+    assert_eq!(f[1].status(), ToolStatus::Done, "{:?}", f[1]);
     assert!(f[1].result.len() > 100, "{}", f[1].result);
-    assert_eq!(f[2].status, "error");
+    assert_eq!(f[2].status(), ToolStatus::Error);
     assert!(
         f[2].result.contains("outside the workspace"),
         "{}",
         f[2].result
     );
-    assert_eq!(f[3].status, "done", "{:?}", f[3]);
+    assert_eq!(f[3].status(), ToolStatus::Done, "{:?}", f[3]);
     assert!(
         !f[3].result.contains("fake-image-bytes") && f[3].result.contains(".omicos/outputs"),
         "{}",

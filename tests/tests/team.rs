@@ -5,6 +5,7 @@
 use omicos_e2e::stack::done_reason;
 use omicos_e2e::{FakeLlm, Reply, Stack, StackOptions, events_text, finished_calls};
 use omicos_orchestrator::agents::CatalogAgents;
+use omicos_proto::ToolStatus;
 use omicos_proto::{ChatRequest, Decision, ListAgentToolsRequest, chat_event};
 use serde_json::Value;
 use std::sync::Arc;
@@ -167,7 +168,7 @@ async fn delegation_runs_the_callee_with_its_own_prompt_and_tools() {
     assert!(reqs[2].body.to_string().contains("HELPER-ANSWER: 42 files"));
     let f = finished_calls(&events);
     assert_eq!(f.len(), 1);
-    assert_eq!(f[0].status, "done");
+    assert_eq!(f[0].status(), ToolStatus::Done);
     assert!(f[0].result.contains("42 files"));
     // Sub-turn events come between agent_switch events, tagged with the callee's context.
     let kinds: Vec<String> = events
@@ -268,17 +269,17 @@ async fn self_call_and_unknown_member_are_refused() {
         .await;
     let f = finished_calls(&events);
     assert!(
-        f[0].status == "error" && f[0].result.contains("itself"),
+        f[0].status() == ToolStatus::Error && f[0].result.contains("itself"),
         "{:?}",
         f[0]
     );
     assert!(
-        f[1].status == "error" && f[1].result.contains("not in this team"),
+        f[1].status() == ToolStatus::Error && f[1].result.contains("not in this team"),
         "{:?}",
         f[1]
     );
     assert!(
-        f[2].status == "error" && f[2].result.contains("instruction"),
+        f[2].status() == ToolStatus::Error && f[2].result.contains("instruction"),
         "{:?}",
         f[2]
     );
@@ -304,7 +305,7 @@ async fn cycles_are_refused() {
         .await;
     let f = finished_calls(&events);
     let inner = f.iter().find(|c| c.call_id == "c_b").unwrap();
-    assert_eq!(inner.status, "error");
+    assert_eq!(inner.status(), ToolStatus::Error);
     assert!(inner.result.contains("cycle"), "{}", inner.result);
     assert_eq!(done_reason(&events).as_deref(), Some("completed"));
     llm.assert_invariants();
@@ -330,11 +331,11 @@ async fn depth_limit_is_enforced() {
     let f = finished_calls(&events);
     let deep = f.iter().find(|c| c.call_id == "c_2").unwrap();
     assert!(
-        deep.status == "error" && deep.result.contains("depth limit (1)"),
+        deep.status() == ToolStatus::Error && deep.result.contains("depth limit (1)"),
         "{deep:?}"
     );
     let outer = f.iter().find(|c| c.call_id == "c_1").unwrap();
-    assert_eq!(outer.status, "done");
+    assert_eq!(outer.status(), ToolStatus::Done);
     assert_eq!(outer.result, "helper stops");
 }
 
@@ -356,7 +357,7 @@ async fn an_overdue_delegation_returns_what_it_has() {
         .until_done()
         .await;
     let f = &finished_calls(&events)[0];
-    assert_eq!(f.status, "error");
+    assert_eq!(f.status(), ToolStatus::Error);
     assert!(f.result.contains("deadline"), "{}", f.result);
     assert_eq!(done_reason(&events).as_deref(), Some("completed"));
     assert!(events_text(&events).contains("lead continues"));
@@ -469,7 +470,11 @@ async fn plan_asks_the_client_through_the_approval_path() {
     assert_eq!(call, "c_plan");
     chat.approve(&call, Decision::AllowOnce).await;
     let events = chat.until_done().await;
-    assert_eq!(finished_calls(&events)[0].status, "done", "{events:#?}");
+    assert_eq!(
+        finished_calls(&events)[0].status(),
+        ToolStatus::Done,
+        "{events:#?}"
+    );
     let session = events[0].session_id.clone();
     let plan = std::fs::read_to_string(
         tmp.path()

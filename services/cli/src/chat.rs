@@ -74,7 +74,7 @@ async fn piped(opts: ChatOptions) -> ExitCode {
         message.trim_end().to_owned(),
     );
     match run_turn(&mut client, req, &mut r, &Approver::Deny, &mut ints).await {
-        Ok(t) if t.reason == "completed" => {
+        Ok(t) if t.reason == omicos_proto::TurnDoneReason::Completed => {
             // The renderer ended the answer's last line at turn_done.
             eprintln!("session {}", t.session_id);
             ExitCode::SUCCESS
@@ -83,7 +83,8 @@ async fn piped(opts: ChatOptions) -> ExitCode {
             // Error events were already printed on stderr as they came; say how it ended.
             eprintln!(
                 "omicos chat: the turn ended with `{}` (session {})",
-                t.reason, t.session_id
+                t.reason.as_str(),
+                t.session_id
             );
             ExitCode::FAILURE
         }

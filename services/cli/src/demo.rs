@@ -6,6 +6,7 @@
 use crate::render::{Renderer, View};
 use crate::style::Style;
 use crate::turn::{Approver, Interrupts, TurnError, TurnResult, connect, run_turn};
+use omicos_proto::ToolStatus;
 use omicos_proto::{ChatRequest, Decision, chat_event::Kind};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -215,13 +216,12 @@ pub fn checks(t: &TurnResult, ws: &Path) -> Vec<Check> {
 
     check(
         "the turn completed",
-        t.reason == "completed",
+        t.reason == omicos_proto::TurnDoneReason::Completed,
         format!(
             "turn_done: {}",
-            if t.reason.is_empty() {
-                "none"
-            } else {
-                &t.reason
+            match t.reason {
+                omicos_proto::TurnDoneReason::Unspecified => "none",
+                r => r.as_str(),
             }
         ),
     );
@@ -231,7 +231,7 @@ pub fn checks(t: &TurnResult, ws: &Path) -> Vec<Check> {
     let call_agent = finished(t, "call_agent");
     let ca_ok = call_agent
         .iter()
-        .any(|f| f.status == "done" && f.result.contains("441"));
+        .any(|f| f.status() == ToolStatus::Done && f.result.contains("441"));
     check(
         "a sub-agent was called (generalist → data_analyst and back)",
         delegated && returned && ca_ok,
@@ -248,7 +248,7 @@ pub fn checks(t: &TurnResult, ws: &Path) -> Vec<Check> {
     let clean = py
         .iter()
         .zip(&outputs)
-        .all(|(f, v)| f.status == "done" && v["error"].is_null());
+        .all(|(f, v)| f.status() == ToolStatus::Done && v["error"].is_null());
     let table = outputs.iter().any(|v| {
         v["stdout"]
             .as_str()
@@ -297,10 +297,10 @@ pub fn checks(t: &TurnResult, ws: &Path) -> Vec<Check> {
 
     let wrote = finished(t, "file_manager__write")
         .iter()
-        .any(|f| f.status == "done");
+        .any(|f| f.status() == ToolStatus::Done);
     let read_back = finished(t, "file_manager__read")
         .iter()
-        .any(|f| f.status == "done" && f.result.contains("omicos demo report"));
+        .any(|f| f.status() == ToolStatus::Done && f.result.contains("omicos demo report"));
     let on_disk =
         std::fs::read_to_string(ws.join("demo/report.md")).is_ok_and(|s| s.contains("441 = 21^2"));
     check(

@@ -196,10 +196,9 @@ impl Renderer {
                     } else {
                         format!(" · team {}", t.team_members.join(", "))
                     };
-                    let mode = if t.permission_mode.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" · mode {}", t.permission_mode)
+                    let mode = match t.permission_mode() {
+                        omicos_proto::PermissionMode::Unspecified => String::new(),
+                        m => format!(" · mode {}", m.as_str()),
                     };
                     let l = st.dim(&format!(
                         "── {}{team}{mode} · session {}",
@@ -258,12 +257,12 @@ impl Renderer {
             }
             Kind::ToolCallFinished(f) => {
                 self.finish_bars(&f.call_id);
-                let ok = f.status == "done";
+                let ok = f.status() == omicos_proto::ToolStatus::Done;
                 let mark = if ok { st.green("✓") } else { st.red("✗") };
                 let l = format!(
                     "{ind}{mark} {} {} {}",
                     st.cyan(&f.name),
-                    f.status,
+                    f.status().as_str(),
                     st.dim(&elapsed(f.elapsed_ms))
                 );
                 self.line(&l);
@@ -316,8 +315,8 @@ impl Renderer {
                 for (_, b) in self.bars.drain() {
                     b.finish_and_clear();
                 }
-                if t.reason != "completed" {
-                    let l = st.yellow(&format!("(turn {})", t.reason));
+                if t.reason() != omicos_proto::TurnDoneReason::Completed {
+                    let l = st.yellow(&format!("(turn {})", t.reason().as_str()));
                     self.line(&l);
                 }
             }
@@ -487,7 +486,7 @@ pub fn event_json(ev: &ChatEvent) -> Value {
         None => ("unknown", json!({})),
         Some(Kind::TurnStarted(t)) => (
             "turn_started",
-            json!({"message": t.message, "agent": t.agent, "team_members": t.team_members, "permission_mode": t.permission_mode}),
+            json!({"message": t.message, "agent": t.agent, "team_members": t.team_members, "permission_mode": t.permission_mode().as_str()}),
         ),
         Some(Kind::TextDelta(t)) => ("text_delta", json!({"text": t.text})),
         Some(Kind::ToolCallStarted(c)) => (
@@ -520,7 +519,7 @@ pub fn event_json(ev: &ChatEvent) -> Value {
         ),
         Some(Kind::ToolCallFinished(f)) => (
             "tool_call_finished",
-            json!({"call_id": f.call_id, "name": f.name, "status": f.status, "result": f.result, "spool_path": f.spool_path, "elapsed_ms": f.elapsed_ms}),
+            json!({"call_id": f.call_id, "name": f.name, "status": f.status().as_str(), "result": f.result, "spool_path": f.spool_path, "elapsed_ms": f.elapsed_ms}),
         ),
         Some(Kind::AgentSwitch(s)) => (
             "agent_switch",
@@ -532,7 +531,7 @@ pub fn event_json(ev: &ChatEvent) -> Value {
         ),
         Some(Kind::Error(e)) => ("error", json!({"kind": e.kind, "message": e.message})),
         Some(Kind::Heartbeat(_)) => ("heartbeat", json!({})),
-        Some(Kind::TurnDone(t)) => ("turn_done", json!({"reason": t.reason})),
+        Some(Kind::TurnDone(t)) => ("turn_done", json!({"reason": t.reason().as_str()})),
     };
     v["type"] = json!(ty);
     if let (Some(o), Value::Object(b)) = (v.as_object_mut(), body) {
@@ -594,7 +593,7 @@ mod tests {
             kind: Some(chat_event::Kind::ToolCallFinished(ToolCallFinished {
                 call_id: "c2".into(),
                 name: "run_python_code".into(),
-                status: "done".into(),
+                status: omicos_proto::ToolStatus::Done.into(),
                 elapsed_ms: 12,
                 ..Default::default()
             })),

@@ -187,8 +187,8 @@ pub fn parse_answer(t: &str) -> Option<Decision> {
 pub struct TurnResult {
     /// The session (new sessions get their id from the first event).
     pub session_id: String,
-    /// `TurnDone.reason`: completed, cancelled, error, max_iterations.
-    pub reason: String,
+    /// How the turn ended (unspecified when the stream ended without turn_done).
+    pub reason: omicos_proto::TurnDoneReason,
     /// Error events: (kind, message).
     pub errors: Vec<(String, String)>,
     /// Every event but heartbeats, in order.
@@ -291,7 +291,7 @@ pub async fn run_turn(
         match ev.kind {
             Some(Kind::Error(e)) => res.errors.push((e.kind, e.message)),
             Some(Kind::TurnDone(t)) => {
-                res.reason = t.reason;
+                res.reason = t.reason();
                 res.answer = r.answer.clone();
                 return Ok(res);
             }

@@ -10,8 +10,9 @@ use crate::llm::{LlmBackend, LlmDelta, LlmError, LlmRequest, ToolCall, ToolDef};
 use crate::runner_client::{EventTag, Runner};
 use crate::trajectory::Trajectories;
 use omicos_proto::{
-    AgentSwitch, Decision, ErrorEvent, ExecuteStart, ListToolsRequest, TextDelta, ToolCallFinished,
-    ToolCallStarted, Usage, chat_event,
+    AgentSwitch, Decision, ErrorEvent, ExecuteStart, ListToolsRequest, PermissionMode, TextDelta,
+    ToolCallFinished, ToolCallStarted, ToolStatus, TurnDoneReason, Usage, chat_event,
+    model_envelope,
 };
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -53,13 +54,13 @@ pub enum Outcome {
 
 impl Outcome {
     /// The `TurnDone.reason`.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> TurnDoneReason {
         match self {
-            Outcome::Completed => "completed",
-            Outcome::Cancelled => "cancelled",
-            Outcome::Error => "error",
-            Outcome::MaxIterations => "max_iterations",
-            Outcome::Deadline => "deadline",
+            Outcome::Completed => TurnDoneReason::Completed,
+            Outcome::Cancelled => TurnDoneReason::Cancelled,
+            Outcome::Error => TurnDoneReason::Error,
+            Outcome::MaxIterations => TurnDoneReason::MaxIterations,
+            Outcome::Deadline => TurnDoneReason::Deadline,
         }
     }
 }
@@ -69,8 +70,8 @@ impl Outcome {
 pub struct TurnSettings {
     /// Turn id.
     pub turn_id: String,
-    /// Permission mode as given.
-    pub permission_mode: String,
+    /// Permission mode (unspecified: the runner's default).
+    pub permission_mode: PermissionMode,
     /// Legacy switch.
     pub allow_shell: Option<bool>,
     /// Legacy switch.
@@ -134,7 +135,7 @@ impl Engine {
                     .filter(|t| *t != "team")
                     .cloned()
                     .collect(),
-                permission_mode: s.permission_mode.clone(),
+                permission_mode: s.permission_mode as i32,
                 allow_shell: s.allow_shell,
                 allow_file_write: s.allow_file_write,
             })
@@ -254,7 +255,7 @@ impl Engine {
                         frame,
                         &tag,
                         &call,
-                        "error",
+                        ToolStatus::Error,
                         "cancelled by the user before it ran",
                         "",
                         0,
@@ -266,7 +267,7 @@ impl Engine {
                             frame,
                             &tag,
                             &rest,
-                            "error",
+                            ToolStatus::Error,
                             "cancelled by the user before it ran",
                             "",
                             0,
@@ -291,15 +292,15 @@ impl Engine {
                             Box::pin(self.delegate(session, s, frame, &call, cancel)).await;
                         (st, r, String::new())
                     }
-                    "list_agents" => ("done".to_owned(), self.list_team(s), String::new()),
+                    "list_agents" => (ToolStatus::Done, self.list_team(s), String::new()),
                     _ => {
                         let r = self.run_tool(session, s, frame, &tag, &call, cancel).await;
-                        (r.status, r.result, r.spool_path)
+                        (r.status(), r.result, r.spool_path)
                     }
                 };
                 let elapsed = started.elapsed().as_millis() as u64;
                 self.answer(
-                    session, frame, &tag, &call, &status, &result, &spool, elapsed,
+                    session, frame, &tag, &call, status, &result, &spool, elapsed,
                 )
                 .await;
             }
@@ -314,7 +315,7 @@ impl Engine {
         frame: &mut Frame,
         tag: &EventTag,
         call: &ToolCall,
-        status: &str,
+        status: ToolStatus,
         result: &str,
         spool: &str,
         elapsed_ms: u64,
@@ -324,14 +325,14 @@ impl Engine {
                 tag.event(chat_event::Kind::ToolCallFinished(ToolCallFinished {
                     call_id: call.id.clone(),
                     name: call.name.clone(),
-                    status: status.into(),
+                    status: status as i32,
                     result: result.into(),
                     spool_path: spool.into(),
                     elapsed_ms,
                 })),
             )
             .await;
-        let content = json!({"status": status, "result": result}).to_string();
+        let content = model_envelope(status, result);
         self.push(
             session,
             frame,
@@ -342,7 +343,8 @@ impl Engine {
 
     async fn push(&self, session: &Arc<SessionState>, frame: &mut Frame, msg: Value) {
         if frame.persist
-            && let Err(e) = session_store(session)
+            && let Err(e) = session
+                .store()
                 .append_messages(&session.id, std::slice::from_ref(&msg))
                 .await
         {
@@ -366,7 +368,7 @@ impl Engine {
             arguments: call.arguments.clone(),
             session_id: session.id.clone(),
             agent_id: frame.agent.id.clone(),
-            permission_mode: s.permission_mode.clone(),
+            permission_mode: s.permission_mode as i32,
             allow_shell: s.allow_shell,
             allow_file_write: s.allow_file_write,
             toolsets: frame
@@ -389,7 +391,7 @@ impl Engine {
             });
         }
         let record = serde_json::from_str::<Value>(&r.record_json).unwrap_or_else(|_| {
-            json!({"id": call.id, "name": call.name, "arguments": call.arguments, "status": r.status, "result": r.result})
+            json!({"id": call.id, "name": call.name, "arguments": call.arguments, "status": r.status().as_str(), "result": r.result})
         });
         self.trajectories
             .append(&session.id, json!({"type": "tool_call", "turn_id": s.turn_id, "context": frame.context, "record": record}))
@@ -414,8 +416,8 @@ impl Engine {
         caller: &Frame,
         call: &ToolCall,
         cancel: &CancellationToken,
-    ) -> (String, String) {
-        let err = |m: String| ("error".to_owned(), m);
+    ) -> (ToolStatus, String) {
+        let err = |m: String| (ToolStatus::Error, m);
         let args: Value = match serde_json::from_str(&call.arguments) {
             Ok(v @ Value::Object(_)) => v,
             _ => {
@@ -513,7 +515,7 @@ impl Engine {
             .await;
         let text = last.lock().expect("last text").clone();
         match outcome {
-            Outcome::Completed => ("done".into(), text),
+            Outcome::Completed => (ToolStatus::Done, text),
             Outcome::Cancelled => err(format!(
                 "the delegation to {name} was cancelled; what it had: {text}"
             )),
@@ -527,10 +529,6 @@ impl Engine {
             )),
         }
     }
-}
-
-fn session_store(session: &SessionState) -> &dyn omicos_sessionstore::SessionStore {
-    session.store()
 }
 
 /// Emits an error event.

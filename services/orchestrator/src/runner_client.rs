@@ -53,8 +53,8 @@ impl Runner {
             .connect_lazy();
         Ok(Self {
             client: ToolRunnerClient::new(ch)
-                .max_decoding_message_size(64 << 20)
-                .max_encoding_message_size(64 << 20),
+                .max_decoding_message_size(omicos_proto::MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(omicos_proto::MAX_MESSAGE_BYTES),
         })
     }
 
@@ -80,7 +80,7 @@ impl Runner {
         let call_id = start.call_id.clone();
         let error = |msg: String| ToolResult {
             call_id: call_id.clone(),
-            status: "error".into(),
+            status: omicos_proto::ToolStatus::Error as i32,
             result: msg,
             ..Default::default()
         };

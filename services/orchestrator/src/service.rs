@@ -1,6 +1,6 @@
 //! The `omicos.v1.Orchestrator` gRPC service.
 
-use crate::engine::{Engine, Frame, Outcome, TurnSettings};
+use crate::engine::{Engine, Frame, TurnSettings};
 use crate::hub::{Hub, RunningTurn, SessionState, is_turn_done};
 use crate::runner_client::EventTag;
 use omicos_proto::{
@@ -8,9 +8,9 @@ use omicos_proto::{
     ChatClientMessage, ChatEvent, ChatRequest, Decision, DeleteSessionRequest,
     DeleteSessionResponse, ErrorEvent, GetSessionRequest, Heartbeat, ListAgentToolsRequest,
     ListAgentToolsResponse, ListAgentsRequest, ListAgentsResponse, ListSessionsRequest,
-    ListSessionsResponse, ListToolsRequest, RefreshCatalogRequest, RefreshCatalogResponse, Session,
-    SessionSummary, TurnDone, TurnStarted, chat_client_message, chat_event,
-    orchestrator_server::Orchestrator,
+    ListSessionsResponse, ListToolsRequest, PermissionMode, RefreshCatalogRequest,
+    RefreshCatalogResponse, Session, SessionSummary, TurnDone, TurnDoneReason, TurnStarted,
+    chat_client_message, chat_event, orchestrator_server::Orchestrator,
 };
 use omicos_sessionstore::{SessionMeta, now_ms};
 use prost::Message;
@@ -49,15 +49,9 @@ impl OrchestratorService {
     }
 }
 
-/// Normalizes a permission mode; None when unknown. Empty stays empty (the runner's default applies).
-pub fn normalize_mode(mode: &str) -> Option<&'static str> {
-    match mode.trim().to_ascii_lowercase().as_str() {
-        "" => Some(""),
-        "read_only" | "readonly" | "read-only" => Some("read_only"),
-        "auto" => Some("auto"),
-        "full" | "full_access" | "full-access" => Some("full"),
-        _ => None,
-    }
+/// Parses a client's permission mode text; the message says what is accepted.
+fn parse_mode(text: &str) -> Result<PermissionMode, Status> {
+    PermissionMode::parse(text).map_err(|e| Status::invalid_argument(e.to_string()))
 }
 
 fn one_shot_error(session_id: &str, kind: &str, message: String) -> EventStream {
@@ -80,7 +74,7 @@ fn one_shot_error(session_id: &str, kind: &str, message: String) -> EventStream 
         Ok(mk(
             0,
             chat_event::Kind::TurnDone(TurnDone {
-                reason: "error".into(),
+                reason: TurnDoneReason::Error as i32,
             }),
         )),
     ];
@@ -179,12 +173,7 @@ impl OrchestratorService {
         &self,
         cr: ChatRequest,
     ) -> Result<(Arc<SessionState>, String, u64), Result<EventStream, Status>> {
-        let Some(mode) = normalize_mode(&cr.permission_mode) else {
-            return Err(Err(Status::invalid_argument(format!(
-                "permission_mode `{}` is not one of read_only, auto, full",
-                cr.permission_mode
-            ))));
-        };
+        let mode = parse_mode(&cr.permission_mode).map_err(Err)?;
         if cr.message.trim().is_empty() {
             return Err(Err(Status::invalid_argument("message is empty")));
         }
@@ -276,7 +265,7 @@ impl OrchestratorService {
         let start_seq = state.last_seq().await;
         let settings = TurnSettings {
             turn_id: turn_id.clone(),
-            permission_mode: mode.to_owned(),
+            permission_mode: mode,
             allow_shell: cr.allow_shell,
             allow_file_write: cr.allow_file_write,
             model: cr.model.clone(),
@@ -314,7 +303,7 @@ impl OrchestratorService {
                 message: message.clone(),
                 agent: active_agent.id.clone(),
                 team_members: settings.team.clone(),
-                permission_mode: settings.permission_mode.clone(),
+                permission_mode: settings.permission_mode as i32,
             })))
             .await;
             engine
@@ -341,22 +330,19 @@ impl OrchestratorService {
                 last_text: Arc::new(Mutex::new(String::new())),
             };
             let outcome = engine.run_frame(&st, &settings, &mut frame, &cancel).await;
-            let reason = match outcome {
-                Outcome::Deadline => Outcome::Error.reason(),
-                o => o.reason(),
-            };
+            let reason = outcome.reason();
             engine
                 .trajectories
                 .append(
                     &st.id,
-                    json!({"type": "turn_done", "turn_id": turn_id, "reason": reason}),
+                    json!({"type": "turn_done", "turn_id": turn_id, "reason": reason.as_str()}),
                 )
                 .await;
             renew.abort();
             let _ = st.store().release_turn(&st.id, &owner).await;
             st.emit_final(
                 tag.event(chat_event::Kind::TurnDone(TurnDone {
-                    reason: reason.into(),
+                    reason: reason as i32,
                 })),
                 &turn_id,
             )
@@ -659,12 +645,7 @@ impl Orchestrator for OrchestratorService {
         req: Request<ListAgentToolsRequest>,
     ) -> Result<Response<ListAgentToolsResponse>, Status> {
         let r = req.into_inner();
-        let mode = normalize_mode(&r.permission_mode).ok_or_else(|| {
-            Status::invalid_argument(format!(
-                "permission_mode `{}` is not one of read_only, auto, full",
-                r.permission_mode
-            ))
-        })?;
+        let mode = parse_mode(&r.permission_mode)?;
         let team = self
             .engine
             .agents
@@ -682,7 +663,7 @@ impl Orchestrator for OrchestratorService {
             .runner
             .list_tools(ListToolsRequest {
                 toolsets,
-                permission_mode: mode.into(),
+                permission_mode: mode as i32,
                 allow_shell: None,
                 allow_file_write: None,
             })

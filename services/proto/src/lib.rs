@@ -1,4 +1,5 @@
-//! Generated types and services of the `omicos.v1` package.
+//! Generated types and services of the `omicos.v1` package, the codec every
+//! service uses, and the helpers of the contract's enums.
 
 /// The `omicos.v1` package.
 #[allow(clippy::all, missing_docs)]
@@ -6,8 +7,17 @@ pub mod v1 {
     tonic::include_proto!("omicos.v1");
 }
 
+pub mod codec;
+pub mod states;
+
 /// The encoded file descriptor set, for tonic-reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/omicos_descriptor.bin"));
 
+/// The largest gRPC message any omicos service sends or accepts. Tool
+/// arguments and results above the spool threshold travel as previews, so
+/// only whole-file writes come near it.
+pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+
+pub use states::{UnknownMode, model_envelope};
 pub use v1::*;

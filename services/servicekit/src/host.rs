@@ -62,7 +62,10 @@ impl Host {
             // A span per RPC, parented on the caller's trace context.
             .trace_fn(move |req| {
                 let span = tracing::info_span!("rpc", service, path = %req.uri().path());
-                crate::telemetry::set_parent_from(&span, &tonic::metadata::MetadataMap::from_headers(req.headers().clone()));
+                crate::telemetry::set_parent_from(
+                    &span,
+                    &tonic::metadata::MetadataMap::from_headers(req.headers().clone()),
+                );
                 span
             })
             .add_service(tonic_health::pb::health_server::HealthServer::new(

@@ -268,11 +268,13 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, String> {
     }
 
     if opts.image_gen {
-        let icfg: omicos_image_gen::Config = load_config_value(section(&file, "image_gen"), env, "image_gen").map_err(cfg_err)?;
+        let icfg: omicos_image_gen::Config =
+            load_config_value(section(&file, "image_gen"), env, "image_gen").map_err(cfg_err)?;
         let l = bind(&opts.host, opts.port_base, 5).await?;
         endpoints.push(("image_gen", url(&l)));
         let p = Arc::new(
-            omicos_image_gen::ImageGenProvider::new(icfg.image_gen.clone().with_env_fallbacks(env)).map_err(|e| e.to_string())?,
+            omicos_image_gen::ImageGenProvider::new(icfg.image_gen.clone().with_env_fallbacks(env))
+                .map_err(|e| e.to_string())?,
         );
         let (h, sd) = (hosting(icfg.registry_ttl_seconds), shutdown.clone());
         tasks.spawn(async move { ("image_gen", serve_provider(p, l, h, sd).await) });

@@ -63,7 +63,7 @@ fn request(i: usize) -> CallRequest {
         arguments: r#"{"x":1,"tag":"bench"}"#.into(),
         session_id: "bench".into(),
         agent_id: "bench".into(),
-        permission_mode: "full".into(),
+        permission_mode: omicos_proto::PermissionMode::Full as i32,
         ..Default::default()
     }
 }
@@ -96,7 +96,7 @@ fn main() {
         // Warm up both paths (schema compiled once, allocator warmed).
         for i in 0..2_000 {
             let o = pipeline.execute(request(i), CallIo::detached()).await;
-            assert_eq!(o.result.status, "done", "{}", o.result.result);
+            assert_eq!(o.result.status().as_str(), "done", "{}", o.result.result);
             provider
                 .call("noop", json!({"x":1}), ctx.clone())
                 .await
@@ -200,7 +200,7 @@ fn main() {
                 tool_name: "noop".into(),
                 arguments: r#"{"x":1}"#.into(),
                 session_id: "bench".into(),
-                permission_mode: "full".into(),
+                permission_mode: omicos_proto::PermissionMode::Full as i32,
                 ..Default::default()
             };
             let msg = omicos_proto::ExecuteClientMessage { msg: Some(omicos_proto::execute_client_message::Msg::Start(start)) };
@@ -208,7 +208,7 @@ fn main() {
             let mut done = false;
             while let Some(m) = stream.message().await.unwrap() {
                 if let Some(omicos_proto::execute_server_message::Msg::Result(r)) = m.msg {
-                    done = r.status == "done";
+                    done = r.status().as_str() == "done";
                 }
             }
             assert!(done);

@@ -117,7 +117,7 @@ fn command_type() -> String {
 impl Config {
     /// Checks what serde cannot: regexes, modes, hook kinds. The message names the key.
     pub fn validate(&self) -> Result<(), String> {
-        crate::pipeline::permission::Mode::parse(&self.default_permission_mode)
+        omicos_proto::PermissionMode::parse(&self.default_permission_mode)
             .map_err(|e| format!("config key `default_permission_mode`: {e}"))?;
         for (event, list) in self.hooks.events() {
             for (i, m) in list.iter().enumerate() {

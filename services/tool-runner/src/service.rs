@@ -139,7 +139,7 @@ impl ToolRunner for ToolRunnerService {
         };
         let (tools, unknown_toolsets) = self
             .pipeline
-            .list_tools(&req.toolsets, &req.permission_mode, legacy)
+            .list_tools(&req.toolsets, req.permission_mode, legacy)
             .map_err(Status::invalid_argument)?;
         Ok(Response::new(ListToolsResponse {
             tools,

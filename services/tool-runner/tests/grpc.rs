@@ -124,7 +124,7 @@ impl Runner {
                 .client()
                 .await
                 .list_tools(ListToolsRequest {
-                    permission_mode: "full".into(),
+                    permission_mode: wire_mode("full"),
                     ..Default::default()
                 })
                 .await
@@ -154,7 +154,7 @@ fn start(tool: &str, args: Value, mode: &str, session: &str) -> ExecuteStart {
         },
         session_id: session.into(),
         agent_id: "tester".into(),
-        permission_mode: mode.into(),
+        permission_mode: wire_mode(mode),
         ..Default::default()
     }
 }
@@ -223,7 +223,7 @@ async fn health_reflection_and_list_tools() {
     let resp = c
         .list_tools(ListToolsRequest {
             toolsets: vec!["file_manager".into(), "shell".into(), "bogus".into()],
-            permission_mode: "readonly".into(),
+            permission_mode: wire_mode("readonly"),
             ..Default::default()
         })
         .await
@@ -242,7 +242,7 @@ async fn health_reflection_and_list_tools() {
     assert_eq!(resp.unknown_toolsets, ["bogus"]);
     let e = c
         .list_tools(ListToolsRequest {
-            permission_mode: "bogus".into(),
+            permission_mode: wire_mode("bogus"),
             ..Default::default()
         })
         .await
@@ -262,7 +262,7 @@ async fn write_then_read_through_execute() {
             "s",
         )
         .await;
-    assert_eq!(w.status, "done", "{}", w.result);
+    assert_eq!(w.status().as_str(), "done", "{}", w.result);
     assert_eq!(
         std::fs::read_to_string(r.workspace.join("notes/a.md")).unwrap(),
         "# hi\n"
@@ -277,7 +277,7 @@ async fn write_then_read_through_execute() {
         .await;
     assert_eq!(
         (
-            rd.status.as_str(),
+            rd.status().as_str(),
             rd.result.as_str(),
             rd.tool_name.as_str()
         ),
@@ -291,7 +291,7 @@ async fn write_then_read_through_execute() {
         .call("file_manager__read", json!("{not json"), "full", "s")
         .await;
     assert!(
-        bad.status == "error" && bad.result.contains("not valid JSON"),
+        bad.status().as_str() == "error" && bad.result.contains("not valid JSON"),
         "{}",
         bad.result
     );
@@ -320,7 +320,7 @@ async fn write_then_read_through_execute() {
         .call("shell", json!({"command":"seq 1 40000"}), "full", "s")
         .await;
     assert!(
-        big.status == "done" && big.spool_path.starts_with(".omicos/tool_outputs/"),
+        big.status().as_str() == "done" && big.spool_path.starts_with(".omicos/tool_outputs/"),
         "{}",
         big.spool_path
     );
@@ -370,7 +370,12 @@ async fn approval_on_the_same_stream() {
             }
         }
         let res = result.expect("a result");
-        assert_eq!(res.status, status, "{decision:?}: {}", res.result);
+        assert_eq!(
+            res.status().as_str(),
+            status,
+            "{decision:?}: {}",
+            res.result
+        );
         assert_eq!(res.approval, decision as i32);
         if decision == Decision::Deny {
             assert_eq!(res.result, "denied by user");
@@ -409,7 +414,7 @@ async fn cancel_message_and_dropped_stream_stop_the_call() {
     }
     let res = result.unwrap();
     assert_eq!(
-        (res.status.as_str(), res.result.as_str()),
+        (res.status().as_str(), res.result.as_str()),
         ("error", "cancelled")
     );
     assert!(started.elapsed() < Duration::from_secs(5));
@@ -444,7 +449,8 @@ async fn cancel_message_and_dropped_stream_stop_the_call() {
     assert_eq!(
         r.call("file_manager__list", json!({}), "read_only", "s")
             .await
-            .status,
+            .status()
+            .as_str(),
         "done"
     );
 }
@@ -455,17 +461,23 @@ async fn registered_provider_panic_vanish_and_unreachable() {
     let (_paddr, psd) = start_provider(TestKit::new(), Some(r.addr.clone())).await;
     r.wait_for_tool("echo", true).await;
     let res = r.call("echo", json!({"packages":"a"}), "full", "s").await;
-    assert_eq!(res.status, "done", "{}", res.result);
+    assert_eq!(res.status().as_str(), "done", "{}", res.result);
     let v: Value = serde_json::from_str(res.result.split("\n\n[note").next().unwrap()).unwrap();
     assert_eq!(v["args"], json!({"packages":["a"]}));
     // Progress/output of a remote tool streams through; a panic is an error result.
     let boom = r.call("boom", json!({}), "full", "s").await;
     assert!(
-        boom.status == "error" && boom.result.contains("panic"),
+        boom.status().as_str() == "error" && boom.result.contains("panic"),
         "{}",
         boom.result
     );
-    assert_eq!(r.call("noop", json!({}), "full", "s").await.status, "done");
+    assert_eq!(
+        r.call("noop", json!({}), "full", "s")
+            .await
+            .status()
+            .as_str(),
+        "done"
+    );
 
     // Output of a remote tool streams through as it comes; a cancel stops the remote call.
     let (tx, mut resp) = r.open(start("slow", json!({}), "full", "s")).await;
@@ -513,14 +525,15 @@ async fn registered_provider_panic_vanish_and_unreachable() {
     .unwrap();
     let res = r.call("ghost_tool", json!({}), "full", "s").await;
     assert!(
-        res.status == "error" && res.result.contains("provider unavailable"),
+        res.status().as_str() == "error" && res.result.contains("provider unavailable"),
         "{}",
         res.result
     );
     assert_eq!(
         r.call("file_manager__list", json!({}), "read_only", "s")
             .await
-            .status,
+            .status()
+            .as_str(),
         "done"
     );
 }
@@ -632,7 +645,13 @@ async fn static_providers_are_described_with_retry() {
         list.iter()
             .any(|i| i.static_entry && i.endpoint == endpoint)
     );
-    assert_eq!(r.call("noop", json!({}), "full", "s").await.status, "done");
+    assert_eq!(
+        r.call("noop", json!({}), "full", "s")
+            .await
+            .status()
+            .as_str(),
+        "done"
+    );
     sd.trigger();
 }
 
@@ -665,7 +684,7 @@ async fn kernel_sessions_stay_pinned_and_lost_state_is_said_plainly() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let instance = |res: &ToolResult| -> String {
-        assert_eq!(res.status, "done", "{}", res.result);
+        assert_eq!(res.status().as_str(), "done", "{}", res.result);
         serde_json::from_str::<Value>(&res.result).unwrap()["instance"]
             .as_str()
             .unwrap()
@@ -696,7 +715,7 @@ async fn kernel_sessions_stay_pinned_and_lost_state_is_said_plainly() {
     }
     let lost = r.call("echo", json!({}), "full", "sess-1").await;
     assert!(
-        lost.status == "error"
+        lost.status().as_str() == "error"
             && lost.result.contains("kernel state")
             && lost.result.contains("lost"),
         "{}",
@@ -721,4 +740,9 @@ async fn execute_must_start_with_execute_start() {
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
     assert!(e.message().contains("ExecuteStart"), "{}", e.message());
+}
+
+/// A mode's wire value from its text; an unknown spelling becomes a value no build knows.
+fn wire_mode(text: &str) -> i32 {
+    omicos_proto::PermissionMode::parse(text).map_or(99, |m| m as i32)
 }

@@ -22,8 +22,9 @@ use normalize::{Failure, Stage};
 use omicos_proto::{
     ApprovalRequired, Decision, ExecuteApproval, ExecuteServerMessage, ToolResult, ToolSpec,
 };
+use omicos_proto::{PermissionMode, ToolStatus};
 use omicos_toolkit::{CallCtx, EventSink, Provider};
-use permission::{Gate, Legacy, Mode};
+use permission::{Gate, Legacy};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -45,8 +46,8 @@ pub struct CallRequest {
     pub session_id: String,
     /// Calling agent.
     pub agent_id: String,
-    /// read_only | auto | full (and the other spellings); empty: the configured default.
-    pub permission_mode: String,
+    /// The `PermissionMode` as on the wire; unspecified: the configured default.
+    pub permission_mode: i32,
     /// Legacy switches; when present they win.
     pub legacy: Legacy,
     /// Toolsets visible to this call; empty: every tool.
@@ -122,7 +123,7 @@ struct Inner {
     tools: Tools,
     hooks: Hooks,
     workspace: PathBuf,
-    default_mode: Mode,
+    default_mode: PermissionMode,
     approval_timeout: Duration,
     spool_threshold: usize,
     memory_scope: String,
@@ -162,7 +163,9 @@ impl Pipeline {
                 tools: Tools::new(providers, registry),
                 hooks,
                 workspace,
-                default_mode: Mode::parse(&config.default_permission_mode)?,
+                default_mode: PermissionMode::parse(&config.default_permission_mode)
+                    .map_err(|e| format!("config key `default_permission_mode`: {e}"))?
+                    .or(PermissionMode::ReadOnly),
                 approval_timeout: Duration::from_secs(config.approval_timeout_secs),
                 spool_threshold: config.spool_threshold_bytes.max(1),
                 memory_scope: config.memory_scope.clone(),
@@ -185,10 +188,11 @@ impl Pipeline {
     pub fn list_tools(
         &self,
         toolsets: &[String],
-        mode: &str,
+        mode: i32,
         legacy: Legacy,
     ) -> Result<(Vec<ToolSpec>, Vec<String>), String> {
-        let mode = Mode::for_call(mode, self.inner.default_mode).map_err(|f| f.message)?;
+        let mode =
+            permission::mode_for_call(mode, self.inner.default_mode).map_err(|f| f.message)?;
         let catalog = self.inner.tools.snapshot();
         let tools: Vec<ToolSpec> = catalog
             .entries()
@@ -252,14 +256,21 @@ impl Pipeline {
                 }
             }
         };
-        let status = normalize::status(ok);
+        let status = ToolStatus::from_ok(ok);
         let elapsed_ms = started.elapsed().as_millis() as u64;
         let result_chars = text.chars().count();
-        span.record("status", status);
+        span.record("status", status.as_str());
         span.record("elapsed_ms", elapsed_ms);
         span.record("result_chars", result_chars);
-        span.in_scope(|| tracing::debug!(status, elapsed_ms, result_chars, "tool call finished"));
-        rec.status = status.to_owned();
+        span.in_scope(|| {
+            tracing::debug!(
+                status = status.as_str(),
+                elapsed_ms,
+                result_chars,
+                "tool call finished"
+            )
+        });
+        rec.status = status.as_str().to_owned();
         rec.result = text.clone();
         rec.spool_path = spool_path.clone();
         rec.result_bytes = full_bytes;
@@ -267,7 +278,7 @@ impl Pipeline {
         CallOutcome {
             result: ToolResult {
                 call_id: req.call_id,
-                status: status.to_owned(),
+                status: status as i32,
                 result: text,
                 spool_path: spool_path.unwrap_or_default(),
                 elapsed_ms,
@@ -289,7 +300,7 @@ impl Pipeline {
         let no = |f: Failure| (f, Decision::Unspecified);
         let me = &*self.inner;
 
-        let mode = Mode::for_call(&req.permission_mode, me.default_mode).map_err(no)?;
+        let mode = permission::mode_for_call(req.permission_mode, me.default_mode).map_err(no)?;
         rec.permission_mode = mode.as_str().to_owned();
 
         // 1. Resolve.
@@ -449,7 +460,7 @@ impl Pipeline {
         req: &CallRequest,
         io: &mut CallIo,
         spec: &ToolSpec,
-        mode: Mode,
+        mode: PermissionMode,
         args: &mut Value,
         ctx: &mut CallCtx,
         reason: String,
@@ -532,7 +543,7 @@ impl Pipeline {
     fn hook_input<'a>(
         &self,
         req: &'a CallRequest,
-        mode: Mode,
+        mode: PermissionMode,
         tool: &'a str,
         args: &'a Value,
     ) -> HookInput<'a> {

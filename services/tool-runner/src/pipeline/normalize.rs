@@ -1,7 +1,6 @@
-//! Stage 8: every failure, at any stage, becomes `{"status":"error","result":"<clear message>"}`;
-//! success is `"done"`. A tool error never ends the turn.
-
-use serde_json::json;
+//! Stage 8: every failure, at any stage, becomes an error result with a clear
+//! message, and success is done ([`omicos_proto::ToolStatus`]); the model reads
+//! them through [`omicos_proto::model_envelope`]. A tool error never ends the turn.
 
 /// The stage a call failed in; recorded in the trajectory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,29 +55,5 @@ impl Failure {
             stage,
             message: message.into(),
         }
-    }
-}
-
-/// `"done"` or `"error"`.
-pub fn status(ok: bool) -> &'static str {
-    if ok { "done" } else { "error" }
-}
-
-/// The tool message content the model receives: `{"status": ..., "result": ...}`.
-/// The orchestrator uses this for the `role: "tool"` message.
-pub fn model_message(status: &str, result: &str) -> String {
-    json!({ "status": status, "result": result }).to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn envelope_is_json_with_status_and_result() {
-        let m = model_message(status(false), "denied by user");
-        let v: serde_json::Value = serde_json::from_str(&m).unwrap();
-        assert_eq!(v, json!({"status": "error", "result": "denied by user"}));
-        assert_eq!(status(true), "done");
     }
 }

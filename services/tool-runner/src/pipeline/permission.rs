@@ -13,49 +13,14 @@
 //! already allowed runs without asking again.
 
 use super::normalize::{Failure, Stage};
-use omicos_proto::{Risk, ToolSpec};
+use omicos_proto::{PermissionMode, Risk, ToolSpec};
 
-/// The permission mode of a call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Only Read tools are visible and run.
-    ReadOnly,
-    /// Tools with side effects ask the user first.
-    Auto,
-    /// Everything runs.
-    Full,
-}
-
-impl Mode {
-    /// Parses the accepted spellings: read_only|readonly|read-only, auto, full|full_access|full-access.
-    pub fn parse(s: &str) -> Result<Mode, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "read_only" | "readonly" | "read-only" => Ok(Mode::ReadOnly),
-            "auto" => Ok(Mode::Auto),
-            "full" | "full_access" | "full-access" => Ok(Mode::Full),
-            other => Err(format!(
-                "unknown permission mode `{other}`; use read_only (also readonly, read-only), auto, or full (also full_access, full-access)"
-            )),
-        }
-    }
-
-    /// `mode` from a call, or `default` when it is empty.
-    pub fn for_call(mode: &str, default: Mode) -> Result<Mode, Failure> {
-        if mode.trim().is_empty() {
-            Ok(default)
-        } else {
-            Mode::parse(mode).map_err(|e| Failure::new(Stage::Mode, e))
-        }
-    }
-
-    /// The canonical spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::ReadOnly => "read_only",
-            Mode::Auto => "auto",
-            Mode::Full => "full",
-        }
-    }
+/// The mode of a call: the wire value, or `default` when unspecified.
+/// Unknown values are refused (stage `mode`), never guessed.
+pub fn mode_for_call(wire: i32, default: PermissionMode) -> Result<PermissionMode, Failure> {
+    PermissionMode::from_wire(wire)
+        .map(|m| m.or(default))
+        .map_err(|e| Failure::new(Stage::Mode, e.to_string()))
 }
 
 /// The legacy switches of old clients.
@@ -95,7 +60,12 @@ pub fn risk_name(r: Risk) -> &'static str {
 }
 
 /// Decides how `spec` may run under `mode` and `legacy`.
-pub fn gate(mode: Mode, legacy: Legacy, spec: &ToolSpec, session_allowed: &[String]) -> Gate {
+pub fn gate(
+    mode: PermissionMode,
+    legacy: Legacy,
+    spec: &ToolSpec,
+    session_allowed: &[String],
+) -> Gate {
     let risk = Risk::try_from(spec.risk).unwrap_or(Risk::Read);
     let legacy_switch = match risk {
         Risk::Shell => legacy.allow_shell.map(|b| (b, "allow_shell")),
@@ -112,17 +82,17 @@ pub fn gate(mode: Mode, legacy: Legacy, spec: &ToolSpec, session_allowed: &[Stri
             ));
         }
         (None, Risk::Read, _) => Gate::Run { source: "mode" },
-        (None, _, Mode::ReadOnly) => {
+        (None, _, PermissionMode::ReadOnly | PermissionMode::Unspecified) => {
             return Gate::Refuse(format!(
                 "refused: permission mode read_only allows only read tools, and `{}` is a {} tool",
                 spec.name,
                 risk_name(risk)
             ));
         }
-        (None, _, Mode::Auto) => Gate::Ask {
+        (None, _, PermissionMode::Auto) => Gate::Ask {
             reason: "permission_mode=auto".into(),
         },
-        (None, _, Mode::Full) => Gate::Run { source: "mode" },
+        (None, _, PermissionMode::Full) => Gate::Run { source: "mode" },
     };
     if spec.always_ask {
         return Gate::Ask {
@@ -138,7 +108,7 @@ pub fn gate(mode: Mode, legacy: Legacy, spec: &ToolSpec, session_allowed: &[Stri
 }
 
 /// Whether ListTools shows `spec` (hidden = refused if called).
-pub fn visible(mode: Mode, legacy: Legacy, spec: &ToolSpec) -> bool {
+pub fn visible(mode: PermissionMode, legacy: Legacy, spec: &ToolSpec) -> bool {
     !matches!(gate(mode, legacy, spec, &[]), Gate::Refuse(_))
 }
 
@@ -154,19 +124,15 @@ mod tests {
     }
 
     #[test]
-    fn spellings() {
-        for s in ["read_only", "readonly", "read-only", "READ_ONLY"] {
-            assert_eq!(Mode::parse(s).unwrap(), Mode::ReadOnly);
-        }
-        assert_eq!(Mode::parse("auto").unwrap(), Mode::Auto);
-        for s in ["full", "full_access", "full-access"] {
-            assert_eq!(Mode::parse(s).unwrap(), Mode::Full);
-        }
-        let e = Mode::parse("yolo").unwrap_err();
-        assert!(e.contains("unknown permission mode `yolo`"), "{e}");
-        assert_eq!(Mode::for_call("", Mode::ReadOnly).unwrap(), Mode::ReadOnly);
+    fn mode_of_a_call() {
+        let ro = PermissionMode::ReadOnly;
+        assert_eq!(mode_for_call(0, ro).unwrap(), ro);
         assert_eq!(
-            Mode::for_call("bogus", Mode::Full).unwrap_err().stage,
+            mode_for_call(PermissionMode::Full as i32, ro).unwrap(),
+            PermissionMode::Full
+        );
+        assert_eq!(
+            mode_for_call(42, PermissionMode::Full).unwrap_err().stage,
             Stage::Mode
         );
     }
@@ -175,14 +141,18 @@ mod tests {
     fn every_mode_times_every_risk() {
         use Gate::*;
         let risks = [Risk::Read, Risk::FileWrite, Risk::Python, Risk::Shell];
-        for mode in [Mode::ReadOnly, Mode::Auto, Mode::Full] {
+        for mode in [
+            PermissionMode::ReadOnly,
+            PermissionMode::Auto,
+            PermissionMode::Full,
+        ] {
             for risk in risks {
                 let g = gate(mode, Legacy::default(), &spec("t", risk), &[]);
                 let want = match (mode, risk) {
                     (_, Risk::Read) => "run",
-                    (Mode::ReadOnly, _) => "refuse",
-                    (Mode::Auto, _) => "ask",
-                    (Mode::Full, _) => "run",
+                    (PermissionMode::ReadOnly, _) => "refuse",
+                    (PermissionMode::Auto, _) => "ask",
+                    _ => "run",
                 };
                 let got = match &g {
                     Run { .. } => "run",
@@ -202,18 +172,33 @@ mod tests {
     fn session_allow_and_always_ask() {
         let shell = spec("shell", Risk::Shell);
         assert_eq!(
-            gate(Mode::Auto, Legacy::default(), &shell, &["shell".into()]),
+            gate(
+                PermissionMode::Auto,
+                Legacy::default(),
+                &shell,
+                &["shell".into()]
+            ),
             Gate::Run { source: "session" }
         );
         // Allowing another tool does not allow this one.
         assert!(matches!(
-            gate(Mode::Auto, Legacy::default(), &shell, &["other".into()]),
+            gate(
+                PermissionMode::Auto,
+                Legacy::default(),
+                &shell,
+                &["other".into()]
+            ),
             Gate::Ask { .. }
         ));
         let mut plan = spec("plan", Risk::Read);
         plan.always_ask = true;
         assert!(matches!(
-            gate(Mode::Full, Legacy::default(), &plan, &["plan".into()]),
+            gate(
+                PermissionMode::Full,
+                Legacy::default(),
+                &plan,
+                &["plan".into()]
+            ),
             Gate::Ask { .. }
         ));
     }
@@ -233,23 +218,23 @@ mod tests {
         };
         // full + legacy false → refused.
         assert!(
-            matches!(gate(Mode::Full, deny, &shell, &[]), Gate::Refuse(m) if m.contains("allow_shell=false"))
+            matches!(gate(PermissionMode::Full, deny, &shell, &[]), Gate::Refuse(m) if m.contains("allow_shell=false"))
         );
         assert!(
-            matches!(gate(Mode::Full, deny, &write, &[]), Gate::Refuse(m) if m.contains("allow_file_write=false"))
+            matches!(gate(PermissionMode::Full, deny, &write, &[]), Gate::Refuse(m) if m.contains("allow_file_write=false"))
         );
         // read_only + legacy true → runs.
         assert_eq!(
-            gate(Mode::ReadOnly, allow, &shell, &[]),
+            gate(PermissionMode::ReadOnly, allow, &shell, &[]),
             Gate::Run { source: "legacy" }
         );
         assert_eq!(
-            gate(Mode::Auto, allow, &write, &[]),
+            gate(PermissionMode::Auto, allow, &write, &[]),
             Gate::Run { source: "legacy" }
         );
         // Python has no legacy switch: the mode decides.
         assert!(matches!(
-            gate(Mode::ReadOnly, allow, &py, &[]),
+            gate(PermissionMode::ReadOnly, allow, &py, &[]),
             Gate::Refuse(_)
         ));
         // Only one legacy field present: the other class follows the mode.
@@ -258,10 +243,10 @@ mod tests {
             allow_file_write: None,
         };
         assert!(matches!(
-            gate(Mode::Auto, only_shell, &write, &[]),
+            gate(PermissionMode::Auto, only_shell, &write, &[]),
             Gate::Ask { .. }
         ));
-        assert!(!visible(Mode::Full, deny, &shell));
-        assert!(visible(Mode::ReadOnly, allow, &shell));
+        assert!(!visible(PermissionMode::Full, deny, &shell));
+        assert!(visible(PermissionMode::ReadOnly, allow, &shell));
     }
 }
