@@ -47,9 +47,6 @@ async fn serve<P: Provider>(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
-    if std::env::var_os("KERNEL_BENCH_NAGLE").is_none() {
-        omicos_kernel::set_listener_nodelay(&listener).expect("nodelay");
-    }
     let addr = listener.local_addr().expect("addr");
     let sd = omicos_servicekit::Shutdown::new(Duration::from_secs(1));
     let hosting = ProviderHosting {

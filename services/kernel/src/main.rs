@@ -27,7 +27,6 @@ async fn main() -> anyhow::Result<()> {
         .canonicalize()
         .map_err(|e| anyhow::anyhow!("workspace {}: {e}", workspace.display()))?;
     let listener = omicos_servicekit::host::bind(&cfg.listen).await?;
-    omicos_kernel::set_listener_nodelay(&listener)?;
     let provider = KernelProvider::new(cfg.kernel.clone(), workspace.clone(), env)
         .map_err(anyhow::Error::msg)?;
     println!("listening on http://{}", listener.local_addr()?);

@@ -88,13 +88,6 @@ pub fn session_file_name(session: &str) -> Result<String, ToolError> {
     Ok(out)
 }
 
-fn now_ms() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0)
-}
-
 impl Kernels {
     /// The manager; `workspace` is the default workspace (warm kernels start there).
     /// Call [`Kernels::spawn_background`] to run the pool refill and the culler.
@@ -420,7 +413,7 @@ impl Kernels {
 
     fn write_marker(&self, workspace: &Path, file: &str, kernel: &Kernel) {
         let path = Self::marker_path(workspace, file);
-        let body = serde_json::json!({"instance": self.instance_id, "kernel": kernel.id, "pid": kernel.pid(), "started_ms": now_ms() as u64});
+        let body = serde_json::json!({"instance": self.instance_id, "kernel": kernel.id, "pid": kernel.pid(), "started_ms": omicos_proto::now_ms()});
         let r = std::fs::create_dir_all(path.parent().expect("marker has a parent"))
             .and_then(|_| std::fs::write(&path, body.to_string()));
         if let Err(e) = r {

@@ -19,5 +19,13 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 /// only whole-file writes come near it.
 pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
 
+/// Unix milliseconds now: the clock of every `*_ms` timestamp the services
+/// write (events, records, registrations, store rows).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 pub use states::{UnknownMode, model_envelope};
 pub use v1::*;

@@ -86,10 +86,4 @@ pub trait SessionStore: Send + Sync + 'static {
     async fn release_turn(&self, id: &str, owner: &str) -> StoreResult<()>;
 }
 
-/// Unix milliseconds now.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub use omicos_proto::now_ms;

@@ -58,9 +58,6 @@ pub async fn run(
     shutdown: Shutdown,
     extra_providers: Vec<Arc<dyn Provider>>,
 ) -> std::io::Result<()> {
-    if let Err(e) = set_listener_nodelay(&listener) {
-        tracing::warn!(error = %e, "cannot set TCP_NODELAY on the listener");
-    }
     let stop = shutdown.streams_token();
     let pipeline = build(&config, extra_providers, stop.clone())
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
@@ -77,26 +74,4 @@ pub async fn run(
     // In-process providers are ready now; remote ones come and go through the registry.
     host.set_serving().await;
     host.serve(router, listener, shutdown).await
-}
-
-/// Sets TCP_NODELAY on the listener; accepted sockets inherit it on Linux.
-/// Without it a streamed result waits for the peer's delayed ACK (~40 ms per hop).
-pub fn set_listener_nodelay(listener: &TcpListener) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let one: libc::c_int = 1;
-    // SAFETY: setsockopt on a socket we own, with a correctly sized int option.
-    let rc = unsafe {
-        libc::setsockopt(
-            listener.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_NODELAY,
-            (&one as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }

@@ -340,12 +340,7 @@ pub fn rendezvous_score(session: &str, instance_id: &str) -> u64 {
     h ^ (h >> 31)
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+use omicos_proto::now_ms;
 
 /// The `omicos.v1.Registry` gRPC face of a [`Registry`].
 pub struct RegistryService {

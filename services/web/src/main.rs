@@ -26,7 +26,6 @@ async fn main() -> anyhow::Result<()> {
     let provider =
         WebProvider::from_config(&cfg.web).map_err(|e| anyhow::anyhow!("config: {e}"))?;
     let listener = omicos_servicekit::host::bind(&cfg.listen).await?;
-    set_listener_nodelay(&listener)?;
     println!("listening on http://{}", listener.local_addr()?);
     let shutdown = Shutdown::new(Duration::from_secs(cfg.grace_seconds));
     shutdown.on_signals();
@@ -38,27 +37,4 @@ async fn main() -> anyhow::Result<()> {
     };
     serve_provider(Arc::new(provider), listener, hosting, shutdown).await?;
     Ok(())
-}
-
-/// Sets TCP_NODELAY on the listening socket; Linux hands it down to every
-/// accepted connection. Without it a streamed result waits for the client's
-/// delayed ACK (~40 ms per call).
-fn set_listener_nodelay(listener: &tokio::net::TcpListener) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let one: libc::c_int = 1;
-    // SAFETY: setsockopt on a socket we own, with a correctly sized int option.
-    let rc = unsafe {
-        libc::setsockopt(
-            listener.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_NODELAY,
-            (&one as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }

@@ -232,7 +232,7 @@ impl Pipeline {
             agent_id: req.agent_id.clone(),
             execution_context_id: req.execution_context_id.clone(),
             arguments: req.arguments.clone(),
-            started_at_ms: unix_ms(),
+            started_at_ms: omicos_proto::now_ms(),
             ..Default::default()
         };
         let outcome = self
@@ -595,11 +595,4 @@ fn canonical_workspace(p: &Path) -> Result<PathBuf, String> {
             p.display()
         )
     })
-}
-
-fn unix_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
