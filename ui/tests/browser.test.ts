@@ -11,8 +11,10 @@ import AxeBuilder from "@axe-core/playwright";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { startPeer } from "./peer";
 
-const BASE = process.env.OMICOS_UI_URL ?? "";
+let BASE = process.env.OMICOS_UI_URL ?? "";
+let stopPeer: (() => Promise<void>) | null = null;
 const ARTIFACTS = process.env.OMICOS_UI_ARTIFACTS ?? join(import.meta.dirname, "..", "test-artifacts");
 const SCRIPT = JSON.parse(readFileSync(join(import.meta.dirname, "stack-script.json"), "utf8")) as {
   agent: string;
@@ -58,7 +60,13 @@ async function transcript(): Promise<{ turns: number; texts: string[]; tools: st
 }
 
 beforeAll(async () => {
-  if (!BASE) throw new Error("OMICOS_UI_URL is not set: run scripts/ui-test.sh against a running stack");
+  if (!BASE && process.env.OMICOS_UI_PEER) {
+    // The page's own run: the scripted peer (tests/peer.ts) serves dist/.
+    const peer = await startPeer(join(import.meta.dirname, "..", "dist"));
+    BASE = peer.url;
+    stopPeer = peer.stop;
+  }
+  if (!BASE) throw new Error("OMICOS_UI_URL is not set: run scripts/ui-test.sh against a running stack (or OMICOS_UI_PEER=1 for the scripted peer)");
   mkdirSync(ARTIFACTS, { recursive: true });
   profile = mkdtempSync(join(tmpdir(), "omicos-ui-chromium-"));
   context = await chromium.launchPersistentContext(profile, {
@@ -77,6 +85,7 @@ beforeAll(async () => {
 afterAll(async () => {
   writeFileSync(join(ARTIFACTS, "console-errors.txt"), consoleErrors.join("\n"));
   await context?.close();
+  await stopPeer?.();
   if (profile) rmSync(profile, { recursive: true, force: true });
 });
 
