@@ -1,7 +1,7 @@
 // The page: sessions on the side; agent cards, settings, the conversation
 // and the composer in the middle; the approval dialog over it.
 
-import { useCallback, useEffect, useMemo, useRef, useState } from "preact/hooks";
+import { useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { AgentInfo, ClientConfig, SessionSummary } from "./gen/omicos/v1/orchestrator_pb";
 import { Decision, PermissionMode } from "./gen/omicos/v1/common_pb";
@@ -81,6 +81,9 @@ export function App() {
   const follower = useRef<Follower | null>(null);
   const composer = useRef<HTMLTextAreaElement>(null);
   const heardAt = useRef(0);
+  const mainRef = useRef<HTMLElement>(null);
+  /** Whether the view follows new output (the reader is at the bottom). */
+  const stick = useRef(true);
 
   const heartbeatMs = (config?.heartbeatSecs || DEFAULT_HEARTBEAT_S) * 1000;
 
@@ -165,6 +168,12 @@ export function App() {
     addEventListener("popstate", onPop);
     return () => removeEventListener("popstate", onPop);
   }, []);
+
+  // New output scrolls into view while the reader is at the bottom; scrolling up stops that.
+  useLayoutEffect(() => {
+    const m = mainRef.current;
+    if (m && stick.current) m.scrollTop = m.scrollHeight;
+  }, [conv]);
 
   // New approvals bring the dialog back.
   const approvalCount = conv.approvals.length;
@@ -272,7 +281,15 @@ export function App() {
             <SettingsPanel settings={settings} config={config} onChange={setSettings} />
           </div>
         </header>
-        <main class="main" id="main">
+        <main
+          class="main"
+          id="main"
+          ref={mainRef}
+          onScroll={(e) => {
+            const m = e.currentTarget;
+            stick.current = m.scrollHeight - m.scrollTop - m.clientHeight < 80;
+          }}
+        >
           <section class="agents" aria-labelledby="agents-title">
             <div class="agents-head">
               <h2 id="agents-title">Agents</h2>

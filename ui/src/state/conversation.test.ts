@@ -144,6 +144,18 @@ describe("approvals", () => {
     expect(c.turns[0]!.done).toBe(TurnDoneReason.CANCELLED);
   });
 
+  it("calls a call that failed because of a cancel cancelled", () => {
+    const l = new Log();
+    l.started("go");
+    l.call("a", "run_python_code", "{}");
+    l.call("b", "run_python_code", "{}");
+    l.finished("a", "run_python_code", '{"status":"error","result":"cancelled by the user before it ran"}', ToolStatus.ERROR);
+    l.finished("b", "run_python_code", '{"status":"error","result":"NameError: x"}', ToolStatus.ERROR);
+    l.done(TurnDoneReason.CANCELLED);
+    const c = applyAll(emptyConversation("s1"), l.events);
+    expect([c.calls.a!.status, c.calls.b!.status]).toEqual(["cancelled", "error"]);
+  });
+
   it("does not queue the same call twice", () => {
     const l = new Log();
     l.started("go");

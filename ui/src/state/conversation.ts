@@ -308,7 +308,9 @@ function fold(c: Conversation, ev: ChatEvent, seq: number): Conversation {
             ? "denied"
             : v.status === ToolStatus.DONE
               ? "done"
-              : "error",
+              : CANCELLED.test(v.result)
+                ? "cancelled"
+                : "error",
         result: v.result,
         spoolPath: v.spoolPath,
         elapsedMs: Number(v.elapsedMs),
@@ -378,6 +380,9 @@ function startTurn(
   const frame: FrameView = { key: root, turnId, contextId: "root", agentId: t.agent, depth: 0, items: [] };
   return { ...c, turns: [...c.turns, turn], frames: { ...c.frames, [root]: frame }, live: turnId };
 }
+
+/** How the runner and the orchestrator word a call stopped by a cancel. */
+const CANCELLED = /\bcancel(?:l)?ed\b/i;
 
 function clampPercent(p: number): number {
   if (!Number.isFinite(p)) return 0;
