@@ -175,6 +175,13 @@ export function App() {
     if (m && stick.current) m.scrollTop = m.scrollHeight;
   }, [conv]);
 
+  // A turn that ends changes its session's last activity (and maybe its title).
+  const wasLive = useRef(false);
+  useEffect(() => {
+    if (wasLive.current && conv.live === null) void refreshSessions();
+    wasLive.current = conv.live !== null;
+  }, [conv.live, refreshSessions]);
+
   // New approvals bring the dialog back.
   const approvalCount = conv.approvals.length;
   useEffect(() => {
