@@ -147,10 +147,14 @@ export function App() {
     const f = new Follower(attachSource, sessionId, {
       onState: (c) => {
         heardAt.current = Date.now();
+        setPingLink("connected");
         setConv(c);
       },
       onLink: (l) => {
-        if (l === "connected") heardAt.current = Date.now();
+        if (l === "connected") {
+          heardAt.current = Date.now();
+          setPingLink("connected");
+        }
         setStreamLink(l);
       },
       onFatal: (e: ConnectError) => {
@@ -260,7 +264,9 @@ export function App() {
     composer.current?.focus();
   };
 
-  const link: LinkState = streamLink && streamLink !== "connected" ? streamLink : streamLink === "connected" ? "connected" : pingLink;
+  // A follower that is (re)connecting says so; otherwise what was last heard:
+  // stream events and heartbeats, or the ping that runs when they are quiet.
+  const link: LinkState = streamLink && streamLink !== "connected" ? streamLink : pingLink;
   const linkText = useMemo(
     () => ({ connecting: "Connecting…", connected: "Connected", reconnecting: "Reconnecting…", offline: "Offline" })[link],
     [link],

@@ -57,6 +57,8 @@ export class Follower {
   private heardAt = 0;
   private stalled = false;
   private wake: AbortController | null = null;
+  /** Some stream has delivered: later attaches are re-connections. */
+  private everOpened = false;
   /** follow() was called since the loop last attached. */
   private again = false;
   private watchdog: ReturnType<typeof setInterval> | null = null;
@@ -116,7 +118,7 @@ export class Follower {
     if (!this.watchdog && this.opts.stallCheckMs !== null) {
       this.watchdog = setInterval(() => this.checkStall(), this.opts.stallCheckMs ?? 1000);
     }
-    this.opts.onLink(this.state.lastSeq === 0 ? "connecting" : "reconnecting");
+    if (!this.everOpened) this.opts.onLink("connecting");
     while (!this.closed.signal.aborted) {
       this.again = false;
       const ac = new AbortController();
@@ -131,6 +133,7 @@ export class Follower {
           this.heardAt = this.now();
           if (!opened) {
             opened = true;
+            this.everOpened = true;
             this.opts.onLink("connected");
           }
           const r = apply(this.state, ev);
