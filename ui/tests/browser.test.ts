@@ -139,6 +139,12 @@ describe("the page on a live stack", () => {
     await expect.poll(() => dialog.getByRole("heading").textContent()).toContain("run_python_code");
     expect(await dialog.textContent()).toContain("runs Python code");
     expect(await dialog.locator("pre").textContent()).toContain("tqdm");
+    // The text before the call is complete now. Model text is untrusted: no
+    // script element and no javascript: link survive into the page.
+    expect(await page.locator("[data-testid=agent-text] a").count()).toBe(1);
+    expect(await page.locator("[data-testid=agent-text] script").count()).toBe(0);
+    expect(await page.locator("[data-testid=agent-text] a[href^='javascript']").count()).toBe(0);
+    expect(await page.evaluate(() => (window as unknown as { __omicosXss?: number }).__omicosXss)).toBeUndefined();
     await axe("approval-dialog");
     await shot("03-approval");
     await dialog.getByRole("button", { name: "Allow once" }).click();
