@@ -17,6 +17,12 @@ if (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; then
 else
   echo "==> PostgreSQL not reachable on 127.0.0.1:5432: PostgreSQL tests will print SKIPPED"
 fi
+# The web page: the committed build and generated clients must match ui/ and proto/.
+if command -v npm >/dev/null 2>&1; then
+  "$root/scripts/ui-check.sh"
+else
+  echo "==> npm not installed: ui-check SKIPPED (the committed page in services/webui/dist/ is not re-verified)"
+fi
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@"
 else

@@ -1,0 +1,341 @@
+// The conversation: turns, nested frames per execution context, streaming
+// markdown, tool-call cards with output, progress bars, images and spools.
+
+import { useEffect, useState } from "preact/hooks";
+import { TurnDoneReason } from "../gen/omicos/v1/orchestrator_pb";
+import { Decision } from "../gen/omicos/v1/common_pb";
+import type { Bar, Conversation, FrameView, Item, ToolCallView, TurnView } from "../state/conversation";
+import { fileUrl, outputFiles } from "../state/outputs";
+import { renderMarkdown } from "../markdown";
+
+export function ChatLog(props: { conv: Conversation }) {
+  const c = props.conv;
+  return (
+    <ol class="turns" aria-label="Conversation">
+      {c.turns.map((t) => (
+        <TurnBlock turn={t} conv={c} key={t.id} />
+      ))}
+      {c.looseErrors.map((e, i) => (
+        <li key={`loose${i}`}>
+          <ErrorBlock kind={e.kind} message={e.message} />
+        </li>
+      ))}
+    </ol>
+  );
+}
+
+const DONE_TEXT: Record<number, string> = {
+  [TurnDoneReason.CANCELLED]: "Cancelled",
+  [TurnDoneReason.ERROR]: "Ended by an error",
+  [TurnDoneReason.MAX_ITERATIONS]: "Stopped: the tool-iteration limit was reached",
+  [TurnDoneReason.DEADLINE]: "Stopped: the turn's deadline passed",
+  [TurnDoneReason.INTERRUPTED]: "Interrupted: the orchestrator running it was lost",
+};
+
+function TurnBlock(props: { turn: TurnView; conv: Conversation }) {
+  const t = props.turn;
+  const live = t.done === null;
+  return (
+    <li class="turn" data-testid="turn" aria-busy={live}>
+      {t.message && (
+        <div class="msg user">
+          <div class="who">You{t.agent ? ` → ${t.agent}` : ""}</div>
+          <div class="user-text">{t.message}</div>
+        </div>
+      )}
+      <FrameBlock frameKey={t.rootFrame} conv={props.conv} live={live} />
+      <div class="turn-foot muted">
+        {live ? (
+          <span class="working">Working…</span>
+        ) : t.done !== TurnDoneReason.COMPLETED && t.done !== TurnDoneReason.UNSPECIFIED ? (
+          <span class={t.done === TurnDoneReason.CANCELLED ? "cancelled" : "stopped"} data-testid="turn-done">
+            {DONE_TEXT[t.done ?? 0] ?? "Ended"}
+          </span>
+        ) : null}
+        {t.usage && (
+          <span class="usage">
+            {" "}
+            {t.usage.input} in / {t.usage.output} out tokens{t.usage.model ? ` · ${t.usage.model}` : ""}
+          </span>
+        )}
+      </div>
+    </li>
+  );
+}
+
+function FrameBlock(props: { frameKey: string; conv: Conversation; live: boolean }) {
+  const f: FrameView | undefined = props.conv.frames[props.frameKey];
+  if (!f) return null;
+  const body = (
+    <div class="frame-body">
+      {f.items.map((it, i) => (
+        <ItemBlock item={it} conv={props.conv} live={props.live && i === f.items.length - 1} key={itemKey(it)} />
+      ))}
+    </div>
+  );
+  if (f.depth === 0) return <div class="frame root">{body}</div>;
+  return (
+    <section class={`frame nested depth-${Math.min(f.depth, 4)}`} aria-label={`Sub-turn of ${f.agentId}`} data-testid="frame">
+      <div class="frame-head">
+        <span aria-hidden="true">↳ </span>
+        {f.agentId}
+      </div>
+      {body}
+    </section>
+  );
+}
+
+function itemKey(it: Item): string {
+  switch (it.t) {
+    case "call":
+      return `c:${it.callId}`;
+    case "frame":
+      return `f:${it.key}`;
+    default:
+      return it.id;
+  }
+}
+
+function ItemBlock(props: { item: Item; conv: Conversation; live: boolean }) {
+  const it = props.item;
+  switch (it.t) {
+    case "text":
+      return <Markdown text={it.text} streaming={props.live} />;
+    case "call": {
+      const call = props.conv.calls[it.callId];
+      return call ? <ToolCard call={call} conv={props.conv} /> : null;
+    }
+    case "frame":
+      return <FrameBlock frameKey={it.key} conv={props.conv} live={props.live} />;
+    case "error":
+      return <ErrorBlock kind={it.kind} message={it.message} />;
+    case "switch":
+      return (
+        <p class="switch muted">
+          <span aria-hidden="true">⇄ </span>
+          {it.reason === "return" ? `${it.from} handed back to ${it.to}` : `${it.from} asked ${it.to}`}
+        </p>
+      );
+  }
+}
+
+function Markdown(props: { text: string; streaming: boolean }) {
+  return (
+    <div
+      class={`msg agent md${props.streaming ? " streaming" : ""}`}
+      data-testid="agent-text"
+      dangerouslySetInnerHTML={{ __html: renderMarkdown(props.text) }}
+    />
+  );
+}
+
+function ErrorBlock(props: { kind: string; message: string }) {
+  return (
+    <div class="error-event" data-testid="error-event">
+      <strong>Error {props.kind}</strong>
+      <pre>{props.message}</pre>
+    </div>
+  );
+}
+
+function useNow(active: boolean, ms = 1000): number {
+  const [now, setNow] = useState(Date.now());
+  useEffect(() => {
+    if (!active) return;
+    const t = setInterval(() => setNow(Date.now()), ms);
+    return () => clearInterval(t);
+  }, [active, ms]);
+  return now;
+}
+
+/** "4.2 s", "3 min 05 s". */
+export function formatDuration(ms: number): string {
+  if (!Number.isFinite(ms) || ms < 0) return "–";
+  if (ms < 10_000) return `${(ms / 1000).toFixed(1)} s`;
+  const s = Math.round(ms / 1000);
+  if (s < 60) return `${s} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min ${String(s % 60).padStart(2, "0")} s`;
+  return `${Math.floor(m / 60)} h ${String(m % 60).padStart(2, "0")} min`;
+}
+
+const STATUS_TEXT: Record<ToolCallView["status"], string> = {
+  running: "running",
+  awaiting_approval: "waiting for approval",
+  done: "done",
+  error: "error",
+  denied: "denied",
+  cancelled: "cancelled",
+};
+
+const DECISION_TEXT: Record<number, string> = {
+  [Decision.ALLOW_ONCE]: "allowed once",
+  [Decision.ALLOW_SESSION]: "allowed for the session",
+  [Decision.DENY]: "denied",
+};
+
+function prettyArgs(args: string): string {
+  try {
+    return JSON.stringify(JSON.parse(args), null, 2);
+  } catch {
+    return args;
+  }
+}
+
+function ToolCard(props: { call: ToolCallView; conv: Conversation }) {
+  const c = props.call;
+  const running = c.status === "running" || c.status === "awaiting_approval";
+  const now = useNow(running);
+  const elapsed = c.elapsedMs ?? (running ? now - c.startedMs : (c.finishedMs ?? now) - c.startedMs);
+  const title = c.name === "call_agent" ? agentOf(c.arguments) : null;
+  return (
+    <section class={`tool status-${c.status}`} aria-label={`Tool call ${c.name}`} data-testid="tool-card" data-call={c.callId} data-status={c.status}>
+      <header class="tool-head">
+        <span class="tool-name">{c.name}</span>
+        {title && <span class="muted"> → {title}</span>}
+        <span class={`pill ${c.status}`} data-testid="tool-status">
+          {STATUS_TEXT[c.status]}
+        </span>
+        <span class="muted elapsed" data-testid="tool-elapsed">
+          {formatDuration(elapsed)}
+        </span>
+      </header>
+      {c.approval && (
+        <p class="muted approval-note">
+          {DECISION_TEXT[c.approval.decision] ?? "decided"}
+          {c.approval.source && c.approval.source !== "client" ? ` (${c.approval.source})` : ""}
+        </p>
+      )}
+      <details class="args">
+        <summary>Arguments</summary>
+        <pre tabindex={0}>{prettyArgs(c.arguments)}</pre>
+      </details>
+      {c.bars.map((b) => (
+        <ProgressBar bar={b} key={b.id} />
+      ))}
+      {c.output.length > 0 && (
+        <pre class="output" tabindex={0} aria-label="Live output" data-testid="tool-output">
+          {c.output.map((o, i) => (
+            <span class={o.stream === "stderr" ? "stderr" : "stdout"} key={i}>
+              {o.text}
+            </span>
+          ))}
+        </pre>
+      )}
+      {c.childFrame && <FrameBlock frameKey={c.childFrame} conv={props.conv} live={running} />}
+      <Images call={c} />
+      {c.result !== null && (
+        <details class="result">
+          <summary>Result{c.spoolPath ? " (preview)" : ""}</summary>
+          <pre tabindex={0}>{c.result}</pre>
+        </details>
+      )}
+      {c.spoolPath && <Spool path={c.spoolPath} />}
+    </section>
+  );
+}
+
+function agentOf(args: string): string | null {
+  try {
+    const v = JSON.parse(args) as { agent_name?: unknown };
+    return typeof v.agent_name === "string" ? v.agent_name : null;
+  } catch {
+    return null;
+  }
+}
+
+function ProgressBar(props: { bar: Bar }) {
+  const b = props.bar;
+  const pct = Math.round(b.percent);
+  const label = b.label || "Progress";
+  const count = b.total > 0 ? `${trim(b.current)}/${trim(b.total)}${b.unit ? ` ${b.unit}` : ""}` : `${trim(b.current)}${b.unit ? ` ${b.unit}` : ""}`;
+  return (
+    <div class="bar" data-testid="progress" data-percent={pct}>
+      <div class="bar-text">
+        <span>{label}</span>
+        <span>
+          {pct}% · {count}
+          {b.done ? " · done" : b.etaS > 0 ? ` · eta ${formatDuration(b.etaS * 1000)}` : ""}
+        </span>
+      </div>
+      <progress max={100} value={b.percent} aria-label={`${label}: ${pct}%`} />
+      {b.message && <div class="muted">{b.message}</div>}
+    </div>
+  );
+}
+
+function trim(n: number): string {
+  return Number.isInteger(n) ? String(n) : n.toFixed(1);
+}
+
+/** Images the call's result names; for a spooled result, read from the full spool file. */
+function Images(props: { call: ToolCallView }) {
+  const c = props.call;
+  const [fromSpool, setFromSpool] = useState<string[]>([]);
+  useEffect(() => {
+    if (c.images.length || !c.spoolPath || c.status !== "done") return;
+    const url = fileUrl(c.spoolPath);
+    if (!url) return;
+    const ac = new AbortController();
+    fetch(url, { signal: ac.signal, headers: { Range: "bytes=0-8388607" } })
+      .then((r) => (r.ok ? r.text() : ""))
+      .then((t) => setFromSpool(outputFiles(t)))
+      .catch(() => {});
+    return () => ac.abort();
+  }, [c.images.length, c.spoolPath, c.status]);
+  const paths = c.images.length ? c.images : fromSpool;
+  if (!paths.length) return null;
+  return (
+    <div class="images">
+      {paths.map((p) => {
+        const url = fileUrl(p);
+        const name = p.split("/").pop() ?? p;
+        return url ? (
+          <figure key={p}>
+            <img src={url} alt={`Image from ${c.name}: ${name}`} loading="lazy" data-testid="tool-image" />
+            <figcaption class="muted">{p}</figcaption>
+          </figure>
+        ) : null;
+      })}
+    </div>
+  );
+}
+
+const SPOOL_PREVIEW_BYTES = 65536;
+
+function Spool(props: { path: string }) {
+  const [text, setText] = useState<string | null>(null);
+  const [err, setErr] = useState<string | null>(null);
+  const url = fileUrl(props.path);
+  const load = () => {
+    if (!url || text !== null) return;
+    fetch(url, { headers: { Range: `bytes=0-${SPOOL_PREVIEW_BYTES - 1}` } })
+      .then(async (r) => {
+        if (!r.ok) throw new Error(`${r.status} ${r.statusText}`);
+        const body = await r.text();
+        const total = r.headers.get("Content-Range")?.split("/")[1];
+        setText(total && Number(total) > SPOOL_PREVIEW_BYTES ? `${body}\n… (${total} bytes in all)` : body);
+      })
+      .catch((e: unknown) => setErr(String(e)));
+  };
+  return (
+    <details class="spool" onToggle={(e) => (e.currentTarget as HTMLDetailsElement).open && load()}>
+      <summary>
+        Full result spooled to <code>{props.path}</code>
+      </summary>
+      {url && (
+        <p>
+          <a href={url} target="_blank" rel="noopener noreferrer">
+            Open the whole file
+          </a>
+        </p>
+      )}
+      {err && <p class="error-text">Could not read it: {err}</p>}
+      {text !== null && (
+        <pre tabindex={0} data-testid="spool-preview">
+          {text}
+        </pre>
+      )}
+    </details>
+  );
+}
