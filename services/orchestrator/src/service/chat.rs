@@ -1,0 +1,282 @@
+//! The Chat RPC: the first message starts a turn; later messages carry
+//! approvals and cancels. The turn itself runs in the engine.
+
+use super::events::{Pump, one_shot_error};
+use super::{EventStream, OrchestratorService};
+use crate::engine::{Frame, TurnSettings};
+use crate::hub::{RunningTurn, SessionState};
+use crate::runner_client::EventTag;
+use omicos_proto::{
+    ChatClientMessage, ChatRequest, Decision, PermissionMode, TurnDone, TurnStarted,
+    chat_client_message, chat_event,
+};
+use omicos_sessionstore::{SessionMeta, now_ms};
+use serde_json::json;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Status, Streaming};
+
+/// Parses a client's permission mode text; the message says what is accepted.
+pub(super) fn parse_mode(text: &str) -> Result<PermissionMode, Status> {
+    PermissionMode::parse(text).map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
+pub(super) fn busy(session: &str) -> Status {
+    Status::failed_precondition(format!(
+        "session `{session}` is busy: a turn is running. Wait for its turn_done (Attach follows it) or cancel it with CancelTurn"
+    ))
+}
+
+impl OrchestratorService {
+    /// Chat: starts the turn, then streams its events and relays the client's later messages.
+    pub(super) async fn chat_rpc(
+        &self,
+        req: Request<Streaming<ChatClientMessage>>,
+    ) -> Result<EventStream, Status> {
+        let mut inbound = req.into_inner();
+        let first = inbound
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("empty Chat stream"))?;
+        let Some(chat_client_message::Msg::Request(cr)) = first.msg else {
+            return Err(Status::invalid_argument(
+                "the first Chat message must be a ChatRequest",
+            ));
+        };
+        tracing::info!(session = %cr.session_id, agent = %cr.agent, "chat request");
+        let (state, turn_id, start_seq) = match self.start_turn(cr).await {
+            Ok(x) => x,
+            Err(Ok(stream)) => return Ok(stream),
+            Err(Err(status)) => return Err(status),
+        };
+        // Subscribe, then backfill from start_seq: nothing between is lost.
+        let rx = state.subscribe();
+        let (tx, out) = mpsc::channel(512);
+        let pump = Pump {
+            tx,
+            state: state.clone(),
+            last_sent: start_seq,
+            heartbeat: self.heartbeat(),
+            stop: self.streams_stop.clone(),
+        };
+        let t = turn_id.clone();
+        let hub = self.hub.clone();
+        let sid = state.id.clone();
+        tokio::spawn(async move {
+            let mut pump = pump;
+            match pump.backfill(&t).await {
+                Ok(true) | Err(()) => drop(pump),
+                Ok(false) => pump.follow(rx, t).await,
+            }
+            // Give the turn task a moment to let go of the session, then drop idle state.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            hub.release_if_idle(&sid);
+        });
+        // Later client messages: approvals and cancel. The turn outlives the stream.
+        let st = state.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(m)) = inbound.message().await {
+                match m.msg {
+                    Some(chat_client_message::Msg::Approval(a)) => {
+                        let d = Decision::try_from(a.decision).unwrap_or(Decision::Deny);
+                        if !st.resolve_approval(&a.call_id, d) {
+                            tracing::warn!(call_id = %a.call_id, "approval for a call that is not waiting");
+                        }
+                    }
+                    Some(chat_client_message::Msg::Cancel(_)) => {
+                        if let Some(t) = st.running() {
+                            t.cancel.cancel();
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        });
+        Ok(Box::pin(ReceiverStream::new(out)))
+    }
+
+    async fn start_turn(
+        &self,
+        cr: ChatRequest,
+    ) -> Result<(Arc<SessionState>, String, u64), Result<EventStream, Status>> {
+        let mode = parse_mode(&cr.permission_mode).map_err(Err)?;
+        if cr.message.trim().is_empty() {
+            return Err(Err(Status::invalid_argument("message is empty")));
+        }
+        let store = self.hub.store().clone();
+        let existing = if cr.session_id.is_empty() {
+            None
+        } else {
+            match store.get_session(&cr.session_id).await {
+                Ok(Some(m)) => Some(m),
+                Ok(None) => {
+                    return Err(Ok(one_shot_error(
+                        &cr.session_id,
+                        "session_not_found",
+                        format!(
+                            "session `{}` does not exist; leave session_id empty to start a new one",
+                            cr.session_id
+                        ),
+                    )));
+                }
+                Err(e) => return Err(Err(Status::unavailable(e.to_string()))),
+            }
+        };
+        // A continued session keeps its team unless the request names one.
+        let members = if cr.team_members.is_empty() {
+            existing
+                .as_ref()
+                .map(|m| m.team_members.clone())
+                .unwrap_or_default()
+        } else {
+            cr.team_members.clone()
+        };
+        let active = if cr.agent.is_empty() {
+            existing
+                .as_ref()
+                .map(|m| m.agent.clone())
+                .unwrap_or_default()
+        } else {
+            cr.agent.clone()
+        };
+        let team = self
+            .engine
+            .agents
+            .resolve_team(&members, &active)
+            .map_err(|e| Err(Status::failed_precondition(e)))?;
+        let session_id = if cr.session_id.is_empty() {
+            uuid::Uuid::new_v4().to_string()
+        } else {
+            cr.session_id.clone()
+        };
+        let now = now_ms();
+        let meta = SessionMeta {
+            id: session_id.clone(),
+            title: existing
+                .as_ref()
+                .map(|m| m.title.clone())
+                .unwrap_or_else(|| cr.message.chars().take(80).collect()),
+            agent: team.active.id.clone(),
+            team_members: team.members.clone(),
+            created_ms: existing.as_ref().map(|m| m.created_ms).unwrap_or(now),
+            last_active_ms: now,
+        };
+        store
+            .put_session(&meta)
+            .await
+            .map_err(|e| Err(Status::unavailable(e.to_string())))?;
+        let state = self.hub.state(&session_id).await;
+        let turn_id = uuid::Uuid::new_v4().simple().to_string();
+        let owner = format!("{}:{turn_id}", self.instance);
+        let lease_ms = (self.engine.config.turn_lease_secs.max(5) * 1000) as i64;
+        let cancel = CancellationToken::new();
+        if !state.start_turn(RunningTurn {
+            turn_id: turn_id.clone(),
+            cancel: cancel.clone(),
+        }) {
+            return Err(Err(busy(&session_id)));
+        }
+        match store.try_lease_turn(&session_id, &owner, lease_ms).await {
+            Ok(true) => {}
+            Ok(false) => {
+                state.end_turn(&turn_id);
+                return Err(Err(busy(&session_id)));
+            }
+            Err(e) => {
+                state.end_turn(&turn_id);
+                return Err(Err(Status::unavailable(e.to_string())));
+            }
+        }
+        state.sync_seq().await;
+        let start_seq = state.last_seq().await;
+        let settings = TurnSettings {
+            turn_id: turn_id.clone(),
+            permission_mode: mode,
+            allow_shell: cr.allow_shell,
+            allow_file_write: cr.allow_file_write,
+            model: cr.model.clone(),
+            provider: cr.provider.clone(),
+            max_iterations: if cr.max_tool_iterations == 0 {
+                self.engine.config.max_tool_iterations
+            } else {
+                cr.max_tool_iterations
+            },
+            team: team.members.clone(),
+        };
+        let engine = self.engine.clone();
+        let st = state.clone();
+        let message = cr.message.clone();
+        let turn_id_out = turn_id.clone();
+        let active_agent = team.active.clone();
+        tokio::spawn(async move {
+            // Renew the lease while the turn runs.
+            let renew = {
+                let st = st.clone();
+                let owner = owner.clone();
+                tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(Duration::from_millis(lease_ms as u64 / 3)).await;
+                        let _ = st.store().try_lease_turn(&st.id, &owner, lease_ms).await;
+                    }
+                })
+            };
+            let tag = EventTag {
+                turn_id: turn_id.clone(),
+                context: "root".into(),
+                agent_id: active_agent.id.clone(),
+            };
+            st.emit(tag.event(chat_event::Kind::TurnStarted(TurnStarted {
+                message: message.clone(),
+                agent: active_agent.id.clone(),
+                team_members: settings.team.clone(),
+                permission_mode: settings.permission_mode as i32,
+            })))
+            .await;
+            engine
+                .trajectories
+                .append(&st.id, json!({"type": "user", "turn_id": turn_id, "agent": active_agent.id, "content": message}))
+                .await;
+            let mut history = st.store().messages(&st.id).await.unwrap_or_default();
+            let user = json!({"role": "user", "content": message});
+            if let Err(e) = st
+                .store()
+                .append_messages(&st.id, std::slice::from_ref(&user))
+                .await
+            {
+                tracing::error!(error = %e, "user message not persisted");
+            }
+            history.push(user);
+            let mut frame = Frame {
+                agent: active_agent,
+                messages: history,
+                depth: 0,
+                chain: vec![],
+                context: "root".into(),
+                persist: true,
+                last_text: Arc::new(Mutex::new(String::new())),
+            };
+            let outcome = engine.run_frame(&st, &settings, &mut frame, &cancel).await;
+            let reason = outcome.reason();
+            engine
+                .trajectories
+                .append(
+                    &st.id,
+                    json!({"type": "turn_done", "turn_id": turn_id, "reason": reason.as_str()}),
+                )
+                .await;
+            renew.abort();
+            let _ = st.store().release_turn(&st.id, &owner).await;
+            st.emit_final(
+                tag.event(chat_event::Kind::TurnDone(TurnDone {
+                    reason: reason as i32,
+                })),
+                &turn_id,
+            )
+            .await;
+        });
+        Ok((state, turn_id_out, start_seq))
+    }
+}
