@@ -3,16 +3,11 @@
 
 use super::events::{Pump, one_shot_error};
 use super::{EventStream, OrchestratorService};
-use crate::engine::{Frame, TurnSettings};
+use crate::engine::{RootTurn, TurnSettings};
 use crate::hub::{RunningTurn, SessionState};
-use crate::runner_client::EventTag;
-use omicos_proto::{
-    ChatClientMessage, ChatRequest, Decision, PermissionMode, TurnDone, TurnStarted,
-    chat_client_message, chat_event,
-};
+use omicos_proto::{ChatClientMessage, ChatRequest, Decision, PermissionMode, chat_client_message};
 use omicos_sessionstore::{SessionMeta, now_ms};
-use serde_json::json;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -171,7 +166,8 @@ impl OrchestratorService {
         let state = self.hub.state(&session_id).await;
         let turn_id = uuid::Uuid::new_v4().simple().to_string();
         let owner = format!("{}:{turn_id}", self.instance);
-        let lease_ms = (self.engine.config.turn_lease_secs.max(5) * 1000) as i64;
+        let lease = Duration::from_secs(self.engine.config.turn_lease_secs.max(5));
+        let lease_ms = lease.as_millis() as i64;
         let cancel = CancellationToken::new();
         if !state.start_turn(RunningTurn {
             turn_id: turn_id.clone(),
@@ -206,77 +202,17 @@ impl OrchestratorService {
             },
             team: team.members.clone(),
         };
-        let engine = self.engine.clone();
-        let st = state.clone();
-        let message = cr.message.clone();
-        let turn_id_out = turn_id.clone();
-        let active_agent = team.active.clone();
-        tokio::spawn(async move {
-            // Renew the lease while the turn runs.
-            let renew = {
-                let st = st.clone();
-                let owner = owner.clone();
-                tokio::spawn(async move {
-                    loop {
-                        tokio::time::sleep(Duration::from_millis(lease_ms as u64 / 3)).await;
-                        let _ = st.store().try_lease_turn(&st.id, &owner, lease_ms).await;
-                    }
-                })
-            };
-            let tag = EventTag {
-                turn_id: turn_id.clone(),
-                context: "root".into(),
-                agent_id: active_agent.id.clone(),
-            };
-            st.emit(tag.event(chat_event::Kind::TurnStarted(TurnStarted {
-                message: message.clone(),
-                agent: active_agent.id.clone(),
-                team_members: settings.team.clone(),
-                permission_mode: settings.permission_mode as i32,
-            })))
-            .await;
-            engine
-                .trajectories
-                .append(&st.id, json!({"type": "user", "turn_id": turn_id, "agent": active_agent.id, "content": message}))
-                .await;
-            let mut history = st.store().messages(&st.id).await.unwrap_or_default();
-            let user = json!({"role": "user", "content": message});
-            if let Err(e) = st
-                .store()
-                .append_messages(&st.id, std::slice::from_ref(&user))
-                .await
-            {
-                tracing::error!(error = %e, "user message not persisted");
-            }
-            history.push(user);
-            let mut frame = Frame {
-                agent: active_agent,
-                messages: history,
-                depth: 0,
-                chain: vec![],
-                context: "root".into(),
-                persist: true,
-                last_text: Arc::new(Mutex::new(String::new())),
-            };
-            let outcome = engine.run_frame(&st, &settings, &mut frame, &cancel).await;
-            let reason = outcome.reason();
-            engine
-                .trajectories
-                .append(
-                    &st.id,
-                    json!({"type": "turn_done", "turn_id": turn_id, "reason": reason.as_str()}),
-                )
-                .await;
-            renew.abort();
-            let _ = st.store().release_turn(&st.id, &owner).await;
-            st.emit_final(
-                tag.event(chat_event::Kind::TurnDone(TurnDone {
-                    reason: reason as i32,
-                })),
-                &turn_id,
-            )
-            .await;
-        });
-        Ok((state, turn_id_out, start_seq))
+        tokio::spawn(self.engine.clone().run_turn(
+            state.clone(),
+            RootTurn {
+                settings,
+                message: cr.message,
+                agent: team.active,
+                lease_owner: owner,
+                lease,
+                cancel,
+            },
+        ));
+        Ok((state, turn_id, start_seq))
     }
 }

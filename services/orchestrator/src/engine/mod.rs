@@ -1,0 +1,172 @@
+//! The turn loop: the active agent's prompt and history go to the model with
+//! the tool schemas; text streams to the client; tool calls run through the
+//! tool-runner (or, for `call_agent`, as a sub-turn of another agent); results
+//! go back as `tool` messages until the model answers without tool calls.
+//!
+//! - [`turn`]: a root turn from start to turn_done ([`Engine::run_turn`]);
+//! - [`frame`]: one agent's frame of work ([`Engine::run_frame`]);
+//! - [`delegate`]: `call_agent` and `list_agents`, served here, never by the runner.
+
+mod delegate;
+mod frame;
+mod turn;
+
+pub use delegate::team_tools;
+pub use turn::RootTurn;
+
+use crate::agents::{AgentDirectory, AgentProfile};
+use crate::config::Config;
+use crate::hub::SessionState;
+use crate::llm::{LlmBackend, LlmError, ToolDef};
+use crate::runner_client::{EventTag, Runner};
+use crate::trajectory::Trajectories;
+use omicos_proto::{ErrorEvent, ListToolsRequest, PermissionMode, TurnDoneReason, chat_event};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Shared by every turn of this replica.
+pub struct Engine {
+    /// Settings.
+    pub config: Config,
+    /// The tool-runner.
+    pub runner: Runner,
+    /// Backends by name.
+    pub backends: HashMap<String, Arc<dyn LlmBackend>>,
+    /// The default backend name.
+    pub default_backend: String,
+    /// Agents.
+    pub agents: Arc<dyn AgentDirectory>,
+    /// Trajectory files.
+    pub trajectories: Trajectories,
+}
+
+/// How a turn (or sub-turn) ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// The model answered without tool calls.
+    Completed,
+    /// The client cancelled.
+    Cancelled,
+    /// A model error ended it.
+    Error,
+    /// The iteration limit was reached.
+    MaxIterations,
+    /// The delegation deadline passed (sub-turns only).
+    Deadline,
+}
+
+impl Outcome {
+    /// The `TurnDone.reason`.
+    pub fn reason(&self) -> TurnDoneReason {
+        match self {
+            Outcome::Completed => TurnDoneReason::Completed,
+            Outcome::Cancelled => TurnDoneReason::Cancelled,
+            Outcome::Error => TurnDoneReason::Error,
+            Outcome::MaxIterations => TurnDoneReason::MaxIterations,
+            Outcome::Deadline => TurnDoneReason::Deadline,
+        }
+    }
+}
+
+/// The per-turn settings taken from the ChatRequest.
+#[derive(Clone, Debug)]
+pub struct TurnSettings {
+    /// Turn id.
+    pub turn_id: String,
+    /// Permission mode (unspecified: the runner's default).
+    pub permission_mode: PermissionMode,
+    /// Legacy switch.
+    pub allow_shell: Option<bool>,
+    /// Legacy switch.
+    pub allow_file_write: Option<bool>,
+    /// Model override.
+    pub model: String,
+    /// Backend override.
+    pub provider: String,
+    /// Iteration limit.
+    pub max_iterations: u32,
+    /// The team.
+    pub team: Vec<String>,
+}
+
+/// One agent's frame of work: the root turn, or a delegated sub-turn.
+pub struct Frame {
+    /// The agent.
+    pub agent: AgentProfile,
+    /// Its context (history for the root, the instruction for a sub-turn).
+    pub messages: Vec<Value>,
+    /// Delegation depth (0 = root).
+    pub depth: u32,
+    /// Agents on the delegation chain, root first.
+    pub chain: Vec<String>,
+    /// Execution context id.
+    pub context: String,
+    /// Persist messages to the session history (root only).
+    pub persist: bool,
+    /// Latest text, so a stopped sub-turn can return what it has.
+    pub last_text: Arc<Mutex<String>>,
+}
+
+impl Engine {
+    pub(crate) fn backend(&self, name: &str) -> Result<Arc<dyn LlmBackend>, LlmError> {
+        let name = if name.is_empty() {
+            &self.default_backend
+        } else {
+            name
+        };
+        self.backends.get(name).cloned().ok_or_else(|| {
+            let mut known: Vec<_> = self.backends.keys().cloned().collect();
+            known.sort();
+            LlmError::Config(format!(
+                "provider `{name}` is not configured (configured: {})",
+                known.join(", ")
+            ))
+        })
+    }
+
+    pub(crate) async fn tools_for(
+        &self,
+        agent: &AgentProfile,
+        s: &TurnSettings,
+    ) -> Result<Vec<ToolDef>, String> {
+        let specs = self
+            .runner
+            .list_tools(ListToolsRequest {
+                toolsets: agent
+                    .toolsets
+                    .iter()
+                    .filter(|t| *t != "team")
+                    .cloned()
+                    .collect(),
+                permission_mode: s.permission_mode as i32,
+                allow_shell: s.allow_shell,
+                allow_file_write: s.allow_file_write,
+            })
+            .await
+            .map_err(|e| format!("the tool-runner did not list tools: {}", e.message()))?;
+        let mut tools: Vec<ToolDef> = specs
+            .into_iter()
+            .map(|t| ToolDef {
+                parameters: serde_json::from_str(&t.input_schema_json)
+                    .unwrap_or_else(|_| json!({"type": "object"})),
+                name: t.name,
+                description: t.description,
+            })
+            .collect();
+        if agent.toolsets.iter().any(|t| t == "team") {
+            tools.extend(team_tools());
+        }
+        Ok(tools)
+    }
+}
+
+/// Emits an error event.
+pub async fn emit_error(session: &SessionState, tag: &EventTag, kind: &str, message: &str) {
+    session
+        .emit(tag.event(chat_event::Kind::Error(ErrorEvent {
+            kind: kind.into(),
+            message: message.into(),
+        })))
+        .await;
+}
