@@ -1,6 +1,7 @@
 //! The agents a turn can use. The orchestrator sees agents through
 //! [`AgentDirectory`]; the catalog crate implements it over agent files.
 
+use crate::error::OrchestratorError;
 use omicos_proto::{AgentInfo, RefreshCatalogResponse};
 
 /// An agent as the turn loop needs it.
@@ -31,9 +32,14 @@ pub struct TeamView {
 pub trait AgentDirectory: Send + Sync + 'static {
     /// Resolves the team of a ChatRequest. Unknown ids become placeholders;
     /// an error means the request cannot run (a locked agent made active).
-    fn resolve_team(&self, members: &[String], active: &str) -> Result<TeamView, String>;
+    fn resolve_team(&self, members: &[String], active: &str)
+    -> Result<TeamView, OrchestratorError>;
     /// The profile of `id` as active agent within `members` (call_agent).
-    fn profile_in_team(&self, members: &[String], id: &str) -> Result<AgentProfile, String> {
+    fn profile_in_team(
+        &self,
+        members: &[String],
+        id: &str,
+    ) -> Result<AgentProfile, OrchestratorError> {
         self.resolve_team(members, id).map(|t| t.active)
     }
     /// Catalog listing for UIs.
@@ -50,7 +56,11 @@ const SINGLE_PROMPT: &str = "You are omicos, a careful assistant that works in t
 Use the tools to look before you answer, keep changes minimal, and say what you did.";
 
 impl AgentDirectory for SingleAgent {
-    fn resolve_team(&self, _members: &[String], active: &str) -> Result<TeamView, String> {
+    fn resolve_team(
+        &self,
+        _members: &[String],
+        active: &str,
+    ) -> Result<TeamView, OrchestratorError> {
         let id = if active.is_empty() {
             "assistant"
         } else {
@@ -96,11 +106,14 @@ pub struct CatalogAgents {
 
 impl CatalogAgents {
     /// Loads the catalog for the orchestrator's configuration and starts watching it.
-    pub fn load(cfg: &crate::config::Config) -> Result<(Self, Vec<String>), String> {
-        let tier: omicos_catalog::Tier = cfg
-            .tier
-            .parse()
-            .map_err(|e| format!("config key `tier`: {e}"))?;
+    pub fn load(cfg: &crate::config::Config) -> Result<(Self, Vec<String>), OrchestratorError> {
+        let tier: omicos_catalog::Tier =
+            cfg.tier.parse().map_err(|e: omicos_catalog::UnknownTier| {
+                OrchestratorError::Config {
+                    key: "tier",
+                    source: Box::new(e),
+                }
+            })?;
         let mut cc = omicos_catalog::CatalogConfig::new(&cfg.workspace, tier);
         if !cfg.agent_cache_dir.is_empty() {
             cc.agent_cache_dir = Some(cfg.agent_cache_dir.clone().into());
@@ -154,11 +167,12 @@ impl CatalogAgents {
 }
 
 impl AgentDirectory for CatalogAgents {
-    fn resolve_team(&self, members: &[String], active: &str) -> Result<TeamView, String> {
-        let team = self
-            .catalog
-            .resolve_team(members, active)
-            .map_err(|e| e.to_string())?;
+    fn resolve_team(
+        &self,
+        members: &[String],
+        active: &str,
+    ) -> Result<TeamView, OrchestratorError> {
+        let team = self.catalog.resolve_team(members, active)?;
         Ok(TeamView {
             active: self.profile(&team),
             members: team.agents.iter().map(|a| a.id.clone()).collect(),

@@ -76,7 +76,7 @@ impl Engine {
         }
         let callee = match self.agents.profile_in_team(&s.team, name) {
             Ok(p) => p,
-            Err(e) => return err(e),
+            Err(e) => return err(e.to_string()),
         };
         let depth = caller.depth + 1;
         let context = format!("{}/{}", caller.context, call.id);

@@ -32,7 +32,7 @@ impl Engine {
         let backend = match self.backend(&s.provider) {
             Ok(b) => b,
             Err(e) => {
-                emit_error(session, &tag, e.kind(), &e.to_string()).await;
+                emit_error(session, &tag, &e.into()).await;
                 return Outcome::Error;
             }
         };
@@ -43,7 +43,7 @@ impl Engine {
             let tools = match self.tools_for(&frame.agent, s).await {
                 Ok(t) => t,
                 Err(e) => {
-                    emit_error(session, &tag, "tool_runner_unavailable", &e).await;
+                    emit_error(session, &tag, &e).await;
                     return Outcome::Error;
                 }
             };
@@ -73,7 +73,7 @@ impl Engine {
                 Ok(t) => t,
                 Err(LlmError::Cancelled) => return Outcome::Cancelled,
                 Err(e) => {
-                    emit_error(session, &tag, e.kind(), &e.to_string()).await;
+                    emit_error(session, &tag, &e.into()).await;
                     return Outcome::Error;
                 }
             };

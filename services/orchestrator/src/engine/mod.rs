@@ -16,6 +16,7 @@ pub use turn::RootTurn;
 
 use crate::agents::{AgentDirectory, AgentProfile};
 use crate::config::Config;
+use crate::error::OrchestratorError;
 use crate::hub::SessionState;
 use crate::llm::{LlmBackend, LlmError, ToolDef};
 use crate::runner_client::{EventTag, Runner};
@@ -129,7 +130,7 @@ impl Engine {
         &self,
         agent: &AgentProfile,
         s: &TurnSettings,
-    ) -> Result<Vec<ToolDef>, String> {
+    ) -> Result<Vec<ToolDef>, OrchestratorError> {
         let specs = self
             .runner
             .list_tools(ListToolsRequest {
@@ -143,8 +144,7 @@ impl Engine {
                 allow_shell: s.allow_shell,
                 allow_file_write: s.allow_file_write,
             })
-            .await
-            .map_err(|e| format!("the tool-runner did not list tools: {}", e.message()))?;
+            .await?;
         let mut tools: Vec<ToolDef> = specs
             .into_iter()
             .map(|t| ToolDef {
@@ -162,11 +162,12 @@ impl Engine {
 }
 
 /// Emits an error event.
-pub async fn emit_error(session: &SessionState, tag: &EventTag, kind: &str, message: &str) {
+pub async fn emit_error(session: &SessionState, tag: &EventTag, error: &OrchestratorError) {
+    tracing::warn!(session = %session.id, turn = %tag.turn_id, kind = %error.kind(), error = %error.report(), "turn error");
     session
         .emit(tag.event(chat_event::Kind::Error(ErrorEvent {
-            kind: kind.into(),
-            message: message.into(),
+            kind: error.kind().as_str().into(),
+            message: error.report(),
         })))
         .await;
 }

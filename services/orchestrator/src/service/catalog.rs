@@ -1,13 +1,12 @@
 //! Catalog RPCs: ListAgents, RefreshCatalog, ListAgentTools.
 
 use super::OrchestratorService;
-use super::chat::parse_mode;
+use crate::error::OrchestratorError;
 use omicos_proto::{
     ListAgentToolsRequest, ListAgentToolsResponse, ListAgentsResponse, ListToolsRequest,
     RefreshCatalogResponse,
 };
 use serde_json::json;
-use tonic::Status;
 
 impl OrchestratorService {
     /// ListAgents: the catalog and the deployment's tier.
@@ -29,13 +28,9 @@ impl OrchestratorService {
     pub(super) async fn list_agent_tools_rpc(
         &self,
         r: ListAgentToolsRequest,
-    ) -> Result<ListAgentToolsResponse, Status> {
-        let mode = parse_mode(&r.permission_mode)?;
-        let team = self
-            .engine
-            .agents
-            .resolve_team(&[], &r.agent)
-            .map_err(Status::failed_precondition)?;
+    ) -> Result<ListAgentToolsResponse, OrchestratorError> {
+        let mode = omicos_proto::PermissionMode::parse(&r.permission_mode)?;
+        let team = self.engine.agents.resolve_team(&[], &r.agent)?;
         let toolsets: Vec<String> = team
             .active
             .toolsets

@@ -1,9 +1,11 @@
 //! The Chat RPC: the first message starts a turn; later messages carry
-//! approvals and cancels. The turn itself runs in the engine.
+//! approvals and cancels. The turn itself runs in the engine
+//! ([`crate::engine::Engine::run_turn`]).
 
-use super::events::{Pump, one_shot_error};
+use super::events::{Flow, Pump, one_shot_error};
 use super::{EventStream, OrchestratorService};
 use crate::engine::{RootTurn, TurnSettings};
+use crate::error::OrchestratorError;
 use crate::hub::{RunningTurn, SessionState};
 use omicos_proto::{ChatClientMessage, ChatRequest, Decision, PermissionMode, chat_client_message};
 use omicos_sessionstore::{SessionMeta, now_ms};
@@ -14,15 +16,11 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Status, Streaming};
 
-/// Parses a client's permission mode text; the message says what is accepted.
-pub(super) fn parse_mode(text: &str) -> Result<PermissionMode, Status> {
-    PermissionMode::parse(text).map_err(|e| Status::invalid_argument(e.to_string()))
-}
-
-pub(super) fn busy(session: &str) -> Status {
-    Status::failed_precondition(format!(
-        "session `{session}` is busy: a turn is running. Wait for its turn_done (Attach follows it) or cancel it with CancelTurn"
-    ))
+/// A turn that has started: its session, its id, and the seq before its first event.
+struct Started {
+    state: Arc<SessionState>,
+    turn_id: String,
+    start_seq: u64,
 }
 
 impl OrchestratorService {
@@ -32,25 +30,40 @@ impl OrchestratorService {
         req: Request<Streaming<ChatClientMessage>>,
     ) -> Result<EventStream, Status> {
         let mut inbound = req.into_inner();
-        let first = inbound
-            .message()
-            .await?
-            .ok_or_else(|| Status::invalid_argument("empty Chat stream"))?;
+        // A first message that does not decode is already INVALID_ARGUMENT (the codec's).
+        let first = inbound.message().await?.ok_or_else(|| {
+            Status::from(OrchestratorError::InvalidArgument(
+                "empty Chat stream".into(),
+            ))
+        })?;
         let Some(chat_client_message::Msg::Request(cr)) = first.msg else {
-            return Err(Status::invalid_argument(
-                "the first Chat message must be a ChatRequest",
-            ));
+            return Err(OrchestratorError::InvalidArgument(
+                "the first Chat message must be a ChatRequest".into(),
+            )
+            .into());
         };
         tracing::info!(session = %cr.session_id, agent = %cr.agent, "chat request");
-        let (state, turn_id, start_seq) = match self.start_turn(cr).await {
-            Ok(x) => x,
-            Err(Ok(stream)) => return Ok(stream),
-            Err(Err(status)) => return Err(status),
+        let session_id = cr.session_id.clone();
+        let Started {
+            state,
+            turn_id,
+            start_seq,
+        } = match self.start_turn(cr).await {
+            Ok(s) => s,
+            // Answered in-band, so a client that resumes a lost session sees why in its event stream.
+            Err(e @ OrchestratorError::SessionNotFound(_)) => {
+                return Ok(one_shot_error(
+                    &session_id,
+                    &e,
+                    "; leave session_id empty to start a new one",
+                ));
+            }
+            Err(e) => return Err(e.into()),
         };
         // Subscribe, then backfill from start_seq: nothing between is lost.
         let rx = state.subscribe();
         let (tx, out) = mpsc::channel(512);
-        let pump = Pump {
+        let mut pump = Pump {
             tx,
             state: state.clone(),
             last_sent: start_seq,
@@ -61,10 +74,10 @@ impl OrchestratorService {
         let hub = self.hub.clone();
         let sid = state.id.clone();
         tokio::spawn(async move {
-            let mut pump = pump;
             match pump.backfill(&t).await {
-                Ok(true) | Err(()) => drop(pump),
-                Ok(false) => pump.follow(rx, t).await,
+                Ok(Flow::Stop) => {}
+                Ok(Flow::Continue) => pump.follow(rx, t).await,
+                Err(e) => pump.fail(e).await,
             }
             // Give the turn task a moment to let go of the session, then drop idle state.
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -93,32 +106,25 @@ impl OrchestratorService {
         Ok(Box::pin(ReceiverStream::new(out)))
     }
 
-    async fn start_turn(
-        &self,
-        cr: ChatRequest,
-    ) -> Result<(Arc<SessionState>, String, u64), Result<EventStream, Status>> {
-        let mode = parse_mode(&cr.permission_mode).map_err(Err)?;
+    /// Decides whether the request may start a turn (session, team, lease)
+    /// and, when it may, starts it in the engine.
+    async fn start_turn(&self, cr: ChatRequest) -> Result<Started, OrchestratorError> {
+        let mode = PermissionMode::parse(&cr.permission_mode)?;
         if cr.message.trim().is_empty() {
-            return Err(Err(Status::invalid_argument("message is empty")));
+            return Err(OrchestratorError::InvalidArgument(
+                "message is empty".into(),
+            ));
         }
         let store = self.hub.store().clone();
         let existing = if cr.session_id.is_empty() {
             None
         } else {
-            match store.get_session(&cr.session_id).await {
-                Ok(Some(m)) => Some(m),
-                Ok(None) => {
-                    return Err(Ok(one_shot_error(
-                        &cr.session_id,
-                        "session_not_found",
-                        format!(
-                            "session `{}` does not exist; leave session_id empty to start a new one",
-                            cr.session_id
-                        ),
-                    )));
-                }
-                Err(e) => return Err(Err(Status::unavailable(e.to_string()))),
-            }
+            Some(
+                store
+                    .get_session(&cr.session_id)
+                    .await?
+                    .ok_or_else(|| OrchestratorError::SessionNotFound(cr.session_id.clone()))?,
+            )
         };
         // A continued session keeps its team unless the request names one.
         let members = if cr.team_members.is_empty() {
@@ -137,11 +143,7 @@ impl OrchestratorService {
         } else {
             cr.agent.clone()
         };
-        let team = self
-            .engine
-            .agents
-            .resolve_team(&members, &active)
-            .map_err(|e| Err(Status::failed_precondition(e)))?;
+        let team = self.engine.agents.resolve_team(&members, &active)?;
         let session_id = if cr.session_id.is_empty() {
             uuid::Uuid::new_v4().to_string()
         } else {
@@ -159,10 +161,7 @@ impl OrchestratorService {
             created_ms: existing.as_ref().map(|m| m.created_ms).unwrap_or(now),
             last_active_ms: now,
         };
-        store
-            .put_session(&meta)
-            .await
-            .map_err(|e| Err(Status::unavailable(e.to_string())))?;
+        store.put_session(&meta).await?;
         let state = self.hub.state(&session_id).await;
         let turn_id = uuid::Uuid::new_v4().simple().to_string();
         let owner = format!("{}:{turn_id}", self.instance);
@@ -173,17 +172,17 @@ impl OrchestratorService {
             turn_id: turn_id.clone(),
             cancel: cancel.clone(),
         }) {
-            return Err(Err(busy(&session_id)));
+            return Err(OrchestratorError::SessionBusy(session_id));
         }
         match store.try_lease_turn(&session_id, &owner, lease_ms).await {
             Ok(true) => {}
             Ok(false) => {
                 state.end_turn(&turn_id);
-                return Err(Err(busy(&session_id)));
+                return Err(OrchestratorError::SessionBusy(session_id));
             }
             Err(e) => {
                 state.end_turn(&turn_id);
-                return Err(Err(Status::unavailable(e.to_string())));
+                return Err(e.into());
             }
         }
         state.sync_seq().await;
@@ -213,6 +212,10 @@ impl OrchestratorService {
                 cancel,
             },
         ));
-        Ok((state, turn_id, start_seq))
+        Ok(Started {
+            state,
+            turn_id,
+            start_seq,
+        })
     }
 }

@@ -2,6 +2,7 @@
 //! live events, heartbeats) and the Attach RPC.
 
 use super::{EventStream, OrchestratorService};
+use crate::error::OrchestratorError;
 use crate::hub::{SessionState, is_turn_done};
 use omicos_proto::{
     AttachRequest, ChatEvent, ErrorEvent, Heartbeat, TurnDone, TurnDoneReason, chat_event,
@@ -17,31 +18,39 @@ use tonic::Status;
 
 /// A stream of one error event and a TurnDone(ERROR), for a request that
 /// cannot start a turn but is answered in-band (an unknown session).
-pub(super) fn one_shot_error(session_id: &str, kind: &str, message: String) -> EventStream {
-    let mk = |seq, k| ChatEvent {
+/// `hint` is appended to the message (what the client can do instead).
+pub(super) fn one_shot_error(
+    session_id: &str,
+    error: &OrchestratorError,
+    hint: &str,
+) -> EventStream {
+    let mk = |k| ChatEvent {
         session_id: session_id.to_owned(),
-        event_seq: seq,
+        event_seq: 0,
         execution_context_id: "root".into(),
         timestamp_ms: now_ms(),
         kind: Some(k),
         ..Default::default()
     };
     let events = vec![
-        Ok(mk(
-            0,
-            chat_event::Kind::Error(ErrorEvent {
-                kind: kind.into(),
-                message,
-            }),
-        )),
-        Ok(mk(
-            0,
-            chat_event::Kind::TurnDone(TurnDone {
-                reason: TurnDoneReason::Error as i32,
-            }),
-        )),
+        Ok(mk(chat_event::Kind::Error(ErrorEvent {
+            kind: error.kind().as_str().into(),
+            message: format!("{}{hint}", error.report()),
+        }))),
+        Ok(mk(chat_event::Kind::TurnDone(TurnDone {
+            reason: TurnDoneReason::Error as i32,
+        }))),
     ];
     Box::pin(tokio_stream::iter(events))
+}
+
+/// Whether a [`Pump`] goes on after a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Flow {
+    /// Keep following the session.
+    Continue,
+    /// Done: the turn it follows finished, or the client left.
+    Stop,
 }
 
 /// Sends events to a client: backfills gaps from the store, adds heartbeats,
@@ -55,6 +64,7 @@ pub(super) struct Pump {
 }
 
 impl Pump {
+    /// Sends one event unless the client already has it; false when the client left.
     async fn send(&mut self, ev: ChatEvent) -> bool {
         if ev.event_seq <= self.last_sent {
             return true;
@@ -63,26 +73,48 @@ impl Pump {
         self.tx.send(Ok(ev)).await.is_ok()
     }
 
-    /// Sends stored events after last_sent; returns whether `until_turn` finished.
-    pub(super) async fn backfill(&mut self, until_turn: &str) -> Result<bool, ()> {
+    /// Ends the client's stream with `error`'s status, so it knows to attach
+    /// again with since_seq rather than take a silent end for the end of the turn.
+    pub(super) async fn fail(&self, error: OrchestratorError) {
+        tracing::warn!(session = %self.state.id, error = %error.report(), "event stream ended on an error");
+        let _ = self.tx.send(Err(error.into())).await;
+    }
+
+    /// Stored events after `last_sent`, in order; the store's error when they cannot be read.
+    async fn stored(&self, since: u64) -> Result<Vec<ChatEvent>, OrchestratorError> {
         let stored = self
             .state
             .store()
-            .events_since(&self.state.id, self.last_sent)
-            .await
-            .map_err(|_| ())?;
-        let mut done = false;
-        for (_, bytes) in stored {
-            if let Ok(ev) = ChatEvent::decode(bytes.as_slice()) {
-                done |= is_turn_done(&ev, until_turn);
-                if !self.send(ev).await {
-                    return Err(());
+            .events_since(&self.state.id, since)
+            .await?;
+        Ok(stored
+            .into_iter()
+            .filter_map(|(seq, bytes)| match ChatEvent::decode(bytes.as_slice()) {
+                Ok(ev) => Some(ev),
+                Err(e) => {
+                    // A damaged record must not stop the stream; the gap shows in event_seq.
+                    tracing::error!(session = %self.state.id, seq, error = %e, "stored event does not decode");
+                    None
                 }
-            }
-        }
-        Ok(done)
+            })
+            .collect())
     }
 
+    /// Sends stored events after last_sent; stops once `until_turn` finished or the client left.
+    pub(super) async fn backfill(&mut self, until_turn: &str) -> Result<Flow, OrchestratorError> {
+        let mut flow = Flow::Continue;
+        for ev in self.stored(self.last_sent).await? {
+            if is_turn_done(&ev, until_turn) {
+                flow = Flow::Stop;
+            }
+            if !self.send(ev).await {
+                return Ok(Flow::Stop);
+            }
+        }
+        Ok(flow)
+    }
+
+    /// Follows live events until `until_turn` finishes, the client leaves or the drain ends.
     pub(super) async fn follow(
         mut self,
         mut rx: broadcast::Receiver<ChatEvent>,
@@ -96,9 +128,9 @@ impl Pump {
                     Ok(ev) => {
                         if ev.event_seq > self.last_sent + 1 {
                             match self.backfill(&until_turn).await {
-                                Ok(true) => return,
-                                Ok(false) => {}
-                                Err(()) => return,
+                                Ok(Flow::Continue) => {}
+                                Ok(Flow::Stop) => return,
+                                Err(e) => return self.fail(e).await,
                             }
                         }
                         let done = is_turn_done(&ev, &until_turn);
@@ -107,8 +139,9 @@ impl Pump {
                         }
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => match self.backfill(&until_turn).await {
-                        Ok(true) | Err(()) => return,
-                        Ok(false) => {}
+                        Ok(Flow::Continue) => {}
+                        Ok(Flow::Stop) => return,
+                        Err(e) => return self.fail(e).await,
                     },
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
@@ -126,29 +159,69 @@ impl Pump {
                     }
                 }
                 _ = self.tx.closed() => return,
-                _ = self.stop.cancelled() => {
-                    let _ = self.tx.send(Err(Status::unavailable("the orchestrator is shutting down; attach again with since_seq"))).await;
-                    return;
+                _ = self.stop.cancelled() => return self.fail(OrchestratorError::ShuttingDown).await,
+            }
+        }
+    }
+
+    /// Replays the log when no turn runs on this replica; while the log shows
+    /// a turn still open (another replica runs it), polls the store for more.
+    async fn replay(&mut self, since_seq: u64, lease: Duration) -> Result<(), OrchestratorError> {
+        let mut idle_since = tokio::time::Instant::now();
+        // Whether the log shows a turn that has started and not finished
+        // (read from the start when the client resumes mid-log).
+        let mut open = false;
+        if since_seq > 0 {
+            for ev in self.stored(0).await? {
+                if ev.event_seq > since_seq {
+                    break;
+                }
+                match ev.kind {
+                    Some(chat_event::Kind::TurnStarted(_)) => open = true,
+                    Some(chat_event::Kind::TurnDone(_)) => open = false,
+                    _ => {}
                 }
             }
+        }
+        loop {
+            let before = self.last_sent;
+            for ev in self.stored(self.last_sent).await? {
+                match ev.kind {
+                    Some(chat_event::Kind::TurnStarted(_)) => open = true,
+                    Some(chat_event::Kind::TurnDone(_)) => open = false,
+                    _ => {}
+                }
+                if !self.send(ev).await {
+                    return Ok(());
+                }
+            }
+            if self.last_sent > before {
+                idle_since = tokio::time::Instant::now();
+            } else if idle_since.elapsed() > lease * 2 {
+                return Ok(());
+            }
+            if !open {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
 }
 
 impl OrchestratorService {
     /// Attach: replays a session's events after `since_seq`, then follows the live turn.
-    pub(super) async fn attach_rpc(&self, req: AttachRequest) -> Result<EventStream, Status> {
-        let store = self.hub.store().clone();
-        if store
+    pub(super) async fn attach_rpc(
+        &self,
+        req: AttachRequest,
+    ) -> Result<EventStream, OrchestratorError> {
+        if self
+            .hub
+            .store()
             .get_session(&req.session_id)
-            .await
-            .map_err(|e| Status::unavailable(e.to_string()))?
+            .await?
             .is_none()
         {
-            return Err(Status::not_found(format!(
-                "session `{}` does not exist",
-                req.session_id
-            )));
+            return Err(OrchestratorError::SessionNotFound(req.session_id));
         }
         let state = self.hub.state(&req.session_id).await;
         let rx = state.subscribe();
@@ -164,60 +237,14 @@ impl OrchestratorService {
         let lease = Duration::from_secs(self.engine.config.turn_lease_secs.max(5));
         tokio::spawn(async move {
             match running {
-                Some(t) => {
-                    if let Ok(false) = pump.backfill(&t.turn_id).await {
-                        pump.follow(rx, t.turn_id).await;
-                    }
-                }
+                Some(t) => match pump.backfill(&t.turn_id).await {
+                    Ok(Flow::Continue) => pump.follow(rx, t.turn_id).await,
+                    Ok(Flow::Stop) => {}
+                    Err(e) => pump.fail(e).await,
+                },
                 None => {
-                    // Replay; if the log shows a turn still open (another replica runs it), poll the store.
-                    let mut idle_since = tokio::time::Instant::now();
-                    // Whether the log shows a turn that has started and not finished
-                    // (read from the start when the client resumes mid-log).
-                    let mut open = false;
-                    if req.since_seq > 0
-                        && let Ok(earlier) =
-                            pump.state.store().events_since(&pump.state.id, 0).await
-                    {
-                        for (_, b) in earlier.iter().take_while(|(seq, _)| *seq <= req.since_seq) {
-                            match ChatEvent::decode(b.as_slice()).map(|e| e.kind) {
-                                Ok(Some(chat_event::Kind::TurnStarted(_))) => open = true,
-                                Ok(Some(chat_event::Kind::TurnDone(_))) => open = false,
-                                _ => {}
-                            }
-                        }
-                    }
-                    loop {
-                        let before = pump.last_sent;
-                        let Ok(stored) = pump
-                            .state
-                            .store()
-                            .events_since(&pump.state.id, pump.last_sent)
-                            .await
-                        else {
-                            return;
-                        };
-                        for (_, b) in stored {
-                            if let Ok(ev) = ChatEvent::decode(b.as_slice()) {
-                                match ev.kind {
-                                    Some(chat_event::Kind::TurnStarted(_)) => open = true,
-                                    Some(chat_event::Kind::TurnDone(_)) => open = false,
-                                    _ => {}
-                                }
-                                if !pump.send(ev).await {
-                                    return;
-                                }
-                            }
-                        }
-                        if pump.last_sent > before {
-                            idle_since = tokio::time::Instant::now();
-                        } else if idle_since.elapsed() > lease * 2 {
-                            return;
-                        }
-                        if !open {
-                            return;
-                        }
-                        tokio::time::sleep(Duration::from_millis(250)).await;
+                    if let Err(e) = pump.replay(req.since_seq, lease).await {
+                        pump.fail(e).await;
                     }
                 }
             }

@@ -13,6 +13,7 @@ mod events;
 mod sessions;
 
 use crate::engine::Engine;
+use crate::error::grpc;
 use crate::hub::Hub;
 use omicos_proto::{
     ApproveToolRequest, ApproveToolResponse, AttachRequest, CancelTurnRequest, CancelTurnResponse,
@@ -71,7 +72,7 @@ impl Orchestrator for OrchestratorService {
         &self,
         req: Request<AttachRequest>,
     ) -> Result<Response<Self::AttachStream>, Status> {
-        self.attach_rpc(req.into_inner()).await.map(Response::new)
+        grpc(self.attach_rpc(req.into_inner()).await).map(Response::new)
     }
 
     async fn cancel_turn(
@@ -85,7 +86,7 @@ impl Orchestrator for OrchestratorService {
         &self,
         req: Request<ApproveToolRequest>,
     ) -> Result<Response<ApproveToolResponse>, Status> {
-        self.approve_tool_rpc(req.into_inner()).map(Response::new)
+        grpc(self.approve_tool_rpc(req.into_inner())).map(Response::new)
     }
 
     async fn list_agents(
@@ -99,27 +100,21 @@ impl Orchestrator for OrchestratorService {
         &self,
         req: Request<ListSessionsRequest>,
     ) -> Result<Response<ListSessionsResponse>, Status> {
-        self.list_sessions_rpc(req.into_inner())
-            .await
-            .map(Response::new)
+        grpc(self.list_sessions_rpc(req.into_inner()).await).map(Response::new)
     }
 
     async fn get_session(
         &self,
         req: Request<GetSessionRequest>,
     ) -> Result<Response<Session>, Status> {
-        self.get_session_rpc(req.into_inner())
-            .await
-            .map(Response::new)
+        grpc(self.get_session_rpc(req.into_inner()).await).map(Response::new)
     }
 
     async fn delete_session(
         &self,
         req: Request<DeleteSessionRequest>,
     ) -> Result<Response<DeleteSessionResponse>, Status> {
-        self.delete_session_rpc(req.into_inner())
-            .await
-            .map(Response::new)
+        grpc(self.delete_session_rpc(req.into_inner()).await).map(Response::new)
     }
 
     async fn refresh_catalog(
@@ -133,8 +128,6 @@ impl Orchestrator for OrchestratorService {
         &self,
         req: Request<ListAgentToolsRequest>,
     ) -> Result<Response<ListAgentToolsResponse>, Status> {
-        self.list_agent_tools_rpc(req.into_inner())
-            .await
-            .map(Response::new)
+        grpc(self.list_agent_tools_rpc(req.into_inner()).await).map(Response::new)
     }
 }

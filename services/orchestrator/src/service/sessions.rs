@@ -2,14 +2,13 @@
 //! out-of-band turn controls CancelTurn and ApproveTool.
 
 use super::OrchestratorService;
-use super::chat::busy;
+use crate::error::OrchestratorError;
 use omicos_proto::{
     ApproveToolRequest, ApproveToolResponse, CancelTurnRequest, CancelTurnResponse, Decision,
     DeleteSessionRequest, DeleteSessionResponse, GetSessionRequest, ListSessionsRequest,
     ListSessionsResponse, Session, SessionSummary,
 };
 use omicos_sessionstore::SessionMeta;
-use tonic::Status;
 
 impl OrchestratorService {
     /// CancelTurn: cancels the session's running turn on this replica, if any.
@@ -27,12 +26,14 @@ impl OrchestratorService {
     pub(super) fn approve_tool_rpc(
         &self,
         r: ApproveToolRequest,
-    ) -> Result<ApproveToolResponse, Status> {
+    ) -> Result<ApproveToolResponse, OrchestratorError> {
         let decision = Decision::try_from(r.decision)
             .ok()
             .filter(|d| *d != Decision::Unspecified)
             .ok_or_else(|| {
-                Status::invalid_argument("decision must be ALLOW_ONCE, ALLOW_SESSION or DENY")
+                OrchestratorError::InvalidArgument(
+                    "decision must be ALLOW_ONCE, ALLOW_SESSION or DENY".into(),
+                )
             })?;
         let ok = self
             .hub
@@ -41,10 +42,10 @@ impl OrchestratorService {
         if ok {
             Ok(ApproveToolResponse {})
         } else {
-            Err(Status::not_found(format!(
-                "no approval is pending for call `{}` in session `{}`",
-                r.call_id, r.session_id
-            )))
+            Err(OrchestratorError::ApprovalNotPending {
+                session: r.session_id,
+                call_id: r.call_id,
+            })
         }
     }
 
@@ -52,16 +53,13 @@ impl OrchestratorService {
     pub(super) async fn list_sessions_rpc(
         &self,
         req: ListSessionsRequest,
-    ) -> Result<ListSessionsResponse, Status> {
+    ) -> Result<ListSessionsResponse, OrchestratorError> {
         let limit = match req.limit {
             0 => 100,
             n => n as usize,
         };
         let store = self.hub.store();
-        let metas = store
-            .list_sessions(limit)
-            .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let metas = store.list_sessions(limit).await?;
         let mut sessions = Vec::with_capacity(metas.len());
         for m in metas {
             let last = store.last_seq(&m.id).await.unwrap_or(0);
@@ -71,18 +69,26 @@ impl OrchestratorService {
     }
 
     /// GetSession: a session's summary and history.
-    pub(super) async fn get_session_rpc(&self, req: GetSessionRequest) -> Result<Session, Status> {
+    pub(super) async fn get_session_rpc(
+        &self,
+        req: GetSessionRequest,
+    ) -> Result<Session, OrchestratorError> {
         let id = req.session_id;
         let store = self.hub.store();
         let meta = store
             .get_session(&id)
-            .await
-            .map_err(|e| Status::unavailable(e.to_string()))?
-            .ok_or_else(|| Status::not_found(format!("session `{id}` does not exist")))?;
-        let messages = store
-            .messages(&id)
-            .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
+            .await?
+            .ok_or_else(|| OrchestratorError::SessionNotFound(id.clone()))?;
+        let messages = store.messages(&id).await.map_err(|source| match source {
+            // Deleted between the two reads: the session is gone, not the store.
+            omicos_sessionstore::StoreError::NotFound(_) => {
+                OrchestratorError::SessionNotFound(id.clone())
+            }
+            source => OrchestratorError::History {
+                session: id.clone(),
+                source,
+            },
+        })?;
         let last = store.last_seq(&id).await.unwrap_or(0);
         Ok(Session {
             summary: Some(summary(meta, last)),
@@ -94,17 +100,12 @@ impl OrchestratorService {
     pub(super) async fn delete_session_rpc(
         &self,
         req: DeleteSessionRequest,
-    ) -> Result<DeleteSessionResponse, Status> {
+    ) -> Result<DeleteSessionResponse, OrchestratorError> {
         let id = req.session_id;
         if self.hub.existing(&id).and_then(|s| s.running()).is_some() {
-            return Err(busy(&id));
+            return Err(OrchestratorError::SessionBusy(id));
         }
-        let deleted = self
-            .hub
-            .store()
-            .delete_session(&id)
-            .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let deleted = self.hub.store().delete_session(&id).await?;
         self.hub.forget(&id);
         Ok(DeleteSessionResponse { deleted })
     }
