@@ -2,12 +2,13 @@
 //! history, the frame of the active agent, the trajectory, the lease's
 //! release and the turn_done that ends it.
 
-use super::{Engine, Frame, TurnSettings};
+use super::{Engine, Frame, Outcome, TurnSettings, emit_error};
 use crate::agents::AgentProfile;
+use crate::error::OrchestratorError;
 use crate::hub::SessionState;
 use crate::runner_client::EventTag;
 use omicos_proto::{TurnDone, TurnStarted, chat_event};
-use serde_json::json;
+use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -71,26 +72,25 @@ impl Engine {
                 json!({"type": "user", "turn_id": turn_id, "agent": agent.id, "content": message}),
             )
             .await;
-        let mut history = st.store().messages(&st.id).await.unwrap_or_default();
-        let user = json!({"role": "user", "content": message});
-        if let Err(e) = st
-            .store()
-            .append_messages(&st.id, std::slice::from_ref(&user))
-            .await
-        {
-            tracing::error!(error = %e, "user message not persisted");
-        }
-        history.push(user);
-        let mut frame = Frame {
-            agent,
-            messages: history,
-            depth: 0,
-            chain: vec![],
-            context: "root".into(),
-            persist: true,
-            last_text: Arc::new(Mutex::new(String::new())),
+        let outcome = match self.load_history(&st, &message).await {
+            Ok(history) => {
+                let mut frame = Frame {
+                    agent,
+                    messages: history,
+                    depth: 0,
+                    chain: vec![],
+                    context: "root".into(),
+                    persist: true,
+                    last_text: Arc::new(Mutex::new(String::new())),
+                };
+                self.run_frame(&st, &settings, &mut frame, &cancel).await
+            }
+            Err(e) => {
+                // Without its history the model would answer out of context: fail the turn clearly.
+                emit_error(&st, &tag, &e).await;
+                Outcome::Error
+            }
         };
-        let outcome = self.run_frame(&st, &settings, &mut frame, &cancel).await;
         let reason = outcome.reason();
         self.trajectories
             .append(
@@ -107,5 +107,36 @@ impl Engine {
             &turn_id,
         )
         .await;
+    }
+}
+
+impl Engine {
+    /// The session's history with the user's message appended (and persisted).
+    /// The message is persisted only after the history was read, so a failed
+    /// read leaves the history as it was (the message stays in TurnStarted
+    /// and the trajectory).
+    async fn load_history(
+        &self,
+        st: &SessionState,
+        message: &str,
+    ) -> Result<Vec<Value>, OrchestratorError> {
+        let mut history =
+            st.store()
+                .messages(&st.id)
+                .await
+                .map_err(|source| OrchestratorError::History {
+                    session: st.id.clone(),
+                    source,
+                })?;
+        let user = json!({"role": "user", "content": message});
+        if let Err(e) = st
+            .store()
+            .append_messages(&st.id, std::slice::from_ref(&user))
+            .await
+        {
+            tracing::error!(session = %st.id, error = %e, "user message not persisted");
+        }
+        history.push(user);
+        Ok(history)
     }
 }

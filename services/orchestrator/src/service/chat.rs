@@ -162,7 +162,7 @@ impl OrchestratorService {
             last_active_ms: now,
         };
         store.put_session(&meta).await?;
-        let state = self.hub.state(&session_id).await;
+        let state = self.hub.state(&session_id).await?;
         let turn_id = uuid::Uuid::new_v4().simple().to_string();
         let owner = format!("{}:{turn_id}", self.instance);
         let lease = Duration::from_secs(self.engine.config.turn_lease_secs.max(5));
@@ -185,7 +185,11 @@ impl OrchestratorService {
                 return Err(e.into());
             }
         }
-        state.sync_seq().await;
+        if let Err(e) = state.sync_seq().await {
+            let _ = store.release_turn(&session_id, &owner).await;
+            state.end_turn(&turn_id);
+            return Err(e);
+        }
         let start_seq = state.last_seq().await;
         let settings = TurnSettings {
             turn_id: turn_id.clone(),

@@ -223,7 +223,7 @@ impl OrchestratorService {
         {
             return Err(OrchestratorError::SessionNotFound(req.session_id));
         }
-        let state = self.hub.state(&req.session_id).await;
+        let state = self.hub.state(&req.session_id).await?;
         let rx = state.subscribe();
         let running = state.running();
         let (tx, out) = mpsc::channel(512);

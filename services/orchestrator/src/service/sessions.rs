@@ -8,7 +8,7 @@ use omicos_proto::{
     DeleteSessionRequest, DeleteSessionResponse, GetSessionRequest, ListSessionsRequest,
     ListSessionsResponse, Session, SessionSummary,
 };
-use omicos_sessionstore::SessionMeta;
+use omicos_sessionstore::{SessionMeta, SessionStore};
 
 impl OrchestratorService {
     /// CancelTurn: cancels the session's running turn on this replica, if any.
@@ -62,7 +62,7 @@ impl OrchestratorService {
         let metas = store.list_sessions(limit).await?;
         let mut sessions = Vec::with_capacity(metas.len());
         for m in metas {
-            let last = store.last_seq(&m.id).await.unwrap_or(0);
+            let last = last_seq(store.as_ref(), &m.id).await?;
             sessions.push(summary(m, last));
         }
         Ok(ListSessionsResponse { sessions })
@@ -89,7 +89,7 @@ impl OrchestratorService {
                 source,
             },
         })?;
-        let last = store.last_seq(&id).await.unwrap_or(0);
+        let last = last_seq(store.as_ref(), &id).await?;
         Ok(Session {
             summary: Some(summary(meta, last)),
             messages_json: messages.iter().map(|m| m.to_string()).collect(),
@@ -109,6 +109,17 @@ impl OrchestratorService {
         self.hub.forget(&id);
         Ok(DeleteSessionResponse { deleted })
     }
+}
+
+/// A session's latest seq; an unreadable one fails the RPC rather than report 0.
+async fn last_seq(store: &dyn SessionStore, id: &str) -> Result<u64, OrchestratorError> {
+    store
+        .last_seq(id)
+        .await
+        .map_err(|source| OrchestratorError::Seq {
+            session: id.to_owned(),
+            source,
+        })
 }
 
 fn summary(m: SessionMeta, last_event_seq: u64) -> SessionSummary {
