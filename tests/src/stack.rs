@@ -131,9 +131,12 @@ impl Stack {
         if let Some(t) = opts.tweak {
             t(&mut cfg);
         }
-        let agents = opts
-            .agents
-            .unwrap_or_else(|| Arc::new(omicos_orchestrator::agents::SingleAgent));
+        let agents = opts.agents.unwrap_or_else(|| {
+            Arc::new(
+                omicos_orchestrator::agents::SingleAgent::from_config(&cfg)
+                    .expect("the configured tier"),
+            )
+        });
         let (orch_url, orch_shutdown) =
             start_orchestrator(cfg.clone(), agents.clone(), opts.store.clone()).await;
         let stack = Stack {

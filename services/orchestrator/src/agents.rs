@@ -49,11 +49,42 @@ pub trait AgentDirectory: Send + Sync + 'static {
 }
 
 /// A directory with one general agent that may use every tool. Used when no
-/// catalog is configured.
-pub struct SingleAgent;
+/// catalog is configured. It reports the deployment's configured tier and
+/// the one agent it really runs.
+#[derive(Clone, Debug)]
+pub struct SingleAgent {
+    tier: omicos_catalog::Tier,
+}
 
+/// The id of [`SingleAgent`]'s agent.
+pub const SINGLE_AGENT_ID: &str = "assistant";
+
+const SINGLE_NAME: &str = "Assistant";
+const SINGLE_DESCRIPTION: &str = "A general assistant";
 const SINGLE_PROMPT: &str = "You are omicos, a careful assistant that works in the user's workspace. \
 Use the tools to look before you answer, keep changes minimal, and say what you did.";
+
+impl SingleAgent {
+    /// One agent in a deployment of `tier`.
+    pub fn new(tier: omicos_catalog::Tier) -> Self {
+        Self { tier }
+    }
+
+    /// One agent in the deployment's configured tier (`tier`).
+    pub fn from_config(cfg: &crate::config::Config) -> Result<Self, OrchestratorError> {
+        Ok(Self::new(parse_tier(&cfg.tier)?))
+    }
+
+    fn profile(id: &str) -> AgentProfile {
+        AgentProfile {
+            id: id.into(),
+            name: SINGLE_NAME.into(),
+            description: SINGLE_DESCRIPTION.into(),
+            system_prompt: SINGLE_PROMPT.into(),
+            toolsets: vec![],
+        }
+    }
+}
 
 impl AgentDirectory for SingleAgent {
     fn resolve_team(
@@ -61,40 +92,48 @@ impl AgentDirectory for SingleAgent {
         _members: &[String],
         active: &str,
     ) -> Result<TeamView, OrchestratorError> {
+        // An unknown id is a placeholder with the same prompt, never a refusal.
         let id = if active.is_empty() {
-            "assistant"
+            SINGLE_AGENT_ID
         } else {
             active
         };
         Ok(TeamView {
-            active: AgentProfile {
-                id: id.into(),
-                name: "Assistant".into(),
-                description: "A general assistant".into(),
-                system_prompt: SINGLE_PROMPT.into(),
-                toolsets: vec![],
-            },
+            active: Self::profile(id),
             members: vec![id.into()],
         })
     }
     fn list(&self) -> (Vec<AgentInfo>, String) {
+        let p = Self::profile(SINGLE_AGENT_ID);
         (
             vec![AgentInfo {
-                id: "assistant".into(),
-                name: "Assistant".into(),
-                description: "A general assistant".into(),
+                id: p.id,
+                name: p.name,
+                description: p.description,
+                // Open to every deployment: nothing is locked.
+                tier: omicos_catalog::Tier::Community.as_str().into(),
+                toolsets: p.toolsets,
+                locked: false,
                 ..Default::default()
             }],
-            "community".into(),
+            self.tier.as_str().to_owned(),
         )
     }
     fn refresh(&self) -> RefreshCatalogResponse {
         RefreshCatalogResponse {
-            agents: 1,
+            agents: self.list().0.len() as u32,
             skills: 0,
             warnings: vec![],
         }
     }
+}
+
+fn parse_tier(text: &str) -> Result<omicos_catalog::Tier, OrchestratorError> {
+    text.parse()
+        .map_err(|e: omicos_catalog::UnknownTier| OrchestratorError::Config {
+            key: "tier",
+            source: Box::new(e),
+        })
 }
 
 /// Agents from the catalog (agent files, built-ins, skills), reloaded on
@@ -188,5 +227,40 @@ impl AgentDirectory for CatalogAgents {
 
     fn refresh(&self) -> RefreshCatalogResponse {
         self.catalog.refresh().to_proto()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn single_agent_reports_the_configured_tier_and_the_agent_it_runs() {
+        let cfg = crate::config::Config {
+            tier: "lab".into(),
+            ..Default::default()
+        };
+        let d = SingleAgent::from_config(&cfg).unwrap();
+        let (agents, tier) = d.list();
+        assert_eq!(tier, "lab");
+        let ran = d.resolve_team(&[], "").unwrap();
+        assert_eq!(
+            agents.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(),
+            [ran.active.id.as_str()]
+        );
+        assert_eq!(agents[0].name, ran.active.name);
+        assert!(!agents[0].locked);
+        assert_eq!(d.refresh().agents as usize, agents.len());
+
+        let bad = crate::config::Config {
+            tier: "gold".into(),
+            ..Default::default()
+        };
+        let e = SingleAgent::from_config(&bad).unwrap_err();
+        assert!(
+            e.report().starts_with("config key `tier`"),
+            "{}",
+            e.report()
+        );
     }
 }
