@@ -1,7 +1,7 @@
 //! One frame of work: the model is called with the frame's context and
 //! tools, and every tool call it asks for is answered exactly once.
 
-use super::{Engine, Frame, Outcome, TurnSettings, emit_error};
+use super::{Engine, Frame, Outcome, TurnSettings, emit_error, runner_toolsets};
 use crate::hub::SessionState;
 use crate::llm::{LlmDelta, LlmError, LlmRequest, ToolCall};
 use crate::runner_client::EventTag;
@@ -40,8 +40,16 @@ impl Engine {
             if cancel.is_cancelled() {
                 return Outcome::Cancelled;
             }
-            let tools = match self.tools_for(&frame.agent, s).await {
-                Ok(t) => t,
+            let tools = match self
+                .agent_tools(
+                    &frame.agent.toolsets,
+                    s.permission_mode,
+                    s.allow_shell,
+                    s.allow_file_write,
+                )
+                .await
+            {
+                Ok(t) => t.defs,
                 Err(e) => {
                     emit_error(session, &tag, &e).await;
                     return Outcome::Error;
@@ -231,13 +239,7 @@ impl Engine {
             permission_mode: s.permission_mode as i32,
             allow_shell: s.allow_shell,
             allow_file_write: s.allow_file_write,
-            toolsets: frame
-                .agent
-                .toolsets
-                .iter()
-                .filter(|t| *t != "team")
-                .cloned()
-                .collect(),
+            toolsets: runner_toolsets(&frame.agent.toolsets),
             session_allowed_tools: session.allowed_tools(),
             transcript_path: self.trajectories.path(&session.id).display().to_string(),
             execution_context_id: frame.context.clone(),

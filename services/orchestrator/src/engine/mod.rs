@@ -5,24 +5,27 @@
 //!
 //! - [`turn`]: a root turn from start to turn_done ([`Engine::run_turn`]);
 //! - [`frame`]: one agent's frame of work ([`Engine::run_frame`]);
-//! - [`delegate`]: `call_agent` and `list_agents`, served here, never by the runner.
+//! - [`delegate`]: `call_agent` and `list_agents`, served here, never by the runner;
+//! - [`tools`]: the tools an agent sees (runner specs → model definitions, team tools).
 
 mod delegate;
 mod frame;
+mod tools;
 mod turn;
 
 pub use delegate::team_tools;
+pub use tools::{AgentTools, TEAM_TOOLSET, runner_toolsets, tool_def};
 pub use turn::RootTurn;
 
 use crate::agents::{AgentDirectory, AgentProfile};
 use crate::config::Config;
 use crate::error::OrchestratorError;
 use crate::hub::SessionState;
-use crate::llm::{LlmBackend, LlmError, ToolDef};
+use crate::llm::{LlmBackend, LlmError};
 use crate::runner_client::{EventTag, Runner};
 use crate::trajectory::Trajectories;
-use omicos_proto::{ErrorEvent, ListToolsRequest, PermissionMode, TurnDoneReason, chat_event};
-use serde_json::{Value, json};
+use omicos_proto::{ErrorEvent, PermissionMode, TurnDoneReason, chat_event};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -124,40 +127,6 @@ impl Engine {
                 known.join(", ")
             ))
         })
-    }
-
-    pub(crate) async fn tools_for(
-        &self,
-        agent: &AgentProfile,
-        s: &TurnSettings,
-    ) -> Result<Vec<ToolDef>, OrchestratorError> {
-        let specs = self
-            .runner
-            .list_tools(ListToolsRequest {
-                toolsets: agent
-                    .toolsets
-                    .iter()
-                    .filter(|t| *t != "team")
-                    .cloned()
-                    .collect(),
-                permission_mode: s.permission_mode as i32,
-                allow_shell: s.allow_shell,
-                allow_file_write: s.allow_file_write,
-            })
-            .await?;
-        let mut tools: Vec<ToolDef> = specs
-            .into_iter()
-            .map(|t| ToolDef {
-                parameters: serde_json::from_str(&t.input_schema_json)
-                    .unwrap_or_else(|_| json!({"type": "object"})),
-                name: t.name,
-                description: t.description,
-            })
-            .collect();
-        if agent.toolsets.iter().any(|t| t == "team") {
-            tools.extend(team_tools());
-        }
-        Ok(tools)
     }
 }
 

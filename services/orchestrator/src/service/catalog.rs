@@ -3,10 +3,8 @@
 use super::OrchestratorService;
 use crate::error::OrchestratorError;
 use omicos_proto::{
-    ListAgentToolsRequest, ListAgentToolsResponse, ListAgentsResponse, ListToolsRequest,
-    RefreshCatalogResponse,
+    ListAgentToolsRequest, ListAgentToolsResponse, ListAgentsResponse, RefreshCatalogResponse,
 };
-use serde_json::json;
 
 impl OrchestratorService {
     /// ListAgents: the catalog and the deployment's tier.
@@ -31,52 +29,17 @@ impl OrchestratorService {
     ) -> Result<ListAgentToolsResponse, OrchestratorError> {
         let mode = omicos_proto::PermissionMode::parse(&r.permission_mode)?;
         let team = self.engine.agents.resolve_team(&[], &r.agent)?;
-        let toolsets: Vec<String> = team
-            .active
-            .toolsets
-            .iter()
-            .filter(|t| *t != "team")
-            .cloned()
-            .collect();
-        let mut tools = self
+        let tools = self
             .engine
-            .runner
-            .list_tools(ListToolsRequest {
-                toolsets,
-                permission_mode: mode as i32,
-                allow_shell: None,
-                allow_file_write: None,
-            })
+            .agent_tools(&team.active.toolsets, mode, None, None)
             .await?;
-        let mut defs: Vec<crate::llm::ToolDef> = tools
-            .iter()
-            .map(|t| crate::llm::ToolDef {
-                name: t.name.clone(),
-                description: t.description.clone(),
-                parameters: serde_json::from_str(&t.input_schema_json)
-                    .unwrap_or_else(|_| json!({"type": "object"})),
-            })
-            .collect();
-        if team.active.toolsets.iter().any(|t| t == "team") {
-            for d in crate::engine::team_tools() {
-                tools.push(omicos_proto::ToolSpec {
-                    name: d.name.clone(),
-                    description: d.description.clone(),
-                    input_schema_json: d.parameters.to_string(),
-                    toolset: "team".into(),
-                    provider: "orchestrator".into(),
-                    ..Default::default()
-                });
-                defs.push(d);
-            }
-        }
         let llm_tools = if r.format == "anthropic" {
-            crate::llm::anthropic::tools_json(&defs)
+            crate::llm::anthropic::tools_json(&tools.defs)
         } else {
-            crate::llm::openai::tools_json(&defs)
+            crate::llm::openai::tools_json(&tools.defs)
         };
         Ok(ListAgentToolsResponse {
-            tools,
+            tools: tools.specs,
             llm_tools_json: llm_tools.to_string(),
         })
     }
