@@ -118,8 +118,6 @@ impl LlmError {
 /// A model backend.
 #[async_trait]
 pub trait LlmBackend: Send + Sync {
-    /// Backend name ("openai", "anthropic", "replay").
-    fn name(&self) -> &str;
     /// Streams one answer; text deltas go to `deltas` as they come.
     async fn complete(
         &self,
