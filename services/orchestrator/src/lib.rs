@@ -173,8 +173,8 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
     let svc = service::OrchestratorService::new(engine, hub, shutdown.streams_token());
     let router = host.router().add_service(
         OrchestratorServer::new(svc)
-            .max_decoding_message_size(16 << 20)
-            .max_encoding_message_size(64 << 20),
+            .max_decoding_message_size(omicos_proto::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(omicos_proto::MAX_MESSAGE_BYTES),
     );
     // Ready once the tool-runner answers.
     let reporter = host.reporter();
