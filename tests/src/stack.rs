@@ -219,6 +219,15 @@ impl Stack {
     pub async fn chat(&self, req: ChatRequest) -> Result<ChatHandle, tonic::Status> {
         ChatHandle::open(self.client().await, req).await
     }
+
+    /// Opens a Chat whose call carries a deadline (`grpc-timeout`).
+    pub async fn chat_with_deadline(
+        &self,
+        req: ChatRequest,
+        deadline: Duration,
+    ) -> Result<ChatHandle, tonic::Status> {
+        ChatHandle::open_with(self.client().await, req, Some(deadline)).await
+    }
 }
 
 async fn start_orchestrator(
@@ -258,8 +267,17 @@ pub struct ChatHandle {
 impl ChatHandle {
     /// Opens a Chat.
     pub async fn open(
+        client: OrchestratorClient<Channel>,
+        req: ChatRequest,
+    ) -> Result<Self, tonic::Status> {
+        Self::open_with(client, req, None).await
+    }
+
+    /// Opens a Chat, with a deadline on the call when given.
+    pub async fn open_with(
         mut client: OrchestratorClient<Channel>,
         req: ChatRequest,
+        deadline: Option<Duration>,
     ) -> Result<Self, tonic::Status> {
         let (tx, rx) = mpsc::channel(16);
         tx.send(ChatClientMessage {
@@ -267,7 +285,11 @@ impl ChatHandle {
         })
         .await
         .unwrap();
-        let stream = client.chat(ReceiverStream::new(rx)).await?.into_inner();
+        let mut request = tonic::Request::new(ReceiverStream::new(rx));
+        if let Some(d) = deadline {
+            request.set_timeout(d);
+        }
+        let stream = client.chat(request).await?.into_inner();
         Ok(Self {
             tx,
             stream,

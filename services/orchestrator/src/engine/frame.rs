@@ -124,7 +124,7 @@ impl Engine {
                         &tag,
                         &call,
                         ToolStatus::Error,
-                        "cancelled by the user before it ran",
+                        s.not_run_reason(),
                         "",
                         0,
                     )
@@ -136,7 +136,7 @@ impl Engine {
                             &tag,
                             &rest,
                             ToolStatus::Error,
-                            "cancelled by the user before it ran",
+                            s.not_run_reason(),
                             "",
                             0,
                         )

@@ -56,12 +56,13 @@ pub enum Outcome {
     Error,
     /// The iteration limit was reached.
     MaxIterations,
-    /// The delegation deadline passed (sub-turns only).
+    /// The deadline passed: the root turn's (the client's `grpc-timeout`),
+    /// or a sub-turn's delegation deadline (which its caller reads as a tool error).
     Deadline,
 }
 
 impl Outcome {
-    /// The `TurnDone.reason`.
+    /// The `TurnDone.reason` of a root turn that ended so.
     pub fn reason(&self) -> TurnDoneReason {
         match self {
             Outcome::Completed => TurnDoneReason::Completed,
@@ -92,6 +93,22 @@ pub struct TurnSettings {
     pub max_iterations: u32,
     /// The team.
     pub team: Vec<String>,
+    /// When the root turn must end (the client's `grpc-timeout`); None: no deadline.
+    pub deadline: Option<tokio::time::Instant>,
+}
+
+impl TurnSettings {
+    /// Why a call the model asked for was not run after the turn was stopped.
+    pub fn not_run_reason(&self) -> &'static str {
+        if self
+            .deadline
+            .is_some_and(|d| tokio::time::Instant::now() >= d)
+        {
+            "the turn passed its deadline before it ran"
+        } else {
+            "cancelled by the user before it ran"
+        }
+    }
 }
 
 /// One agent's frame of work: the root turn, or a delegated sub-turn.
@@ -139,4 +156,23 @@ pub async fn emit_error(session: &SessionState, tag: &EventTag, error: &Orchestr
             message: error.report(),
         })))
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_outcome_has_its_own_turn_done_reason() {
+        let all = [
+            (Outcome::Completed, TurnDoneReason::Completed),
+            (Outcome::Cancelled, TurnDoneReason::Cancelled),
+            (Outcome::Error, TurnDoneReason::Error),
+            (Outcome::MaxIterations, TurnDoneReason::MaxIterations),
+            (Outcome::Deadline, TurnDoneReason::Deadline),
+        ];
+        for (o, r) in all {
+            assert_eq!(o.reason(), r, "{o:?}");
+        }
+    }
 }

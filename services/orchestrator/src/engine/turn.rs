@@ -83,7 +83,8 @@ impl Engine {
                     persist: true,
                     last_text: Arc::new(Mutex::new(String::new())),
                 };
-                self.run_frame(&st, &settings, &mut frame, &cancel).await
+                self.run_root_frame(&st, &settings, &mut frame, &cancel)
+                    .await
             }
             Err(e) => {
                 // Without its history the model would answer out of context: fail the turn clearly.
@@ -111,6 +112,35 @@ impl Engine {
 }
 
 impl Engine {
+    /// Runs the root frame, bounded by the turn's deadline when it has one.
+    /// At the deadline the frame is stopped the way a cancel stops it (every
+    /// call it started is still answered), and the turn reports DEADLINE.
+    async fn run_root_frame(
+        self: &Arc<Self>,
+        st: &Arc<SessionState>,
+        s: &TurnSettings,
+        frame: &mut Frame,
+        cancel: &CancellationToken,
+    ) -> Outcome {
+        let Some(at) = s.deadline else {
+            return self.run_frame(st, s, frame, cancel).await;
+        };
+        let stop = cancel.child_token();
+        let run = self.run_frame(st, s, frame, &stop);
+        tokio::pin!(run);
+        tokio::select! {
+            o = &mut run => o,
+            _ = tokio::time::sleep_until(at) => {
+                stop.cancel();
+                match run.await {
+                    // It finished in the same instant: the answer stands.
+                    Outcome::Completed => Outcome::Completed,
+                    _ => Outcome::Deadline,
+                }
+            }
+        }
+    }
+
     /// The session's history with the user's message appended (and persisted).
     /// The message is persisted only after the history was read, so a failed
     /// read leaves the history as it was (the message stays in TurnStarted

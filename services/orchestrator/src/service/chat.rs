@@ -16,6 +16,29 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Status, Streaming};
 
+/// The deadline a client set on its call: the `grpc-timeout` header of the
+/// gRPC over HTTP/2 spec (at most 8 digits, then H, M, S, m, u or n). tonic
+/// bounds only the handler's future with it, not the stream, so the turn
+/// applies it itself. A malformed value is ignored, as tonic ignores it.
+fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
+    let v = metadata.get("grpc-timeout")?.to_str().ok()?;
+    let unit = v.chars().last()?;
+    let digits = &v[..v.len() - unit.len_utf8()];
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        'H' => Duration::from_secs(n * 3600),
+        'M' => Duration::from_secs(n * 60),
+        'S' => Duration::from_secs(n),
+        'm' => Duration::from_millis(n),
+        'u' => Duration::from_micros(n),
+        'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
 /// A turn that has started: its session, its id, and the seq before its first event.
 struct Started {
     state: Arc<SessionState>,
@@ -29,6 +52,7 @@ impl OrchestratorService {
         &self,
         req: Request<Streaming<ChatClientMessage>>,
     ) -> Result<EventStream, Status> {
+        let deadline = grpc_timeout(req.metadata()).map(|t| tokio::time::Instant::now() + t);
         let mut inbound = req.into_inner();
         // A first message that does not decode is already INVALID_ARGUMENT (the codec's).
         let first = inbound.message().await?.ok_or_else(|| {
@@ -48,7 +72,7 @@ impl OrchestratorService {
             state,
             turn_id,
             start_seq,
-        } = match self.start_turn(cr).await {
+        } = match self.start_turn(cr, deadline).await {
             Ok(s) => s,
             // Answered in-band, so a client that resumes a lost session sees why in its event stream.
             Err(e @ OrchestratorError::SessionNotFound(_)) => {
@@ -108,7 +132,11 @@ impl OrchestratorService {
 
     /// Decides whether the request may start a turn (session, team, lease)
     /// and, when it may, starts it in the engine.
-    async fn start_turn(&self, cr: ChatRequest) -> Result<Started, OrchestratorError> {
+    async fn start_turn(
+        &self,
+        cr: ChatRequest,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Started, OrchestratorError> {
         let mode = PermissionMode::parse(&cr.permission_mode)?;
         if cr.message.trim().is_empty() {
             return Err(OrchestratorError::InvalidArgument(
@@ -204,6 +232,7 @@ impl OrchestratorService {
                 cr.max_tool_iterations
             },
             team: team.members.clone(),
+            deadline,
         };
         tokio::spawn(self.engine.clone().run_turn(
             state.clone(),
@@ -221,5 +250,37 @@ impl OrchestratorService {
             turn_id,
             start_seq,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeout_of(v: &str) -> Option<Duration> {
+        let mut md = tonic::metadata::MetadataMap::new();
+        md.insert("grpc-timeout", v.parse().unwrap());
+        grpc_timeout(&md)
+    }
+
+    #[test]
+    fn grpc_timeout_follows_the_spec() {
+        assert_eq!(timeout_of("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(timeout_of("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(timeout_of("30S"), Some(Duration::from_secs(30)));
+        assert_eq!(timeout_of("1500m"), Some(Duration::from_millis(1500)));
+        assert_eq!(
+            timeout_of("99999999u"),
+            Some(Duration::from_micros(99_999_999))
+        );
+        assert_eq!(timeout_of("7n"), Some(Duration::from_nanos(7)));
+        for bad in ["", "S", "123456789S", "10x", "-1S", "1.5S", "10 S"] {
+            assert_eq!(timeout_of(bad), None, "{bad:?}");
+        }
+        assert_eq!(grpc_timeout(&tonic::metadata::MetadataMap::new()), None);
+        // What a tonic client sends for Request::set_timeout.
+        let mut r = tonic::Request::new(());
+        r.set_timeout(Duration::from_millis(250));
+        assert_eq!(grpc_timeout(r.metadata()), Some(Duration::from_millis(250)));
     }
 }
