@@ -100,7 +100,10 @@ impl Engine {
             )
             .await;
         renew.abort();
-        let _ = st.store().release_turn(&st.id, &lease_owner).await;
+        if let Err(e) = st.store().release_turn(&st.id, &lease_owner).await {
+            // Not fatal: the lease expires on its own after `lease`.
+            tracing::warn!(session = %st.id, error = %e, "turn lease not released");
+        }
         st.emit_final(
             tag.event(chat_event::Kind::TurnDone(TurnDone {
                 reason: reason as i32,
@@ -109,9 +112,7 @@ impl Engine {
         )
         .await;
     }
-}
 
-impl Engine {
     /// Runs the root frame, bounded by the turn's deadline when it has one.
     /// At the deadline the frame is stopped the way a cancel stops it (every
     /// call it started is still answered), and the turn reports DEADLINE.
