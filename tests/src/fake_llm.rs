@@ -79,11 +79,6 @@ impl FakeLlm {
         format!("{}/v1", self.base)
     }
 
-    /// Adds replies to the script.
-    pub fn push(&self, replies: Vec<Reply>) {
-        self.inner.lock().unwrap().script.extend(replies);
-    }
-
     /// Every request so far.
     pub fn requests(&self) -> Vec<Recorded> {
         self.inner.lock().unwrap().requests.clone()

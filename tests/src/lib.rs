@@ -2,9 +2,11 @@
 //! in-process stack of real services on loopback ports, and a Chat client.
 
 pub mod fake_llm;
+pub mod flaky_store;
 pub mod stack;
 
 pub use fake_llm::{FakeLlm, Reply};
+pub use flaky_store::{FlakyStore, Op};
 pub use stack::{
     ChatHandle, Stack, StackOptions, assert_gap_free, done_reason, events_text, finished_calls,
 };

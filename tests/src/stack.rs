@@ -8,6 +8,7 @@ use omicos_proto::{
     ToolCallFinished, chat_client_message, chat_event, orchestrator_client::OrchestratorClient,
 };
 use omicos_servicekit::Shutdown;
+use omicos_sessionstore::SessionStore;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -33,6 +34,8 @@ pub struct StackOptions {
     pub tweak: Option<ConfigTweak>,
     /// Conversation store URL; empty: memory.
     pub store_url: String,
+    /// A store to use instead of opening `store_url` (a [`crate::FlakyStore`]).
+    pub store: Option<Arc<dyn SessionStore>>,
     /// Workspace to use; None: a new temporary directory.
     pub workspace: Option<std::path::PathBuf>,
 }
@@ -47,6 +50,7 @@ impl Default for StackOptions {
             runner_overrides: serde_json::json!({}),
             tweak: None,
             store_url: "memory:".into(),
+            store: None,
             workspace: None,
         }
     }
@@ -69,6 +73,7 @@ pub struct Stack {
     pub runner_shutdown: Shutdown,
     orch_cfg: Config,
     agents: Arc<dyn AgentDirectory>,
+    store: Option<Arc<dyn SessionStore>>,
 }
 
 fn merge(base: &mut serde_json::Value, over: serde_json::Value) {
@@ -126,10 +131,14 @@ impl Stack {
         if let Some(t) = opts.tweak {
             t(&mut cfg);
         }
-        let agents = opts
-            .agents
-            .unwrap_or_else(|| Arc::new(omicos_orchestrator::agents::SingleAgent));
-        let (orch_url, orch_shutdown) = start_orchestrator(cfg.clone(), agents.clone()).await;
+        let agents = opts.agents.unwrap_or_else(|| {
+            Arc::new(
+                omicos_orchestrator::agents::SingleAgent::from_config(&cfg)
+                    .expect("the configured tier"),
+            )
+        });
+        let (orch_url, orch_shutdown) =
+            start_orchestrator(cfg.clone(), agents.clone(), opts.store.clone()).await;
         let stack = Stack {
             orchestrator: orch_url,
             runner: runner_url,
@@ -140,6 +149,7 @@ impl Stack {
             runner_shutdown,
             orch_cfg: cfg,
             agents,
+            store: opts.store,
         };
         stack.wait_serving(&stack.orchestrator).await;
         stack
@@ -150,7 +160,12 @@ impl Stack {
     pub async fn restart_orchestrator(&mut self) {
         self.orch_shutdown.trigger();
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let (url, sd) = start_orchestrator(self.orch_cfg.clone(), self.agents.clone()).await;
+        let (url, sd) = start_orchestrator(
+            self.orch_cfg.clone(),
+            self.agents.clone(),
+            self.store.clone(),
+        )
+        .await;
         self.orchestrator = url;
         self.orch_shutdown = sd;
         self.wait_serving(&self.orchestrator.clone()).await;
@@ -158,7 +173,12 @@ impl Stack {
 
     /// Starts one more orchestrator replica on the same store; returns its URL.
     pub async fn add_replica(&self) -> String {
-        let (url, _sd) = start_orchestrator(self.orch_cfg.clone(), self.agents.clone()).await;
+        let (url, _sd) = start_orchestrator(
+            self.orch_cfg.clone(),
+            self.agents.clone(),
+            self.store.clone(),
+        )
+        .await;
         self.wait_serving(&url).await;
         url
     }
@@ -199,11 +219,27 @@ impl Stack {
     pub async fn chat(&self, req: ChatRequest) -> Result<ChatHandle, tonic::Status> {
         ChatHandle::open(self.client().await, req).await
     }
+
+    /// Opens a Chat whose call carries a deadline (`grpc-timeout`).
+    pub async fn chat_with_deadline(
+        &self,
+        req: ChatRequest,
+        deadline: Duration,
+    ) -> Result<ChatHandle, tonic::Status> {
+        ChatHandle::open_with(self.client().await, req, Some(deadline)).await
+    }
 }
 
-async fn start_orchestrator(cfg: Config, agents: Arc<dyn AgentDirectory>) -> (String, Shutdown) {
+async fn start_orchestrator(
+    cfg: Config,
+    agents: Arc<dyn AgentDirectory>,
+    store: Option<Arc<dyn SessionStore>>,
+) -> (String, Shutdown) {
     let backends = omicos_orchestrator::build_backends(&cfg.llm).expect("backends");
-    let store = omicos_orchestrator::open_store(&cfg).await.expect("store");
+    let store = match store {
+        Some(s) => s,
+        None => omicos_orchestrator::open_store(&cfg).await.expect("store"),
+    };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let sd = Shutdown::new(Duration::from_secs(2));
@@ -231,8 +267,17 @@ pub struct ChatHandle {
 impl ChatHandle {
     /// Opens a Chat.
     pub async fn open(
+        client: OrchestratorClient<Channel>,
+        req: ChatRequest,
+    ) -> Result<Self, tonic::Status> {
+        Self::open_with(client, req, None).await
+    }
+
+    /// Opens a Chat, with a deadline on the call when given.
+    pub async fn open_with(
         mut client: OrchestratorClient<Channel>,
         req: ChatRequest,
+        deadline: Option<Duration>,
     ) -> Result<Self, tonic::Status> {
         let (tx, rx) = mpsc::channel(16);
         tx.send(ChatClientMessage {
@@ -240,7 +285,11 @@ impl ChatHandle {
         })
         .await
         .unwrap();
-        let stream = client.chat(ReceiverStream::new(rx)).await?.into_inner();
+        let mut request = tonic::Request::new(ReceiverStream::new(rx));
+        if let Some(d) = deadline {
+            request.set_timeout(d);
+        }
+        let stream = client.chat(request).await?.into_inner();
         Ok(Self {
             tx,
             stream,

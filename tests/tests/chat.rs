@@ -573,3 +573,72 @@ async fn max_iterations_stops_the_loop() {
     assert_eq!(llm.requests().len(), 2);
     assert_eq!(finished_calls(&events).len(), 2);
 }
+
+#[tokio::test]
+async fn a_root_turn_past_its_deadline_reports_deadline_and_answers_every_call() {
+    let llm = FakeLlm::start(vec![
+        tools(&[("c_sleep", "shell", r#"{"command":"sleep 30"}"#)]),
+        Reply::Text("next turn".into()),
+    ])
+    .await;
+    let stack = Stack::start(llm.clone(), StackOptions::default()).await;
+    let t = std::time::Instant::now();
+    let mut chat = stack
+        .chat_with_deadline(req("sleep", "full"), Duration::from_millis(1500))
+        .await
+        .unwrap();
+    let events = chat.until_done().await;
+    assert!(
+        t.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        done_reason(&events).as_deref(),
+        Some("deadline"),
+        "{events:#?}"
+    );
+    assert_gap_free(&events, 0);
+    let f = finished_calls(&events);
+    assert_eq!(f.len(), 1, "{events:#?}");
+    assert_eq!(f[0].status(), ToolStatus::Error);
+    // The trajectory says why the turn ended.
+    let session = events[0].session_id.clone();
+    let traj = std::fs::read_to_string(
+        stack
+            .workspace
+            .join(".omicos/trajectories")
+            .join(&session)
+            .join("trajectory.jsonl"),
+    )
+    .unwrap();
+    let last: Value = serde_json::from_str(traj.lines().last().unwrap()).unwrap();
+    assert_eq!(last["reason"], "deadline", "{last}");
+    // The session goes on, and the stopped call was answered exactly once in its history.
+    let next = stack
+        .chat(ChatRequest {
+            session_id: session,
+            ..req("go on", "full")
+        })
+        .await
+        .unwrap()
+        .until_done()
+        .await;
+    assert_eq!(done_reason(&next).as_deref(), Some("completed"));
+    assert_eq!(llm.requests().len(), 2);
+    llm.assert_invariants();
+}
+
+#[tokio::test]
+async fn a_deadline_that_is_not_reached_changes_nothing() {
+    let llm = FakeLlm::start(vec![Reply::Text("quick".into())]).await;
+    let stack = Stack::start(llm, StackOptions::default()).await;
+    let events = stack
+        .chat_with_deadline(req("hi", "full"), Duration::from_secs(60))
+        .await
+        .unwrap()
+        .until_done()
+        .await;
+    assert_eq!(done_reason(&events).as_deref(), Some("completed"));
+    assert_eq!(events_text(&events), "quick");
+}

@@ -124,5 +124,5 @@ async fn an_idle_stream_is_broken() {
         .await
         .unwrap_err();
     assert!(matches!(err, LlmError::StreamBroken(_)), "{err:?}");
-    assert_eq!(err.kind(), "llm_stream_broken");
+    assert_eq!(err.kind().as_str(), "llm_stream_broken");
 }

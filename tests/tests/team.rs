@@ -484,3 +484,45 @@ async fn plan_asks_the_client_through_the_approval_path() {
     .unwrap();
     assert!(plan.contains("1. look"), "{plan}");
 }
+
+#[tokio::test]
+async fn without_a_catalog_the_single_agent_reports_the_configured_tier() {
+    let llm = FakeLlm::start(vec![Reply::Text("hello".into())]).await;
+    let tweak: omicos_e2e::stack::ConfigTweak = Box::new(|c| c.tier = "pro_cloud".into());
+    let stack = Stack::start(
+        llm,
+        StackOptions {
+            tweak: Some(tweak),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut client = stack.client().await;
+    let listed = client
+        .list_agents(omicos_proto::ListAgentsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.deployment_tier, "pro_cloud");
+    let ids: Vec<&str> = listed.agents.iter().map(|a| a.id.as_str()).collect();
+    // The agent listed is the one a turn really runs as.
+    let events = stack
+        .chat(ChatRequest {
+            message: "hi".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .until_done()
+        .await;
+    let Some(chat_event::Kind::TurnStarted(t)) = &events[0].kind else {
+        panic!("{events:#?}");
+    };
+    assert_eq!(ids, [t.agent.as_str()]);
+    let r = client
+        .refresh_catalog(omicos_proto::RefreshCatalogRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.agents as usize, listed.agents.len());
+}

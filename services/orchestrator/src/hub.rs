@@ -1,6 +1,7 @@
 //! Live session state: the gap-free event sequence, subscribers, pending
 //! approvals, tools allowed for the rest of the session, and the running turn.
 
+use crate::error::OrchestratorError;
 use omicos_proto::{ChatEvent, Decision, chat_event};
 use omicos_sessionstore::SessionStore;
 use prost::Message;
@@ -31,11 +32,20 @@ pub struct SessionState {
 }
 
 impl SessionState {
-    /// Reloads the latest seq from the store (another replica may have written).
-    pub async fn sync_seq(&self) {
-        if let Ok(s) = self.store.last_seq(&self.id).await {
-            *self.seq.lock().await = s;
-        }
+    /// Reloads the latest seq from the store (another replica may have
+    /// written). An error leaves the seq as it was and must stop the caller:
+    /// emitting on a stale seq would break the gap-free sequence.
+    pub async fn sync_seq(&self) -> Result<(), OrchestratorError> {
+        let mut seq = self.seq.lock().await;
+        *seq = self
+            .store
+            .last_seq(&self.id)
+            .await
+            .map_err(|source| OrchestratorError::Seq {
+                session: self.id.clone(),
+                source,
+            })?;
+        Ok(())
     }
 
     /// Assigns the next seq, persists and broadcasts the event. Returns the seq.
@@ -179,14 +189,24 @@ impl Hub {
         &self.store
     }
 
-    /// The live state of `id`, created (with seq loaded from the store) on first use.
-    pub async fn state(&self, id: &str) -> Arc<SessionState> {
+    /// The live state of `id`, created (with seq loaded from the store) on
+    /// first use. A seq that cannot be read is an error, never 0: a session
+    /// whose sequence restarted would overwrite or skip its own events.
+    pub async fn state(&self, id: &str) -> Result<Arc<SessionState>, OrchestratorError> {
         if let Some(s) = self.sessions.lock().expect("sessions").get(id) {
-            return s.clone();
+            return Ok(s.clone());
         }
-        let last = self.store.last_seq(id).await.unwrap_or(0);
+        let last = self
+            .store
+            .last_seq(id)
+            .await
+            .map_err(|source| OrchestratorError::Seq {
+                session: id.to_owned(),
+                source,
+            })?;
         let mut map = self.sessions.lock().expect("sessions");
-        map.entry(id.to_owned())
+        Ok(map
+            .entry(id.to_owned())
             .or_insert_with(|| {
                 Arc::new(SessionState {
                     id: id.to_owned(),
@@ -199,7 +219,7 @@ impl Hub {
                     store: self.store.clone(),
                 })
             })
-            .clone()
+            .clone())
     }
 
     /// The live state if this replica has it.
@@ -235,4 +255,96 @@ impl Hub {
 /// Whether `ev` ends the turn `turn_id`.
 pub fn is_turn_done(ev: &ChatEvent, turn_id: &str) -> bool {
     ev.turn_id == turn_id && matches!(ev.kind, Some(chat_event::Kind::TurnDone(_)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_trait::async_trait;
+    use omicos_sessionstore::{MemoryStore, SessionMeta, StoreError, StoreResult};
+    use serde_json::Value;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A memory store whose `last_seq` fails while `broken` is set.
+    #[derive(Default)]
+    struct SeqFails {
+        inner: MemoryStore,
+        broken: AtomicBool,
+    }
+
+    #[async_trait]
+    impl SessionStore for SeqFails {
+        async fn put_session(&self, meta: &SessionMeta) -> StoreResult<()> {
+            self.inner.put_session(meta).await
+        }
+        async fn get_session(&self, id: &str) -> StoreResult<Option<SessionMeta>> {
+            self.inner.get_session(id).await
+        }
+        async fn list_sessions(&self, limit: usize) -> StoreResult<Vec<SessionMeta>> {
+            self.inner.list_sessions(limit).await
+        }
+        async fn delete_session(&self, id: &str) -> StoreResult<bool> {
+            self.inner.delete_session(id).await
+        }
+        async fn append_messages(&self, id: &str, messages: &[Value]) -> StoreResult<()> {
+            self.inner.append_messages(id, messages).await
+        }
+        async fn messages(&self, id: &str) -> StoreResult<Vec<Value>> {
+            self.inner.messages(id).await
+        }
+        async fn append_event(&self, id: &str, seq: u64, event: &[u8]) -> StoreResult<()> {
+            self.inner.append_event(id, seq, event).await
+        }
+        async fn events_since(&self, id: &str, since: u64) -> StoreResult<Vec<(u64, Vec<u8>)>> {
+            self.inner.events_since(id, since).await
+        }
+        async fn last_seq(&self, id: &str) -> StoreResult<u64> {
+            if self.broken.load(Ordering::SeqCst) {
+                return Err(StoreError::Backend("connection reset".into()));
+            }
+            self.inner.last_seq(id).await
+        }
+        async fn try_lease_turn(&self, id: &str, owner: &str, ttl_ms: i64) -> StoreResult<bool> {
+            self.inner.try_lease_turn(id, owner, ttl_ms).await
+        }
+        async fn release_turn(&self, id: &str, owner: &str) -> StoreResult<()> {
+            self.inner.release_turn(id, owner).await
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_seq_is_an_error_never_a_restart_at_zero() {
+        let store = Arc::new(SeqFails::default());
+        store
+            .put_session(&SessionMeta {
+                id: "s".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        for seq in 1..=3 {
+            store.append_event("s", seq, b"").await.unwrap();
+        }
+        let hub = Hub::new(store.clone());
+        store.broken.store(true, Ordering::SeqCst);
+        let e = hub.state("s").await.err().expect("the seq cannot be read");
+        assert!(matches!(e, OrchestratorError::Seq { .. }), "{e:?}");
+        assert_eq!(e.kind().grpc_code(), tonic::Code::Unavailable);
+        assert!(
+            hub.existing("s").is_none(),
+            "no state is kept with a guessed seq"
+        );
+
+        store.broken.store(false, Ordering::SeqCst);
+        let st = hub.state("s").await.unwrap();
+        assert_eq!(st.last_seq().await, 3);
+        // Another replica wrote one more; a failed sync keeps the seq and says so.
+        store.append_event("s", 4, b"").await.unwrap();
+        store.broken.store(true, Ordering::SeqCst);
+        assert!(st.sync_seq().await.is_err());
+        assert_eq!(st.last_seq().await, 3);
+        store.broken.store(false, Ordering::SeqCst);
+        st.sync_seq().await.unwrap();
+        assert_eq!(st.last_seq().await, 4);
+    }
 }

@@ -4,6 +4,7 @@
 pub mod agents;
 pub mod config;
 pub mod engine;
+pub mod error;
 pub mod hub;
 pub mod llm;
 pub mod runner_client;
@@ -13,6 +14,7 @@ pub mod trajectory;
 use agents::AgentDirectory;
 use config::Config;
 use engine::Engine;
+use error::OrchestratorError;
 use hub::Hub;
 use llm::LlmBackend;
 use llm::retry::RetryPolicy;
@@ -28,7 +30,7 @@ use tokio::net::TcpListener;
 pub type Backends = (HashMap<String, Arc<dyn LlmBackend>>, String);
 
 /// Builds the LLM backends the configuration allows, and picks the default.
-pub fn build_backends(cfg: &config::LlmConfig) -> Result<Backends, String> {
+pub fn build_backends(cfg: &config::LlmConfig) -> Result<Backends, OrchestratorError> {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let retry = RetryPolicy {
         max_attempts: cfg.max_attempts.max(1),
@@ -100,16 +102,22 @@ pub fn build_backends(cfg: &config::LlmConfig) -> Result<Backends, String> {
     }
     if !cfg.replay_file.is_empty() {
         let b = llm::replay::ReplayBackend::from_file(std::path::Path::new(&cfg.replay_file))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| OrchestratorError::Config {
+                key: "llm.replay_file",
+                source: Box::new(e),
+            })?;
         map.insert("replay".into(), Arc::new(b));
     } else if default == "replay" {
-        return Err("config key `llm.replay_file`: the replay backend needs a script".into());
+        return Err(OrchestratorError::config(
+            "llm.replay_file",
+            "the replay backend needs a script",
+        ));
     }
     Ok((map, default))
 }
 
 /// Opens the conversation store named by the configuration.
-pub async fn open_store(cfg: &Config) -> Result<Arc<dyn SessionStore>, String> {
+pub async fn open_store(cfg: &Config) -> Result<Arc<dyn SessionStore>, OrchestratorError> {
     let url = if cfg.store_url.is_empty() {
         format!(
             "sqlite://{}",
@@ -120,7 +128,10 @@ pub async fn open_store(cfg: &Config) -> Result<Arc<dyn SessionStore>, String> {
     };
     omicos_sessionstore::open(&url)
         .await
-        .map_err(|e| format!("config key `store_url`: {e}"))
+        .map_err(|e| OrchestratorError::Config {
+            key: "store_url",
+            source: Box::new(e),
+        })
 }
 
 /// Everything needed to serve, already built (tests can pass their own pieces).
@@ -162,8 +173,8 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
     let svc = service::OrchestratorService::new(engine, hub, shutdown.streams_token());
     let router = host.router().add_service(
         OrchestratorServer::new(svc)
-            .max_decoding_message_size(16 << 20)
-            .max_encoding_message_size(64 << 20),
+            .max_decoding_message_size(omicos_proto::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(omicos_proto::MAX_MESSAGE_BYTES),
     );
     // Ready once the tool-runner answers.
     let reporter = host.reporter();

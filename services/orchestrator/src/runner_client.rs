@@ -1,6 +1,7 @@
 //! Running one tool call through the tool-runner's `Execute` stream, relaying
 //! progress, output and approvals to the session.
 
+use crate::error::{OrchestratorError, RunnerStatus};
 use crate::hub::SessionState;
 use omicos_proto::{
     ChatEvent, Decision, ExecuteApproval, ExecuteCancel, ExecuteClientMessage, ExecuteStart,
@@ -45,9 +46,12 @@ impl EventTag {
 
 impl Runner {
     /// A lazily connected client.
-    pub fn new(endpoint: &str) -> Result<Self, String> {
+    pub fn new(endpoint: &str) -> Result<Self, OrchestratorError> {
         let ch = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
-            .map_err(|e| format!("tool_runner `{endpoint}`: {e}"))?
+            .map_err(|source| OrchestratorError::RunnerEndpoint {
+                endpoint: endpoint.to_owned(),
+                source,
+            })?
             .connect_timeout(std::time::Duration::from_secs(3))
             .tcp_nodelay(true)
             .connect_lazy();
@@ -59,11 +63,15 @@ impl Runner {
     }
 
     /// The tools for these toolsets under a mode.
-    pub async fn list_tools(&self, req: ListToolsRequest) -> Result<Vec<ToolSpec>, tonic::Status> {
+    pub async fn list_tools(
+        &self,
+        req: ListToolsRequest,
+    ) -> Result<Vec<ToolSpec>, OrchestratorError> {
         let mut c = self.client.clone();
         Ok(
             c.list_tools(omicos_servicekit::telemetry::traced_request(req))
-                .await?
+                .await
+                .map_err(|s| OrchestratorError::ToolRunner(RunnerStatus(s)))?
                 .into_inner()
                 .tools,
         )

@@ -125,10 +125,6 @@ pub fn to_anthropic_messages(messages: &[Value]) -> Vec<Value> {
 
 #[async_trait]
 impl LlmBackend for AnthropicBackend {
-    fn name(&self) -> &str {
-        "anthropic"
-    }
-
     async fn complete(
         &self,
         req: &LlmRequest,

@@ -7,6 +7,7 @@ pub mod replay;
 pub mod retry;
 pub mod sse;
 
+use crate::error::ErrorKind;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -101,15 +102,15 @@ pub enum LlmError {
 }
 
 impl LlmError {
-    /// The `ErrorEvent.kind` for this error.
-    pub fn kind(&self) -> &'static str {
+    /// The kind of this error (its spelling and gRPC code live in [`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            LlmError::ContextOverflow(_) => "context_overflow",
-            LlmError::BadRequest(_) => "bad_request",
-            LlmError::Unavailable { .. } => "llm_unavailable",
-            LlmError::StreamBroken(_) => "llm_stream_broken",
-            LlmError::Cancelled => "cancelled",
-            LlmError::Config(_) => "llm_config",
+            LlmError::ContextOverflow(_) => ErrorKind::ContextOverflow,
+            LlmError::BadRequest(_) => ErrorKind::BadRequest,
+            LlmError::Unavailable { .. } => ErrorKind::LlmUnavailable,
+            LlmError::StreamBroken(_) => ErrorKind::LlmStreamBroken,
+            LlmError::Cancelled => ErrorKind::Cancelled,
+            LlmError::Config(_) => ErrorKind::LlmConfig,
         }
     }
 }
@@ -117,8 +118,6 @@ impl LlmError {
 /// A model backend.
 #[async_trait]
 pub trait LlmBackend: Send + Sync {
-    /// Backend name ("openai", "anthropic", "replay").
-    fn name(&self) -> &str;
     /// Streams one answer; text deltas go to `deltas` as they come.
     async fn complete(
         &self,
@@ -151,7 +150,7 @@ where
     tokio::select! {
         r = tokio::time::timeout(idle, reader.next_event()) => match r {
             Err(_) => Err(LlmError::StreamBroken(format!("no data for {idle:?}"))),
-            Ok(r) => r.map_err(LlmError::StreamBroken),
+            Ok(r) => r.map_err(|e| LlmError::StreamBroken(e.to_string())),
         },
         _ = cancel.cancelled() => Err(LlmError::Cancelled),
     }

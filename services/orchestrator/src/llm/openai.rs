@@ -78,10 +78,6 @@ struct PartialCall {
 
 #[async_trait]
 impl LlmBackend for OpenAiBackend {
-    fn name(&self) -> &str {
-        "openai"
-    }
-
     async fn complete(
         &self,
         req: &LlmRequest,

@@ -98,10 +98,6 @@ impl ReplayBackend {
 
 #[async_trait]
 impl LlmBackend for ReplayBackend {
-    fn name(&self) -> &str {
-        "replay"
-    }
-
     async fn complete(
         &self,
         req: &LlmRequest,

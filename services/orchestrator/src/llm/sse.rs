@@ -33,8 +33,9 @@ where
         }
     }
 
-    /// The next event; Ok(None) at a clean end of stream.
-    pub async fn next_event(&mut self) -> Result<Option<SseEvent>, String> {
+    /// The next event; Ok(None) at a clean end of stream; the body's own
+    /// error when the transport fails.
+    pub async fn next_event(&mut self) -> Result<Option<SseEvent>, E> {
         loop {
             if let Some(ev) = self.take_event() {
                 return Ok(Some(ev));
@@ -49,7 +50,7 @@ where
             }
             match self.inner.next().await {
                 Some(Ok(chunk)) => self.buf.extend_from_slice(&chunk),
-                Some(Err(e)) => return Err(e.to_string()),
+                Some(Err(e)) => return Err(e),
                 None => self.done = true,
             }
         }

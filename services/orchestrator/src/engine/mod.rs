@@ -1,0 +1,178 @@
+//! The turn loop: the active agent's prompt and history go to the model with
+//! the tool schemas; text streams to the client; tool calls run through the
+//! tool-runner (or, for `call_agent`, as a sub-turn of another agent); results
+//! go back as `tool` messages until the model answers without tool calls.
+//!
+//! - [`turn`]: a root turn from start to turn_done ([`Engine::run_turn`]);
+//! - [`frame`]: one agent's frame of work ([`Engine::run_frame`]);
+//! - [`delegate`]: `call_agent` and `list_agents`, served here, never by the runner;
+//! - [`tools`]: the tools an agent sees (runner specs → model definitions, team tools).
+
+mod delegate;
+mod frame;
+mod tools;
+mod turn;
+
+pub use delegate::team_tools;
+pub use tools::{AgentTools, TEAM_TOOLSET, runner_toolsets, tool_def};
+pub use turn::RootTurn;
+
+use crate::agents::{AgentDirectory, AgentProfile};
+use crate::config::Config;
+use crate::error::OrchestratorError;
+use crate::hub::SessionState;
+use crate::llm::{LlmBackend, LlmError};
+use crate::runner_client::{EventTag, Runner};
+use crate::trajectory::Trajectories;
+use omicos_proto::{ErrorEvent, PermissionMode, TurnDoneReason, chat_event};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Shared by every turn of this replica.
+pub struct Engine {
+    /// Settings.
+    pub config: Config,
+    /// The tool-runner.
+    pub runner: Runner,
+    /// Backends by name.
+    pub backends: HashMap<String, Arc<dyn LlmBackend>>,
+    /// The default backend name.
+    pub default_backend: String,
+    /// Agents.
+    pub agents: Arc<dyn AgentDirectory>,
+    /// Trajectory files.
+    pub trajectories: Trajectories,
+}
+
+/// How a turn (or sub-turn) ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// The model answered without tool calls.
+    Completed,
+    /// The client cancelled.
+    Cancelled,
+    /// A model error ended it.
+    Error,
+    /// The iteration limit was reached.
+    MaxIterations,
+    /// The deadline passed: the root turn's (the client's `grpc-timeout`),
+    /// or a sub-turn's delegation deadline (which its caller reads as a tool error).
+    Deadline,
+}
+
+impl Outcome {
+    /// The `TurnDone.reason` of a root turn that ended so.
+    pub fn reason(&self) -> TurnDoneReason {
+        match self {
+            Outcome::Completed => TurnDoneReason::Completed,
+            Outcome::Cancelled => TurnDoneReason::Cancelled,
+            Outcome::Error => TurnDoneReason::Error,
+            Outcome::MaxIterations => TurnDoneReason::MaxIterations,
+            Outcome::Deadline => TurnDoneReason::Deadline,
+        }
+    }
+}
+
+/// The per-turn settings taken from the ChatRequest.
+#[derive(Clone, Debug)]
+pub struct TurnSettings {
+    /// Turn id.
+    pub turn_id: String,
+    /// Permission mode (unspecified: the runner's default).
+    pub permission_mode: PermissionMode,
+    /// Legacy switch.
+    pub allow_shell: Option<bool>,
+    /// Legacy switch.
+    pub allow_file_write: Option<bool>,
+    /// Model override.
+    pub model: String,
+    /// Backend override.
+    pub provider: String,
+    /// Iteration limit.
+    pub max_iterations: u32,
+    /// The team.
+    pub team: Vec<String>,
+    /// When the root turn must end (the client's `grpc-timeout`); None: no deadline.
+    pub deadline: Option<tokio::time::Instant>,
+}
+
+impl TurnSettings {
+    /// Why a call the model asked for was not run after the turn was stopped.
+    pub fn not_run_reason(&self) -> &'static str {
+        if self
+            .deadline
+            .is_some_and(|d| tokio::time::Instant::now() >= d)
+        {
+            "the turn passed its deadline before it ran"
+        } else {
+            "cancelled by the user before it ran"
+        }
+    }
+}
+
+/// One agent's frame of work: the root turn, or a delegated sub-turn.
+pub struct Frame {
+    /// The agent.
+    pub agent: AgentProfile,
+    /// Its context (history for the root, the instruction for a sub-turn).
+    pub messages: Vec<Value>,
+    /// Delegation depth (0 = root).
+    pub depth: u32,
+    /// Agents on the delegation chain, root first.
+    pub chain: Vec<String>,
+    /// Execution context id.
+    pub context: String,
+    /// Persist messages to the session history (root only).
+    pub persist: bool,
+    /// Latest text, so a stopped sub-turn can return what it has.
+    pub last_text: Arc<Mutex<String>>,
+}
+
+impl Engine {
+    pub(crate) fn backend(&self, name: &str) -> Result<Arc<dyn LlmBackend>, LlmError> {
+        let name = if name.is_empty() {
+            &self.default_backend
+        } else {
+            name
+        };
+        self.backends.get(name).cloned().ok_or_else(|| {
+            let mut known: Vec<_> = self.backends.keys().cloned().collect();
+            known.sort();
+            LlmError::Config(format!(
+                "provider `{name}` is not configured (configured: {})",
+                known.join(", ")
+            ))
+        })
+    }
+}
+
+/// Emits an error event.
+pub async fn emit_error(session: &SessionState, tag: &EventTag, error: &OrchestratorError) {
+    tracing::warn!(session = %session.id, turn = %tag.turn_id, kind = %error.kind(), error = %error.report(), "turn error");
+    session
+        .emit(tag.event(chat_event::Kind::Error(ErrorEvent {
+            kind: error.kind().as_str().into(),
+            message: error.report(),
+        })))
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_outcome_has_its_own_turn_done_reason() {
+        let all = [
+            (Outcome::Completed, TurnDoneReason::Completed),
+            (Outcome::Cancelled, TurnDoneReason::Cancelled),
+            (Outcome::Error, TurnDoneReason::Error),
+            (Outcome::MaxIterations, TurnDoneReason::MaxIterations),
+            (Outcome::Deadline, TurnDoneReason::Deadline),
+        ];
+        for (o, r) in all {
+            assert_eq!(o.reason(), r, "{o:?}");
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! The tools an agent sees: the tool-runner's specs for the agent's
+//! toolsets, turned into the model's tool definitions, plus the team tools
+//! the orchestrator serves itself. The one place a `ToolSpec` becomes a
+//! [`ToolDef`] and the `team` toolset is kept away from the runner.
+
+use super::{Engine, team_tools};
+use crate::error::OrchestratorError;
+use crate::llm::ToolDef;
+use omicos_proto::{ListToolsRequest, PermissionMode, ToolSpec};
+use serde_json::json;
+
+/// The toolset the orchestrator serves itself (`call_agent`, `list_agents`);
+/// it never reaches the runner.
+pub const TEAM_TOOLSET: &str = "team";
+
+/// The provider name team tools are listed under.
+const TEAM_PROVIDER: &str = "orchestrator";
+
+/// The toolsets the tool-runner serves: all of the agent's but `team`.
+pub fn runner_toolsets(toolsets: &[String]) -> Vec<String> {
+    toolsets
+        .iter()
+        .filter(|t| *t != TEAM_TOOLSET)
+        .cloned()
+        .collect()
+}
+
+/// A runner's tool spec as the model's tool definition. A schema that does
+/// not parse becomes an open object, so one bad spec cannot hide the others.
+pub fn tool_def(spec: &ToolSpec) -> ToolDef {
+    ToolDef {
+        name: spec.name.clone(),
+        description: spec.description.clone(),
+        parameters: serde_json::from_str(&spec.input_schema_json)
+            .unwrap_or_else(|_| json!({"type": "object"})),
+    }
+}
+
+/// An agent's tools, as specs (for UIs) and as the model's definitions, in the same order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AgentTools {
+    /// The specs: the runner's, then the team tools.
+    pub specs: Vec<ToolSpec>,
+    /// The model's definitions of the same tools.
+    pub defs: Vec<ToolDef>,
+}
+
+impl AgentTools {
+    /// The runner's `specs` for an agent with `toolsets`, plus the team tools
+    /// when it has the `team` toolset.
+    pub fn assemble(mut specs: Vec<ToolSpec>, toolsets: &[String]) -> Self {
+        let mut defs: Vec<ToolDef> = specs.iter().map(tool_def).collect();
+        if toolsets.iter().any(|t| t == TEAM_TOOLSET) {
+            for d in team_tools() {
+                specs.push(ToolSpec {
+                    name: d.name.clone(),
+                    description: d.description.clone(),
+                    input_schema_json: d.parameters.to_string(),
+                    toolset: TEAM_TOOLSET.into(),
+                    provider: TEAM_PROVIDER.into(),
+                    ..Default::default()
+                });
+                defs.push(d);
+            }
+        }
+        Self { specs, defs }
+    }
+}
+
+impl Engine {
+    /// The tools an agent with `toolsets` sees under these permissions.
+    pub async fn agent_tools(
+        &self,
+        toolsets: &[String],
+        mode: PermissionMode,
+        allow_shell: Option<bool>,
+        allow_file_write: Option<bool>,
+    ) -> Result<AgentTools, OrchestratorError> {
+        let specs = self
+            .runner
+            .list_tools(ListToolsRequest {
+                toolsets: runner_toolsets(toolsets),
+                permission_mode: mode as i32,
+                allow_shell,
+                allow_file_write,
+            })
+            .await?;
+        Ok(AgentTools::assemble(specs, toolsets))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, schema: &str) -> ToolSpec {
+        ToolSpec {
+            name: name.into(),
+            description: format!("{name} does it"),
+            input_schema_json: schema.into(),
+            toolset: "file_manager".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn team_stays_with_the_orchestrator_and_its_tools_come_last() {
+        let toolsets: Vec<String> = ["file_manager", "team", "memory"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(runner_toolsets(&toolsets), ["file_manager", "memory"]);
+        let tools = AgentTools::assemble(
+            vec![spec(
+                "file_manager__read",
+                r#"{"type":"object","required":["path"]}"#,
+            )],
+            &toolsets,
+        );
+        let names: Vec<&str> = tools.defs.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["file_manager__read", "call_agent", "list_agents"]);
+        assert_eq!(
+            tools
+                .specs
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>(),
+            names
+        );
+        assert_eq!(tools.specs[1].provider, "orchestrator");
+        assert_eq!(tools.defs[0].parameters["required"][0], "path");
+        assert_eq!(tool_def(&tools.specs[1]), tools.defs[1]);
+    }
+
+    #[test]
+    fn no_team_tools_without_the_team_toolset_and_a_bad_schema_is_an_open_object() {
+        let tools = AgentTools::assemble(vec![spec("x", "not json")], &["web".into()]);
+        assert_eq!(tools.defs.len(), 1);
+        assert_eq!(tools.defs[0].parameters, json!({"type": "object"}));
+    }
+}

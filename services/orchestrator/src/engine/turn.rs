@@ -1,0 +1,173 @@
+//! A root turn from start to end: lease renewal, the user message, the
+//! history, the frame of the active agent, the trajectory, the lease's
+//! release and the turn_done that ends it.
+
+use super::{Engine, Frame, Outcome, TurnSettings, emit_error};
+use crate::agents::AgentProfile;
+use crate::error::OrchestratorError;
+use crate::hub::SessionState;
+use crate::runner_client::EventTag;
+use omicos_proto::{TurnDone, TurnStarted, chat_event};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Everything a root turn needs, decided when the Chat request was accepted.
+pub struct RootTurn {
+    /// The turn's settings (id, mode, team, limits).
+    pub settings: TurnSettings,
+    /// The user's message.
+    pub message: String,
+    /// The active agent.
+    pub agent: AgentProfile,
+    /// The lease owner this turn holds the session with.
+    pub lease_owner: String,
+    /// How long the lease lasts without renewal.
+    pub lease: Duration,
+    /// Cancels the turn (CancelTurn, a cancel on the stream).
+    pub cancel: CancellationToken,
+}
+
+impl Engine {
+    /// Runs a root turn whose lease is already held, and always ends it with
+    /// a turn_done (which also clears the session's running turn).
+    pub async fn run_turn(self: Arc<Self>, st: Arc<SessionState>, turn: RootTurn) {
+        let RootTurn {
+            settings,
+            message,
+            agent,
+            lease_owner,
+            lease,
+            cancel,
+        } = turn;
+        let turn_id = settings.turn_id.clone();
+        let lease_ms = lease.as_millis() as i64;
+        // Renew the lease while the turn runs.
+        let renew = {
+            let st = st.clone();
+            let owner = lease_owner.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(lease / 3).await;
+                    let _ = st.store().try_lease_turn(&st.id, &owner, lease_ms).await;
+                }
+            })
+        };
+        let tag = EventTag {
+            turn_id: turn_id.clone(),
+            context: "root".into(),
+            agent_id: agent.id.clone(),
+        };
+        st.emit(tag.event(chat_event::Kind::TurnStarted(TurnStarted {
+            message: message.clone(),
+            agent: agent.id.clone(),
+            team_members: settings.team.clone(),
+            permission_mode: settings.permission_mode as i32,
+        })))
+        .await;
+        self.trajectories
+            .append(
+                &st.id,
+                json!({"type": "user", "turn_id": turn_id, "agent": agent.id, "content": message}),
+            )
+            .await;
+        let outcome = match self.load_history(&st, &message).await {
+            Ok(history) => {
+                let mut frame = Frame {
+                    agent,
+                    messages: history,
+                    depth: 0,
+                    chain: vec![],
+                    context: "root".into(),
+                    persist: true,
+                    last_text: Arc::new(Mutex::new(String::new())),
+                };
+                self.run_root_frame(&st, &settings, &mut frame, &cancel)
+                    .await
+            }
+            Err(e) => {
+                // Without its history the model would answer out of context: fail the turn clearly.
+                emit_error(&st, &tag, &e).await;
+                Outcome::Error
+            }
+        };
+        let reason = outcome.reason();
+        self.trajectories
+            .append(
+                &st.id,
+                json!({"type": "turn_done", "turn_id": turn_id, "reason": reason.as_str()}),
+            )
+            .await;
+        renew.abort();
+        if let Err(e) = st.store().release_turn(&st.id, &lease_owner).await {
+            // Not fatal: the lease expires on its own after `lease`.
+            tracing::warn!(session = %st.id, error = %e, "turn lease not released");
+        }
+        st.emit_final(
+            tag.event(chat_event::Kind::TurnDone(TurnDone {
+                reason: reason as i32,
+            })),
+            &turn_id,
+        )
+        .await;
+    }
+
+    /// Runs the root frame, bounded by the turn's deadline when it has one.
+    /// At the deadline the frame is stopped the way a cancel stops it (every
+    /// call it started is still answered), and the turn reports DEADLINE.
+    async fn run_root_frame(
+        self: &Arc<Self>,
+        st: &Arc<SessionState>,
+        s: &TurnSettings,
+        frame: &mut Frame,
+        cancel: &CancellationToken,
+    ) -> Outcome {
+        let Some(at) = s.deadline else {
+            return self.run_frame(st, s, frame, cancel).await;
+        };
+        let stop = cancel.child_token();
+        let run = self.run_frame(st, s, frame, &stop);
+        tokio::pin!(run);
+        tokio::select! {
+            o = &mut run => o,
+            _ = tokio::time::sleep_until(at) => {
+                stop.cancel();
+                match run.await {
+                    // It finished in the same instant: the answer stands.
+                    Outcome::Completed => Outcome::Completed,
+                    _ => Outcome::Deadline,
+                }
+            }
+        }
+    }
+
+    /// The session's history with the user's message appended (and persisted).
+    /// The message is persisted only after the history was read, so a failed
+    /// read leaves the history as it was (the message stays in TurnStarted
+    /// and the trajectory).
+    async fn load_history(
+        &self,
+        st: &SessionState,
+        message: &str,
+    ) -> Result<Vec<Value>, OrchestratorError> {
+        let mut history =
+            st.store()
+                .messages(&st.id)
+                .await
+                .map_err(|source| OrchestratorError::History {
+                    session: st.id.clone(),
+                    source,
+                })?;
+        let user = json!({"role": "user", "content": message});
+        if let Err(e) = st
+            .store()
+            .append_messages(&st.id, std::slice::from_ref(&user))
+            .await
+        {
+            tracing::error!(session = %st.id, error = %e, "user message not persisted");
+        }
+        history.push(user);
+        Ok(history)
+    }
+}

@@ -1,0 +1,286 @@
+//! The Chat RPC: the first message starts a turn; later messages carry
+//! approvals and cancels. The turn itself runs in the engine
+//! ([`crate::engine::Engine::run_turn`]).
+
+use super::events::{Flow, Pump, one_shot_error};
+use super::{EventStream, OrchestratorService};
+use crate::engine::{RootTurn, TurnSettings};
+use crate::error::OrchestratorError;
+use crate::hub::{RunningTurn, SessionState};
+use omicos_proto::{ChatClientMessage, ChatRequest, Decision, PermissionMode, chat_client_message};
+use omicos_sessionstore::{SessionMeta, now_ms};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Status, Streaming};
+
+/// The deadline a client set on its call: the `grpc-timeout` header of the
+/// gRPC over HTTP/2 spec (at most 8 digits, then H, M, S, m, u or n). tonic
+/// bounds only the handler's future with it, not the stream, so the turn
+/// applies it itself. A malformed value is ignored, as tonic ignores it.
+fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
+    let v = metadata.get("grpc-timeout")?.to_str().ok()?;
+    let unit = v.chars().last()?;
+    let digits = &v[..v.len() - unit.len_utf8()];
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        'H' => Duration::from_secs(n * 3600),
+        'M' => Duration::from_secs(n * 60),
+        'S' => Duration::from_secs(n),
+        'm' => Duration::from_millis(n),
+        'u' => Duration::from_micros(n),
+        'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// A turn that has started: its session, its id, and the seq before its first event.
+struct Started {
+    state: Arc<SessionState>,
+    turn_id: String,
+    start_seq: u64,
+}
+
+impl OrchestratorService {
+    /// Chat: starts the turn, then streams its events and relays the client's later messages.
+    pub(super) async fn chat_rpc(
+        &self,
+        req: Request<Streaming<ChatClientMessage>>,
+    ) -> Result<EventStream, Status> {
+        let deadline = grpc_timeout(req.metadata()).map(|t| tokio::time::Instant::now() + t);
+        let mut inbound = req.into_inner();
+        // A first message that does not decode is already INVALID_ARGUMENT (the codec's).
+        let first = inbound.message().await?.ok_or_else(|| {
+            Status::from(OrchestratorError::InvalidArgument(
+                "empty Chat stream".into(),
+            ))
+        })?;
+        let Some(chat_client_message::Msg::Request(cr)) = first.msg else {
+            return Err(OrchestratorError::InvalidArgument(
+                "the first Chat message must be a ChatRequest".into(),
+            )
+            .into());
+        };
+        tracing::info!(session = %cr.session_id, agent = %cr.agent, "chat request");
+        let session_id = cr.session_id.clone();
+        let Started {
+            state,
+            turn_id,
+            start_seq,
+        } = match self.start_turn(cr, deadline).await {
+            Ok(s) => s,
+            // Answered in-band, so a client that resumes a lost session sees why in its event stream.
+            Err(e @ OrchestratorError::SessionNotFound(_)) => {
+                return Ok(one_shot_error(
+                    &session_id,
+                    &e,
+                    "; leave session_id empty to start a new one",
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        // Subscribe, then backfill from start_seq: nothing between is lost.
+        let rx = state.subscribe();
+        let (tx, out) = mpsc::channel(512);
+        let mut pump = Pump {
+            tx,
+            state: state.clone(),
+            last_sent: start_seq,
+            heartbeat: self.heartbeat(),
+            stop: self.streams_stop.clone(),
+        };
+        let t = turn_id.clone();
+        let hub = self.hub.clone();
+        let sid = state.id.clone();
+        tokio::spawn(async move {
+            match pump.backfill(&t).await {
+                Ok(Flow::Stop) => {}
+                Ok(Flow::Continue) => pump.follow(rx, t).await,
+                Err(e) => pump.fail(e).await,
+            }
+            // Give the turn task a moment to let go of the session, then drop idle state.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            hub.release_if_idle(&sid);
+        });
+        // Later client messages: approvals and cancel. The turn outlives the stream.
+        let st = state.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(m)) = inbound.message().await {
+                match m.msg {
+                    Some(chat_client_message::Msg::Approval(a)) => {
+                        let d = Decision::try_from(a.decision).unwrap_or(Decision::Deny);
+                        if !st.resolve_approval(&a.call_id, d) {
+                            tracing::warn!(call_id = %a.call_id, "approval for a call that is not waiting");
+                        }
+                    }
+                    Some(chat_client_message::Msg::Cancel(_)) => {
+                        if let Some(t) = st.running() {
+                            t.cancel.cancel();
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        });
+        Ok(Box::pin(ReceiverStream::new(out)))
+    }
+
+    /// Decides whether the request may start a turn (session, team, lease)
+    /// and, when it may, starts it in the engine.
+    async fn start_turn(
+        &self,
+        cr: ChatRequest,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Started, OrchestratorError> {
+        let mode = PermissionMode::parse(&cr.permission_mode)?;
+        if cr.message.trim().is_empty() {
+            return Err(OrchestratorError::InvalidArgument(
+                "message is empty".into(),
+            ));
+        }
+        let store = self.hub.store().clone();
+        let existing = if cr.session_id.is_empty() {
+            None
+        } else {
+            Some(
+                store
+                    .get_session(&cr.session_id)
+                    .await?
+                    .ok_or_else(|| OrchestratorError::SessionNotFound(cr.session_id.clone()))?,
+            )
+        };
+        // A continued session keeps its team unless the request names one.
+        let members = if cr.team_members.is_empty() {
+            existing
+                .as_ref()
+                .map(|m| m.team_members.clone())
+                .unwrap_or_default()
+        } else {
+            cr.team_members.clone()
+        };
+        let active = if cr.agent.is_empty() {
+            existing
+                .as_ref()
+                .map(|m| m.agent.clone())
+                .unwrap_or_default()
+        } else {
+            cr.agent.clone()
+        };
+        let team = self.engine.agents.resolve_team(&members, &active)?;
+        let session_id = if cr.session_id.is_empty() {
+            uuid::Uuid::new_v4().to_string()
+        } else {
+            cr.session_id.clone()
+        };
+        let now = now_ms();
+        let meta = SessionMeta {
+            id: session_id.clone(),
+            title: existing
+                .as_ref()
+                .map(|m| m.title.clone())
+                .unwrap_or_else(|| cr.message.chars().take(80).collect()),
+            agent: team.active.id.clone(),
+            team_members: team.members.clone(),
+            created_ms: existing.as_ref().map(|m| m.created_ms).unwrap_or(now),
+            last_active_ms: now,
+        };
+        store.put_session(&meta).await?;
+        let state = self.hub.state(&session_id).await?;
+        let turn_id = uuid::Uuid::new_v4().simple().to_string();
+        let owner = format!("{}:{turn_id}", self.instance);
+        let lease = Duration::from_secs(self.engine.config.turn_lease_secs.max(5));
+        let lease_ms = lease.as_millis() as i64;
+        let cancel = CancellationToken::new();
+        if !state.start_turn(RunningTurn {
+            turn_id: turn_id.clone(),
+            cancel: cancel.clone(),
+        }) {
+            return Err(OrchestratorError::SessionBusy(session_id));
+        }
+        match store.try_lease_turn(&session_id, &owner, lease_ms).await {
+            Ok(true) => {}
+            Ok(false) => {
+                state.end_turn(&turn_id);
+                return Err(OrchestratorError::SessionBusy(session_id));
+            }
+            Err(e) => {
+                state.end_turn(&turn_id);
+                return Err(e.into());
+            }
+        }
+        if let Err(e) = state.sync_seq().await {
+            let _ = store.release_turn(&session_id, &owner).await;
+            state.end_turn(&turn_id);
+            return Err(e);
+        }
+        let start_seq = state.last_seq().await;
+        let settings = TurnSettings {
+            turn_id: turn_id.clone(),
+            permission_mode: mode,
+            allow_shell: cr.allow_shell,
+            allow_file_write: cr.allow_file_write,
+            model: cr.model.clone(),
+            provider: cr.provider.clone(),
+            max_iterations: if cr.max_tool_iterations == 0 {
+                self.engine.config.max_tool_iterations
+            } else {
+                cr.max_tool_iterations
+            },
+            team: team.members.clone(),
+            deadline,
+        };
+        tokio::spawn(self.engine.clone().run_turn(
+            state.clone(),
+            RootTurn {
+                settings,
+                message: cr.message,
+                agent: team.active,
+                lease_owner: owner,
+                lease,
+                cancel,
+            },
+        ));
+        Ok(Started {
+            state,
+            turn_id,
+            start_seq,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeout_of(v: &str) -> Option<Duration> {
+        let mut md = tonic::metadata::MetadataMap::new();
+        md.insert("grpc-timeout", v.parse().unwrap());
+        grpc_timeout(&md)
+    }
+
+    #[test]
+    fn grpc_timeout_follows_the_spec() {
+        assert_eq!(timeout_of("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(timeout_of("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(timeout_of("30S"), Some(Duration::from_secs(30)));
+        assert_eq!(timeout_of("1500m"), Some(Duration::from_millis(1500)));
+        assert_eq!(
+            timeout_of("99999999u"),
+            Some(Duration::from_micros(99_999_999))
+        );
+        assert_eq!(timeout_of("7n"), Some(Duration::from_nanos(7)));
+        for bad in ["", "S", "123456789S", "10x", "-1S", "1.5S", "10 S"] {
+            assert_eq!(timeout_of(bad), None, "{bad:?}");
+        }
+        assert_eq!(grpc_timeout(&tonic::metadata::MetadataMap::new()), None);
+        // What a tonic client sends for Request::set_timeout.
+        let mut r = tonic::Request::new(());
+        r.set_timeout(Duration::from_millis(250));
+        assert_eq!(grpc_timeout(r.metadata()), Some(Duration::from_millis(250)));
+    }
+}

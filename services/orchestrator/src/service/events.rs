@@ -1,0 +1,254 @@
+//! The event stream a client follows: [`Pump`] (backfill from the store,
+//! live events, heartbeats) and the Attach RPC.
+
+use super::{EventStream, OrchestratorService};
+use crate::error::OrchestratorError;
+use crate::hub::{SessionState, is_turn_done};
+use omicos_proto::{
+    AttachRequest, ChatEvent, ErrorEvent, Heartbeat, TurnDone, TurnDoneReason, chat_event,
+};
+use omicos_sessionstore::now_ms;
+use prost::Message;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::Status;
+
+/// A stream of one error event and a TurnDone(ERROR), for a request that
+/// cannot start a turn but is answered in-band (an unknown session).
+/// `hint` is appended to the message (what the client can do instead).
+pub(super) fn one_shot_error(
+    session_id: &str,
+    error: &OrchestratorError,
+    hint: &str,
+) -> EventStream {
+    let mk = |k| ChatEvent {
+        session_id: session_id.to_owned(),
+        event_seq: 0,
+        execution_context_id: "root".into(),
+        timestamp_ms: now_ms(),
+        kind: Some(k),
+        ..Default::default()
+    };
+    let events = vec![
+        Ok(mk(chat_event::Kind::Error(ErrorEvent {
+            kind: error.kind().as_str().into(),
+            message: format!("{}{hint}", error.report()),
+        }))),
+        Ok(mk(chat_event::Kind::TurnDone(TurnDone {
+            reason: TurnDoneReason::Error as i32,
+        }))),
+    ];
+    Box::pin(tokio_stream::iter(events))
+}
+
+/// Whether a [`Pump`] goes on after a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Flow {
+    /// Keep following the session.
+    Continue,
+    /// Done: the turn it follows finished, or the client left.
+    Stop,
+}
+
+/// Sends events to a client: backfills gaps from the store, adds heartbeats,
+/// and ends after the TurnDone of `until_turn` (or when the client leaves).
+pub(super) struct Pump {
+    pub(super) tx: mpsc::Sender<Result<ChatEvent, Status>>,
+    pub(super) state: Arc<SessionState>,
+    pub(super) last_sent: u64,
+    pub(super) heartbeat: Duration,
+    pub(super) stop: CancellationToken,
+}
+
+impl Pump {
+    /// Sends one event unless the client already has it; false when the client left.
+    async fn send(&mut self, ev: ChatEvent) -> bool {
+        if ev.event_seq <= self.last_sent {
+            return true;
+        }
+        self.last_sent = ev.event_seq;
+        self.tx.send(Ok(ev)).await.is_ok()
+    }
+
+    /// Ends the client's stream with `error`'s status, so it knows to attach
+    /// again with since_seq rather than take a silent end for the end of the turn.
+    pub(super) async fn fail(&self, error: OrchestratorError) {
+        tracing::warn!(session = %self.state.id, error = %error.report(), "event stream ended on an error");
+        let _ = self.tx.send(Err(error.into())).await;
+    }
+
+    /// Stored events after `last_sent`, in order; the store's error when they cannot be read.
+    async fn stored(&self, since: u64) -> Result<Vec<ChatEvent>, OrchestratorError> {
+        let stored = self
+            .state
+            .store()
+            .events_since(&self.state.id, since)
+            .await?;
+        Ok(stored
+            .into_iter()
+            .filter_map(|(seq, bytes)| match ChatEvent::decode(bytes.as_slice()) {
+                Ok(ev) => Some(ev),
+                Err(e) => {
+                    // A damaged record must not stop the stream; the gap shows in event_seq.
+                    tracing::error!(session = %self.state.id, seq, error = %e, "stored event does not decode");
+                    None
+                }
+            })
+            .collect())
+    }
+
+    /// Sends stored events after last_sent; stops once `until_turn` finished or the client left.
+    pub(super) async fn backfill(&mut self, until_turn: &str) -> Result<Flow, OrchestratorError> {
+        let mut flow = Flow::Continue;
+        for ev in self.stored(self.last_sent).await? {
+            if is_turn_done(&ev, until_turn) {
+                flow = Flow::Stop;
+            }
+            if !self.send(ev).await {
+                return Ok(Flow::Stop);
+            }
+        }
+        Ok(flow)
+    }
+
+    /// Follows live events until `until_turn` finishes, the client leaves or the drain ends.
+    pub(super) async fn follow(
+        mut self,
+        mut rx: broadcast::Receiver<ChatEvent>,
+        until_turn: String,
+    ) {
+        let mut tick = tokio::time::interval(self.heartbeat);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                r = rx.recv() => match r {
+                    Ok(ev) => {
+                        if ev.event_seq > self.last_sent + 1 {
+                            match self.backfill(&until_turn).await {
+                                Ok(Flow::Continue) => {}
+                                Ok(Flow::Stop) => return,
+                                Err(e) => return self.fail(e).await,
+                            }
+                        }
+                        let done = is_turn_done(&ev, &until_turn);
+                        if !self.send(ev).await || done {
+                            return;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => match self.backfill(&until_turn).await {
+                        Ok(Flow::Continue) => {}
+                        Ok(Flow::Stop) => return,
+                        Err(e) => return self.fail(e).await,
+                    },
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                _ = tick.tick() => {
+                    let hb = ChatEvent {
+                        session_id: self.state.id.clone(),
+                        turn_id: until_turn.clone(),
+                        event_seq: self.last_sent,
+                        timestamp_ms: now_ms(),
+                        kind: Some(chat_event::Kind::Heartbeat(Heartbeat {})),
+                        ..Default::default()
+                    };
+                    if self.tx.send(Ok(hb)).await.is_err() {
+                        return;
+                    }
+                }
+                _ = self.tx.closed() => return,
+                _ = self.stop.cancelled() => return self.fail(OrchestratorError::ShuttingDown).await,
+            }
+        }
+    }
+
+    /// Replays the log when no turn runs on this replica; while the log shows
+    /// a turn still open (another replica runs it), polls the store for more.
+    async fn replay(&mut self, since_seq: u64, lease: Duration) -> Result<(), OrchestratorError> {
+        let mut idle_since = tokio::time::Instant::now();
+        // Whether the log shows a turn that has started and not finished
+        // (read from the start when the client resumes mid-log).
+        let mut open = false;
+        if since_seq > 0 {
+            for ev in self.stored(0).await? {
+                if ev.event_seq > since_seq {
+                    break;
+                }
+                match ev.kind {
+                    Some(chat_event::Kind::TurnStarted(_)) => open = true,
+                    Some(chat_event::Kind::TurnDone(_)) => open = false,
+                    _ => {}
+                }
+            }
+        }
+        loop {
+            let before = self.last_sent;
+            for ev in self.stored(self.last_sent).await? {
+                match ev.kind {
+                    Some(chat_event::Kind::TurnStarted(_)) => open = true,
+                    Some(chat_event::Kind::TurnDone(_)) => open = false,
+                    _ => {}
+                }
+                if !self.send(ev).await {
+                    return Ok(());
+                }
+            }
+            if self.last_sent > before {
+                idle_since = tokio::time::Instant::now();
+            } else if idle_since.elapsed() > lease * 2 {
+                return Ok(());
+            }
+            if !open {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+impl OrchestratorService {
+    /// Attach: replays a session's events after `since_seq`, then follows the live turn.
+    pub(super) async fn attach_rpc(
+        &self,
+        req: AttachRequest,
+    ) -> Result<EventStream, OrchestratorError> {
+        if self
+            .hub
+            .store()
+            .get_session(&req.session_id)
+            .await?
+            .is_none()
+        {
+            return Err(OrchestratorError::SessionNotFound(req.session_id));
+        }
+        let state = self.hub.state(&req.session_id).await?;
+        let rx = state.subscribe();
+        let running = state.running();
+        let (tx, out) = mpsc::channel(512);
+        let mut pump = Pump {
+            tx,
+            state: state.clone(),
+            last_sent: req.since_seq,
+            heartbeat: self.heartbeat(),
+            stop: self.streams_stop.clone(),
+        };
+        let lease = Duration::from_secs(self.engine.config.turn_lease_secs.max(5));
+        tokio::spawn(async move {
+            match running {
+                Some(t) => match pump.backfill(&t.turn_id).await {
+                    Ok(Flow::Continue) => pump.follow(rx, t.turn_id).await,
+                    Ok(Flow::Stop) => {}
+                    Err(e) => pump.fail(e).await,
+                },
+                None => {
+                    if let Err(e) = pump.replay(req.since_seq, lease).await {
+                        pump.fail(e).await;
+                    }
+                }
+            }
+        });
+        Ok(Box::pin(ReceiverStream::new(out)))
+    }
+}

@@ -1,0 +1,133 @@
+//! The `omicos.v1.Orchestrator` gRPC service: one struct, one `impl` spread
+//! over files by concern (goose-style):
+//! - [`chat`]: the Chat RPC and the start of a turn;
+//! - [`events`]: the event stream a client follows (Pump, Attach);
+//! - [`sessions`]: List/Get/Delete sessions, CancelTurn, ApproveTool;
+//! - [`catalog`]: ListAgents, RefreshCatalog, ListAgentTools.
+//!
+//! The trait impl below only dispatches.
+
+mod catalog;
+mod chat;
+mod events;
+mod sessions;
+
+use crate::engine::Engine;
+use crate::error::grpc;
+use crate::hub::Hub;
+use omicos_proto::{
+    ApproveToolRequest, ApproveToolResponse, AttachRequest, CancelTurnRequest, CancelTurnResponse,
+    ChatClientMessage, ChatEvent, DeleteSessionRequest, DeleteSessionResponse, GetSessionRequest,
+    ListAgentToolsRequest, ListAgentToolsResponse, ListAgentsRequest, ListAgentsResponse,
+    ListSessionsRequest, ListSessionsResponse, RefreshCatalogRequest, RefreshCatalogResponse,
+    Session, orchestrator_server::Orchestrator,
+};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_stream::Stream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status, Streaming};
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<ChatEvent, Status>> + Send>>;
+
+/// The orchestrator service.
+pub struct OrchestratorService {
+    engine: Arc<Engine>,
+    hub: Arc<Hub>,
+    instance: String,
+    streams_stop: CancellationToken,
+}
+
+impl OrchestratorService {
+    /// A service over `engine` and `hub`. `streams_stop` ends long streams at the end of the drain.
+    pub fn new(engine: Arc<Engine>, hub: Arc<Hub>, streams_stop: CancellationToken) -> Self {
+        Self {
+            engine,
+            hub,
+            instance: uuid::Uuid::new_v4().simple().to_string(),
+            streams_stop,
+        }
+    }
+
+    fn heartbeat(&self) -> Duration {
+        Duration::from_secs(self.engine.config.heartbeat_secs.max(1))
+    }
+}
+
+#[tonic::async_trait]
+impl Orchestrator for OrchestratorService {
+    type ChatStream = EventStream;
+
+    async fn chat(
+        &self,
+        req: Request<Streaming<ChatClientMessage>>,
+    ) -> Result<Response<Self::ChatStream>, Status> {
+        self.chat_rpc(req).await.map(Response::new)
+    }
+
+    type AttachStream = EventStream;
+
+    async fn attach(
+        &self,
+        req: Request<AttachRequest>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        grpc(self.attach_rpc(req.into_inner()).await).map(Response::new)
+    }
+
+    async fn cancel_turn(
+        &self,
+        req: Request<CancelTurnRequest>,
+    ) -> Result<Response<CancelTurnResponse>, Status> {
+        Ok(Response::new(self.cancel_turn_rpc(req.into_inner())))
+    }
+
+    async fn approve_tool(
+        &self,
+        req: Request<ApproveToolRequest>,
+    ) -> Result<Response<ApproveToolResponse>, Status> {
+        grpc(self.approve_tool_rpc(req.into_inner())).map(Response::new)
+    }
+
+    async fn list_agents(
+        &self,
+        _req: Request<ListAgentsRequest>,
+    ) -> Result<Response<ListAgentsResponse>, Status> {
+        Ok(Response::new(self.list_agents_rpc()))
+    }
+
+    async fn list_sessions(
+        &self,
+        req: Request<ListSessionsRequest>,
+    ) -> Result<Response<ListSessionsResponse>, Status> {
+        grpc(self.list_sessions_rpc(req.into_inner()).await).map(Response::new)
+    }
+
+    async fn get_session(
+        &self,
+        req: Request<GetSessionRequest>,
+    ) -> Result<Response<Session>, Status> {
+        grpc(self.get_session_rpc(req.into_inner()).await).map(Response::new)
+    }
+
+    async fn delete_session(
+        &self,
+        req: Request<DeleteSessionRequest>,
+    ) -> Result<Response<DeleteSessionResponse>, Status> {
+        grpc(self.delete_session_rpc(req.into_inner()).await).map(Response::new)
+    }
+
+    async fn refresh_catalog(
+        &self,
+        _req: Request<RefreshCatalogRequest>,
+    ) -> Result<Response<RefreshCatalogResponse>, Status> {
+        Ok(Response::new(self.refresh_catalog_rpc()))
+    }
+
+    async fn list_agent_tools(
+        &self,
+        req: Request<ListAgentToolsRequest>,
+    ) -> Result<Response<ListAgentToolsResponse>, Status> {
+        grpc(self.list_agent_tools_rpc(req.into_inner()).await).map(Response::new)
+    }
+}

@@ -1,0 +1,135 @@
+//! Session RPCs: ListSessions, GetSession, DeleteSession, and the
+//! out-of-band turn controls CancelTurn and ApproveTool.
+
+use super::OrchestratorService;
+use crate::error::OrchestratorError;
+use omicos_proto::{
+    ApproveToolRequest, ApproveToolResponse, CancelTurnRequest, CancelTurnResponse, Decision,
+    DeleteSessionRequest, DeleteSessionResponse, GetSessionRequest, ListSessionsRequest,
+    ListSessionsResponse, Session, SessionSummary,
+};
+use omicos_sessionstore::{SessionMeta, SessionStore};
+
+impl OrchestratorService {
+    /// CancelTurn: cancels the session's running turn on this replica, if any.
+    pub(super) fn cancel_turn_rpc(&self, req: CancelTurnRequest) -> CancelTurnResponse {
+        let cancelled = self
+            .hub
+            .existing(&req.session_id)
+            .and_then(|s| s.running())
+            .map(|t| t.cancel.cancel())
+            .is_some();
+        CancelTurnResponse { cancelled }
+    }
+
+    /// ApproveTool: delivers a decision to a call waiting for one.
+    pub(super) fn approve_tool_rpc(
+        &self,
+        r: ApproveToolRequest,
+    ) -> Result<ApproveToolResponse, OrchestratorError> {
+        let decision = Decision::try_from(r.decision)
+            .ok()
+            .filter(|d| *d != Decision::Unspecified)
+            .ok_or_else(|| {
+                OrchestratorError::InvalidArgument(
+                    "decision must be ALLOW_ONCE, ALLOW_SESSION or DENY".into(),
+                )
+            })?;
+        let ok = self
+            .hub
+            .existing(&r.session_id)
+            .is_some_and(|s| s.resolve_approval(&r.call_id, decision));
+        if ok {
+            Ok(ApproveToolResponse {})
+        } else {
+            Err(OrchestratorError::ApprovalNotPending {
+                session: r.session_id,
+                call_id: r.call_id,
+            })
+        }
+    }
+
+    /// ListSessions: the most recently active sessions.
+    pub(super) async fn list_sessions_rpc(
+        &self,
+        req: ListSessionsRequest,
+    ) -> Result<ListSessionsResponse, OrchestratorError> {
+        let limit = match req.limit {
+            0 => 100,
+            n => n as usize,
+        };
+        let store = self.hub.store();
+        let metas = store.list_sessions(limit).await?;
+        let mut sessions = Vec::with_capacity(metas.len());
+        for m in metas {
+            let last = last_seq(store.as_ref(), &m.id).await?;
+            sessions.push(summary(m, last));
+        }
+        Ok(ListSessionsResponse { sessions })
+    }
+
+    /// GetSession: a session's summary and history.
+    pub(super) async fn get_session_rpc(
+        &self,
+        req: GetSessionRequest,
+    ) -> Result<Session, OrchestratorError> {
+        let id = req.session_id;
+        let store = self.hub.store();
+        let meta = store
+            .get_session(&id)
+            .await?
+            .ok_or_else(|| OrchestratorError::SessionNotFound(id.clone()))?;
+        let messages = store.messages(&id).await.map_err(|source| match source {
+            // Deleted between the two reads: the session is gone, not the store.
+            omicos_sessionstore::StoreError::NotFound(_) => {
+                OrchestratorError::SessionNotFound(id.clone())
+            }
+            source => OrchestratorError::History {
+                session: id.clone(),
+                source,
+            },
+        })?;
+        let last = last_seq(store.as_ref(), &id).await?;
+        Ok(Session {
+            summary: Some(summary(meta, last)),
+            messages_json: messages.iter().map(|m| m.to_string()).collect(),
+        })
+    }
+
+    /// DeleteSession: refused while a turn runs here.
+    pub(super) async fn delete_session_rpc(
+        &self,
+        req: DeleteSessionRequest,
+    ) -> Result<DeleteSessionResponse, OrchestratorError> {
+        let id = req.session_id;
+        if self.hub.existing(&id).and_then(|s| s.running()).is_some() {
+            return Err(OrchestratorError::SessionBusy(id));
+        }
+        let deleted = self.hub.store().delete_session(&id).await?;
+        self.hub.forget(&id);
+        Ok(DeleteSessionResponse { deleted })
+    }
+}
+
+/// A session's latest seq; an unreadable one fails the RPC rather than report 0.
+async fn last_seq(store: &dyn SessionStore, id: &str) -> Result<u64, OrchestratorError> {
+    store
+        .last_seq(id)
+        .await
+        .map_err(|source| OrchestratorError::Seq {
+            session: id.to_owned(),
+            source,
+        })
+}
+
+fn summary(m: SessionMeta, last_event_seq: u64) -> SessionSummary {
+    SessionSummary {
+        session_id: m.id,
+        title: m.title,
+        agent: m.agent,
+        team_members: m.team_members,
+        created_ms: m.created_ms,
+        last_active_ms: m.last_active_ms,
+        last_event_seq,
+    }
+}

@@ -1,0 +1,94 @@
+//! A conversation store that fails on demand: a real store underneath, and
+//! chosen operations answering a chosen [`StoreError`] until cleared, so a
+//! test can show what the orchestrator does when the store breaks mid-session.
+
+use async_trait::async_trait;
+use omicos_sessionstore::{SessionMeta, SessionStore, StoreError, StoreResult};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// A store operation that can be made to fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// `messages` (the history).
+    Messages,
+    /// `last_seq`.
+    LastSeq,
+    /// `events_since` (the log).
+    EventsSince,
+}
+
+/// Wraps a store; see the module doc.
+pub struct FlakyStore {
+    inner: Arc<dyn SessionStore>,
+    failing: Mutex<HashMap<Op, StoreError>>,
+}
+
+impl FlakyStore {
+    /// Over `inner`, failing nothing yet.
+    pub fn new(inner: Arc<dyn SessionStore>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            failing: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// From now on `op` answers `error`.
+    pub fn fail(&self, op: Op, error: StoreError) {
+        self.failing.lock().unwrap().insert(op, error);
+    }
+
+    /// `op` works again.
+    pub fn heal(&self, op: Op) {
+        self.failing.lock().unwrap().remove(&op);
+    }
+
+    fn check(&self, op: Op) -> StoreResult<()> {
+        match self.failing.lock().unwrap().get(&op) {
+            Some(StoreError::NotFound(id)) => Err(StoreError::NotFound(id.clone())),
+            Some(StoreError::Backend(m)) => Err(StoreError::Backend(m.clone())),
+            None => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl SessionStore for FlakyStore {
+    async fn put_session(&self, meta: &SessionMeta) -> StoreResult<()> {
+        self.inner.put_session(meta).await
+    }
+    async fn get_session(&self, id: &str) -> StoreResult<Option<SessionMeta>> {
+        self.inner.get_session(id).await
+    }
+    async fn list_sessions(&self, limit: usize) -> StoreResult<Vec<SessionMeta>> {
+        self.inner.list_sessions(limit).await
+    }
+    async fn delete_session(&self, id: &str) -> StoreResult<bool> {
+        self.inner.delete_session(id).await
+    }
+    async fn append_messages(&self, id: &str, messages: &[Value]) -> StoreResult<()> {
+        self.inner.append_messages(id, messages).await
+    }
+    async fn messages(&self, id: &str) -> StoreResult<Vec<Value>> {
+        self.check(Op::Messages)?;
+        self.inner.messages(id).await
+    }
+    async fn append_event(&self, id: &str, seq: u64, event: &[u8]) -> StoreResult<()> {
+        self.inner.append_event(id, seq, event).await
+    }
+    async fn events_since(&self, id: &str, since: u64) -> StoreResult<Vec<(u64, Vec<u8>)>> {
+        self.check(Op::EventsSince)?;
+        self.inner.events_since(id, since).await
+    }
+    async fn last_seq(&self, id: &str) -> StoreResult<u64> {
+        self.check(Op::LastSeq)?;
+        self.inner.last_seq(id).await
+    }
+    async fn try_lease_turn(&self, id: &str, owner: &str, ttl_ms: i64) -> StoreResult<bool> {
+        self.inner.try_lease_turn(id, owner, ttl_ms).await
+    }
+    async fn release_turn(&self, id: &str, owner: &str) -> StoreResult<()> {
+        self.inner.release_turn(id, owner).await
+    }
+}
