@@ -325,11 +325,15 @@ impl Sandbox {
                 env.push((OsString::from(k), tmp.clone().into_os_string()));
             }
             if policy.is_confined() {
-                // The home directory is not readable: caches go to the session's tmp.
-                env.push((
-                    OsString::from("XDG_CACHE_HOME"),
-                    tmp.join(".cache").into_os_string(),
-                ));
+                // The real home holds credentials and is not readable: the
+                // command gets a fresh one in its tmp (login shells then read
+                // only /etc/profile; caches and dotfiles land in the tmp).
+                let home = tmp.join("home");
+                std::fs::create_dir_all(&home).map_err(|e| SandboxError::Dir {
+                    path: home.clone(),
+                    reason: e.to_string(),
+                })?;
+                env.push((OsString::from("HOME"), home.into_os_string()));
             }
         }
         Ok(Prepared {

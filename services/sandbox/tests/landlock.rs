@@ -104,6 +104,7 @@ fn reads_of_the_system_work() {
     let o = cmd.output().unwrap();
     assert!(o.status.success(), "{o:?}");
     assert_eq!(String::from_utf8_lossy(&o.stdout), "login\n");
+    assert_eq!(String::from_utf8_lossy(&o.stderr), "", "{o:?}");
 }
 
 #[test]
@@ -139,13 +140,16 @@ fn the_workspace_and_tmp_are_writable() {
     let o = f.run(
         SandboxPolicy::WorkspaceWrite,
         "set -e; mkdir -p a/b; echo one > a/b/f; mv a/b/f a/g; ln -s g a/link; cat a/link; \
-         t=$(mktemp); echo two > \"$t\"; cat \"$t\"; echo \"$TMPDIR\"; rm -r a",
+         t=$(mktemp); echo two > \"$t\"; cat \"$t\"; echo \"$TMPDIR\"; echo \"$HOME\"; touch ~/.dotfile; rm -r a",
     );
     assert_eq!(o.code, 0, "{o:?}");
     let lines: Vec<&str> = o.stdout.lines().collect();
     assert_eq!(&lines[..2], ["one", "two"], "{o:?}");
     let tmp = f.sandbox.session_tmp_dir("test-session").unwrap();
     assert_eq!(lines[2], tmp.display().to_string());
+    // HOME is a fresh directory in the tmp: the real one holds credentials.
+    assert_eq!(lines[3], tmp.join("home").display().to_string());
+    assert!(tmp.join("home/.dotfile").exists());
     assert!(!f.ws().join("a").exists());
 }
 
