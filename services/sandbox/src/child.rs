@@ -19,6 +19,14 @@ pub struct Limit {
     pub value: libc::rlimit,
 }
 
+/// A private network namespace with only a loopback interface.
+#[derive(Clone, Debug)]
+pub struct NetNs {
+    /// Not root: a user namespace first, mapping our own ids
+    /// (`/proc/self/uid_map` and `gid_map` contents, prepared before the fork).
+    pub user: Option<(Vec<u8>, Vec<u8>)>,
+}
+
 /// Everything the child applies, in order.
 #[derive(Debug, Default)]
 pub struct ChildSetup {
@@ -26,6 +34,8 @@ pub struct ChildSetup {
     pub cgroup_procs: Option<OwnedFd>,
     /// rlimits.
     pub limits: Vec<Limit>,
+    /// Enter a private network namespace (its loopback up).
+    pub netns: Option<NetNs>,
     /// Drop every capability up to this number (root: an ordinary user after exec).
     pub drop_caps_upto: Option<u32>,
     /// Set PR_SET_NO_NEW_PRIVS.
@@ -60,6 +70,57 @@ struct CapData {
 
 const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
+/// Writes `data` to the file at `path`. Async-signal-safe.
+fn write_file(path: &std::ffi::CStr, data: &[u8]) -> io::Result<()> {
+    // SAFETY: open/write/close on a NUL-terminated path and a live buffer.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        check(fd as libc::c_long)?;
+        let n = libc::write(fd, data.as_ptr().cast(), data.len());
+        let err = io::Error::last_os_error();
+        libc::close(fd);
+        if n < 0 {
+            return Err(err);
+        }
+    }
+    Ok(())
+}
+
+/// Unshares the network namespace (and the user namespace when not root)
+/// and brings its loopback up. Async-signal-safe.
+fn enter_netns(ns: &NetNs) -> io::Result<()> {
+    let mut flags = libc::CLONE_NEWNET;
+    if ns.user.is_some() {
+        flags |= libc::CLONE_NEWUSER;
+    }
+    // SAFETY: unshare(2) with flags.
+    check(unsafe { libc::unshare(flags) } as libc::c_long)?;
+    if let Some((uid_map, gid_map)) = &ns.user {
+        write_file(c"/proc/self/setgroups", b"deny")?;
+        write_file(c"/proc/self/uid_map", uid_map)?;
+        write_file(c"/proc/self/gid_map", gid_map)?;
+    }
+    // SAFETY: a datagram socket and two ioctls on a zeroed ifreq naming "lo".
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        check(fd as libc::c_long)?;
+        let mut req: libc::ifreq = std::mem::zeroed();
+        req.ifr_name[0] = b'l' as libc::c_char;
+        req.ifr_name[1] = b'o' as libc::c_char;
+        let mut rc = libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req);
+        if rc == 0 {
+            req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+            rc = libc::ioctl(fd, libc::SIOCSIFFLAGS, &req);
+        }
+        let err = io::Error::last_os_error();
+        libc::close(fd);
+        if rc != 0 {
+            return Err(err);
+        }
+    }
+    Ok(())
+}
+
 impl ChildSetup {
     /// Applies the setup to the calling process. Async-signal-safe.
     pub fn enter(&self) -> io::Result<()> {
@@ -71,6 +132,10 @@ impl ChildSetup {
         for l in &self.limits {
             // SAFETY: setrlimit(2) with a valid struct.
             check(unsafe { libc::setrlimit(l.resource, &l.value) } as libc::c_long)?;
+        }
+        // Before the capability drop: root needs CAP_SYS_ADMIN to unshare.
+        if let Some(ns) = &self.netns {
+            enter_netns(ns)?;
         }
         if let Some(last) = self.drop_caps_upto {
             for cap in 0..=last {

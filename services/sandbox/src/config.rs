@@ -139,6 +139,12 @@ pub struct SandboxConfig {
     pub process_cgroup: ProcessCgroup,
     /// Refuse or warn when the kernel has no Landlock.
     pub when_landlock_missing: WhenLandlockMissing,
+    /// Without the network, give commands a private network namespace whose
+    /// only interface is its own loopback, instead of refusing every non-unix
+    /// socket: 127.0.0.1 works inside (ipykernel needs it) and reaches nothing
+    /// outside. Costs a namespace per call; where namespaces are unavailable,
+    /// non-unix sockets are refused as without it.
+    pub private_loopback: bool,
     /// Test hook: behave as if the kernel had no Landlock.
     #[serde(skip)]
     pub simulate_landlock_missing: bool,
@@ -160,6 +166,7 @@ impl Default for SandboxConfig {
             rlimits: Rlimits::default(),
             process_cgroup: ProcessCgroup::default(),
             when_landlock_missing: WhenLandlockMissing::default(),
+            private_loopback: false,
             simulate_landlock_missing: false,
         }
     }
@@ -178,13 +185,15 @@ pub struct ConfigError {
 impl SandboxConfig {
     /// The defaults for kernels: no CPU-time limit, because RLIMIT_CPU counts
     /// the whole life of the process and a kernel lives for the session (each
-    /// cell has its own timeout).
+    /// cell has its own timeout); a private loopback, because ipykernel binds
+    /// 127.0.0.1 for the output of forked subprocesses.
     pub fn for_kernels() -> Self {
         Self {
             rlimits: Rlimits {
                 cpu_seconds: None,
                 ..Rlimits::default()
             },
+            private_loopback: true,
             ..Self::default()
         }
     }

@@ -36,7 +36,7 @@ pub use filesystem::LandlockSupport;
 pub use policy::{SandboxPolicy, UnknownPolicy};
 
 use cgroup::{CallCgroup, CgroupBase};
-use child::{ChildSetup, Limit};
+use child::{ChildSetup, Limit, NetNs};
 use filesystem::{CallRoots, SystemRoots};
 use seccompiler::BpfProgram;
 use std::ffi::OsString;
@@ -129,6 +129,8 @@ pub struct Sandbox {
     system: SystemRoots,
     seccomp_offline: Arc<BpfProgram>,
     seccomp_online: Arc<BpfProgram>,
+    seccomp_loopback: Arc<BpfProgram>,
+    netns: Option<NetNs>,
     cgroup: Option<CgroupBase>,
     drop_caps_upto: Option<u32>,
     root: bool,
@@ -159,6 +161,42 @@ fn holds_capabilities() -> bool {
                 .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         })
         .is_some_and(|caps| caps != 0)
+}
+
+/// A private network namespace if this process can make one (tried once, on `true`).
+fn probe_netns(root: bool) -> Option<NetNs> {
+    let ns = NetNs {
+        user: (!root).then(|| {
+            // SAFETY: getuid/getgid have no preconditions.
+            let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+            (
+                format!("{uid} {uid} 1\n").into_bytes(),
+                format!("{gid} {gid} 1\n").into_bytes(),
+            )
+        }),
+    };
+    let setup = Arc::new(ChildSetup {
+        netns: Some(ns.clone()),
+        ..ChildSetup::default()
+    });
+    let mut cmd = std::process::Command::new("true");
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: ChildSetup::enter is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || setup.enter());
+        }
+    }
+    match cmd.status() {
+        Ok(s) if s.success() => Some(ns),
+        other => {
+            tracing::warn!(result = ?other, "no private network namespace here: network-off commands get no sockets but unix ones");
+            None
+        }
+    }
 }
 
 fn last_cap() -> u32 {
@@ -234,9 +272,16 @@ impl Sandbox {
         let tmp_root = config.tmp_root.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!("omicos-sandbox-{}", unsafe { libc::geteuid() }))
         });
+        let netns = if config.private_loopback {
+            probe_netns(root)
+        } else {
+            None
+        };
         let sandbox = Self {
-            seccomp_offline: Arc::new(syscalls::program(false)?),
-            seccomp_online: Arc::new(syscalls::program(true)?),
+            seccomp_offline: Arc::new(syscalls::program(syscalls::Sockets::UnixOnly)?),
+            seccomp_online: Arc::new(syscalls::program(syscalls::Sockets::Any)?),
+            seccomp_loopback: Arc::new(syscalls::program(syscalls::Sockets::PrivateLoopback)?),
+            netns,
             drop_caps_upto: holds_capabilities().then(last_cap),
             landlock,
             system,
@@ -271,6 +316,11 @@ impl Sandbox {
     /// What the kernel offers.
     pub fn landlock(&self) -> LandlockSupport {
         self.landlock
+    }
+
+    /// Network-off commands get a private loopback (see `SandboxConfig::private_loopback`).
+    pub fn private_loopback(&self) -> bool {
+        self.netns.is_some()
     }
 
     /// The process limit holds for this service's calls: a pids cgroup is in
@@ -313,10 +363,17 @@ impl Sandbox {
                     }
                 },
             };
-            setup.seccomp = Some(if policy.allows_network() {
-                self.seccomp_online.clone()
-            } else {
-                self.seccomp_offline.clone()
+            setup.seccomp = Some(match (policy.allows_network(), &self.netns) {
+                (true, _) => self.seccomp_online.clone(),
+                (false, None) => self.seccomp_offline.clone(),
+                (false, Some(ns)) => {
+                    setup.netns = Some(ns.clone());
+                    // A user namespace grants capabilities inside it: drop those too.
+                    if ns.user.is_some() {
+                        setup.drop_caps_upto = Some(last_cap());
+                    }
+                    self.seccomp_loopback.clone()
+                }
             });
         }
         let mut env = Vec::new();

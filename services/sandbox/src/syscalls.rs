@@ -50,34 +50,53 @@ fn seccomp_err(e: impl std::fmt::Display) -> SandboxError {
     SandboxError::Seccomp(e.to_string())
 }
 
+/// Which sockets a confined process may create.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sockets {
+    /// Any (the `network` policy).
+    Any,
+    /// AF_UNIX only: no network at all.
+    UnixOnly,
+    /// AF_UNIX, and AF_INET/AF_INET6/AF_NETLINK inside a private network
+    /// namespace whose only interface is its own loopback.
+    PrivateLoopback,
+}
+
+/// A rule that matches when the domain (argument 0) is none of `allowed`.
+fn domain_not_in(allowed: &[i32]) -> Result<SeccompRule, SandboxError> {
+    let conditions = allowed
+        .iter()
+        .map(|d| {
+            SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, *d as u64)
+                .map_err(seccomp_err)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    SeccompRule::new(conditions).map_err(seccomp_err)
+}
+
 /// The rule map: syscall → conditions under which it is denied (empty: always).
-fn rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SandboxError> {
+fn rules(sockets: Sockets) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SandboxError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         ALWAYS_DENIED.iter().map(|nr| (*nr, Vec::new())).collect();
-    if !network {
-        // socket(2) and socketpair(2) only for AF_UNIX.
-        let not_unix = || -> Result<SeccompRule, SandboxError> {
-            SeccompRule::new(vec![
-                SeccompCondition::new(
-                    0,
-                    SeccompCmpArgLen::Dword,
-                    SeccompCmpOp::Ne,
-                    libc::AF_UNIX as u64,
-                )
-                .map_err(seccomp_err)?,
-            ])
-            .map_err(seccomp_err)
-        };
-        rules.insert(libc::SYS_socket, vec![not_unix()?]);
-        rules.insert(libc::SYS_socketpair, vec![not_unix()?]);
-    }
+    let allowed: &[i32] = match sockets {
+        Sockets::Any => return Ok(rules),
+        Sockets::UnixOnly => &[libc::AF_UNIX],
+        Sockets::PrivateLoopback => &[
+            libc::AF_UNIX,
+            libc::AF_INET,
+            libc::AF_INET6,
+            libc::AF_NETLINK,
+        ],
+    };
+    rules.insert(libc::SYS_socket, vec![domain_not_in(allowed)?]);
+    rules.insert(libc::SYS_socketpair, vec![domain_not_in(allowed)?]);
     Ok(rules)
 }
 
-/// The BPF program for a policy with or without network.
-pub fn program(network: bool) -> Result<BpfProgram, SandboxError> {
+/// The BPF program for a socket regime.
+pub fn program(sockets: Sockets) -> Result<BpfProgram, SandboxError> {
     let filter = SeccompFilter::new(
-        rules(network)?,
+        rules(sockets)?,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EPERM as u32),
         target_arch(),
@@ -121,16 +140,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn programs_build_and_network_adds_the_socket_rules() {
-        let off = rules(false).unwrap();
-        let on = rules(true).unwrap();
+    fn programs_build_and_offline_adds_the_socket_rules() {
+        let off = rules(Sockets::UnixOnly).unwrap();
+        let on = rules(Sockets::Any).unwrap();
+        let lo = rules(Sockets::PrivateLoopback).unwrap();
         assert!(off.contains_key(&libc::SYS_socket) && off.contains_key(&libc::SYS_socketpair));
+        assert!(lo.contains_key(&libc::SYS_socket));
         assert!(!on.contains_key(&libc::SYS_socket));
         for nr in [libc::SYS_io_uring_setup, libc::SYS_ptrace, libc::SYS_reboot] {
-            assert!(on[&nr].is_empty() && off[&nr].is_empty());
+            assert!(on[&nr].is_empty() && off[&nr].is_empty() && lo[&nr].is_empty());
         }
-        let p = program(false).unwrap();
-        assert!(p.len() > program(true).unwrap().len());
+        let p = program(Sockets::UnixOnly).unwrap();
+        assert!(p.len() > program(Sockets::Any).unwrap().len());
+        assert!(program(Sockets::PrivateLoopback).unwrap().len() > p.len());
         if cfg!(target_arch = "x86_64") {
             // The syscall number is loaded (offset 0) right before the x32 test.
             assert_eq!((p[3].code, p[3].k), (0x20, 0));

@@ -518,3 +518,40 @@ fn the_cli_entry_point_runs_a_command_and_returns_its_code() {
         "{e}"
     );
 }
+
+#[test]
+fn a_private_loopback_works_inside_and_reaches_nothing_outside() {
+    let f = fixture_with(SandboxConfig {
+        private_loopback: true,
+        ..SandboxConfig::default()
+    });
+    assert!(
+        f.sandbox.private_loopback(),
+        "namespaces work on the project's machines"
+    );
+    let (port, accepted) = listener();
+    let o = f.run(
+        SandboxPolicy::WorkspaceWrite,
+        &format!(
+            "{PYTHON} -c \"import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); c = socket.create_connection(s.getsockname()); a, _ = s.accept(); c.sendall(b'inside'); print(a.recv(10).decode())\"; \
+             curl -sS --max-time 5 http://127.0.0.1:{port}/; exec 3<>/dev/tcp/127.0.0.1/{port}"
+        ),
+    );
+    assert!(o.stdout.starts_with("inside\n"), "{o:?}");
+    assert!(
+        o.stderr.contains("Could not connect") || o.stderr.contains("Failed to connect"),
+        "{o:?}"
+    );
+    assert!(o.stderr.contains("Connection refused"), "{o:?}");
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        0,
+        "the host's loopback was reached"
+    );
+    // The network policy still means the host's network.
+    let o = f.run(
+        SandboxPolicy::Network,
+        &format!("curl -sS --max-time 5 http://127.0.0.1:{port}/"),
+    );
+    assert_eq!(o.stdout, "hello", "{o:?}");
+}
