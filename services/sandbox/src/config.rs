@@ -53,8 +53,11 @@ pub enum WhenLandlockMissing {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum ProcessCgroup {
-    /// Find a writable pids hierarchy (cgroup v1 `pids`, or v2 with `pids`
-    /// in `cgroup.subtree_control`); none found: RLIMIT_NPROC only.
+    /// As root (where RLIMIT_NPROC does not hold), find a writable pids
+    /// hierarchy (cgroup v1 `pids`, or v2 with `pids` in
+    /// `cgroup.subtree_control`); otherwise, or when none is found,
+    /// RLIMIT_NPROC only. Joining a cgroup costs the call an RCU grace period
+    /// (a few ms on cgroup v1), so it is used only where it is needed.
     #[default]
     Auto,
     /// RLIMIT_NPROC only.

@@ -262,13 +262,15 @@ impl Sandbox {
             filesystem::probe()
         };
         let system = SystemRoots::open(&config.system_read_roots, &config.hidden);
-        let cgroup = if config.rlimits.processes.is_some() {
-            CgroupBase::detect(&config.process_cgroup)
-        } else {
-            None
-        };
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
+        // `auto` makes a cgroup only where RLIMIT_NPROC cannot hold (root):
+        // joining one costs an RCU grace period per call on cgroup v1.
+        let cgroup = match config.rlimits.processes {
+            None => None,
+            Some(_) if !root && config.process_cgroup == ProcessCgroup::Auto => None,
+            Some(_) => CgroupBase::detect(&config.process_cgroup),
+        };
         let tmp_root = config.tmp_root.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!("omicos-sandbox-{}", unsafe { libc::geteuid() }))
         });
