@@ -8,6 +8,7 @@ pub mod commands;
 pub mod demo;
 pub mod input;
 pub mod render;
+pub mod sandbox;
 pub mod style;
 pub mod turn;
 pub mod up;

@@ -86,6 +86,8 @@ enum Command {
         #[command(subcommand)]
         command: KernelCommand,
     },
+    /// Run one command under a sandbox policy (as shell and the kernels run).
+    Sandbox(omicos_cli::sandbox::SandboxArgs),
     /// Run the scripted offline demo end to end (exits 0 only if every step happened).
     Demo {
         /// Workspace directory (default: a fresh one under the temp dir).
@@ -239,6 +241,7 @@ async fn main() -> ExitCode {
                 .unwrap_or_else(|e| Err(format!("setup task failed: {e}")));
             print_result(r, "kernel setup")
         }
+        Command::Sandbox(args) => omicos_cli::sandbox::run(args),
         Command::Demo { workspace } => {
             let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
             let opts = demo::DemoOptions {

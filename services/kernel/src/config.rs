@@ -64,6 +64,9 @@ pub struct KernelConfig {
     pub max_output_bytes: usize,
     /// registry_lookup's time budget.
     pub lookup_timeout_seconds: f64,
+    /// How kernels (and kernel_install's pip) are confined. Defaults as for
+    /// shell, but no CPU-time limit: RLIMIT_CPU would count the whole session.
+    pub sandbox: omicos_sandbox::SandboxConfig,
 }
 
 impl Default for KernelConfig {
@@ -81,6 +84,7 @@ impl Default for KernelConfig {
             install_output_bytes: 32 * 1024,
             max_output_bytes: 1 << 20,
             lookup_timeout_seconds: 60.0,
+            sandbox: omicos_sandbox::SandboxConfig::for_kernels(),
         }
     }
 }
@@ -88,6 +92,12 @@ impl Default for KernelConfig {
 impl KernelConfig {
     /// Refuses values that cannot work, naming the key.
     pub fn validate(&self) -> Result<(), String> {
+        self.sandbox
+            .validate()
+            .map_err(|e| format!("config key `kernel.sandbox.{}`: {}", e.key, e.reason))?;
+        if !self.sandbox.agent_policies.is_empty() {
+            return Err("kernel.sandbox.agent_policies: a kernel belongs to a session and serves every agent in it; set kernel.sandbox.policy instead".into());
+        }
         if self.max_kernels == 0 {
             return Err("kernel.max_kernels must be at least 1".into());
         }

@@ -110,6 +110,7 @@ pub async fn run(
     cap: usize,
     events: &EventSink,
     cancel: &CancellationToken,
+    sandbox: &omicos_sandbox::Prepared,
 ) -> Result<Value, ToolError> {
     let mut cmd = tokio::process::Command::new(python);
     cmd.args([
@@ -134,6 +135,7 @@ pub async fn run(
         .env("PYTHONUNBUFFERED", "1")
         .process_group(0)
         .kill_on_drop(true);
+    sandbox.apply_to(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| ToolError::failed(format!("cannot run {} -m pip: {e}", python.display())))?;

@@ -107,8 +107,11 @@ pub struct Kernel {
     dead: watch::Receiver<Option<String>>,
     dead_tx: Arc<watch::Sender<Option<String>>>,
     cwd: Mutex<PathBuf>,
+    workspace: PathBuf,
     tasks: Vec<JoinHandle<()>>,
     stop: CancellationToken,
+    /// Held for the kernel's life: dropping it kills what is left in its pids cgroup.
+    _sandbox: Option<omicos_sandbox::Prepared>,
 }
 
 /// How kernels are started.
@@ -118,6 +121,8 @@ pub struct StartOptions {
     pub startup_timeout: Duration,
     /// Heartbeat period.
     pub heartbeat: Duration,
+    /// The sandbox the kernel runs in (None: unconfined, for tools that start their own).
+    pub sandbox: Option<Arc<crate::sandboxing::KernelSandbox>>,
 }
 
 fn route(routes: &Routes, chan: Chan, msg: JupyterMessage) {
@@ -201,6 +206,18 @@ impl Kernel {
             // Its own process group: interrupts and kills reach its children too.
             .process_group(0)
             .kill_on_drop(true);
+        // Confined like shell commands; its socket directory stays writable.
+        let sandboxed = match &opts.sandbox {
+            Some(s) => Some(
+                s.for_kernel(&interpreter.python, cwd, &dir)
+                    .await
+                    .map_err(|e| KernelError::Start(e.to_string()))?,
+            ),
+            None => None,
+        };
+        if let Some(p) = &sandboxed {
+            p.apply_to(&mut cmd);
+        }
         let mut child = cmd.spawn().map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => KernelError::Start(format!(
                 "the interpreter {} (chosen by {}) does not exist; {SETUP_HINT}",
@@ -353,8 +370,10 @@ impl Kernel {
             dead: dead_rx,
             dead_tx,
             cwd: Mutex::new(cwd.to_path_buf()),
+            workspace: cwd.to_path_buf(),
             tasks,
             stop,
+            _sandbox: sandboxed,
         };
         if let Err(e) = kernel.wait_ready(deadline).await {
             let dead = kernel.dead.borrow().clone();
@@ -440,6 +459,11 @@ impl Kernel {
     /// The process id (also the process group id).
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// The workspace the kernel was started in: its sandbox's roots.
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
     }
 
     /// The directory the kernel's Python runs in.

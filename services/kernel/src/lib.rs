@@ -12,6 +12,7 @@ pub mod lookup;
 pub mod notebook;
 pub mod output;
 pub mod provider;
+pub mod sandboxing;
 pub mod sessions;
 
 pub use config::{Config, KernelConfig};

@@ -188,6 +188,13 @@ impl KernelProvider {
     async fn kernel_install(&self, args: Value, ctx: CallCtx) -> Result<Value, ToolError> {
         let req = install::parse_request(&args)?;
         let python = self.kernels.interpreter(&ctx.workspace).python;
+        // The install leaves the network sandbox, for this process only.
+        let sandbox = self
+            .kernels
+            .sandbox()
+            .for_install(&python, &ctx.workspace, &ctx.session_id)
+            .await
+            .map_err(|e| ToolError::failed(e.to_string()))?;
         let r = install::run(
             &python,
             &req,
@@ -195,8 +202,10 @@ impl KernelProvider {
             self.cfg().install_output_bytes,
             &ctx.events,
             &ctx.cancel,
+            &sandbox,
         )
         .await;
+        drop(sandbox);
         self.lookup.invalidate(&python);
         let mut v = r?;
         // A running kernel caches the import system's view of site-packages.

@@ -5,6 +5,7 @@
 use crate::config::KernelConfig;
 use crate::interpreter::{self, Interpreter};
 use crate::kernel::{Kernel, KernelError, StartOptions};
+use crate::sandboxing::KernelSandbox;
 use omicos_toolkit::ToolError;
 use std::{
     collections::HashMap,
@@ -48,6 +49,7 @@ pub struct Kernels {
     inner: Mutex<Inner>,
     refill: Notify,
     stop: CancellationToken,
+    sandbox: Arc<KernelSandbox>,
 }
 
 /// A session's kernel, locked for one call.
@@ -93,6 +95,7 @@ impl Kernels {
     /// Call [`Kernels::spawn_background`] to run the pool refill and the culler.
     pub fn new(cfg: KernelConfig, workspace: PathBuf, env: Vec<(String, String)>) -> Arc<Self> {
         Arc::new(Self {
+            sandbox: Arc::new(KernelSandbox::new(&cfg.sandbox)),
             cfg,
             env,
             workspace,
@@ -125,7 +128,13 @@ impl Kernels {
         StartOptions {
             startup_timeout: Duration::from_secs_f64(self.cfg.startup_timeout_seconds),
             heartbeat: Duration::from_secs_f64(self.cfg.heartbeat_seconds),
+            sandbox: Some(self.sandbox.clone()),
         }
+    }
+
+    /// The sandbox kernels and installs run in.
+    pub fn sandbox(&self) -> &KernelSandbox {
+        &self.sandbox
     }
 
     /// Starts the warm pool and the idle culler. They stop with [`Kernels::close`].
@@ -351,7 +360,8 @@ impl Kernels {
             if let Some(i) = inner
                 .warm
                 .iter()
-                .position(|k| k.interpreter.python == py.python)
+                // The sandbox's roots were fixed at start: only a kernel of this workspace fits.
+                .position(|k| k.interpreter.python == py.python && k.workspace() == workspace)
             {
                 let k = inner.warm.remove(i);
                 drop(inner);

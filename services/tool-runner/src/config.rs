@@ -35,6 +35,8 @@ pub struct Config {
     pub spool_threshold_bytes: usize,
     /// Grace period of the drain on SIGINT/SIGTERM, in seconds.
     pub shutdown_grace_secs: u64,
+    /// How `shell` commands are confined (policy, roots, limits).
+    pub sandbox: omicos_sandbox::SandboxConfig,
 }
 
 impl Default for Config {
@@ -53,6 +55,7 @@ impl Default for Config {
             default_permission_mode: "read_only".into(),
             spool_threshold_bytes: crate::pipeline::shape::SPOOL_THRESHOLD_BYTES,
             shutdown_grace_secs: 10,
+            sandbox: omicos_sandbox::SandboxConfig::default(),
         }
     }
 }
@@ -146,6 +149,7 @@ impl Config {
                 ));
             }
         }
+        self.sandbox.validate().map_err(|e| e.to_string())?;
         if self.registry_ttl_secs == 0 {
             return Err("config key `registry_ttl_secs`: must be at least 1".into());
         }

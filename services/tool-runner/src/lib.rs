@@ -27,10 +27,13 @@ use tokio::net::TcpListener;
 pub fn builtin_providers(config: &Config) -> Vec<Arc<dyn Provider>> {
     vec![
         Arc::new(providers::FileManager),
-        Arc::new(providers::Shell::new(
-            Duration::from_secs(config.shell_timeout_secs.max(1)),
-            config.shell_output_cap_bytes,
-        )),
+        Arc::new(
+            providers::Shell::new(
+                Duration::from_secs(config.shell_timeout_secs.max(1)),
+                config.shell_output_cap_bytes,
+            )
+            .with_sandbox(config.sandbox.clone()),
+        ),
     ]
 }
 

@@ -10,6 +10,7 @@ pub mod normalize;
 pub mod parse;
 pub mod permission;
 pub mod resolve;
+pub mod rules;
 pub mod shape;
 pub mod validate;
 

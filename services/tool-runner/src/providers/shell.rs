@@ -1,12 +1,16 @@
 //! `shell`: `bash -lc <command>` in the workspace, in its own process group,
+//! under the sandbox policy (workspace-write unless configured otherwise),
 //! with a timeout and an output cap; the whole group is killed on timeout or
-//! cancel, so nothing it started outlives the call.
+//! cancel, and the call's pids cgroup on return, so nothing it started
+//! outlives the call.
 
 use async_trait::async_trait;
 use omicos_proto::{Risk, ToolSpec};
+use omicos_sandbox::{Roots, Sandbox, SandboxConfig};
 use omicos_toolkit::{CallCtx, Provider, ToolError, confine_path, tool};
 use serde_json::{Value, json};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
@@ -18,15 +22,34 @@ pub struct Shell {
     pub max_timeout: Duration,
     /// Bytes of stdout+stderr kept.
     pub output_cap: usize,
+    sandbox: ShellSandbox,
+}
+
+/// The sandbox commands run in, or why there is none (every call then fails with it).
+#[derive(Clone, Debug)]
+enum ShellSandbox {
+    Ready(Arc<Sandbox>),
+    Broken(String),
 }
 
 impl Shell {
-    /// A shell with these limits.
+    /// A shell with these limits, sandboxed with the default config (workspace-write).
     pub fn new(max_timeout: Duration, output_cap: usize) -> Self {
         Self {
             max_timeout,
             output_cap,
+            sandbox: ShellSandbox::Broken(String::new()),
         }
+        .with_sandbox(SandboxConfig::default())
+    }
+
+    /// The same shell under the `sandbox` config section.
+    pub fn with_sandbox(mut self, config: SandboxConfig) -> Self {
+        self.sandbox = match Sandbox::new(config) {
+            Ok(s) => ShellSandbox::Ready(Arc::new(s)),
+            Err(e) => ShellSandbox::Broken(format!("the shell sandbox is not usable: {e}")),
+        };
+        self
     }
 
     /// Keeps what fits under the cap; returns the bytes dropped.
@@ -121,17 +144,28 @@ impl Provider for Shell {
             }
             None => ctx.workspace.clone(),
         };
-        let mut child = tokio::process::Command::new("bash")
-            .arg("-lc")
+        let sandbox = match &self.sandbox {
+            ShellSandbox::Ready(s) => s,
+            ShellSandbox::Broken(why) => return Err(ToolError::failed(why.clone())),
+        };
+        let policy = sandbox.config().policy_for_agent(&ctx.agent_id);
+        let sandboxed = sandbox
+            .session_tmp_dir(&ctx.session_id)
+            .and_then(|tmp| sandbox.prepare(policy, &Roots::new(&ctx.workspace).tmp(tmp)))
+            .map_err(|e| ToolError::failed(e.to_string()))?;
+        let mut cmd = tokio::process::Command::new("bash");
+        cmd.arg("-lc")
             .arg(command)
             .current_dir(&cwd)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| ToolError::failed(format!("cannot start bash: {e}")))?;
+            .kill_on_drop(true);
+        sandboxed.apply_to(&mut cmd);
+        let mut child = cmd.spawn().map_err(|e| {
+            ToolError::failed(format!("cannot start bash in the {policy} sandbox: {e}"))
+        })?;
         let pid = child.id();
         let (tx, mut rx) = mpsc::channel::<(&'static str, Vec<u8>)>(64);
         if let Some(o) = child.stdout.take() {
@@ -203,6 +237,9 @@ impl Provider for Shell {
             "stdout": String::from_utf8_lossy(&out),
             "stderr": String::from_utf8_lossy(&err),
         });
+        if !sandboxed.warnings().is_empty() {
+            result["sandbox_warning"] = json!(sandboxed.warnings().join("; "));
+        }
         if dropped > 0 {
             result["truncated"] = json!(format!(
                 "{dropped} bytes of output beyond the {}-byte cap were dropped",
@@ -264,6 +301,67 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(5));
         tokio::time::sleep(Duration::from_millis(3500)).await;
         assert!(!marker.exists(), "a background child survived the timeout");
+    }
+
+    #[tokio::test]
+    async fn commands_run_in_the_sandbox_and_agents_can_get_another_policy() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = d.path().canonicalize().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let tmp_root = tempfile::tempdir().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                use tokio::io::AsyncWriteExt;
+                let _ = s.write_all(b"pong").await;
+            }
+        });
+        let mut cfg = SandboxConfig {
+            tmp_root: Some(tmp_root.path().canonicalize().unwrap()),
+            ..SandboxConfig::default()
+        };
+        cfg.agent_policies
+            .insert("reader".into(), omicos_sandbox::SandboxPolicy::ReadOnly);
+        cfg.agent_policies
+            .insert("fetcher".into(), omicos_sandbox::SandboxPolicy::Network);
+        let sh = shell().with_sandbox(cfg);
+        let script = format!(
+            "echo in > in-$AGENT.txt; echo out > {}/x; cat < /dev/tcp/127.0.0.1/{port}; echo; echo \"$TMPDIR\"",
+            outside.path().display()
+        );
+        let run = |agent: &'static str| {
+            let mut ctx = CallCtx::for_test(&ws, "s1");
+            ctx.agent_id = agent.into();
+            let cmd = format!("AGENT={agent}; {script}");
+            let sh = sh.clone();
+            async move {
+                sh.call("shell", json!({ "command": cmd }), ctx)
+                    .await
+                    .unwrap()
+            }
+        };
+        // Default workspace-write: the workspace yes, outside and the network no.
+        let v = run("test").await;
+        let err = v["stderr"].as_str().unwrap();
+        assert!(ws.join("in-test.txt").exists(), "{v}");
+        assert!(!outside.path().join("x").exists(), "{v}");
+        assert!(err.contains("Permission denied"), "{v}");
+        assert!(err.contains("Operation not permitted"), "{v}");
+        assert!(!v["stdout"].as_str().unwrap().contains("pong"), "{v}");
+        assert!(
+            v["stdout"].as_str().unwrap().contains("omicos")
+                || v["stdout"].as_str().unwrap().contains("s1"),
+            "TMPDIR is the session's: {v}"
+        );
+        // read-only for `reader`: not even the workspace.
+        let v = run("reader").await;
+        assert!(!ws.join("in-reader.txt").exists(), "{v}");
+        // network for `fetcher`: the listener answers.
+        let v = run("fetcher").await;
+        assert!(ws.join("in-fetcher.txt").exists(), "{v}");
+        assert!(v["stdout"].as_str().unwrap().starts_with("pong\n"), "{v}");
+        assert!(!outside.path().join("x").exists(), "{v}");
     }
 
     #[tokio::test]

@@ -1,0 +1,92 @@
+//! Kernels run confined (workspace-write by default): a cell cannot write
+//! outside the workspace or open a network socket, gets a clear Python error,
+//! and the kernel lives on with its state.
+
+mod common;
+
+use common::*;
+use omicos_kernel::KernelConfig;
+use omicos_sandbox::SandboxPolicy;
+
+#[tokio::test]
+async fn a_cell_writing_etc_gets_a_permission_error_and_the_kernel_lives_on() {
+    let (ws, p) = provider(config(0));
+    let r = run(&p, &ws, "s1", "x = 41").await.unwrap();
+    assert!(r["error"].is_null(), "{r}");
+
+    let r = run(&p, &ws, "s1", "open('/etc/x', 'w')").await.unwrap();
+    let err = r.to_string();
+    assert!(err.contains("PermissionError"), "{r}");
+    assert!(err.contains("Permission denied: '/etc/x'"), "{r}");
+    assert!(!std::path::Path::new("/etc/x").exists());
+
+    // Same kernel, same state.
+    let r = run(&p, &ws, "s1", "x + 1").await.unwrap();
+    assert_eq!(value(&r), "42", "{r}");
+
+    // The workspace is writable, the home is not readable, and the network
+    // is the kernel's private loopback: a listener of the host is not reached.
+    let host = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    host.set_nonblocking(true).unwrap();
+    let port = host.local_addr().unwrap().port();
+    let code = format!(
+        "open('made-by-kernel.txt', 'w').write('ok')\nimport socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n    net = 'open'\nexcept OSError as e:\n    net = type(e).__name__\nimport os\ntry:\n    os.listdir('/root')\n    home = 'readable'\nexcept PermissionError:\n    home = 'denied'\n(net, home)"
+    );
+    let r = run(&p, &ws, "s1", &code).await.unwrap();
+    assert_eq!(value(&r), "('ConnectionRefusedError', 'denied')", "{r}");
+    assert!(
+        host.accept().is_err(),
+        "the kernel reached the host's loopback"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("made-by-kernel.txt")).unwrap(),
+        "ok"
+    );
+    p.close().await;
+}
+
+#[tokio::test]
+async fn read_only_kernels_and_danger_full_access_follow_the_config() {
+    let mut cfg: KernelConfig = config(0);
+    cfg.sandbox.policy = SandboxPolicy::ReadOnly;
+    let (ws, p) = provider(cfg);
+    std::fs::write(ws.path().join("in.txt"), "data").unwrap();
+    let r = run(
+        &p,
+        &ws,
+        "s1",
+        "import tempfile\nt = tempfile.NamedTemporaryFile(delete=False); t.write(b'x'); t.close()\ntry:\n    open('out.txt', 'w')\n    w = 'written'\nexcept PermissionError:\n    w = 'denied'\n(open('in.txt').read(), w)",
+    )
+    .await
+    .unwrap();
+    assert_eq!(value(&r), "('data', 'denied')", "{r}");
+    assert!(!ws.path().join("out.txt").exists());
+    p.close().await;
+
+    let mut cfg: KernelConfig = config(0);
+    cfg.sandbox.policy = SandboxPolicy::DangerFullAccess;
+    let (ws, p) = provider(cfg);
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("free");
+    let r = run(
+        &p,
+        &ws,
+        "s1",
+        &format!("open({:?}, 'w').write('x')", target.display().to_string()),
+    )
+    .await
+    .unwrap();
+    assert!(r["error"].is_null(), "{r}");
+    assert!(target.exists());
+    p.close().await;
+}
+
+#[test]
+fn agent_policies_are_refused_for_kernels() {
+    let mut cfg = KernelConfig::default();
+    cfg.sandbox
+        .agent_policies
+        .insert("a".into(), SandboxPolicy::Network);
+    let e = cfg.validate().unwrap_err();
+    assert!(e.contains("kernel.sandbox.agent_policies"), "{e}");
+}
