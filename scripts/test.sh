@@ -14,8 +14,10 @@ if ! (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; then
 fi
 if (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; then
   echo "==> PostgreSQL on 127.0.0.1:5432: PostgreSQL tests will run"
+elif [ "${CI:-}" = "true" ] || [ "${CI:-}" = "1" ]; then
+  echo "==> PostgreSQL not reachable on 127.0.0.1:5432: under CI=true the PostgreSQL tests will FAIL (services/testdb)"
 else
-  echo "==> PostgreSQL not reachable on 127.0.0.1:5432: PostgreSQL tests will print SKIPPED"
+  echo "==> PostgreSQL not reachable on 127.0.0.1:5432: PostgreSQL tests will print SKIPPED (they fail under CI=true)"
 fi
 # The web page: the committed build and generated clients must match ui/ and proto/.
 if command -v npm >/dev/null 2>&1; then

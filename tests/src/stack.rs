@@ -98,7 +98,7 @@ impl Stack {
         };
         let runner_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let runner_url = format!("http://{}", runner_listener.local_addr().unwrap());
-        let mut rc = serde_json::json!({"workspace": workspace, "approval_timeout_secs": 5});
+        let mut rc = serde_json::json!({"workspace": workspace, "approval_timeout": 5});
         merge(&mut rc, opts.runner_overrides);
         let runner_cfg: omicos_tool_runner::Config =
             serde_json::from_value(rc).expect("runner config");
@@ -114,7 +114,7 @@ impl Stack {
             workspace: workspace.clone(),
             tool_runner: runner_url.clone(),
             store_url: opts.store_url.clone(),
-            heartbeat_secs: 30,
+            heartbeat_interval: Duration::from_secs(30),
             ..Default::default()
         };
         cfg.llm.backend = opts.backend.clone();
@@ -125,9 +125,9 @@ impl Stack {
         cfg.llm.api_key = "test-key".into();
         cfg.llm.model = "fake-model".into();
         cfg.llm.replay_file = opts.replay_file;
-        cfg.llm.retry_base_ms = 20;
-        cfg.llm.retry_max_ms = 200;
-        cfg.llm.idle_timeout_secs = 5;
+        cfg.llm.retry_base_delay = Duration::from_millis(20);
+        cfg.llm.retry_max_delay = Duration::from_millis(200);
+        cfg.llm.idle_timeout = Duration::from_secs(5);
         if let Some(t) = opts.tweak {
             t(&mut cfg);
         }

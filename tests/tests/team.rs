@@ -348,7 +348,8 @@ async fn an_overdue_delegation_returns_what_it_has() {
         Reply::Text("lead continues".into()),
     ])
     .await;
-    let tweak: omicos_e2e::stack::ConfigTweak = Box::new(|c| c.delegation.deadline_secs = 1);
+    let tweak: omicos_e2e::stack::ConfigTweak =
+        Box::new(|c| c.delegation.deadline = Duration::from_secs(1));
     let (stack, _tmp) = team_stack(llm.clone(), Some(tweak)).await;
     let events = stack
         .chat(team_req(&["lead", "helper"], "full"))

@@ -1,8 +1,11 @@
 //! Where the catalog reads from, and the deployment's tier.
 
 use crate::tier::Tier;
+pub use omicos_servicekit::ConfigError;
+use omicos_servicekit::config::{Renamed, ServiceConfig, duration};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The catalog section of a service's config file (`OMICOS_...` overrides per
 /// key, see `omicos_servicekit::load_config`). Empty paths mean the defaults.
@@ -20,7 +23,8 @@ pub struct Config {
     /// Whether the built-in agents shipped with omicos are offered.
     pub builtin_agents: bool,
     /// Quiet time after a file change before the catalog reloads.
-    pub watch_debounce_ms: u64,
+    #[serde(with = "duration")]
+    pub watch_debounce: Duration,
 }
 
 impl Default for Config {
@@ -31,17 +35,22 @@ impl Default for Config {
             skill_cache_dir: String::new(),
             skill_roots: Vec::new(),
             builtin_agents: true,
-            watch_debounce_ms: 300,
+            watch_debounce: Duration::from_millis(300),
         }
     }
 }
 
-/// A config value that cannot be used.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum ConfigError {
-    /// `tier` is not a tier.
-    #[error("catalog config `tier`: {0}")]
-    Tier(#[from] crate::tier::UnknownTier),
+impl ServiceConfig for Config {
+    const RENAMED: &'static [Renamed] = &[Renamed::millis("watch_debounce_ms", "watch_debounce")];
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        parse_tier(&self.tier).map(|_| ())
+    }
+}
+
+fn parse_tier(tier: &str) -> Result<Tier, ConfigError> {
+    tier.parse()
+        .map_err(|e: crate::tier::UnknownTier| ConfigError::key("tier", e.to_string()))
 }
 
 /// Everything [`crate::Catalog::load`] needs.
@@ -102,7 +111,7 @@ impl CatalogConfig {
         cfg: &Config,
         env: &[(String, String)],
     ) -> Result<Self, ConfigError> {
-        let tier: Tier = cfg.tier.parse()?;
+        let tier = parse_tier(&cfg.tier)?;
         let mut out = Self::new(workspace, tier);
         if let Some(p) = non_empty(&cfg.agent_cache_dir) {
             out.agent_cache_dir = Some(p);
@@ -121,7 +130,7 @@ impl CatalogConfig {
             .filter_map(non_empty)
             .collect();
         out.builtin_agents = cfg.builtin_agents;
-        out.watch_debounce = std::time::Duration::from_millis(cfg.watch_debounce_ms);
+        out.watch_debounce = cfg.watch_debounce;
         Ok(out)
     }
 
@@ -235,7 +244,11 @@ mod tests {
         .unwrap();
         let env = vec![("OMICOS_TIER".to_string(), "lab".to_string())];
         let cfg: Config = omicos_servicekit::load_config(Some(&file), &env).unwrap();
-        assert_eq!((cfg.tier.as_str(), cfg.watch_debounce_ms), ("lab", 50));
+        // The old key (milliseconds) still reads, for one release.
+        assert_eq!(
+            (cfg.tier.as_str(), cfg.watch_debounce),
+            ("lab", Duration::from_millis(50))
+        );
         let c = CatalogConfig::from_config("/ws", &cfg, &env).unwrap();
         assert_eq!(c.tier, Tier::Lab);
         assert_eq!(c.skill_roots, vec![PathBuf::from("/x")]);

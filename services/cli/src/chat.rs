@@ -37,8 +37,7 @@ impl ChatOptions {
     }
 }
 
-/// Exit code when the user leaves with Ctrl-C (128 + SIGINT).
-const EXIT_INTERRUPTED: u8 = 130;
+use crate::error::{CliError, EXIT_FAILURE, EXIT_INTERRUPTED};
 
 /// Runs `omicos chat`.
 pub async fn run(opts: ChatOptions) -> ExitCode {
@@ -52,19 +51,15 @@ pub async fn run(opts: ChatOptions) -> ExitCode {
 async fn piped(opts: ChatOptions) -> ExitCode {
     let mut message = String::new();
     if let Err(e) = std::io::stdin().read_to_string(&mut message) {
-        eprintln!("omicos chat: cannot read stdin: {e}");
-        return ExitCode::from(2);
+        return CliError::Usage(format!("cannot read stdin: {e}")).report("chat");
     }
     if message.trim().is_empty() {
-        eprintln!("omicos chat: no message on stdin (try: echo \"hello\" | omicos chat)");
-        return ExitCode::from(2);
+        return CliError::Usage("no message on stdin (try: echo \"hello\" | omicos chat)".into())
+            .report("chat");
     }
     let mut client = match connect(&opts.server).await {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("omicos chat: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return e.report("chat"),
     };
     let view = if opts.json { View::Json } else { View::Answer };
     let mut r = Renderer::new(view);
@@ -86,30 +81,21 @@ async fn piped(opts: ChatOptions) -> ExitCode {
                 t.reason.as_str(),
                 t.session_id
             );
-            ExitCode::FAILURE
+            ExitCode::from(EXIT_FAILURE)
         }
         Err(TurnError::Exit) => ExitCode::from(EXIT_INTERRUPTED),
-        Err(TurnError::Failed(e)) => {
-            eprintln!("omicos chat: {e}");
-            ExitCode::FAILURE
-        }
+        Err(TurnError::Failed(e)) => e.report("chat"),
     }
 }
 
 async fn repl(opts: ChatOptions) -> ExitCode {
     let mut client = match connect(&opts.server).await {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("omicos chat: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return e.report("chat"),
     };
     let input = match Input::start() {
         Ok(i) => i,
-        Err(e) => {
-            eprintln!("omicos chat: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return e.report("chat"),
     };
     let mut r = Renderer::new(if opts.json { View::Json } else { View::Human });
     let st = r.style();

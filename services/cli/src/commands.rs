@@ -1,9 +1,10 @@
 //! The one-shot commands: `agents`, `tools`, `sessions [show ID]`, `approve`,
 //! `kernel setup`. Each returns its output as text so tests and the binary share it.
 
+use crate::error::CliError;
 use crate::render::{clip, result_lines, risk_name, short_args};
 use crate::style::Style;
-use crate::turn::{Client, status_text};
+use crate::turn::Client;
 use omicos_proto::{
     ApproveToolRequest, Decision, GetSessionRequest, ListAgentToolsRequest, ListAgentsRequest,
     ListSessionsRequest, Risk,
@@ -12,11 +13,11 @@ use serde_json::Value;
 use std::fmt::Write;
 
 /// `omicos agents`: the catalog, one agent a line.
-pub async fn agents(client: &mut Client, st: Style) -> Result<String, String> {
+pub async fn agents(client: &mut Client, st: Style) -> Result<String, CliError> {
     let r = client
         .list_agents(ListAgentsRequest {})
         .await
-        .map_err(|s| status_text(&s))?
+        .map_err(CliError::Rpc)?
         .into_inner();
     let mut out = String::new();
     let w = r
@@ -63,7 +64,7 @@ pub async fn tools(
     agent: &str,
     mode: &str,
     st: Style,
-) -> Result<String, String> {
+) -> Result<String, CliError> {
     let r = client
         .list_agent_tools(ListAgentToolsRequest {
             agent: agent.to_owned(),
@@ -71,7 +72,7 @@ pub async fn tools(
             format: String::new(),
         })
         .await
-        .map_err(|s| status_text(&s))?
+        .map_err(CliError::Rpc)?
         .into_inner();
     let mut tools = r.tools;
     tools.sort_by(|a, b| {
@@ -128,11 +129,11 @@ fn when(ms: i64) -> String {
 }
 
 /// `omicos sessions`: the most recent sessions.
-pub async fn sessions(client: &mut Client, st: Style) -> Result<String, String> {
+pub async fn sessions(client: &mut Client, st: Style) -> Result<String, CliError> {
     let r = client
         .list_sessions(ListSessionsRequest { limit: 50 })
         .await
-        .map_err(|s| status_text(&s))?
+        .map_err(CliError::Rpc)?
         .into_inner();
     let mut out = String::new();
     if r.sessions.is_empty() {
@@ -154,13 +155,13 @@ pub async fn sessions(client: &mut Client, st: Style) -> Result<String, String> 
 }
 
 /// `omicos sessions show ID`: the conversation, one message a block.
-pub async fn session_show(client: &mut Client, id: &str, st: Style) -> Result<String, String> {
+pub async fn session_show(client: &mut Client, id: &str, st: Style) -> Result<String, CliError> {
     let s = client
         .get_session(GetSessionRequest {
             session_id: id.to_owned(),
         })
         .await
-        .map_err(|s| status_text(&s))?
+        .map_err(CliError::Rpc)?
         .into_inner();
     let mut out = String::new();
     if let Some(m) = &s.summary {
@@ -227,42 +228,37 @@ pub async fn session_show(client: &mut Client, id: &str, st: Style) -> Result<St
     Ok(out)
 }
 
-/// Checks a permission mode and returns its canonical spelling (the server
-/// accepts the same spellings; checking here fails before anything starts).
-pub fn parse_mode(s: &str) -> Result<String, String> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "read_only" | "readonly" | "read-only" => Ok("read_only".into()),
-        "auto" => Ok("auto".into()),
-        "full" | "full_access" | "full-access" => Ok("full".into()),
-        other => Err(format!(
-            "`{other}` is not a permission mode: use read_only (only read tools), auto (ask before side effects) or full"
-        )),
-    }
+/// Checks a permission mode with the one parser the services use, and
+/// returns its canonical spelling, so a bad one fails before anything starts.
+pub fn parse_mode(s: &str) -> Result<String, CliError> {
+    omicos_proto::PermissionMode::parse(s)
+        .map(|m| m.as_str().to_owned())
+        .map_err(|e| CliError::Usage(e.to_string()))
 }
 
 /// Checks `--port-base`: 0 (ephemeral ports) or a port with room for the four that follow it.
-pub fn parse_port_base(s: &str) -> Result<u16, String> {
+pub fn parse_port_base(s: &str) -> Result<u16, CliError> {
     let n: u16 = s
         .trim()
         .parse()
-        .map_err(|_| format!("`{s}` is not a port number (0-65531)"))?;
+        .map_err(|_| CliError::Usage(format!("`{s}` is not a port number (0-65531)")))?;
     if n > u16::MAX - 4 {
-        return Err(format!(
+        return Err(CliError::Usage(format!(
             "{n} leaves no room for the four services after it (tool-runner +1 … memory +4): use at most 65531, or 0 for free ports"
-        ));
+        )));
     }
     Ok(n)
 }
 
 /// Parses `allow|session|deny` (and the REPL's y/a/n).
-pub fn parse_decision(s: &str) -> Result<Decision, String> {
+pub fn parse_decision(s: &str) -> Result<Decision, CliError> {
     match s.trim().to_ascii_lowercase().as_str() {
         "allow" | "once" | "allow_once" | "y" => Ok(Decision::AllowOnce),
         "session" | "allow_session" | "always" | "a" => Ok(Decision::AllowSession),
         "deny" | "n" | "no" => Ok(Decision::Deny),
-        other => Err(format!(
+        other => Err(CliError::Usage(format!(
             "`{other}` is not a decision: use allow (this call), session (this tool for the session) or deny"
-        )),
+        ))),
     }
 }
 
@@ -272,7 +268,7 @@ pub async fn approve(
     session: &str,
     call: &str,
     decision: Decision,
-) -> Result<String, String> {
+) -> Result<String, CliError> {
     client
         .approve_tool(ApproveToolRequest {
             session_id: session.to_owned(),
@@ -280,7 +276,7 @@ pub async fn approve(
             decision: decision as i32,
         })
         .await
-        .map_err(|s| status_text(&s))?;
+        .map_err(CliError::Rpc)?;
     Ok(format!(
         "{}: {}\n",
         call,
@@ -289,8 +285,9 @@ pub async fn approve(
 }
 
 /// `omicos kernel setup`: a venv with ipykernel in `dir`, plus `dir/requirements.txt` when there is one.
-pub fn kernel_setup(dir: &std::path::Path) -> Result<String, String> {
-    let python = omicos_kernel::setup_venv(dir).map_err(|e| e.to_string())?;
+pub fn kernel_setup(dir: &std::path::Path) -> Result<String, CliError> {
+    let python =
+        omicos_kernel::setup_venv(dir).map_err(|e| CliError::KernelSetup(e.to_string()))?;
     let mut out = format!("kernel venv ready: {}\n", python.display());
     let req = dir.join("requirements.txt");
     if req.is_file() {
@@ -305,20 +302,17 @@ pub fn kernel_setup(dir: &std::path::Path) -> Result<String, String> {
             ])
             .arg(&req)
             .output()
-            .map_err(|e| {
-                format!(
-                    "{} -m pip install -r {}: {e}",
-                    python.display(),
-                    req.display()
-                )
+            .map_err(|e| CliError::Io {
+                what: format!("{} -m pip install -r {}", python.display(), req.display()),
+                source: e,
             })?;
         if !o.status.success() {
             let err = String::from_utf8_lossy(&o.stderr);
-            return Err(format!(
+            return Err(CliError::KernelSetup(format!(
                 "pip install -r {} failed: {}",
                 req.display(),
                 clip(err.trim(), 2000)
-            ));
+            )));
         }
         let _ = writeln!(out, "installed {}", req.display());
     }
@@ -339,19 +333,30 @@ mod tests {
         assert_eq!(parse_decision("allow").unwrap(), Decision::AllowOnce);
         assert_eq!(parse_decision("Session").unwrap(), Decision::AllowSession);
         assert_eq!(parse_decision("deny").unwrap(), Decision::Deny);
-        assert!(parse_decision("perhaps").unwrap_err().contains("allow"));
+        assert!(
+            parse_decision("perhaps")
+                .unwrap_err()
+                .to_string()
+                .contains("allow")
+        );
     }
 
     #[test]
     fn modes_and_port_bases_are_checked_before_anything_starts() {
         assert_eq!(parse_mode("Read-Only").unwrap(), "read_only");
         assert_eq!(parse_mode("full_access").unwrap(), "full");
-        assert!(parse_mode("yolo").unwrap_err().contains("read_only"));
+        assert!(
+            parse_mode("yolo")
+                .unwrap_err()
+                .to_string()
+                .contains("read_only")
+        );
         assert_eq!(parse_port_base("0").unwrap(), 0);
         assert_eq!(parse_port_base("65531").unwrap(), 65531);
         assert!(
             parse_port_base("65535")
                 .unwrap_err()
+                .to_string()
                 .contains("at most 65531")
         );
         assert!(parse_port_base("seven").is_err());

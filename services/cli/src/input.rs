@@ -30,9 +30,12 @@ pub struct Input {
 
 impl Input {
     /// Starts the input thread with a rustyline editor.
-    pub fn start() -> Result<Self, String> {
-        let mut editor = rustyline::DefaultEditor::new()
-            .map_err(|e| format!("cannot open the line editor: {e}"))?;
+    pub fn start() -> Result<Self, crate::error::CliError> {
+        let mut editor =
+            rustyline::DefaultEditor::new().map_err(|e| crate::error::CliError::Io {
+                what: "cannot open the line editor".into(),
+                source: std::io::Error::other(e),
+            })?;
         let (tx, rx) = std::sync::mpsc::channel::<Ask>();
         std::thread::Builder::new()
             .name("omicos-input".into())
@@ -51,7 +54,10 @@ impl Input {
                     let _ = ask.reply.send(line);
                 }
             })
-            .map_err(|e| format!("cannot start the input thread: {e}"))?;
+            .map_err(|e| crate::error::CliError::Io {
+                what: "cannot start the input thread".into(),
+                source: e,
+            })?;
         Ok(Self { tx })
     }
 

@@ -6,6 +6,7 @@
 pub mod chat;
 pub mod commands;
 pub mod demo;
+pub mod error;
 pub mod input;
 pub mod render;
 pub mod sandbox;

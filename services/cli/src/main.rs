@@ -1,6 +1,7 @@
 //! The `omicos` binary: parses the command line and runs one command.
 
 use clap::{Parser, Subcommand};
+use omicos_cli::error::{CliError, EXIT_FAILURE};
 use omicos_cli::{chat, commands, demo, style::Style, turn, up};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -115,30 +116,25 @@ enum KernelCommand {
     },
 }
 
-fn print_result(r: Result<String, String>, what: &str) -> ExitCode {
+/// Prints a command's output, or its error with the error's exit code.
+fn print_result(r: Result<String, CliError>, what: &str) -> ExitCode {
     match r {
         Ok(s) => {
             print!("{s}");
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("omicos {what}: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => e.report(what),
     }
 }
 
 async fn with_client<F, Fut>(server: &str, what: &str, f: F) -> ExitCode
 where
     F: FnOnce(turn::Client) -> Fut,
-    Fut: std::future::Future<Output = Result<String, String>>,
+    Fut: std::future::Future<Output = Result<String, CliError>>,
 {
     match turn::connect(server).await {
         Ok(c) => print_result(f(c).await, what),
-        Err(e) => {
-            eprintln!("omicos {what}: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => e.report(what),
     }
 }
 
@@ -223,10 +219,7 @@ async fn main() -> ExitCode {
         } => {
             let d = match commands::parse_decision(&decision) {
                 Ok(d) => d,
-                Err(e) => {
-                    eprintln!("omicos approve: {e}");
-                    return ExitCode::from(2);
-                }
+                Err(e) => return e.report("approve"),
             };
             with_client(&server, "approve", |mut c| async move {
                 commands::approve(&mut c, &session, &call, d).await
@@ -238,7 +231,7 @@ async fn main() -> ExitCode {
         } => {
             let r = tokio::task::spawn_blocking(move || commands::kernel_setup(&dir))
                 .await
-                .unwrap_or_else(|e| Err(format!("setup task failed: {e}")));
+                .unwrap_or_else(|e| Err(CliError::KernelSetup(format!("setup task failed: {e}"))));
             print_result(r, "kernel setup")
         }
         Command::Sandbox(args) => omicos_cli::sandbox::run(args),
@@ -266,12 +259,9 @@ async fn main() -> ExitCode {
                         "omicos demo: {failed} step(s) did not happen · workspace {}",
                         report.workspace.display()
                     );
-                    ExitCode::FAILURE
+                    ExitCode::from(EXIT_FAILURE)
                 }
-                Err(e) => {
-                    eprintln!("omicos demo: {e}");
-                    ExitCode::FAILURE
-                }
+                Err(e) => e.report("demo"),
             }
         }
     }

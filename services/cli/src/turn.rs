@@ -2,6 +2,7 @@
 //! requests, cancel on Ctrl-C (a second Ctrl-C exits), and re-attach with
 //! `since_seq` when the stream drops so no event is missed or repeated.
 
+use crate::error::CliError;
 use crate::input::{Input, Line};
 use crate::render::{Renderer, decision_words};
 use omicos_proto::{
@@ -19,15 +20,15 @@ pub type Client = OrchestratorClient<Channel>;
 
 /// Connects to the orchestrator at `url`, with a message that says what to do
 /// when nothing answers there.
-pub async fn connect(url: &str) -> Result<Client, String> {
+pub async fn connect(url: &str) -> Result<Client, CliError> {
     let ep = Endpoint::from_shared(url.to_owned())
-        .map_err(|e| format!("`{url}` is not a valid server URL: {e}"))?
+        .map_err(|e| CliError::Usage(format!("`{url}` is not a valid server URL: {e}")))?
         .connect_timeout(Duration::from_secs(5));
     let ch = ep.connect().await.map_err(|e| {
-        format!(
+        CliError::Connect(format!(
             "cannot reach the orchestrator at {url}: {} (start it with `omicos up`, or point --server / OMICOS_SERVER at it)",
             error_chain(&e)
-        )
+        ))
     })?;
     Ok(OrchestratorClient::new(ch))
 }
@@ -203,7 +204,7 @@ pub struct TurnResult {
 #[derive(Debug)]
 pub enum TurnError {
     /// The turn could not start or be followed.
-    Failed(String),
+    Failed(CliError),
     /// Ctrl-C twice: the user wants out.
     Exit,
 }
@@ -227,13 +228,13 @@ pub async fn run_turn(
     let first = ChatClientMessage {
         msg: Some(chat_client_message::Msg::Request(req.clone())),
     };
-    tx.send(first)
-        .await
-        .map_err(|_| TurnError::Failed("chat stream closed before it opened".into()))?;
+    tx.send(first).await.map_err(|_| {
+        TurnError::Failed(CliError::Turn("chat stream closed before it opened".into()))
+    })?;
     let mut stream = client
         .chat(ReceiverStream::new(rx))
         .await
-        .map_err(|s| TurnError::Failed(status_text(&s)))?
+        .map_err(|s| TurnError::Failed(CliError::Rpc(s)))?
         .into_inner();
     // Kept so the server keeps reading our side of the stream (cancel falls back to it).
     let mut chat_tx = Some(tx);
@@ -265,9 +266,9 @@ pub async fn run_turn(
                     _ => "the stream ended before the turn did".into(),
                 };
                 if res.session_id.is_empty() {
-                    return Err(TurnError::Failed(format!(
+                    return Err(TurnError::Failed(CliError::Turn(format!(
                         "the chat stream broke before the session started: {why}"
-                    )));
+                    ))));
                 }
                 stream = reattach(client, &res.session_id, last_seq, r, &why).await?;
                 res.reattached += 1;
@@ -371,17 +372,17 @@ async fn reattach(
                 return Ok(s.into_inner());
             }
             Err(s) if s.code() == tonic::Code::NotFound => {
-                return Err(TurnError::Failed(status_text(&s)));
+                return Err(TurnError::Failed(CliError::Rpc(s)));
             }
             Err(s) => last_err = status_text(&s),
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(2));
     }
-    Err(TurnError::Failed(format!(
+    Err(TurnError::Failed(CliError::Turn(format!(
         "the stream dropped ({why}) and re-attaching failed {REATTACH_TRIES} times: {last_err}; the turn may still be running: \
          `omicos sessions show {session_id}`"
-    )))
+    ))))
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! `omicos up`: the whole stack in this process, every service on its own
 //! loopback port (printed); Ctrl-C drains and stops, a second Ctrl-C exits at once.
 
+use crate::error::CliError;
 use crate::style::Style;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,14 +25,35 @@ pub async fn run(args: UpArgs) -> ExitCode {
     opts.port_base = args.port_base;
     let stack = match omicos_stack::up(opts).await {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("omicos up: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return CliError::from(e).report("up"),
     };
+    // Caught before anything is printed: a Ctrl-C right after the URLs drains.
+    let mut signals = omicos_servicekit::shutdown::Signals::install();
+    let shutdown = stack.shutdown.clone();
+    tokio::spawn(async move {
+        signals.recv().await;
+        println!("draining… (Ctrl-C again to stop at once)");
+        shutdown.trigger();
+        signals.recv().await;
+        eprintln!("omicos up: stopped without draining");
+        std::process::exit(130);
+    });
     println!("{}", st.bold("omicos is up"));
     println!("  workspace     {}", stack.workspace.display());
     println!("  llm backend   {}", stack.llm_backend);
+    if let Some(py) = &stack.kernel_python {
+        println!("  kernel python {} ({})", py.python.display(), py.source);
+        if py.is_fallback() {
+            println!(
+                "{}",
+                st.yellow(
+                    "  no .venv with ipykernel in the workspace or here (or a parent): the kernels use python3 from PATH, \
+                     and run_python_code needs ipykernel there. Run ./scripts/bootstrap.sh or `omicos kernel setup` here, \
+                     or set OMICOS_KERNEL_PYTHON"
+                )
+            );
+        }
+    }
     for (name, url) in &stack.endpoints {
         println!("  {name:<13} {url}");
     }
@@ -44,23 +66,11 @@ pub async fn run(args: UpArgs) -> ExitCode {
         )
     };
     println!("{}", st.dim(&hint));
-    let shutdown = stack.shutdown.clone();
-    tokio::spawn(async move {
-        omicos_servicekit::shutdown::wait_for_signal().await;
-        println!("draining… (Ctrl-C again to stop at once)");
-        shutdown.trigger();
-        omicos_servicekit::shutdown::wait_for_signal().await;
-        eprintln!("omicos up: stopped without draining");
-        std::process::exit(130);
-    });
     match stack.wait().await {
         Ok(()) => {
             println!("stopped");
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("omicos up: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => CliError::from(e).report("up"),
     }
 }

@@ -276,7 +276,7 @@ async fn piped_mode_prints_the_answer_and_exit_codes_tell_success_from_error() {
     // A bad permission mode is refused before anything is sent, clearly.
     let (code, _, err) = run_piped(&["chat", "--server", url, "--mode", "yolo"], "hello").await;
     assert_eq!(code, 2);
-    assert!(err.contains("`yolo` is not a permission mode"), "{err}");
+    assert!(err.contains("unknown permission mode `yolo`"), "{err}");
     let (code, _, err) = run_piped(&["up", "--port-base", "65535"], "").await;
     assert_eq!(code, 2);
     assert!(err.contains("at most 65531"), "{err}");
@@ -504,54 +504,36 @@ async fn a_dropped_stream_is_reattached_without_losing_or_repeating_events() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn up_prints_its_urls_serves_offline_and_stops_on_ctrl_c() {
     let ws = tempfile::tempdir().unwrap();
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.args(["up", "--port-base", "0", "--workspace"])
-        .arg(ws.path())
-        .env("NO_COLOR", "1");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("OMICOS_LLM_")
-            || k == "OPENAI_API_KEY"
-            || k == "ANTHROPIC_API_KEY"
-            || k == "OMICOS_SERVER"
-        {
-            cmd.env_remove(k);
-        }
-    }
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
-    let mut url = None;
-    let mut printed = vec![];
-    while let Some(l) = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-        .await
-        .expect("omicos up prints")
-        .unwrap()
-    {
-        printed.push(l.clone());
-        if let Some(u) = l.trim().strip_prefix("orchestrator") {
-            url = Some(u.trim().to_owned());
-        }
-        if l.contains("talk to it") {
-            break;
-        }
-    }
-    let url = url.unwrap_or_else(|| panic!("no orchestrator URL in {printed:?}"));
+    // From the repository root, as the README says, with no interpreter
+    // configured: the kernels find the root's .venv by themselves.
+    let (mut child, mut lines, printed) = start_up(ws.path(), &repo_root()).await;
+    let url = printed
+        .iter()
+        .find_map(|l| l.trim().strip_prefix("orchestrator"))
+        .map(|u| u.trim().to_owned())
+        .unwrap_or_else(|| panic!("no orchestrator URL in {printed:?}"));
+    let venv_python = format!(
+        "kernel python {} ({})",
+        repo_root().join(".venv/bin/python3").display(),
+        repo_root().join(".venv").display()
+    );
     for s in [
         "tool-runner",
         "kernel",
         "web",
         "memory",
         "llm backend   replay",
+        &venv_python,
     ] {
         assert!(
             printed.iter().any(|l| l.contains(s)),
             "{s} not printed: {printed:?}"
         );
     }
+    assert!(
+        !printed.iter().any(|l| l.contains("python3 from PATH")),
+        "{printed:?}"
+    );
     let (code, out, err) = run_piped(&["chat", "--server", &url, "--mode", "full"], "hello").await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("offline replay"), "{out}");
@@ -582,6 +564,90 @@ async fn up_prints_its_urls_serves_offline_and_stops_on_ctrl_c() {
         rest.iter().any(|l| l.contains("draining")) && rest.iter().any(|l| l == "stopped"),
         "{rest:?}"
     );
+}
+
+/// Starts `omicos up` on free ports in `cwd`, with no model and no Python
+/// interpreter configured, and returns what it printed up to its hint line.
+async fn start_up(
+    workspace: &std::path::Path,
+    cwd: &std::path::Path,
+) -> (
+    tokio::process::Child,
+    tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    Vec<String>,
+) {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args(["up", "--port-base", "0", "--workspace"])
+        .arg(workspace)
+        .current_dir(cwd)
+        .env("NO_COLOR", "1");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("OMICOS_LLM_")
+            || k == "OPENAI_API_KEY"
+            || k == "ANTHROPIC_API_KEY"
+            || k == "OMICOS_SERVER"
+            || k == "OMICOS_KERNEL_PYTHON"
+            || k == "OMICOS_ENV_DIR"
+            || k == "VIRTUAL_ENV"
+            || k == "CONDA_PREFIX"
+        {
+            cmd.env_remove(k);
+        }
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let mut printed = vec![];
+    while let Some(l) = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("omicos up prints")
+        .unwrap()
+    {
+        printed.push(l.clone());
+        if l.contains("talk to it") {
+            break;
+        }
+    }
+    (child, lines, printed)
+}
+
+/// Where no project venv can be found, `omicos up` says at start that the
+/// kernels fall back to python3 from PATH, and what to do about it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_says_when_the_kernels_fall_back_to_python3_on_path() {
+    let ws = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (mut child, _lines, printed) = start_up(ws.path(), elsewhere.path()).await;
+    assert!(
+        printed
+            .iter()
+            .any(|l| l.contains("kernel python python3 (python3 on PATH)")),
+        "{printed:?}"
+    );
+    assert!(
+        printed.iter().any(|l| l.contains("python3 from PATH")
+            && l.contains("OMICOS_KERNEL_PYTHON")
+            && l.contains("omicos kernel setup")),
+        "{printed:?}"
+    );
+    let pid = child.id().unwrap().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("drains in time")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

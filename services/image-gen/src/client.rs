@@ -60,7 +60,7 @@ pub async fn generate(
     if !cfg.response_format.trim().is_empty() {
         body["response_format"] = Value::String(cfg.response_format.trim().to_owned());
     }
-    let max_wait = Duration::from_secs(cfg.max_retry_wait_secs);
+    let max_wait = cfg.retry_max_delay;
     // Room for n inline images at the size cap (base64 is 4/3 larger), plus the JSON around them.
     let body_limit = (cfg.max_image_mb << 20)
         .saturating_mul(u64::from(req.n.max(1)))
@@ -81,8 +81,8 @@ pub async fn generate(
         let (why, asked_wait) = match sent {
             Err(e) if e.is_timeout() => {
                 return Err(ToolError::failed(format!(
-                    "the images endpoint did not answer within {} s",
-                    cfg.timeout_secs
+                    "the images endpoint did not answer within {}",
+                    omicos_servicekit::config::duration::format(cfg.timeout)
                 )));
             }
             Err(e) if e.is_builder() => {
@@ -138,8 +138,7 @@ pub async fn generate(
                 attempt + 1
             )));
         }
-        let backoff =
-            Duration::from_millis(cfg.retry_base_ms.saturating_mul(1u64 << attempt.min(16)));
+        let backoff = cfg.retry_base_delay.saturating_mul(1u32 << attempt.min(16));
         let wait = asked_wait.unwrap_or(backoff);
         if wait > max_wait {
             return Err(ToolError::failed(format!(

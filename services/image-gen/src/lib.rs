@@ -9,126 +9,15 @@
 //! says how to configure it.
 
 pub mod client;
+pub mod config;
 pub mod save;
+
+pub use config::{Config, ImageGenConfig, OPENAI_BASE_URL};
 
 use async_trait::async_trait;
 use omicos_toolkit::{CallCtx, Provider, Risk, ToolError, ToolSpec, tool};
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::time::Duration;
-
-/// The service's configuration (YAML file, then `OMICOS_*` environment).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct Config {
-    /// Address to listen on (`OMICOS_LISTEN`).
-    pub listen: String,
-    /// Registry to announce to, e.g. `http://127.0.0.1:7002`; empty: do not register.
-    pub registry: String,
-    /// Endpoint to announce; empty: `http://<bound address>`.
-    pub advertise: String,
-    /// Registry TTL in seconds (0: the registry's default).
-    pub registry_ttl_seconds: u32,
-    /// Drain period on SIGTERM, in seconds.
-    pub grace_seconds: u64,
-    /// Workspace root used when a call carries none; empty: the current directory.
-    pub workspace: String,
-    /// The images endpoint (`OMICOS_IMAGE_GEN_*`).
-    pub image_gen: ImageGenConfig,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            listen: "127.0.0.1:0".into(),
-            registry: String::new(),
-            advertise: String::new(),
-            registry_ttl_seconds: 0,
-            grace_seconds: 10,
-            workspace: String::new(),
-            image_gen: ImageGenConfig::default(),
-        }
-    }
-}
-
-/// The OpenAI-compatible images endpoint and the limits of a call.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct ImageGenConfig {
-    /// Base URL, e.g. `https://api.openai.com/v1` (`OMICOS_IMAGE_GEN_BASE_URL`).
-    /// Empty with a key set: OpenAI's.
-    pub base_url: String,
-    /// Model name (`OMICOS_IMAGE_GEN_MODEL`); empty: the endpoint's default.
-    pub model: String,
-    /// API key (`OMICOS_IMAGE_GEN_API_KEY`; `OPENAI_API_KEY` when empty).
-    pub api_key: String,
-    /// Size asked for when the call names none.
-    pub default_size: String,
-    /// `response_format` sent with each request (`b64_json` or `url`); empty:
-    /// not sent, since some models (gpt-image-1) refuse the field.
-    pub response_format: String,
-    /// Most images one call may ask for.
-    pub max_n: u32,
-    /// Time one HTTP request may take, in seconds (generation is slow).
-    pub timeout_secs: u64,
-    /// Retries after a 429 or 5xx answer or a connection failure.
-    pub max_retries: u32,
-    /// First backoff, in milliseconds; doubled at each retry.
-    pub retry_base_ms: u64,
-    /// Longest single wait before a retry, in seconds; a `Retry-After` beyond
-    /// it ends the call with an error that says when to try again.
-    pub max_retry_wait_secs: u64,
-    /// Largest image accepted, in MiB (decoded base64 or download).
-    pub max_image_mb: u64,
-}
-
-impl Default for ImageGenConfig {
-    fn default() -> Self {
-        Self {
-            base_url: String::new(),
-            model: String::new(),
-            api_key: String::new(),
-            default_size: "1024x1024".into(),
-            response_format: String::new(),
-            max_n: 4,
-            timeout_secs: 180,
-            max_retries: 4,
-            retry_base_ms: 1000,
-            max_retry_wait_secs: 60,
-            max_image_mb: 32,
-        }
-    }
-}
-
-/// OpenAI's API, used when only a key is configured.
-pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
-
-impl ImageGenConfig {
-    /// Fills the key from `OPENAI_API_KEY` when none is configured, as the
-    /// OpenAI tools do.
-    pub fn with_env_fallbacks(mut self, env: &[(String, String)]) -> Self {
-        if self.api_key.trim().is_empty()
-            && let Some((_, v)) = env
-                .iter()
-                .find(|(k, v)| k == "OPENAI_API_KEY" && !v.trim().is_empty())
-        {
-            self.api_key = v.trim().to_owned();
-        }
-        self
-    }
-
-    /// The base URL to call, or None when image generation is not configured.
-    pub fn endpoint(&self) -> Option<String> {
-        let base = self.base_url.trim().trim_end_matches('/');
-        if !base.is_empty() {
-            Some(base.to_owned())
-        } else if !self.api_key.trim().is_empty() {
-            Some(OPENAI_BASE_URL.to_owned())
-        } else {
-            None
-        }
-    }
-}
 
 /// What the model reads when nothing is configured.
 pub const NOT_CONFIGURED: &str = "image generation is not configured. Set OMICOS_IMAGE_GEN_BASE_URL to an \
@@ -151,7 +40,7 @@ impl ImageGenProvider {
     /// to honour `OPENAI_API_KEY`).
     pub fn new(config: ImageGenConfig) -> Result<Self, ToolError> {
         let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(config.timeout_secs.max(1)))
+            .timeout(config.timeout)
             .connect_timeout(Duration::from_secs(10))
             .user_agent(concat!("omicos-image-gen/", env!("CARGO_PKG_VERSION")))
             .build()
@@ -351,42 +240,5 @@ mod tests {
         ] {
             assert!(!valid_size(bad), "{bad}");
         }
-    }
-
-    #[test]
-    fn endpoint_and_key_fallbacks() {
-        let c = ImageGenConfig::default();
-        assert_eq!(c.endpoint(), None);
-        let env = vec![("OPENAI_API_KEY".to_string(), "sk-test".to_string())];
-        let c = c.with_env_fallbacks(&env);
-        assert_eq!(c.api_key, "sk-test");
-        assert_eq!(c.endpoint().as_deref(), Some(OPENAI_BASE_URL));
-        let c = ImageGenConfig {
-            base_url: "http://127.0.0.1:9/v1/".into(),
-            api_key: "mine".into(),
-            ..Default::default()
-        }
-        .with_env_fallbacks(&env);
-        assert_eq!(c.api_key, "mine");
-        assert_eq!(c.endpoint().as_deref(), Some("http://127.0.0.1:9/v1"));
-    }
-
-    #[test]
-    fn env_names_follow_the_key_paths() {
-        let env = vec![
-            (
-                "OMICOS_IMAGE_GEN_BASE_URL".to_string(),
-                "http://x/v1".to_string(),
-            ),
-            (
-                "OMICOS_IMAGE_GEN_MODEL".to_string(),
-                "gpt-image-1".to_string(),
-            ),
-            ("OMICOS_IMAGE_GEN_MAX_N".to_string(), "2".to_string()),
-        ];
-        let c: Config = omicos_servicekit::load_config(None, &env).unwrap();
-        assert_eq!(c.image_gen.base_url, "http://x/v1");
-        assert_eq!(c.image_gen.model, "gpt-image-1");
-        assert_eq!(c.image_gen.max_n, 2);
     }
 }

@@ -48,7 +48,7 @@ async fn the_binary_serves_the_tool_configured_from_the_environment() {
         // No OMICOS_IMAGE_GEN_API_KEY: the OpenAI variable is the fallback.
         .env("OPENAI_API_KEY", "sk-from-openai-var")
         .env("OMICOS_WORKSPACE", ws.path())
-        .env("OMICOS_GRACE_SECONDS", "1")
+        .env("OMICOS_SHUTDOWN_GRACE", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -124,7 +124,7 @@ fn config(base: &str) -> ImageGenConfig {
         base_url: base.into(),
         model: "gpt-image-1".into(),
         api_key: "sk-test-key".into(),
-        retry_base_ms: 20,
+        retry_base_delay: Duration::from_millis(20),
         ..ImageGenConfig::default()
     }
 }
@@ -217,8 +217,8 @@ async fn rate_limits_are_retried_honouring_retry_after() {
     let ws = tempfile::tempdir().unwrap();
     // A huge base backoff: only Retry-After can make the retry come after about a second.
     let cfg = ImageGenConfig {
-        retry_base_ms: 600_000,
-        max_retry_wait_secs: 30,
+        retry_base_delay: Duration::from_secs(600),
+        retry_max_delay: Duration::from_secs(30),
         ..config(&base)
     };
     let p = ImageGenProvider::new(cfg).unwrap();
@@ -435,7 +435,7 @@ async fn unconfigured_says_how_to_configure() {
 async fn a_broken_base_url_fails_at_once_and_a_dead_one_after_the_retries() {
     let ws = tempfile::tempdir().unwrap();
     let p = ImageGenProvider::new(ImageGenConfig {
-        retry_base_ms: 600_000,
+        retry_base_delay: Duration::from_secs(600),
         ..config("not a url")
     })
     .unwrap();

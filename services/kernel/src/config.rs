@@ -1,6 +1,8 @@
 //! Configuration of the kernel provider service.
 
+use omicos_servicekit::config::{ConfigError, Renamed, ServiceConfig, duration, require_nonzero};
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 /// The service's configuration: defaults, then the YAML file, then `OMICOS_*`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -14,10 +16,12 @@ pub struct Config {
     pub advertise: String,
     /// Workspace root used when a call carries none (`OMICOS_WORKSPACE`).
     pub workspace: String,
-    /// Registry TTL in seconds; 0: the registry's default.
-    pub ttl_seconds: u32,
-    /// Drain grace period on SIGTERM, in seconds.
-    pub grace_seconds: u64,
+    /// The TTL asked of the registry (whole seconds); 0: the registry's default.
+    #[serde(with = "duration")]
+    pub registry_ttl: Duration,
+    /// Drain grace period on SIGTERM.
+    #[serde(with = "duration")]
+    pub shutdown_grace: Duration,
     /// The kernels themselves (`OMICOS_KERNEL_*`).
     pub kernel: KernelConfig,
 }
@@ -29,8 +33,8 @@ impl Default for Config {
             registry: String::new(),
             advertise: String::new(),
             workspace: ".".into(),
-            ttl_seconds: 0,
-            grace_seconds: 10,
+            registry_ttl: Duration::ZERO,
+            shutdown_grace: Duration::from_secs(10),
             kernel: KernelConfig::default(),
         }
     }
@@ -47,23 +51,30 @@ pub struct KernelConfig {
     /// Kernels (session and warm) this instance may run at once.
     pub max_kernels: usize,
     /// A session kernel unused this long is stopped (0: never).
-    pub idle_cull_seconds: u64,
+    #[serde(with = "duration")]
+    pub idle_timeout: Duration,
     /// Default per-call timeout of run_python_code.
-    pub timeout_seconds: f64,
+    #[serde(with = "duration")]
+    pub timeout: Duration,
     /// How long each interrupt step (interrupt_request, SIGINT) waits before the next.
-    pub interrupt_grace_seconds: f64,
+    #[serde(with = "duration")]
+    pub interrupt_grace: Duration,
     /// Time a kernel may take to become ready.
-    pub startup_timeout_seconds: f64,
+    #[serde(with = "duration")]
+    pub startup_timeout: Duration,
     /// Heartbeat period; a kernel that misses three in a row is declared dead.
-    pub heartbeat_seconds: f64,
+    #[serde(with = "duration")]
+    pub heartbeat_interval: Duration,
     /// kernel_install's pip timeout.
-    pub install_timeout_seconds: f64,
+    #[serde(with = "duration")]
+    pub install_timeout: Duration,
     /// kernel_install keeps at most this much pip output (head and tail).
     pub install_output_bytes: usize,
     /// run_python_code keeps at most this much of stdout and of stderr.
     pub max_output_bytes: usize,
     /// registry_lookup's time budget.
-    pub lookup_timeout_seconds: f64,
+    #[serde(with = "duration")]
+    pub lookup_timeout: Duration,
     /// How kernels (and kernel_install's pip) are confined. Defaults as for
     /// shell, but no CPU-time limit: RLIMIT_CPU would count the whole session.
     pub sandbox: omicos_sandbox::SandboxConfig,
@@ -75,55 +86,118 @@ impl Default for KernelConfig {
             python: String::new(),
             pool_size: 1,
             max_kernels: 16,
-            idle_cull_seconds: 3600,
-            timeout_seconds: 600.0,
-            interrupt_grace_seconds: 5.0,
-            startup_timeout_seconds: 60.0,
-            heartbeat_seconds: 5.0,
-            install_timeout_seconds: 600.0,
+            idle_timeout: Duration::from_secs(3600),
+            timeout: Duration::from_secs(600),
+            interrupt_grace: Duration::from_secs(5),
+            startup_timeout: Duration::from_secs(60),
+            heartbeat_interval: Duration::from_secs(5),
+            install_timeout: Duration::from_secs(600),
             install_output_bytes: 32 * 1024,
             max_output_bytes: 1 << 20,
-            lookup_timeout_seconds: 60.0,
+            lookup_timeout: Duration::from_secs(60),
             sandbox: omicos_sandbox::SandboxConfig::for_kernels(),
         }
     }
 }
 
+impl ServiceConfig for Config {
+    const RENAMED: &'static [Renamed] = &[
+        Renamed::to("ttl_seconds", "registry_ttl"),
+        Renamed::to("grace_seconds", "shutdown_grace"),
+        Renamed::to("kernel.idle_cull_seconds", "kernel.idle_timeout"),
+        Renamed::to("kernel.timeout_seconds", "kernel.timeout"),
+        Renamed::to("kernel.interrupt_grace_seconds", "kernel.interrupt_grace"),
+        Renamed::to("kernel.startup_timeout_seconds", "kernel.startup_timeout"),
+        Renamed::to("kernel.heartbeat_seconds", "kernel.heartbeat_interval"),
+        Renamed::to("kernel.install_timeout_seconds", "kernel.install_timeout"),
+        Renamed::to("kernel.lookup_timeout_seconds", "kernel.lookup_timeout"),
+    ];
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        omicos_servicekit::config::require_registry_ttl("registry_ttl", self.registry_ttl)?;
+        self.kernel.validate()
+    }
+
+    fn shutdown_grace(&self) -> Duration {
+        self.shutdown_grace
+    }
+}
+
 impl KernelConfig {
     /// Refuses values that cannot work, naming the key.
-    pub fn validate(&self) -> Result<(), String> {
-        self.sandbox
-            .validate()
-            .map_err(|e| format!("config key `kernel.sandbox.{}`: {}", e.key, e.reason))?;
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.sandbox.validate().map_err(|e| {
+            ConfigError::key(format!("kernel.sandbox.{}", e.key), e.reason)
+        })?;
         if !self.sandbox.agent_policies.is_empty() {
-            return Err("kernel.sandbox.agent_policies: a kernel belongs to a session and serves every agent in it; set kernel.sandbox.policy instead".into());
+            return Err(ConfigError::key(
+                "kernel.sandbox.agent_policies",
+                "a kernel belongs to a session and serves every agent in it; set kernel.sandbox.policy instead",
+            ));
         }
         if self.max_kernels == 0 {
-            return Err("kernel.max_kernels must be at least 1".into());
+            return Err(ConfigError::key("kernel.max_kernels", "must be at least 1"));
         }
         for (key, v) in [
-            ("kernel.timeout_seconds", self.timeout_seconds),
-            (
-                "kernel.interrupt_grace_seconds",
-                self.interrupt_grace_seconds,
-            ),
-            (
-                "kernel.startup_timeout_seconds",
-                self.startup_timeout_seconds,
-            ),
-            ("kernel.heartbeat_seconds", self.heartbeat_seconds),
-            (
-                "kernel.install_timeout_seconds",
-                self.install_timeout_seconds,
-            ),
-            ("kernel.lookup_timeout_seconds", self.lookup_timeout_seconds),
+            ("kernel.timeout", self.timeout),
+            ("kernel.interrupt_grace", self.interrupt_grace),
+            ("kernel.startup_timeout", self.startup_timeout),
+            ("kernel.heartbeat_interval", self.heartbeat_interval),
+            ("kernel.install_timeout", self.install_timeout),
+            ("kernel.lookup_timeout", self.lookup_timeout),
         ] {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(format!(
-                    "{key} must be a positive number of seconds, not {v}"
-                ));
-            }
+            require_nonzero(key, v)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(yaml: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("kernel.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        omicos_servicekit::load_config(Some(&file), &env)
+    }
+
+    #[test]
+    fn durations_take_units_and_the_old_seconds_keys_still_read() {
+        let c = load(
+            "kernel: {idle_timeout: 30m, timeout: 90, interrupt_grace: 500ms}\nregistry_ttl: 20s\n",
+            &[("OMICOS_KERNEL_HEARTBEAT_INTERVAL", "2s")],
+        )
+        .unwrap();
+        assert_eq!(c.kernel.idle_timeout, Duration::from_secs(1800));
+        assert_eq!(c.kernel.timeout, Duration::from_secs(90));
+        assert_eq!(c.kernel.interrupt_grace, Duration::from_millis(500));
+        assert_eq!(c.kernel.heartbeat_interval, Duration::from_secs(2));
+        assert_eq!(c.registry_ttl, Duration::from_secs(20));
+        let c = load(
+            "grace_seconds: 3\nkernel: {idle_cull_seconds: 0, timeout_seconds: 1.5}\n",
+            &[("OMICOS_KERNEL_STARTUP_TIMEOUT_SECONDS", "7")],
+        )
+        .unwrap();
+        assert_eq!(c.shutdown_grace, Duration::from_secs(3));
+        assert!(c.kernel.idle_timeout.is_zero(), "0 still means never");
+        assert_eq!(c.kernel.timeout, Duration::from_millis(1500));
+        assert_eq!(c.kernel.startup_timeout, Duration::from_secs(7));
+    }
+
+    #[test]
+    fn zero_timeouts_and_sub_second_ttls_are_refused_by_name() {
+        let e = load("kernel: {timeout: 0}\n", &[]).unwrap_err();
+        assert_eq!(e.key_path(), Some("kernel.timeout"));
+        let e = load("registry_ttl: 200ms\n", &[]).unwrap_err();
+        assert_eq!(e.key_path(), Some("registry_ttl"));
+        assert!(e.to_string().contains("at least 1s"), "{e}");
+        let e = load("kernel: {max_kernels: 0}\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("must be at least 1"), "{e}");
     }
 }

@@ -2,9 +2,19 @@
 //!
 //! Resolution, first that exists: `kernel.python` (`OMICOS_KERNEL_PYTHON`);
 //! `<workspace>/.omicos/.kernel_choice`; `$OMICOS_ENV_DIR/.venv/bin/python3`;
-//! `$VIRTUAL_ENV/bin/python3`; `$CONDA_PREFIX/bin/python3`; `python3` on PATH.
+//! `$VIRTUAL_ENV/bin/python3`; `$CONDA_PREFIX/bin/python3`; then a project
+//! venv whose python imports ipykernel, looked for the way uv and poetry look
+//! for `.venv`: `<workspace>/.venv`, then `.venv` in the current directory and
+//! each of its parents (so `omicos up` run anywhere in a checkout finds the
+//! venv `scripts/bootstrap.sh` makes at its root); last, `python3` on PATH
+//! ([`Interpreter::is_fallback`]).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+/// What the last rule picks: a bare `python3` from PATH.
+pub const FALLBACK_SOURCE: &str = "python3 on PATH";
 
 /// The chosen interpreter and the rule that chose it (for messages).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -15,6 +25,14 @@ pub struct Interpreter {
     pub source: String,
 }
 
+impl Interpreter {
+    /// True when no rule matched and the kernels use `python3` from PATH,
+    /// which often lacks ipykernel: worth saying at start.
+    pub fn is_fallback(&self) -> bool {
+        self.source == FALLBACK_SOURCE
+    }
+}
+
 fn env_get<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
     env.iter()
         .find(|(k, v)| k == key && !v.is_empty())
@@ -22,7 +40,19 @@ fn env_get<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
 }
 
 /// Resolves the interpreter for `workspace`. `configured` is `kernel.python`.
+/// Project venvs are looked for from the process's current directory.
 pub fn resolve(configured: &str, workspace: &Path, env: &[(String, String)]) -> Interpreter {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    resolve_in(configured, workspace, env, &cwd)
+}
+
+/// [`resolve`] with the directory to look for project venvs from.
+pub fn resolve_in(
+    configured: &str,
+    workspace: &Path,
+    env: &[(String, String)],
+    cwd: &Path,
+) -> Interpreter {
     let pick = |p: PathBuf, source: &str| Interpreter {
         python: p,
         source: source.into(),
@@ -62,13 +92,43 @@ pub fn resolve(configured: &str, workspace: &Path, env: &[(String, String)]) -> 
             }
         }
     }
-    pick(PathBuf::from("python3"), "python3 on PATH")
+    let project_dirs = std::iter::once(workspace).chain(cwd.ancestors());
+    for dir in project_dirs {
+        let venv = dir.join(".venv");
+        let p = venv.join("bin/python3");
+        if p.exists() && has_ipykernel(&p) {
+            return pick(p, &venv.display().to_string());
+        }
+    }
+    pick(PathBuf::from("python3"), FALLBACK_SOURCE)
+}
+
+/// Whether `python` imports ipykernel; asked once per interpreter per process,
+/// since a kernel start resolves the interpreter each time.
+pub fn has_ipykernel(python: &Path) -> bool {
+    static SEEN: OnceLock<Mutex<HashMap<PathBuf, bool>>> = OnceLock::new();
+    let seen = SEEN.get_or_init(Default::default);
+    if let Some(ok) = seen.lock().ok().and_then(|m| m.get(python).copied()) {
+        return ok;
+    }
+    let ok = std::process::Command::new(python)
+        .args(["-c", "import ipykernel"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if let Ok(mut m) = seen.lock() {
+        m.insert(python.to_owned(), ok);
+    }
+    ok
 }
 
 /// The advice every "no ipykernel" message ends with.
 pub const SETUP_HINT: &str = "create a project venv with ipykernel: run `omicos kernel setup`, or \
-`python3 -m venv .venv && .venv/bin/pip install -r requirements.txt` (see services/kernel/README.md), \
-then point OMICOS_KERNEL_PYTHON at .venv/bin/python3";
+`python3 -m venv .venv && .venv/bin/pip install -r requirements.txt` (see services/kernel/README.md); \
+a .venv in the workspace, or in the directory omicos starts from or a parent, is found by itself, \
+elsewhere point OMICOS_KERNEL_PYTHON at .venv/bin/python3";
 
 /// Why [`setup_venv`] failed.
 #[derive(Debug, thiserror::Error)]
@@ -169,9 +229,53 @@ mod tests {
         let mut env2 = env.clone();
         env2.push(("OMICOS_KERNEL_PYTHON".into(), "/y/py".into()));
         assert_eq!(resolve("", ws.path(), &env2).python, PathBuf::from("/y/py"));
-        assert_eq!(
-            resolve("", tempfile::tempdir().unwrap().path(), &[]).python,
-            PathBuf::from("python3")
-        );
+        let empty = tempfile::tempdir().unwrap();
+        let r = resolve_in("", empty.path(), &[], empty.path());
+        assert_eq!(r.python, PathBuf::from("python3"));
+        assert!(r.is_fallback());
+    }
+
+    /// A fake interpreter: a shell script that exits 0 when asked to import
+    /// ipykernel if `with_ipykernel`, else 1.
+    fn fake_venv(dir: &Path, with_ipykernel: bool) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let py = dir.join(".venv/bin/python3");
+        std::fs::create_dir_all(py.parent().unwrap()).unwrap();
+        let code = if with_ipykernel { 0 } else { 1 };
+        std::fs::write(&py, format!("#!/bin/sh\nexit {code}\n")).unwrap();
+        std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).unwrap();
+        py
+    }
+
+    #[test]
+    fn a_project_venv_with_ipykernel_is_found_from_the_workspace_then_the_current_directory_up() {
+        let repo = tempfile::tempdir().unwrap();
+        let nested = repo.path().join("a/b");
+        std::fs::create_dir_all(&nested).unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let repo_py = fake_venv(repo.path(), true);
+        // From a subdirectory of the checkout: the root's .venv.
+        let r = resolve_in("", ws.path(), &[], &nested);
+        assert_eq!(r.python, repo_py);
+        assert_eq!(r.source, repo.path().join(".venv").display().to_string());
+        assert!(!r.is_fallback());
+        // The workspace's own venv comes first.
+        let ws_py = fake_venv(ws.path(), true);
+        assert_eq!(resolve_in("", ws.path(), &[], &nested).python, ws_py);
+        // An activated venv is an explicit choice and wins over both.
+        let active = tempfile::tempdir().unwrap();
+        let active_py = active.path().join("bin/python3");
+        std::fs::create_dir_all(active_py.parent().unwrap()).unwrap();
+        std::fs::write(&active_py, "").unwrap();
+        let env = vec![(
+            "VIRTUAL_ENV".to_string(),
+            active.path().display().to_string(),
+        )];
+        assert_eq!(resolve_in("", ws.path(), &env, &nested).python, active_py);
+        // A .venv without ipykernel is passed over: python3 on PATH, said plainly.
+        let bare = tempfile::tempdir().unwrap();
+        fake_venv(bare.path(), false);
+        let r = resolve_in("", bare.path(), &[], bare.path());
+        assert!(r.is_fallback(), "{r:?}");
     }
 }

@@ -1,44 +1,39 @@
 //! `omicos-kernel`: the kernel provider as its own gRPC service.
 
-use clap::Parser;
+use anyhow::Context;
 use omicos_kernel::{Config, KernelProvider};
-use omicos_servicekit::{Shutdown, load_config};
+use omicos_servicekit::config::whole_secs_u32;
+use omicos_servicekit::{Binary, Started, run_main};
 use omicos_toolkit::{ProviderHosting, serve_provider};
-use std::{path::PathBuf, time::Duration};
+use std::path::PathBuf;
+use std::process::ExitCode;
 
-/// Serves per-session Jupyter kernels over omicos.v1.ToolProvider.
-#[derive(Parser, Debug)]
-#[command(name = "omicos-kernel", version)]
-struct Args {
-    /// YAML config file (keys: see services/kernel/README.md).
-    #[arg(long)]
-    config: Option<PathBuf>,
+const BINARY: Binary = Binary {
+    name: "omicos-kernel",
+    about: "Serves per-session Jupyter kernels over omicos.v1.ToolProvider",
+};
+
+fn main() -> ExitCode {
+    run_main(BINARY, run)
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    let env = omicos_servicekit::config::process_env();
-    let cfg: Config = load_config(args.config.as_deref(), &env)?;
-    cfg.kernel.validate().map_err(anyhow::Error::msg)?;
-    let _telemetry = omicos_servicekit::telemetry::init("omicos-kernel", "info");
+async fn run(started: Started<Config>) -> anyhow::Result<()> {
+    let cfg = started.config;
     let workspace = PathBuf::from(&cfg.workspace);
     let workspace = workspace
         .canonicalize()
-        .map_err(|e| anyhow::anyhow!("workspace {}: {e}", workspace.display()))?;
+        .with_context(|| format!("workspace {}", workspace.display()))?;
     let listener = omicos_servicekit::host::bind(&cfg.listen).await?;
-    let provider = KernelProvider::new(cfg.kernel.clone(), workspace.clone(), env)
+    let provider = KernelProvider::new(cfg.kernel.clone(), workspace.clone(), started.env)
         .map_err(anyhow::Error::msg)?;
     println!("listening on http://{}", listener.local_addr()?);
-    let shutdown = Shutdown::new(Duration::from_secs(cfg.grace_seconds));
-    shutdown.on_signals();
     let hosting = ProviderHosting {
         registry: Some(cfg.registry.clone()).filter(|r| !r.is_empty()),
         advertise: Some(cfg.advertise.clone()).filter(|a| !a.is_empty()),
         workspace,
-        ttl_seconds: cfg.ttl_seconds,
+        ttl_seconds: whole_secs_u32(cfg.registry_ttl),
     };
-    let served = serve_provider(provider.clone(), listener, hosting, shutdown).await;
+    let served = serve_provider(provider.clone(), listener, hosting, started.shutdown).await;
     // Kernels are separate process groups: stop them before exiting.
     provider.close().await;
     served?;

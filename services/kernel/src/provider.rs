@@ -31,7 +31,7 @@ impl KernelProvider {
         workspace: PathBuf,
         env: Vec<(String, String)>,
     ) -> Result<Arc<Self>, String> {
-        cfg.validate()?;
+        cfg.validate().map_err(|e| e.to_string())?;
         let kernels = Kernels::new(cfg, workspace, env);
         kernels.spawn_background();
         Ok(Arc::new(Self {
@@ -58,11 +58,11 @@ impl KernelProvider {
         let timeout = args["timeout"]
             .as_f64()
             .filter(|t| t.is_finite() && *t > 0.0)
-            .unwrap_or(self.cfg().timeout_seconds)
+            .unwrap_or(self.cfg().timeout.as_secs_f64())
             .min(86_400.0);
         ExecLimits {
             timeout: Duration::from_secs_f64(timeout),
-            grace: Duration::from_secs_f64(self.cfg().interrupt_grace_seconds),
+            grace: self.cfg().interrupt_grace,
             max_output: self.cfg().max_output_bytes,
         }
     }
@@ -198,7 +198,7 @@ impl KernelProvider {
         let r = install::run(
             &python,
             &req,
-            Duration::from_secs_f64(self.cfg().install_timeout_seconds),
+            self.cfg().install_timeout,
             self.cfg().install_output_bytes,
             &ctx.events,
             &ctx.cancel,
@@ -236,12 +236,7 @@ impl KernelProvider {
         let max = args["max_results"].as_u64().unwrap_or(15).clamp(1, 200) as usize;
         let python = self.kernels.interpreter(&ctx.workspace).python;
         self.lookup
-            .search(
-                &python,
-                query,
-                max,
-                Duration::from_secs_f64(self.cfg().lookup_timeout_seconds),
-            )
+            .search(&python, query, max, self.cfg().lookup_timeout)
             .await
     }
 

@@ -126,8 +126,8 @@ impl Kernels {
 
     fn start_options(&self) -> StartOptions {
         StartOptions {
-            startup_timeout: Duration::from_secs_f64(self.cfg.startup_timeout_seconds),
-            heartbeat: Duration::from_secs_f64(self.cfg.heartbeat_seconds),
+            startup_timeout: self.cfg.startup_timeout,
+            heartbeat: self.cfg.heartbeat_interval,
             sandbox: Some(self.sandbox.clone()),
         }
     }
@@ -152,10 +152,11 @@ impl Kernels {
                 }
             }
         });
-        if self.cfg.idle_cull_seconds > 0 {
+        if !self.cfg.idle_timeout.is_zero() {
             let me = Arc::downgrade(self);
             let stop = self.stop.clone();
-            let every = Duration::from_secs((self.cfg.idle_cull_seconds / 4).clamp(1, 30));
+            let every =
+                (self.cfg.idle_timeout / 4).clamp(Duration::from_secs(1), Duration::from_secs(30));
             tokio::spawn(async move {
                 loop {
                     tokio::select! {
@@ -163,8 +164,7 @@ impl Kernels {
                         _ = stop.cancelled() => return,
                     }
                     let Some(k) = me.upgrade() else { return };
-                    k.cull_idle(Duration::from_secs(k.cfg.idle_cull_seconds))
-                        .await;
+                    k.cull_idle(k.cfg.idle_timeout).await;
                 }
             });
         }

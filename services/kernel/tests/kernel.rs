@@ -109,7 +109,7 @@ async fn state_outputs_display_and_errors() {
 #[tokio::test]
 async fn timeout_interrupts_keeps_state_or_kills_and_restarts() {
     let (ws, p) = provider(KernelConfig {
-        interrupt_grace_seconds: 0.5,
+        interrupt_grace: Duration::from_millis(500),
         ..config(0)
     });
     run(&p, &ws, "t", "y = 5").await.unwrap();
@@ -302,7 +302,7 @@ async fn warm_pool_markers_cap_and_culling() {
     let (ws, p) = provider(KernelConfig {
         pool_size: 1,
         max_kernels: 2,
-        idle_cull_seconds: 1,
+        idle_timeout: Duration::from_secs(1),
         ..config(1)
     });
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -391,7 +391,7 @@ async fn missing_ipykernel_is_a_clear_error() {
 #[tokio::test]
 async fn hung_kernel_is_caught_by_the_heartbeat() {
     let (ws, p) = provider(KernelConfig {
-        heartbeat_seconds: 0.5,
+        heartbeat_interval: Duration::from_millis(500),
         ..config(0)
     });
     run(&p, &ws, "h", "h = 1").await.unwrap();

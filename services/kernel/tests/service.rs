@@ -16,7 +16,7 @@ async fn binary_serves_and_stops_its_kernels() {
         .env("OMICOS_WORKSPACE", ws.path())
         .env("OMICOS_KERNEL_PYTHON", common::python())
         .env("OMICOS_KERNEL_POOL_SIZE", "0")
-        .env("OMICOS_GRACE_SECONDS", "1")
+        .env("OMICOS_SHUTDOWN_GRACE", "1")
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()

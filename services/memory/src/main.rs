@@ -1,67 +1,44 @@
 //! The memory provider service: `omicos-memory [--config FILE]`.
 
-use clap::Parser;
+use anyhow::Context;
 use omicos_memory::{Config, MemoryProvider, MemoryStore};
-use omicos_servicekit::Shutdown;
+use omicos_servicekit::config::whole_secs_u32;
+use omicos_servicekit::{Binary, Started, run_main};
 use omicos_toolkit::{ProviderHosting, serve_provider};
-use std::{path::PathBuf, sync::Arc, time::Duration};
+use std::process::ExitCode;
+use std::sync::Arc;
 
-/// Serves the memory tools over gRPC and registers with the registry.
-#[derive(Parser)]
-#[command(name = "omicos-memory", version)]
-struct Args {
-    /// A YAML config file; `OMICOS_*` environment variables override it.
-    #[arg(long)]
-    config: Option<PathBuf>,
+const BINARY: Binary = Binary {
+    name: "omicos-memory",
+    about: "Serves the memory tools over gRPC and registers with the registry",
+};
+
+fn main() -> ExitCode {
+    run_main(BINARY, run)
 }
 
-#[tokio::main]
-async fn main() {
-    let args = Args::parse();
-    let cfg: Config = match omicos_servicekit::load_config(
-        args.config.as_deref(),
-        &omicos_servicekit::config::process_env(),
-    ) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("omicos-memory: {e}");
-            std::process::exit(2);
-        }
-    };
-    let _telemetry = omicos_servicekit::telemetry::init("omicos-memory", &cfg.log);
-    if let Err(e) = run(cfg).await {
-        eprintln!("omicos-memory: {e}");
-        std::process::exit(1);
-    }
-}
-
-async fn run(cfg: Config) -> Result<(), String> {
+async fn run(started: Started<Config>) -> anyhow::Result<()> {
+    let cfg = started.config;
     let url = cfg.store_url();
     let store = MemoryStore::open(&url)
         .await
-        .map_err(|e| format!("opening {}: {e}", redact(&url)))?;
+        .with_context(|| format!("opening {}", redact(&url)))?;
     tracing::info!(backend = store.backend(), "memory store ready");
-    let listener = tokio::net::TcpListener::bind(&cfg.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    println!("listening on http://{addr}");
-    let shutdown = Shutdown::new(Duration::from_secs(cfg.grace_seconds));
-    shutdown.on_signals();
+    let listener = omicos_servicekit::host::bind(&cfg.listen).await?;
+    println!("listening on http://{}", listener.local_addr()?);
     let hosting = ProviderHosting {
         registry: Some(cfg.registry.clone()).filter(|r| !r.is_empty()),
         advertise: Some(cfg.advertise.clone()).filter(|a| !a.is_empty()),
         workspace: cfg.workspace.clone(),
-        ttl_seconds: 0,
+        ttl_seconds: whole_secs_u32(cfg.registry_ttl),
     };
     serve_provider(
         Arc::new(MemoryProvider::new(store.clone())),
         listener,
         hosting,
-        shutdown,
+        started.shutdown,
     )
-    .await
-    .map_err(|e| e.to_string())?;
+    .await?;
     store.close().await;
     Ok(())
 }

@@ -1,7 +1,13 @@
 //! Orchestrator configuration (defaults → YAML file → `OMICOS_*` environment).
 
+use omicos_servicekit::config::{ConfigError, Renamed, ServiceConfig, duration, require_nonzero};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use std::time::Duration;
+
+/// The shortest turn lease: it is renewed every third of it, and a store
+/// round trip must fit in that with room to spare.
+pub const MIN_TURN_LEASE: Duration = Duration::from_secs(5);
 
 /// The orchestrator's settings.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -20,8 +26,9 @@ pub struct Config {
     pub llm: LlmConfig,
     /// Model calls with tool calls per turn before the turn stops (`max_iterations`).
     pub max_tool_iterations: u32,
-    /// Seconds between heartbeats on a Chat stream.
-    pub heartbeat_secs: u64,
+    /// Time between heartbeats on a Chat or Attach stream.
+    #[serde(with = "duration")]
+    pub heartbeat_interval: Duration,
     /// call_agent limits.
     pub delegation: DelegationConfig,
     /// Subscription tier of the deployment: community, pro_agent, pro_cloud, lab, enterprise.
@@ -30,10 +37,12 @@ pub struct Config {
     pub agent_cache_dir: String,
     /// Skill roots (colon-separated, like OMICOS_SKILL_ROOTS).
     pub skill_roots: String,
-    /// Grace period of the drain on shutdown, seconds.
-    pub grace_secs: u64,
-    /// How long a turn lease lasts without renewal, seconds (replicas).
-    pub turn_lease_secs: u64,
+    /// Grace period of the drain on shutdown.
+    #[serde(with = "duration")]
+    pub shutdown_grace: Duration,
+    /// How long a turn lease lasts without renewal (replicas); at least 5 s.
+    #[serde(with = "duration")]
+    pub turn_lease: Duration,
 }
 
 impl Default for Config {
@@ -45,13 +54,13 @@ impl Default for Config {
             store_url: String::new(),
             llm: LlmConfig::default(),
             max_tool_iterations: 100,
-            heartbeat_secs: 15,
+            heartbeat_interval: Duration::from_secs(15),
             delegation: DelegationConfig::default(),
             tier: "community".into(),
             agent_cache_dir: String::new(),
             skill_roots: String::new(),
-            grace_secs: 10,
-            turn_lease_secs: 60,
+            shutdown_grace: Duration::from_secs(10),
+            turn_lease: Duration::from_secs(60),
         }
     }
 }
@@ -73,12 +82,15 @@ pub struct LlmConfig {
     pub replay_file: String,
     /// Attempts per model call on 429/5xx/connection errors.
     pub max_attempts: u32,
-    /// First retry delay, ms.
-    pub retry_base_ms: u64,
-    /// Longest retry delay, ms.
-    pub retry_max_ms: u64,
-    /// A stream with no data for this long is broken, seconds.
-    pub idle_timeout_secs: u64,
+    /// First retry delay.
+    #[serde(with = "duration")]
+    pub retry_base_delay: Duration,
+    /// Longest retry delay (at least `retry_base_delay`).
+    #[serde(with = "duration")]
+    pub retry_max_delay: Duration,
+    /// A stream with no data for this long is broken.
+    #[serde(with = "duration")]
+    pub idle_timeout: Duration,
 }
 
 impl Default for LlmConfig {
@@ -90,9 +102,9 @@ impl Default for LlmConfig {
             api_key: String::new(),
             replay_file: String::new(),
             max_attempts: 4,
-            retry_base_ms: 500,
-            retry_max_ms: 20_000,
-            idle_timeout_secs: 120,
+            retry_base_delay: Duration::from_millis(500),
+            retry_max_delay: Duration::from_secs(20),
+            idle_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -103,49 +115,99 @@ impl Default for LlmConfig {
 pub struct DelegationConfig {
     /// Deepest delegation chain.
     pub max_depth: u32,
-    /// Wall-clock limit of one delegation, seconds.
-    pub deadline_secs: u64,
+    /// Wall-clock limit of one delegation.
+    #[serde(with = "duration")]
+    pub deadline: Duration,
 }
 
 impl Default for DelegationConfig {
     fn default() -> Self {
         Self {
             max_depth: 6,
-            deadline_secs: 900,
+            deadline: Duration::from_secs(900),
         }
     }
 }
 
-impl Config {
-    /// Checks values that serde cannot; the message names the key.
-    pub fn validate(&self) -> Result<(), String> {
+impl ServiceConfig for Config {
+    const RENAMED: &'static [Renamed] = &[
+        Renamed::to("heartbeat_secs", "heartbeat_interval"),
+        Renamed::to("grace_secs", "shutdown_grace"),
+        Renamed::to("turn_lease_secs", "turn_lease"),
+        Renamed::millis("llm.retry_base_ms", "llm.retry_base_delay"),
+        Renamed::millis("llm.retry_max_ms", "llm.retry_max_delay"),
+        Renamed::to("llm.idle_timeout_secs", "llm.idle_timeout"),
+        Renamed::to("delegation.deadline_secs", "delegation.deadline"),
+    ];
+
+    /// Checks values that serde cannot; the error names the key.
+    fn validate(&self) -> Result<(), ConfigError> {
         if self.max_tool_iterations == 0 {
-            return Err("config key `max_tool_iterations`: must be at least 1".into());
+            return Err(ConfigError::key(
+                "max_tool_iterations",
+                "must be at least 1",
+            ));
         }
         if !matches!(
             self.llm.backend.as_str(),
             "" | "openai" | "anthropic" | "replay"
         ) {
-            return Err(format!(
-                "config key `llm.backend`: `{}` is not one of openai, anthropic, replay",
-                self.llm.backend
+            return Err(ConfigError::key(
+                "llm.backend",
+                format!(
+                    "`{}` is not one of openai, anthropic, replay",
+                    self.llm.backend
+                ),
+            ));
+        }
+        if self.llm.max_attempts == 0 {
+            return Err(ConfigError::key(
+                "llm.max_attempts",
+                "must be at least 1 (1: no retries)",
+            ));
+        }
+        if self.llm.retry_max_delay < self.llm.retry_base_delay {
+            return Err(ConfigError::key(
+                "llm.retry_max_delay",
+                format!(
+                    "{} is shorter than llm.retry_base_delay ({})",
+                    duration::format(self.llm.retry_max_delay),
+                    duration::format(self.llm.retry_base_delay)
+                ),
+            ));
+        }
+        require_nonzero("llm.idle_timeout", self.llm.idle_timeout)?;
+        require_nonzero("heartbeat_interval", self.heartbeat_interval)?;
+        require_nonzero("delegation.deadline", self.delegation.deadline)?;
+        if self.turn_lease < MIN_TURN_LEASE {
+            return Err(ConfigError::key(
+                "turn_lease",
+                format!(
+                    "{} is too short: at least {} (it is renewed every third of it)",
+                    duration::format(self.turn_lease),
+                    duration::format(MIN_TURN_LEASE)
+                ),
             ));
         }
         if !self.tool_runner.starts_with("http://") && !self.tool_runner.starts_with("https://") {
-            return Err(format!(
-                "config key `tool_runner`: `{}` is not an http(s) URL",
-                self.tool_runner
+            return Err(ConfigError::key(
+                "tool_runner",
+                format!("`{}` is not an http(s) URL", self.tool_runner),
             ));
         }
         if !matches!(
             self.tier.as_str(),
             "community" | "pro_agent" | "pro_cloud" | "lab" | "enterprise"
         ) {
-            return Err(format!(
-                "config key `tier`: `{}` is not a known tier",
-                self.tier
+            return Err(ConfigError::key(
+                "tier",
+                format!("`{}` is not a known tier", self.tier),
             ));
         }
         Ok(())
+    }
+
+    fn shutdown_grace(&self) -> Duration {
+        self.shutdown_grace
     }
 }

@@ -33,11 +33,11 @@ pub type Backends = (HashMap<String, Arc<dyn LlmBackend>>, String);
 pub fn build_backends(cfg: &config::LlmConfig) -> Result<Backends, OrchestratorError> {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let retry = RetryPolicy {
-        max_attempts: cfg.max_attempts.max(1),
-        base_delay: Duration::from_millis(cfg.retry_base_ms),
-        max_delay: Duration::from_millis(cfg.retry_max_ms.max(cfg.retry_base_ms)),
+        max_attempts: cfg.max_attempts,
+        base_delay: cfg.retry_base_delay,
+        max_delay: cfg.retry_max_delay,
     };
-    let idle = Duration::from_secs(cfg.idle_timeout_secs.max(1));
+    let idle = cfg.idle_timeout;
     let default = match cfg.backend.as_str() {
         "" if !cfg.replay_file.is_empty() => "replay",
         "" if env("ANTHROPIC_API_KEY").is_some()

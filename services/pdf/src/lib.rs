@@ -9,10 +9,13 @@
 //! `pdf-extract` on top of `lopdf`; see [`extract`] for the guards placed in
 //! front of them.
 
+pub mod config;
 pub mod extract;
 pub mod layout;
 pub mod pages;
 pub mod worker;
+
+pub use config::Config;
 
 use async_trait::async_trait;
 use extract::{Budget, Opened, PageText};
@@ -20,48 +23,12 @@ use omicos_toolkit::{
     CallCtx, Provider, Risk, ToolError, ToolSpec, confine::relative_to, confine_path, tool,
 };
 use pages::PageSelection;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::{
     path::PathBuf,
     sync::{Arc, atomic::AtomicBool},
     time::{Duration, Instant},
 };
-
-/// Configuration of the pdf tools (a `pdf:` section of the tool-runner's
-/// config; environment `OMICOS_PDF_*` when nested so).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct Config {
-    /// Largest PDF opened, in MiB.
-    pub max_file_mb: u64,
-    /// Largest decompressed content of one page, in MiB.
-    pub max_page_content_mb: usize,
-    /// Characters `pdf__read` returns when the call names no `max_chars`.
-    pub default_max_chars: usize,
-    /// Most characters `pdf__read` returns whatever the call asks.
-    pub max_chars_limit: usize,
-    /// Time one call may spend parsing, in seconds.
-    pub time_budget_secs: f64,
-    /// Files parsed at once; further calls wait for a slot.
-    pub max_parallel: usize,
-    /// Matches `pdf__search` lists when the call names no `max_results`.
-    pub default_max_results: usize,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            max_file_mb: 100,
-            max_page_content_mb: 32,
-            default_max_chars: 20_000,
-            max_chars_limit: 200_000,
-            time_budget_secs: 30.0,
-            max_parallel: 2,
-            default_max_results: 20,
-        }
-    }
-}
 
 /// Most matches `pdf__search` lists whatever the call asks.
 const MAX_RESULTS_LIMIT: usize = 200;
@@ -88,12 +55,6 @@ impl PdfProvider {
     }
 
     fn budget(&self) -> Budget {
-        let secs = if self.config.time_budget_secs.is_finite() && self.config.time_budget_secs > 0.0
-        {
-            self.config.time_budget_secs
-        } else {
-            Config::default().time_budget_secs
-        };
         Budget {
             max_file_bytes: self.config.max_file_mb.saturating_mul(1 << 20),
             max_page_content_bytes: self
@@ -101,7 +62,7 @@ impl PdfProvider {
                 .max_page_content_mb
                 .saturating_mul(1 << 20)
                 .max(1),
-            deadline: Instant::now() + Duration::from_secs_f64(secs.min(3600.0)),
+            deadline: Instant::now() + self.config.time_budget.min(Duration::from_secs(3600)),
             stop: Arc::new(AtomicBool::new(false)),
         }
     }

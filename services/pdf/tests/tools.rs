@@ -512,7 +512,7 @@ async fn the_time_budget_stops_long_work_with_a_clear_note() {
     ws.put("long.pdf", &common::long(500));
     // A budget so short that the 500 pages cannot all be taken.
     let p = PdfProvider::new(Config {
-        time_budget_secs: 0.001,
+        time_budget: std::time::Duration::from_millis(1),
         ..Config::default()
     });
     let r = run(

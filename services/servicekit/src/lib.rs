@@ -1,11 +1,14 @@
 //! What every omicos service shares: layered configuration, telemetry, a gRPC
-//! host with health and reflection, and graceful shutdown with a bounded drain.
+//! host with health and reflection, graceful shutdown with a bounded drain,
+//! and the one way a service binary starts and exits ([`run_main`]).
 
 pub mod config;
 pub mod host;
 pub mod shutdown;
+pub mod startup;
 pub mod telemetry;
 
-pub use config::{ConfigError, load_config};
+pub use config::{ConfigError, ServiceConfig, load_config};
 pub use host::{Host, HostOptions};
 pub use shutdown::Shutdown;
+pub use startup::{Binary, Started, run_main};

@@ -1,5 +1,5 @@
 //! Graceful shutdown: SIGINT/SIGTERM start a drain that is bounded by a grace
-//! period; long streams watch [`Shutdown::streams_cancelled`] and end when it fires.
+//! period; long streams hold [`Shutdown::streams_token`] and end when it is cancelled.
 
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -19,15 +19,6 @@ impl Shutdown {
             drain: CancellationToken::new(),
             streams: CancellationToken::new(),
             grace,
-        }
-    }
-
-    /// A child that drains when the parent does, and may also drain on its own.
-    pub fn child(&self) -> Self {
-        Self {
-            drain: self.drain.child_token(),
-            streams: self.streams.child_token(),
-            grace: self.grace,
         }
     }
 
@@ -60,46 +51,63 @@ impl Shutdown {
         self.streams.clone()
     }
 
-    /// Resolves when long streams must stop.
-    pub async fn streams_cancelled(&self) {
-        self.streams.cancelled().await
-    }
-
     /// The grace period.
     pub fn grace(&self) -> Duration {
         self.grace
     }
 
-    /// Triggers on SIGINT or SIGTERM.
+    /// Triggers on SIGINT or SIGTERM (listened for from this call on).
     pub fn on_signals(&self) {
         let me = self.clone();
+        let mut signals = Signals::install();
         tokio::spawn(async move {
-            wait_for_signal().await;
+            signals.recv().await;
             tracing::info!("signal received: draining");
             me.trigger();
         });
     }
 }
 
-/// Waits for SIGINT or SIGTERM.
-pub async fn wait_for_signal() {
+/// SIGINT and SIGTERM, caught from the moment [`Signals::install`] returns:
+/// a signal that arrives before the first [`Signals::recv`] is kept, not
+/// left to kill the process.
+pub struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = match signal(SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+    streams: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Signals {
+    /// Starts catching SIGINT and SIGTERM (needs a tokio runtime).
+    pub fn install() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let streams = signal(SignalKind::interrupt())
+                .and_then(|i| Ok((i, signal(SignalKind::terminate())?)))
+                .ok();
+            Self { streams }
+        }
+        #[cfg(not(unix))]
+        {
+            Self {}
         }
     }
-    #[cfg(not(unix))]
-    {
+
+    /// The next SIGINT or SIGTERM.
+    pub async fn recv(&mut self) {
+        #[cfg(unix)]
+        if let Some((int, term)) = &mut self.streams {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
         let _ = tokio::signal::ctrl_c().await;
     }
+}
+
+/// Waits for SIGINT or SIGTERM.
+pub async fn wait_for_signal() {
+    Signals::install().recv().await
 }

@@ -7,14 +7,77 @@
 //! variables, as when it runs alone; an optional YAML file has one section per
 //! service (`orchestrator`, `tool_runner`, `kernel`, `web`, `memory`, `pdf`).
 
+use omicos_servicekit::config::whole_secs_u32;
 use omicos_servicekit::config::{Value, load_config_value};
-use omicos_servicekit::{ConfigError, Shutdown};
+use omicos_servicekit::{ConfigError, ServiceConfig, Shutdown};
 use omicos_toolkit::{Provider, ProviderHosting, serve_provider};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
+
+/// Why the stack did not start, or stopped with errors.
+#[derive(Debug, thiserror::Error)]
+pub enum StackError {
+    /// The config file, a section of it, or a value in it cannot be used.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The workspace cannot be created or read.
+    #[error("workspace {path}: {source}")]
+    Workspace {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A port cannot be bound (the message names the address).
+    #[error(transparent)]
+    Bind(std::io::Error),
+    /// A service could not be built from its config.
+    #[error("{service}: {source}")]
+    Start {
+        /// The service.
+        service: &'static str,
+        /// Why.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A service did not report SERVING in time.
+    #[error("{url} did not become ready within {limit:?}")]
+    NotReady {
+        /// Its URL.
+        url: String,
+        /// How long it was given.
+        limit: Duration,
+    },
+    /// Services that failed while running (each `service: error`).
+    #[error("{}", .0.join("; "))]
+    Stopped(Vec<String>),
+}
+
+impl StackError {
+    /// A short name for logs and exit codes.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Config(_) => "config",
+            Self::Workspace { .. } => "workspace",
+            Self::Bind(_) => "bind",
+            Self::Start { .. } => "start",
+            Self::NotReady { .. } => "not_ready",
+            Self::Stopped(_) => "stopped",
+        }
+    }
+
+    fn start(
+        service: &'static str,
+        e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self::Start {
+            service,
+            source: e.into(),
+        }
+    }
+}
 
 /// The replay script `omicos up` uses when no model is configured.
 pub const DEFAULT_REPLAY: &str = include_str!("../scripts/offline.yaml");
@@ -76,6 +139,9 @@ pub struct RunningStack {
     pub shutdown: Shutdown,
     /// Which LLM backend the orchestrator uses by default.
     pub llm_backend: String,
+    /// The interpreter the kernels use, and the rule that chose it (None
+    /// without the kernel provider).
+    pub kernel_python: Option<omicos_kernel::Interpreter>,
     tasks: JoinSet<(&'static str, std::io::Result<()>)>,
     kernel: Option<Arc<omicos_kernel::KernelProvider>>,
 }
@@ -84,7 +150,7 @@ fn section(file: &Option<serde_yaml::Mapping>, name: &str) -> Option<Value> {
     file.as_ref().and_then(|m| m.get(name)).cloned()
 }
 
-fn known_sections(m: &serde_yaml::Mapping) -> Result<(), String> {
+fn known_sections(m: &serde_yaml::Mapping) -> Result<(), ConfigError> {
     for k in m.keys() {
         let k = k.as_str().unwrap_or_default();
         if ![
@@ -94,23 +160,25 @@ fn known_sections(m: &serde_yaml::Mapping) -> Result<(), String> {
             "web",
             "memory",
             "pdf",
+            "image_gen",
         ]
         .contains(&k)
         {
-            return Err(format!(
-                "config key `{k}`: unknown section (known: orchestrator, tool_runner, kernel, web, memory, pdf)"
+            return Err(ConfigError::key(
+                k,
+                "unknown section (known: orchestrator, tool_runner, kernel, web, memory, pdf, image_gen)",
             ));
         }
     }
     Ok(())
 }
 
-async fn bind(host: &str, base: u16, offset: u16) -> Result<TcpListener, String> {
+async fn bind(host: &str, base: u16, offset: u16) -> Result<TcpListener, StackError> {
     let port = if base == 0 { 0 } else { base + offset };
     let addr = format!("{host}:{port}");
     omicos_servicekit::host::bind(&addr)
         .await
-        .map_err(|e| e.to_string())
+        .map_err(StackError::Bind)
 }
 
 fn url(l: &TcpListener) -> String {
@@ -118,10 +186,6 @@ fn url(l: &TcpListener) -> String {
         "http://{}",
         l.local_addr().expect("bound listener has an address")
     )
-}
-
-fn cfg_err(e: ConfigError) -> String {
-    e.to_string()
 }
 
 /// Whether the environment configures a real model.
@@ -135,35 +199,32 @@ pub fn llm_configured(env: &[(String, String)]) -> bool {
 }
 
 /// Starts every service. Returns once the orchestrator is ready.
-pub async fn up(opts: UpOptions) -> Result<RunningStack, String> {
-    std::fs::create_dir_all(&opts.workspace)
-        .map_err(|e| format!("workspace {}: {e}", opts.workspace.display()))?;
+pub async fn up(opts: UpOptions) -> Result<RunningStack, StackError> {
+    let ws_err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| StackError::Workspace { path, source }
+    };
+    std::fs::create_dir_all(&opts.workspace).map_err(ws_err(&opts.workspace))?;
     let workspace = opts
         .workspace
         .canonicalize()
-        .map_err(|e| format!("workspace {}: {e}", opts.workspace.display()))?;
-    std::fs::create_dir_all(workspace.join(".omicos")).map_err(|e| e.to_string())?;
+        .map_err(ws_err(&opts.workspace))?;
+    std::fs::create_dir_all(workspace.join(".omicos")).map_err(ws_err(&workspace))?;
     let file: Option<serde_yaml::Mapping> = match &opts.config_file {
-        Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .map_err(|e| format!("config file {}: {e}", p.display()))?;
-            let text = omicos_servicekit::config::expand_vars(&text, &opts.env);
-            let v: Value = serde_yaml::from_str(&text)
-                .map_err(|e| format!("config file {}: not valid YAML: {e}", p.display()))?;
-            match v {
-                Value::Mapping(m) => {
-                    known_sections(&m)?;
-                    Some(m)
-                }
-                Value::Null => None,
-                _ => {
-                    return Err(format!(
-                        "config file {}: expected a mapping of sections",
-                        p.display()
-                    ));
-                }
+        Some(p) => match omicos_servicekit::config::read_yaml(p, &opts.env)? {
+            Value::Mapping(m) => {
+                known_sections(&m)?;
+                Some(m)
             }
-        }
+            Value::Null => None,
+            _ => {
+                return Err(ConfigError::Syntax {
+                    path: p.display().to_string(),
+                    message: "expected a mapping of sections".into(),
+                }
+                .into());
+            }
+        },
         None => None,
     };
     let env = &opts.env;
@@ -173,19 +234,20 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, String> {
 
     // Orchestrator config first: the catalog feeds the runner's skill provider.
     let mut ocfg: omicos_orchestrator::config::Config =
-        load_config_value(section(&file, "orchestrator"), env, "orchestrator").map_err(cfg_err)?;
+        load_config_value(section(&file, "orchestrator"), env, "orchestrator")?;
     ocfg.workspace = workspace.clone();
     if let Some(r) = &opts.replay_file {
         ocfg.llm.backend = "replay".into();
         ocfg.llm.replay_file = r.display().to_string();
     } else if !llm_configured(env) && ocfg.llm.backend.is_empty() && ocfg.llm.base_url.is_empty() {
         let p = workspace.join(".omicos").join("offline-replay.yaml");
-        std::fs::write(&p, DEFAULT_REPLAY).map_err(|e| e.to_string())?;
+        std::fs::write(&p, DEFAULT_REPLAY).map_err(ws_err(&p))?;
         ocfg.llm.backend = "replay".into();
         ocfg.llm.replay_file = p.display().to_string();
     }
-    ocfg.validate()?;
-    let (agents, warnings) = omicos_orchestrator::agents::CatalogAgents::load(&ocfg)?;
+    ocfg.validate().map_err(|e| e.in_section("orchestrator"))?;
+    let (agents, warnings) = omicos_orchestrator::agents::CatalogAgents::load(&ocfg)
+        .map_err(|e| StackError::start("orchestrator", e))?;
     for w in warnings {
         tracing::warn!("{w}");
     }
@@ -195,15 +257,11 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, String> {
     let runner_l = bind(&opts.host, opts.port_base, 1).await?;
     let runner_url = url(&runner_l);
     let mut rcfg: omicos_tool_runner::Config =
-        load_config_value(section(&file, "tool_runner"), env, "tool_runner").map_err(cfg_err)?;
+        load_config_value(section(&file, "tool_runner"), env, "tool_runner")?;
     rcfg.workspace = workspace.clone();
-    rcfg.listen = runner_l
-        .local_addr()
-        .map_err(|e| e.to_string())?
-        .to_string();
-    rcfg.validate()?;
-    let pdf_cfg: omicos_pdf::Config =
-        load_config_value(section(&file, "pdf"), env, "pdf").map_err(cfg_err)?;
+    rcfg.listen = runner_l.local_addr().map_err(StackError::Bind)?.to_string();
+    rcfg.validate().map_err(|e| e.in_section("tool_runner"))?;
+    let pdf_cfg: omicos_pdf::Config = load_config_value(section(&file, "pdf"), env, "pdf")?;
     let local: Vec<Arc<dyn Provider>> = vec![
         Arc::new(omicos_pdf::PdfProvider::new(pdf_cfg)),
         Arc::new(omicos_catalog::SkillProvider::new(catalog)),
@@ -228,66 +286,74 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, String> {
     };
 
     let mut kernel = None;
+    let mut kernel_python = None;
     if opts.kernel {
         let kcfg: omicos_kernel::Config =
-            load_config_value(section(&file, "kernel"), env, "kernel").map_err(cfg_err)?;
-        kcfg.kernel.validate()?;
+            load_config_value(section(&file, "kernel"), env, "kernel")?;
         let l = bind(&opts.host, opts.port_base, 2).await?;
         endpoints.push(("kernel", url(&l)));
-        let p = omicos_kernel::KernelProvider::new(
-            kcfg.kernel.clone(),
-            workspace.clone(),
-            env.clone(),
-        )?;
+        let p =
+            omicos_kernel::KernelProvider::new(kcfg.kernel.clone(), workspace.clone(), env.clone())
+                .map_err(|e| StackError::start("kernel", e))?;
+        kernel_python = Some(p.kernels().interpreter(&workspace));
         kernel = Some(p.clone());
-        let (h, sd) = (hosting(kcfg.ttl_seconds), shutdown.clone());
+        let (h, sd) = (hosting(whole_secs_u32(kcfg.registry_ttl)), shutdown.clone());
         tasks.spawn(async move { ("kernel", serve_provider(p, l, h, sd).await) });
     }
     if opts.web {
-        let wcfg: omicos_web::Config =
-            load_config_value(section(&file, "web"), env, "web").map_err(cfg_err)?;
+        let wcfg: omicos_web::Config = load_config_value(section(&file, "web"), env, "web")?;
         let l = bind(&opts.host, opts.port_base, 3).await?;
         endpoints.push(("web", url(&l)));
-        let p = Arc::new(omicos_web::WebProvider::from_config(&wcfg.web)?);
-        let (h, sd) = (hosting(wcfg.registry_ttl_seconds), shutdown.clone());
+        let p = Arc::new(
+            omicos_web::WebProvider::with_parts(
+                &wcfg.web,
+                env,
+                Arc::new(omicos_web::ssrf::SystemLookup),
+            )
+            .map_err(|e| StackError::start("web", e))?,
+        );
+        let (h, sd) = (hosting(whole_secs_u32(wcfg.registry_ttl)), shutdown.clone());
         tasks.spawn(async move { ("web", serve_provider(p, l, h, sd).await) });
     }
     if opts.memory {
         let mut mcfg: omicos_memory::Config =
-            load_config_value(section(&file, "memory"), env, "memory").map_err(cfg_err)?;
+            load_config_value(section(&file, "memory"), env, "memory")?;
         mcfg.workspace = workspace.clone();
         let store_url = mcfg.store_url();
         let store = omicos_memory::MemoryStore::open(&store_url)
             .await
-            .map_err(|e| format!("memory store: {e}"))?;
+            .map_err(|e| StackError::start("memory store", e))?;
         let l = bind(&opts.host, opts.port_base, 4).await?;
         endpoints.push(("memory", url(&l)));
         let p = Arc::new(omicos_memory::MemoryProvider::new(store));
-        let (h, sd) = (hosting(0), shutdown.clone());
+        let (h, sd) = (hosting(whole_secs_u32(mcfg.registry_ttl)), shutdown.clone());
         tasks.spawn(async move { ("memory", serve_provider(p, l, h, sd).await) });
     }
 
     if opts.image_gen {
         let icfg: omicos_image_gen::Config =
-            load_config_value(section(&file, "image_gen"), env, "image_gen").map_err(cfg_err)?;
+            load_config_value(section(&file, "image_gen"), env, "image_gen")?;
         let l = bind(&opts.host, opts.port_base, 5).await?;
         endpoints.push(("image_gen", url(&l)));
         let p = Arc::new(
             omicos_image_gen::ImageGenProvider::new(icfg.image_gen.clone().with_env_fallbacks(env))
-                .map_err(|e| e.to_string())?,
+                .map_err(|e| StackError::start("image_gen", e.to_string()))?,
         );
-        let (h, sd) = (hosting(icfg.registry_ttl_seconds), shutdown.clone());
+        let (h, sd) = (hosting(whole_secs_u32(icfg.registry_ttl)), shutdown.clone());
         tasks.spawn(async move { ("image_gen", serve_provider(p, l, h, sd).await) });
     }
 
     // The orchestrator last: it is ready once the runner answers.
     let orch_l = bind(&opts.host, opts.port_base, 0).await?;
     let orch_url = url(&orch_l);
-    ocfg.listen = orch_l.local_addr().map_err(|e| e.to_string())?.to_string();
+    ocfg.listen = orch_l.local_addr().map_err(StackError::Bind)?.to_string();
     ocfg.tool_runner = runner_url.clone();
-    let backends = omicos_orchestrator::build_backends(&ocfg.llm)?;
+    let backends = omicos_orchestrator::build_backends(&ocfg.llm)
+        .map_err(|e| StackError::start("orchestrator", e))?;
     let llm_backend = backends.1.clone();
-    let store = omicos_orchestrator::open_store(&ocfg).await?;
+    let store = omicos_orchestrator::open_store(&ocfg)
+        .await
+        .map_err(|e| StackError::start("orchestrator", e))?;
     let parts = omicos_orchestrator::Parts {
         config: ocfg,
         agents: Arc::new(agents),
@@ -310,6 +376,7 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, String> {
         workspace,
         shutdown,
         llm_backend,
+        kernel_python,
         tasks,
         kernel,
     };
@@ -325,11 +392,11 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, String> {
 }
 
 /// Waits until `url`'s health says SERVING.
-pub async fn wait_serving(url: &str, limit: Duration) -> Result<(), String> {
+pub async fn wait_serving(url: &str, limit: Duration) -> Result<(), StackError> {
     let start = std::time::Instant::now();
     while start.elapsed() < limit {
         if let Ok(ch) = tonic::transport::Channel::from_shared(url.to_owned())
-            .map_err(|e| e.to_string())?
+            .map_err(|e| StackError::start("orchestrator", e))?
             .connect()
             .await
         {
@@ -347,7 +414,10 @@ pub async fn wait_serving(url: &str, limit: Duration) -> Result<(), String> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Err(format!("{url} did not become ready within {limit:?}"))
+    Err(StackError::NotReady {
+        url: url.to_owned(),
+        limit,
+    })
 }
 
 async fn wait_providers(runner: &str, n: usize) {
@@ -369,13 +439,13 @@ async fn wait_providers(runner: &str, n: usize) {
 
 impl RunningStack {
     /// Drains every service and waits for them to stop.
-    pub async fn stop(self) -> Result<(), String> {
+    pub async fn stop(self) -> Result<(), StackError> {
         self.shutdown.trigger();
         self.wait().await
     }
 
     /// Waits until every service stopped (after a drain), stopping kernels last.
-    pub async fn wait(mut self) -> Result<(), String> {
+    pub async fn wait(mut self) -> Result<(), StackError> {
         let mut errors = vec![];
         while let Some(r) = self.tasks.join_next().await {
             match r {
@@ -394,7 +464,7 @@ impl RunningStack {
         if errors.is_empty() {
             Ok(())
         } else {
-            Err(errors.join("; "))
+            Err(StackError::Stopped(errors))
         }
     }
 

@@ -1,8 +1,10 @@
 //! The runner's configuration: defaults, then a YAML file, then `OMICOS_*`
 //! environment variables (see `omicos_servicekit::config`).
 
+use omicos_servicekit::config::{ConfigError, Renamed, ServiceConfig, duration, require_nonzero};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Everything the tool-runner reads at start.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -13,19 +15,23 @@ pub struct Config {
     /// Workspace root every file path is confined to.
     pub workspace: PathBuf,
     /// How long a call waits for the user's approval before it counts as denied.
-    pub approval_timeout_secs: u64,
+    #[serde(with = "duration")]
+    pub approval_timeout: Duration,
     /// Command hooks, in the Claude Code settings shape.
     pub hooks: HooksConfig,
     /// Whether a PreToolUse hook that times out blocks the call (fail closed).
     pub pre_tool_use_timeout_blocks: bool,
     /// Providers known from config (never expire); described at start and retried.
     pub providers: Vec<StaticProvider>,
-    /// Seconds a registered provider instance lives without a heartbeat.
-    pub registry_ttl_secs: u64,
+    /// How long a registered provider instance lives without a heartbeat
+    /// (when it asks for no TTL of its own).
+    #[serde(with = "duration")]
+    pub registry_ttl: Duration,
     /// Memory scope passed to providers in every call context.
     pub memory_scope: String,
     /// Longest a shell command may run (also the cap of a call's own timeout).
-    pub shell_timeout_secs: u64,
+    #[serde(with = "duration")]
+    pub shell_timeout: Duration,
     /// Bytes of stdout+stderr a shell command keeps; the rest is dropped.
     pub shell_output_cap_bytes: usize,
     /// Permission mode used when a call names none. `read_only` by default,
@@ -33,8 +39,9 @@ pub struct Config {
     pub default_permission_mode: String,
     /// Results of at least this many bytes are spooled to the workspace.
     pub spool_threshold_bytes: usize,
-    /// Grace period of the drain on SIGINT/SIGTERM, in seconds.
-    pub shutdown_grace_secs: u64,
+    /// Grace period of the drain on SIGINT/SIGTERM.
+    #[serde(with = "duration")]
+    pub shutdown_grace: Duration,
     /// How `shell` commands are confined (policy, roots, limits).
     pub sandbox: omicos_sandbox::SandboxConfig,
 }
@@ -44,17 +51,17 @@ impl Default for Config {
         Self {
             listen: "127.0.0.1:7001".into(),
             workspace: PathBuf::from("."),
-            approval_timeout_secs: 300,
+            approval_timeout: Duration::from_secs(300),
             hooks: HooksConfig::default(),
             pre_tool_use_timeout_blocks: true,
             providers: Vec::new(),
-            registry_ttl_secs: 30,
+            registry_ttl: Duration::from_secs(30),
             memory_scope: "workspace".into(),
-            shell_timeout_secs: 120,
+            shell_timeout: Duration::from_secs(120),
             shell_output_cap_bytes: 1 << 20,
             default_permission_mode: "read_only".into(),
             spool_threshold_bytes: crate::pipeline::shape::SPOOL_THRESHOLD_BYTES,
-            shutdown_grace_secs: 10,
+            shutdown_grace: Duration::from_secs(10),
             sandbox: omicos_sandbox::SandboxConfig::default(),
         }
     }
@@ -108,52 +115,70 @@ pub struct HookCommand {
     pub kind: String,
     /// Run with `sh -c` in the workspace, hook input JSON on stdin.
     pub command: String,
-    /// Seconds; default 60 (as in Claude Code).
-    #[serde(default)]
-    pub timeout: Option<u64>,
+    /// Seconds (a number, as in Claude Code) or a value with a unit;
+    /// default 60 s, as in Claude Code.
+    #[serde(default, with = "duration::option")]
+    pub timeout: Option<Duration>,
 }
 
 fn command_type() -> String {
     "command".into()
 }
 
-impl Config {
-    /// Checks what serde cannot: regexes, modes, hook kinds. The message names the key.
-    pub fn validate(&self) -> Result<(), String> {
+impl ServiceConfig for Config {
+    const RENAMED: &'static [Renamed] = &[
+        Renamed::to("approval_timeout_secs", "approval_timeout"),
+        Renamed::to("registry_ttl_secs", "registry_ttl"),
+        Renamed::to("shell_timeout_secs", "shell_timeout"),
+        Renamed::to("shutdown_grace_secs", "shutdown_grace"),
+    ];
+
+    /// Checks what serde cannot: regexes, modes, hook kinds, durations. The
+    /// error names the key.
+    fn validate(&self) -> Result<(), ConfigError> {
         omicos_proto::PermissionMode::parse(&self.default_permission_mode)
-            .map_err(|e| format!("config key `default_permission_mode`: {e}"))?;
+            .map_err(|e| ConfigError::key("default_permission_mode", e.to_string()))?;
         for (event, list) in self.hooks.events() {
             for (i, m) in list.iter().enumerate() {
-                crate::pipeline::hooks::compile_matcher(&m.matcher)
-                    .map_err(|e| format!("config key `hooks.{event}[{i}].matcher`: {e}"))?;
+                crate::pipeline::hooks::compile_matcher(&m.matcher).map_err(|e| {
+                    ConfigError::key(format!("hooks.{event}[{i}].matcher"), e.to_string())
+                })?;
                 for (j, h) in m.hooks.iter().enumerate() {
+                    let key = |field: &str| format!("hooks.{event}[{i}].hooks[{j}].{field}");
                     if h.kind != "command" {
-                        return Err(format!(
-                            "config key `hooks.{event}[{i}].hooks[{j}].type`: only `command` hooks are supported, got `{}`",
-                            h.kind
+                        return Err(ConfigError::key(
+                            key("type"),
+                            format!("only `command` hooks are supported, got `{}`", h.kind),
                         ));
                     }
                     if h.command.trim().is_empty() {
-                        return Err(format!(
-                            "config key `hooks.{event}[{i}].hooks[{j}].command`: empty command"
-                        ));
+                        return Err(ConfigError::key(key("command"), "empty command"));
+                    }
+                    if let Some(t) = h.timeout {
+                        require_nonzero(&key("timeout"), t)?;
                     }
                 }
             }
         }
         for (i, p) in self.providers.iter().enumerate() {
             if !(p.endpoint.starts_with("http://") || p.endpoint.starts_with("https://")) {
-                return Err(format!(
-                    "config key `providers[{i}].endpoint`: expected http://host:port, got `{}`",
-                    p.endpoint
+                return Err(ConfigError::key(
+                    format!("providers[{i}].endpoint"),
+                    format!("expected http://host:port, got `{}`", p.endpoint),
                 ));
             }
         }
-        self.sandbox.validate().map_err(|e| e.to_string())?;
-        if self.registry_ttl_secs == 0 {
-            return Err("config key `registry_ttl_secs`: must be at least 1".into());
-        }
+        self.sandbox
+            .validate()
+            .map_err(|e| ConfigError::key(format!("sandbox.{}", e.key), e.reason))?;
+        require_nonzero("registry_ttl", self.registry_ttl)?;
+        require_nonzero("shell_timeout", self.shell_timeout)?;
+        require_nonzero("approval_timeout", self.approval_timeout)?;
         Ok(())
+    }
+
+    fn shutdown_grace(&self) -> Duration {
+        self.shutdown_grace
     }
 }
 
@@ -181,10 +206,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let cfg: Config =
-            omicos_servicekit::load_config(Some(&file), &env).map_err(|e| e.to_string())?;
-        cfg.validate()?;
-        Ok(cfg)
+        omicos_servicekit::load_config(Some(&file), &env).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -205,12 +227,15 @@ providers:
   - {name: kernel, endpoint: "http://127.0.0.1:7010"}
 "#,
             &[
-                ("OMICOS_APPROVAL_TIMEOUT_SECS", "42"),
+                ("OMICOS_APPROVAL_TIMEOUT", "42"),
                 ("OMICOS_DEFAULT_PERMISSION_MODE", "auto"),
             ],
         )
         .unwrap();
-        assert_eq!(cfg.hooks.pre_tool_use[0].hooks[0].timeout, Some(30));
+        assert_eq!(
+            cfg.hooks.pre_tool_use[0].hooks[0].timeout,
+            Some(Duration::from_secs(30))
+        );
         assert_eq!(cfg.hooks.pre_tool_use[0].hooks[0].kind, "command");
         assert_eq!(cfg.hooks.post_tool_use[0].hooks[0].timeout, None);
         assert_eq!(
@@ -220,7 +245,7 @@ providers:
                 endpoint: "http://127.0.0.1:7010".into()
             }]
         );
-        assert_eq!(cfg.approval_timeout_secs, 42);
+        assert_eq!(cfg.approval_timeout, Duration::from_secs(42));
         assert_eq!(cfg.default_permission_mode, "auto");
         assert_eq!(Config::default().default_permission_mode, "read_only");
     }
@@ -245,5 +270,28 @@ providers:
         )
         .unwrap_err();
         assert!(e.contains("only `command` hooks"), "{e}");
+    }
+
+    #[test]
+    fn old_key_names_load_for_one_release() {
+        let cfg = load(
+            "approval_timeout_secs: 7\nshutdown_grace_secs: 3\n",
+            &[("OMICOS_SHELL_TIMEOUT_SECS", "9")],
+        )
+        .unwrap();
+        assert_eq!(cfg.approval_timeout, Duration::from_secs(7));
+        assert_eq!(cfg.shutdown_grace, Duration::from_secs(3));
+        assert_eq!(cfg.shell_timeout, Duration::from_secs(9));
+        let e = load("registry_ttl: 0s\n", &[]).unwrap_err();
+        assert!(
+            e.contains("`registry_ttl`") && e.contains("more than 0"),
+            "{e}"
+        );
+        let e = load(
+            "hooks:\n  PreToolUse:\n    - hooks: [{command: x, timeout: 0}]\n",
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.contains("hooks.PreToolUse[0].hooks[0].timeout"), "{e}");
     }
 }

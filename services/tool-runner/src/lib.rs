@@ -20,7 +20,6 @@ pub use registry::Registry;
 use omicos_servicekit::{Host, HostOptions, Shutdown};
 use omicos_toolkit::Provider;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::net::TcpListener;
 
 /// The built-in providers for `config`: file_manager and shell.
@@ -28,11 +27,8 @@ pub fn builtin_providers(config: &Config) -> Vec<Arc<dyn Provider>> {
     vec![
         Arc::new(providers::FileManager),
         Arc::new(
-            providers::Shell::new(
-                Duration::from_secs(config.shell_timeout_secs.max(1)),
-                config.shell_output_cap_bytes,
-            )
-            .with_sandbox(config.sandbox.clone()),
+            providers::Shell::new(config.shell_timeout, config.shell_output_cap_bytes)
+                .with_sandbox(config.sandbox.clone()),
         ),
     ]
 }
@@ -45,7 +41,7 @@ pub fn build(
     extra_providers: Vec<Arc<dyn Provider>>,
     stop: tokio_util::sync::CancellationToken,
 ) -> Result<Pipeline, String> {
-    let registry = Arc::new(Registry::new(Duration::from_secs(config.registry_ttl_secs)));
+    let registry = Arc::new(Registry::new(config.registry_ttl));
     registry.spawn_sweeper(stop.clone());
     registry.spawn_static(config.providers.clone(), stop);
     let mut providers = builtin_providers(config);

@@ -33,7 +33,7 @@ async fn start_runner(f: impl FnOnce(&mut Config)) -> Runner {
     let workspace = dir.path().join("ws");
     let mut cfg = Config {
         workspace: workspace.clone(),
-        approval_timeout_secs: 5,
+        approval_timeout: Duration::from_secs(5),
         ..Config::default()
     };
     f(&mut cfg);
@@ -540,7 +540,7 @@ async fn registered_provider_panic_vanish_and_unreachable() {
 
 #[tokio::test]
 async fn registry_ttl_expiry_and_heartbeat() {
-    let r = start_runner(|c| c.registry_ttl_secs = 30).await;
+    let r = start_runner(|c| c.registry_ttl = Duration::from_secs(30)).await;
     let mut reg = r.registry().await;
     let resp = reg
         .register(RegisterRequest {

@@ -23,7 +23,7 @@ struct Fixture {
 fn config(dir: &Path) -> Config {
     Config {
         workspace: dir.join("ws"),
-        approval_timeout_secs: 1,
+        approval_timeout: Duration::from_secs(1),
         ..Config::default()
     }
 }
@@ -508,7 +508,7 @@ fn hook(matcher: &str, command: String, timeout: Option<u64>) -> Vec<HookMatcher
         hooks: vec![HookCommand {
             kind: "command".into(),
             command,
-            timeout,
+            timeout: timeout.map(Duration::from_secs),
         }],
     }]
 }
@@ -867,7 +867,7 @@ async fn a_200_kb_result_is_spooled_byte_exact() {
 
 #[tokio::test]
 async fn a_long_error_is_bounded_too() {
-    let f = fixture_with(|c, _| c.shell_timeout_secs = 1);
+    let f = fixture_with(|c, _| c.shell_timeout = Duration::from_secs(1));
     let o = run(
         &f.pipeline,
         req(

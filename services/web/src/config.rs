@@ -1,7 +1,9 @@
 //! Configuration of the web service. Every key of the provider lives under
 //! `web:`, so its environment names read `OMICOS_WEB_...` (see README.md).
 
+use omicos_servicekit::config::{ConfigError, Renamed, ServiceConfig, duration, require_nonzero};
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 /// The whole `omicos-web` service: where it listens and registers, and the provider.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -13,10 +15,12 @@ pub struct Config {
     pub registry: String,
     /// Endpoint announced to the registry; empty: `http://<bound address>`.
     pub advertise: String,
-    /// Registry TTL in seconds (0: the registry's default).
-    pub registry_ttl_seconds: u32,
-    /// Seconds in-flight calls get to finish on SIGTERM.
-    pub grace_seconds: u64,
+    /// The TTL asked of the registry (whole seconds; 0: the registry's default).
+    #[serde(with = "duration")]
+    pub registry_ttl: Duration,
+    /// How long in-flight calls get to finish on SIGTERM.
+    #[serde(with = "duration")]
+    pub shutdown_grace: Duration,
     /// The provider.
     pub web: WebConfig,
 }
@@ -27,8 +31,8 @@ impl Default for Config {
             listen: "127.0.0.1:0".into(),
             registry: String::new(),
             advertise: String::new(),
-            registry_ttl_seconds: 0,
-            grace_seconds: 10,
+            registry_ttl: Duration::ZERO,
+            shutdown_grace: Duration::from_secs(10),
             web: WebConfig::default(),
         }
     }
@@ -48,11 +52,14 @@ pub struct WebConfig {
     /// User-Agent header (its first token is matched against robots.txt groups).
     pub user_agent: String,
     /// TCP + TLS connect timeout.
-    pub connect_timeout_ms: u64,
+    #[serde(with = "duration")]
+    pub connect_timeout: Duration,
     /// Longest wait for the next bytes of a response.
-    pub read_timeout_ms: u64,
+    #[serde(with = "duration")]
+    pub read_timeout: Duration,
     /// Whole fetch, redirects and body included.
-    pub total_timeout_ms: u64,
+    #[serde(with = "duration")]
+    pub total_timeout: Duration,
     /// Redirects followed, each one checked again (at most 5).
     pub max_redirects: u32,
     /// Bytes of body read at most (decompressed); larger bodies are refused.
@@ -76,9 +83,9 @@ impl Default for WebConfig {
             allow: Vec::new(),
             robots_txt: false,
             user_agent: format!("omicos-web/{}", env!("CARGO_PKG_VERSION")),
-            connect_timeout_ms: 5_000,
-            read_timeout_ms: 15_000,
-            total_timeout_ms: 30_000,
+            connect_timeout: Duration::from_secs(5),
+            read_timeout: Duration::from_secs(15),
+            total_timeout: Duration::from_secs(30),
             max_redirects: 5,
             max_body_bytes: 10 << 20,
             max_concurrent_fetches: 8,
@@ -107,11 +114,13 @@ pub struct SearchConfig {
     /// Tavily key; empty: the `TAVILY_API_KEY` environment variable.
     pub tavily_api_key: String,
     /// Timeout of one search request.
-    pub timeout_ms: u64,
+    #[serde(with = "duration")]
+    pub timeout: Duration,
     /// Retries after a rate-limit answer (429).
     pub max_retries: u32,
     /// Longest wait before a retry, Retry-After included.
-    pub max_backoff_ms: u64,
+    #[serde(with = "duration")]
+    pub retry_max_delay: Duration,
     /// Results when a call gives no `max_results`.
     pub default_max_results: u32,
 }
@@ -125,49 +134,128 @@ impl Default for SearchConfig {
             brave_api_key: String::new(),
             tavily_url: "https://api.tavily.com/search".into(),
             tavily_api_key: String::new(),
-            timeout_ms: 15_000,
+            timeout: Duration::from_secs(15),
             max_retries: 3,
-            max_backoff_ms: 10_000,
+            retry_max_delay: Duration::from_secs(10),
             default_max_results: 8,
         }
     }
 }
 
+impl ServiceConfig for Config {
+    const RENAMED: &'static [Renamed] = &[
+        Renamed::to("registry_ttl_seconds", "registry_ttl"),
+        Renamed::to("grace_seconds", "shutdown_grace"),
+        Renamed::millis("web.connect_timeout_ms", "web.connect_timeout"),
+        Renamed::millis("web.read_timeout_ms", "web.read_timeout"),
+        Renamed::millis("web.total_timeout_ms", "web.total_timeout"),
+        Renamed::millis("web.search.timeout_ms", "web.search.timeout"),
+        Renamed::millis("web.search.max_backoff_ms", "web.search.retry_max_delay"),
+    ];
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        omicos_servicekit::config::require_registry_ttl("registry_ttl", self.registry_ttl)?;
+        self.web.validate()
+    }
+
+    fn shutdown_grace(&self) -> Duration {
+        self.shutdown_grace
+    }
+}
+
 impl WebConfig {
-    /// Checks values that serde cannot: ranges and allowlist entries.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks values that serde cannot: ranges and allowlist entries. The
+    /// error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.max_redirects > 5 {
-            return Err(format!(
-                "web.max_redirects is {}: at most 5 redirects are followed",
-                self.max_redirects
+            return Err(ConfigError::key(
+                "web.max_redirects",
+                format!(
+                    "{} is more than the 5 redirects that are followed",
+                    self.max_redirects
+                ),
             ));
         }
         for (key, v) in [
-            ("web.connect_timeout_ms", self.connect_timeout_ms),
-            ("web.read_timeout_ms", self.read_timeout_ms),
-            ("web.total_timeout_ms", self.total_timeout_ms),
-            ("web.max_body_bytes", self.max_body_bytes),
-            ("web.search.timeout_ms", self.search.timeout_ms),
+            ("web.connect_timeout", self.connect_timeout),
+            ("web.read_timeout", self.read_timeout),
+            ("web.total_timeout", self.total_timeout),
+            ("web.search.timeout", self.search.timeout),
         ] {
-            if v == 0 {
-                return Err(format!("{key} must be greater than 0"));
+            require_nonzero(key, v)?;
+        }
+        for (key, zero) in [
+            ("web.max_body_bytes", self.max_body_bytes == 0),
+            (
+                "web.max_concurrent_fetches",
+                self.max_concurrent_fetches == 0,
+            ),
+            ("web.max_elements", self.max_elements == 0),
+            ("web.max_depth", self.max_depth == 0),
+            ("web.default_max_length", self.default_max_length == 0),
+        ] {
+            if zero {
+                return Err(ConfigError::key(key, "must be greater than 0"));
             }
         }
-        if self.max_concurrent_fetches == 0
-            || self.max_elements == 0
-            || self.max_depth == 0
-            || self.default_max_length == 0
-        {
-            return Err("web.max_concurrent_fetches, web.max_elements, web.max_depth and web.default_max_length must be greater than 0".into());
-        }
         if !matches!(self.search.backend.as_str(), "searxng" | "brave" | "tavily") {
-            return Err(format!(
-                "web.search.backend is `{}`: use searxng, brave or tavily",
-                self.search.backend
+            return Err(ConfigError::key(
+                "web.search.backend",
+                format!("`{}`: use searxng, brave or tavily", self.search.backend),
             ));
         }
         crate::ssrf::Policy::new(self.ssrf_protection, &self.allow)
             .map(|_| ())
-            .map_err(|e| format!("web.allow: {e}"))
+            .map_err(|e| ConfigError::key("web.allow", e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(yaml: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("web.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        omicos_servicekit::load_config(Some(&file), &env)
+    }
+
+    #[test]
+    fn old_millisecond_keys_read_as_milliseconds() {
+        let c = load(
+            "web:\n  connect_timeout_ms: 1500\n  search: {max_backoff_ms: 250}\n",
+            &[("OMICOS_WEB_TOTAL_TIMEOUT_MS", "45000")],
+        )
+        .unwrap();
+        assert_eq!(c.web.connect_timeout, Duration::from_millis(1500));
+        assert_eq!(c.web.search.retry_max_delay, Duration::from_millis(250));
+        assert_eq!(c.web.total_timeout, Duration::from_secs(45));
+        let c = load(
+            "web: {read_timeout: 2m, search: {timeout: 3}}\n",
+            &[("OMICOS_WEB_CONNECT_TIMEOUT", "750ms")],
+        )
+        .unwrap();
+        assert_eq!(c.web.read_timeout, Duration::from_secs(120));
+        assert_eq!(c.web.search.timeout, Duration::from_secs(3));
+        assert_eq!(c.web.connect_timeout, Duration::from_millis(750));
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        for (yaml, key) in [
+            ("web: {total_timeout: 0}\n", "web.total_timeout"),
+            ("web: {max_redirects: 9}\n", "web.max_redirects"),
+            ("web: {allow: [\"10.0.0.0/40\"]}\n", "web.allow"),
+            ("web: {search: {backend: bing}}\n", "web.search.backend"),
+            ("web: {max_depth: 0}\n", "web.max_depth"),
+        ] {
+            let e = load(yaml, &[]).unwrap_err();
+            assert_eq!(e.key_path(), Some(key), "{yaml}: {e}");
+        }
     }
 }

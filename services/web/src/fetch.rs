@@ -8,6 +8,8 @@ use crate::{
     robots,
     ssrf::{Blocked, GuardedResolver, Lookup, Policy},
 };
+use omicos_servicekit::ConfigError;
+use omicos_servicekit::config::duration;
 use reqwest::{Response, header};
 use serde_json::{Value, json};
 use std::{
@@ -57,20 +59,23 @@ enum Kind {
 
 impl Fetcher {
     /// A fetcher for `cfg`, resolving names through `lookup`.
-    pub fn new(cfg: &WebConfig, lookup: Arc<dyn Lookup>) -> Result<Self, String> {
+    pub fn new(cfg: &WebConfig, lookup: Arc<dyn Lookup>) -> Result<Self, crate::WebError> {
         cfg.validate()?;
-        let policy = Arc::new(Policy::new(cfg.ssrf_protection, &cfg.allow)?);
+        let policy = Arc::new(
+            Policy::new(cfg.ssrf_protection, &cfg.allow)
+                .map_err(|e| ConfigError::key("web.allow", e.to_string()))?,
+        );
         let client = reqwest::Client::builder()
             // A system proxy would connect to addresses we never checked.
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .dns_resolver(Arc::new(GuardedResolver::new(policy.clone(), lookup)))
-            .connect_timeout(Duration::from_millis(cfg.connect_timeout_ms))
-            .read_timeout(Duration::from_millis(cfg.read_timeout_ms))
-            .timeout(Duration::from_millis(cfg.total_timeout_ms))
+            .connect_timeout(cfg.connect_timeout)
+            .read_timeout(cfg.read_timeout)
+            .timeout(cfg.total_timeout)
             .user_agent(cfg.user_agent.clone())
             .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+            .map_err(crate::WebError::Client)?;
         Ok(Self {
             client,
             policy,
@@ -91,13 +96,13 @@ impl Fetcher {
             .await
             .map_err(|_| "the fetcher is shutting down".to_string())?;
         let started = Instant::now();
-        let total = Duration::from_millis(self.cfg.total_timeout_ms);
+        let total = self.cfg.total_timeout;
         let downloaded = tokio::time::timeout(total, self.download(url.clone()))
             .await
             .map_err(|_| {
                 format!(
-                    "timed out after {} ms (web.total_timeout_ms)",
-                    self.cfg.total_timeout_ms
+                    "timed out after {} (web.total_timeout)",
+                    duration::format(total)
                 )
             })
             .and_then(|r| r);
@@ -196,8 +201,10 @@ impl Fetcher {
         }
         if e.is_timeout() {
             return format!(
-                "timed out fetching {url} (web.connect_timeout_ms {} / web.read_timeout_ms {} / web.total_timeout_ms {})",
-                self.cfg.connect_timeout_ms, self.cfg.read_timeout_ms, self.cfg.total_timeout_ms
+                "timed out fetching {url} (web.connect_timeout {} / web.read_timeout {} / web.total_timeout {})",
+                duration::format(self.cfg.connect_timeout),
+                duration::format(self.cfg.read_timeout),
+                duration::format(self.cfg.total_timeout)
             );
         }
         let mut msg = format!("fetching {url} failed");

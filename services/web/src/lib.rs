@@ -15,6 +15,28 @@ pub mod search;
 pub mod ssrf;
 
 pub use config::{Config, SearchConfig, WebConfig};
+
+/// Why the web provider cannot be built. Errors of a fetch or a search are
+/// not this type: they are text the model reads in the tool result.
+#[derive(Debug, thiserror::Error)]
+pub enum WebError {
+    /// A value of the `web:` config cannot be used (the error names the key).
+    #[error(transparent)]
+    Config(#[from] omicos_servicekit::ConfigError),
+    /// reqwest refused to build the HTTP client.
+    #[error("cannot build the HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+}
+
+impl WebError {
+    /// A short name for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Config(_) => "config",
+            Self::Client(_) => "http_client",
+        }
+    }
+}
 pub use extract::Format;
 
 use async_trait::async_trait;
@@ -37,7 +59,7 @@ pub struct WebProvider {
 impl WebProvider {
     /// The provider for `cfg`, with the system resolver and search keys
     /// from the process environment when the config has none.
-    pub fn from_config(cfg: &WebConfig) -> Result<Self, String> {
+    pub fn from_config(cfg: &WebConfig) -> Result<Self, WebError> {
         Self::with_parts(
             cfg,
             &omicos_servicekit::config::process_env(),
@@ -50,7 +72,7 @@ impl WebProvider {
         cfg: &WebConfig,
         env: &[(String, String)],
         lookup: Arc<dyn ssrf::Lookup>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, WebError> {
         let fetcher = fetch::Fetcher::new(cfg, lookup)?;
         // A missing search backend is not fatal: web_fetch still works, and
         // web_search answers how to configure one.

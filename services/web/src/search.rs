@@ -95,14 +95,14 @@ pub fn backend_from_config(
 ) -> Result<Arc<dyn SearchBackend>, String> {
     let client = reqwest::Client::builder()
         .no_proxy()
-        .timeout(Duration::from_millis(cfg.timeout_ms))
-        .connect_timeout(Duration::from_millis(cfg.timeout_ms.min(5_000)))
+        .timeout(cfg.timeout)
+        .connect_timeout(cfg.timeout.min(Duration::from_secs(5)))
         .user_agent(concat!("omicos-web/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| format!("cannot build the search HTTP client: {e}"))?;
     let retry = Retry {
         max_retries: cfg.max_retries,
-        max_backoff: Duration::from_millis(cfg.max_backoff_ms),
+        max_backoff: cfg.retry_max_delay,
     };
     let from_env = |name: &str| {
         env.iter()

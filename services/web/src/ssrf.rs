@@ -19,6 +19,11 @@ use url::{Host, Url};
 #[error("blocked: {0} (SSRF protection)")]
 pub struct Blocked(pub String);
 
+/// An allowlist entry that is neither a host name, an IP address nor a CIDR.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[error("allowlist entry `{0}` is neither a host name, an IP address nor a CIDR")]
+pub struct BadAllowEntry(pub String);
+
 /// What `web_fetch` may reach: on by default, with an allowlist.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
@@ -32,7 +37,7 @@ pub struct Policy {
 
 impl Policy {
     /// Builds a policy from allowlist entries: host names, IP addresses or CIDRs.
-    pub fn new(enabled: bool, allow: &[String]) -> Result<Self, String> {
+    pub fn new(enabled: bool, allow: &[String]) -> Result<Self, BadAllowEntry> {
         let mut p = Policy {
             enabled,
             ..Default::default()
@@ -48,9 +53,7 @@ impl Policy {
             } else if let Ok(ip) = unbracketed.parse::<IpAddr>() {
                 p.nets.push(IpNet::from(ip));
             } else if entry.contains('/') || entry.contains(' ') || entry.contains(':') {
-                return Err(format!(
-                    "allowlist entry `{entry}` is neither a host name, an IP address nor a CIDR"
-                ));
+                return Err(BadAllowEntry(entry.to_owned()));
             } else {
                 p.hosts.push(entry.to_ascii_lowercase());
             }

@@ -35,9 +35,9 @@ pub fn config(pool_size: usize) -> KernelConfig {
     KernelConfig {
         python: python(),
         pool_size,
-        timeout_seconds: 30.0,
-        interrupt_grace_seconds: 1.0,
-        heartbeat_seconds: 1.0,
+        timeout: std::time::Duration::from_secs(30),
+        interrupt_grace: std::time::Duration::from_secs(1),
+        heartbeat_interval: std::time::Duration::from_secs(1),
         ..Default::default()
     }
 }

@@ -105,7 +105,7 @@ impl Engine {
             last_text: Arc::new(Mutex::new(String::new())),
         };
         let last = frame.last_text.clone();
-        let deadline = Duration::from_secs(self.config.delegation.deadline_secs.max(1));
+        let deadline = self.config.delegation.deadline;
         let sub_cancel = cancel.child_token();
         let outcome = match tokio::time::timeout(
             deadline,

@@ -193,7 +193,7 @@ impl OrchestratorService {
         let state = self.hub.state(&session_id).await?;
         let turn_id = uuid::Uuid::new_v4().simple().to_string();
         let owner = format!("{}:{turn_id}", self.instance);
-        let lease = Duration::from_secs(self.engine.config.turn_lease_secs.max(5));
+        let lease = self.engine.config.turn_lease;
         let lease_ms = lease.as_millis() as i64;
         let cancel = CancellationToken::new();
         if !state.start_turn(RunningTurn {

@@ -234,7 +234,7 @@ impl OrchestratorService {
             heartbeat: self.heartbeat(),
             stop: self.streams_stop.clone(),
         };
-        let lease = Duration::from_secs(self.engine.config.turn_lease_secs.max(5));
+        let lease = self.engine.config.turn_lease;
         tokio::spawn(async move {
             match running {
                 Some(t) => match pump.backfill(&t.turn_id).await {

@@ -51,7 +51,7 @@ impl OrchestratorService {
     }
 
     fn heartbeat(&self) -> Duration {
-        Duration::from_secs(self.engine.config.heartbeat_secs.max(1))
+        self.engine.config.heartbeat_interval
     }
 }
 

@@ -414,7 +414,9 @@ impl Hooks {
     }
 
     async fn run(&self, cmd: &HookCommand, payload: &Value) -> Raw {
-        let timeout = Duration::from_secs(cmd.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS).max(1));
+        let timeout = cmd
+            .timeout
+            .unwrap_or(Duration::from_secs(DEFAULT_TIMEOUT_SECS));
         let started = Instant::now();
         let mut raw = Raw {
             exit: None,

@@ -152,7 +152,7 @@ impl Pipeline {
         registry: Arc<Registry>,
         providers: Vec<Arc<dyn Provider>>,
     ) -> Result<Self, String> {
-        config.validate()?;
+        omicos_servicekit::ServiceConfig::validate(config).map_err(|e| e.to_string())?;
         let workspace = canonical_workspace(&config.workspace)?;
         let hooks = Hooks::new(
             &config.hooks,
@@ -167,7 +167,7 @@ impl Pipeline {
                 default_mode: PermissionMode::parse(&config.default_permission_mode)
                     .map_err(|e| format!("config key `default_permission_mode`: {e}"))?
                     .or(PermissionMode::ReadOnly),
-                approval_timeout: Duration::from_secs(config.approval_timeout_secs),
+                approval_timeout: config.approval_timeout,
                 spool_threshold: config.spool_threshold_bytes.max(1),
                 memory_scope: config.memory_scope.clone(),
             }),

@@ -363,8 +363,8 @@ async fn text_json_and_markdown_pass_through_other_types_give_metadata() {
 async fn slow_drip_hits_the_total_timeout() {
     let addr = pages().await;
     let p = provider(&WebConfig {
-        total_timeout_ms: 1_000,
-        read_timeout_ms: 800,
+        total_timeout: Duration::from_secs(1),
+        read_timeout: Duration::from_millis(800),
         ..loopback_cfg()
     });
     let started = std::time::Instant::now();
@@ -375,7 +375,7 @@ async fn slow_drip_hits_the_total_timeout() {
     )
     .await;
     assert!(
-        err.contains("timed out") && err.contains("web.total_timeout_ms"),
+        err.contains("timed out") && err.contains("web.total_timeout"),
         "{err}"
     );
     assert!(

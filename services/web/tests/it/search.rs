@@ -24,7 +24,7 @@ type Seen = Arc<Mutex<Vec<HashMap<String, String>>>>;
 fn search_cfg(search: SearchConfig) -> WebConfig {
     WebConfig {
         search: SearchConfig {
-            max_backoff_ms: 50,
+            retry_max_delay: std::time::Duration::from_millis(50),
             ..search
         },
         ..WebConfig::default()

@@ -295,7 +295,8 @@ async fn turning_protection_off_reaches_loopback() {
         ..WebConfig::default()
     }
     .validate()
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(
         err.contains("web.allow") && err.contains("10.0.0.0/40"),
         "{err}"

@@ -4,7 +4,7 @@ use axum::Router;
 use omicos_toolkit::{CallCtx, Provider, ToolError};
 use omicos_web::{WebConfig, WebProvider, ssrf::Lookup};
 use serde_json::Value;
-use std::{net::SocketAddr, sync::Arc};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 /// Serves `app` on 127.0.0.1 (a free port) until the test process ends.
 pub async fn serve(app: Router) -> SocketAddr {
@@ -25,9 +25,9 @@ pub async fn serve_on(addr: &str, app: Router) -> SocketAddr {
 pub fn loopback_cfg() -> WebConfig {
     WebConfig {
         allow: vec!["127.0.0.1/32".into()],
-        connect_timeout_ms: 2_000,
-        read_timeout_ms: 5_000,
-        total_timeout_ms: 20_000,
+        connect_timeout: Duration::from_secs(2),
+        read_timeout: Duration::from_secs(5),
+        total_timeout: Duration::from_secs(20),
         ..WebConfig::default()
     }
 }
