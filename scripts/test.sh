@@ -19,6 +19,8 @@ elif [ "${CI:-}" = "true" ] || [ "${CI:-}" = "1" ]; then
 else
   echo "==> PostgreSQL not reachable on 127.0.0.1:5432: PostgreSQL tests will print SKIPPED (they fail under CI=true)"
 fi
+# The Kubernetes manifests against the API schemas (tests/tests/deploy.rs checks their meaning).
+"$root/scripts/deploy-check.sh"
 # The web page: the committed build and generated clients must match ui/ and proto/.
 if command -v npm >/dev/null 2>&1; then
   "$root/scripts/ui-check.sh"

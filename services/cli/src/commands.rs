@@ -362,3 +362,29 @@ mod tests {
         assert!(parse_port_base("seven").is_err());
     }
 }
+
+/// Asks `addr`'s grpc.health.v1 about `service` (`""`: the whole server).
+/// `SERVING` is Ok; any other answer, or no answer within 3 s, is an error.
+pub async fn health(addr: &str, service: &str) -> Result<String, CliError> {
+    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+    let endpoint = tonic::transport::Endpoint::from_shared(addr.to_owned())
+        .map_err(|e| CliError::Usage(format!("{addr} is not a URL: {e}")))?
+        .connect_timeout(std::time::Duration::from_secs(3))
+        .timeout(std::time::Duration::from_secs(3));
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| CliError::Connect(format!("nothing answers at {addr}: {e}")))?;
+    let reply = HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: service.to_owned(),
+        })
+        .await?
+        .into_inner();
+    let status = ServingStatus::try_from(reply.status).unwrap_or(ServingStatus::Unknown);
+    if status == ServingStatus::Serving {
+        Ok(format!("{addr}: serving\n"))
+    } else {
+        Err(CliError::NotServing(format!("{addr}: {}", status.as_str_name())))
+    }
+}

@@ -29,6 +29,9 @@ pub enum CliError {
     /// The in-process stack did not start or stopped with errors.
     #[error(transparent)]
     Stack(#[from] omicos_stack::StackError),
+    /// `omicos health`: the service answered, and is not serving.
+    #[error("{0}")]
+    NotServing(String),
     /// `omicos kernel setup` could not make the venv, or pip failed.
     #[error("{0}")]
     KernelSetup(String),
@@ -60,6 +63,7 @@ impl CliError {
             Self::Rpc(_) => "rpc",
             Self::Turn(_) => "turn",
             Self::Stack(e) => e.kind(),
+            Self::NotServing(_) => "not_serving",
             Self::KernelSetup(_) => "kernel_setup",
             Self::Python(_) => "python",
             Self::Io { .. } => "io",

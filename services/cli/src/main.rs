@@ -89,6 +89,14 @@ enum Command {
     },
     /// Run one command under a sandbox policy (as shell and the kernels run).
     Sandbox(omicos_cli::sandbox::SandboxArgs),
+    /// Ask a service's grpc.health.v1 whether it is serving (exit 0) or not (exit 1): for container healthchecks.
+    Health {
+        /// The service's address (default: --server).
+        addr: Option<String>,
+        /// The service name to ask about ("" is the whole server).
+        #[arg(long, default_value = "")]
+        service: String,
+    },
     /// Run the scripted offline demo end to end (exits 0 only if every step happened).
     Demo {
         /// Workspace directory (default: a fresh one under the temp dir).
@@ -235,6 +243,10 @@ async fn main() -> ExitCode {
             print_result(r, "kernel setup")
         }
         Command::Sandbox(args) => omicos_cli::sandbox::run(args),
+        Command::Health { addr, service } => {
+            let addr = addr.unwrap_or(server);
+            print_result(commands::health(&addr, &service).await, "health")
+        }
         Command::Demo { workspace } => {
             let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
             let opts = demo::DemoOptions {

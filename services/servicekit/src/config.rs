@@ -303,6 +303,38 @@ fn load_layers<T: ServiceConfig>(
     })
 }
 
+/// The `OMICOS_*` variables in `env` that `T` reads under no name, neither a
+/// key of its own nor a renamed one. A service's own environment (a container,
+/// say) should have none: each is a typo or a setting for another service, and
+/// is otherwise ignored without a word (`tests/tests/deploy.rs` checks the
+/// manifests with it).
+pub fn unknown_env<T: ServiceConfig>(env: &[(String, String)]) -> Vec<String> {
+    fn leaves(v: &Value, prefix: &str, out: &mut HashSet<String>) {
+        match v {
+            Value::Mapping(m) => {
+                for (k, child) in m {
+                    if let Some(k) = k.as_str() {
+                        leaves(child, &format!("{prefix}_{}", k.to_ascii_uppercase()), out);
+                    }
+                }
+            }
+            _ => {
+                out.insert(prefix.to_owned());
+            }
+        }
+    }
+    let mut known = HashSet::new();
+    if let Ok(tree) = serde_yaml::to_value(T::default()) {
+        leaves(&tree, "OMICOS", &mut known);
+    }
+    known.extend(T::RENAMED.iter().map(|r| env_name(r.old)));
+    env.iter()
+        .map(|(k, _)| k)
+        .filter(|k| k.starts_with("OMICOS_") && !known.contains(k.as_str()))
+        .cloned()
+        .collect()
+}
+
 /// The process environment as pairs, for [`load_config`].
 pub fn process_env() -> Vec<(String, String)> {
     std::env::vars().collect()
@@ -721,6 +753,20 @@ mod tests {
         let c: Cfg = load_config(Some(&f.0), &e).unwrap();
         assert_eq!(c.llm.base_url, "http://from-env");
         assert_eq!(c.toolsets, vec!["web", "shell"]);
+    }
+
+    #[test]
+    fn unknown_env_names_what_no_key_reads() {
+        let e = env(&[
+            ("OMICOS_LISTEN", "x"),
+            ("OMICOS_LLM_RETRIES", "2"),
+            ("OMICOS_HOOK_TIMEOUT", "1s"),
+            ("OMICOS_GRACE_SECS", "3"),
+            ("OMICOS_LLM", "not a leaf"),
+            ("OMICOS_LISTN", "typo"),
+            ("PATH", "/bin"),
+        ]);
+        assert_eq!(unknown_env::<Cfg>(&e), vec!["OMICOS_LLM", "OMICOS_LISTN"]);
     }
 
     #[test]
