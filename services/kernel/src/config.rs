@@ -126,9 +126,9 @@ impl ServiceConfig for Config {
 impl KernelConfig {
     /// Refuses values that cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.sandbox.validate().map_err(|e| {
-            ConfigError::key(format!("kernel.sandbox.{}", e.key), e.reason)
-        })?;
+        self.sandbox
+            .validate()
+            .map_err(|e| ConfigError::key(format!("kernel.sandbox.{}", e.key), e.reason))?;
         if !self.sandbox.agent_policies.is_empty() {
             return Err(ConfigError::key(
                 "kernel.sandbox.agent_policies",

@@ -24,8 +24,7 @@ async fn run(started: Started<Config>) -> anyhow::Result<()> {
         .canonicalize()
         .with_context(|| format!("workspace {}", workspace.display()))?;
     let listener = omicos_servicekit::host::bind(&cfg.listen).await?;
-    let provider = KernelProvider::new(cfg.kernel.clone(), workspace.clone(), started.env)
-        .map_err(anyhow::Error::msg)?;
+    let provider = KernelProvider::new(cfg.kernel.clone(), workspace.clone(), started.env)?;
     println!("listening on http://{}", listener.local_addr()?);
     let hosting = ProviderHosting {
         registry: Some(cfg.registry.clone()).filter(|r| !r.is_empty()),

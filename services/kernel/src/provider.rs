@@ -30,8 +30,8 @@ impl KernelProvider {
         cfg: KernelConfig,
         workspace: PathBuf,
         env: Vec<(String, String)>,
-    ) -> Result<Arc<Self>, String> {
-        cfg.validate().map_err(|e| e.to_string())?;
+    ) -> Result<Arc<Self>, omicos_servicekit::ConfigError> {
+        cfg.validate()?;
         let kernels = Kernels::new(cfg, workspace, env);
         kernels.spawn_background();
         Ok(Arc::new(Self {

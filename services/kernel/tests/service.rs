@@ -65,3 +65,56 @@ async fn binary_serves_and_stops_its_kernels() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[path = "../../toolkit/tests/support/raw_wire.rs"]
+mod raw_wire;
+
+#[tokio::test]
+async fn invalid_utf8_in_a_call_is_invalid_argument() {
+    use raw_wire::{NOT_UTF8, field};
+    let ws = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_omicos-kernel"))
+        .env("OMICOS_LISTEN", "127.0.0.1:0")
+        .env("OMICOS_WORKSPACE", ws.path())
+        .env("OMICOS_KERNEL_PYTHON", common::python())
+        .env("OMICOS_KERNEL_POOL_SIZE", "0")
+        .env("OMICOS_SHUTDOWN_GRACE", "1")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let endpoint = line
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_owned();
+    // CallToolRequest { tool: "run_python_code", arguments_json: <code that is not UTF-8> }.
+    let code = [br#"{"code":"print('"#.as_slice(), NOT_UTF8, br#"')"}"#].concat();
+    let body = [field(1, b"run_python_code"), field(2, &code)].concat();
+    let s =
+        raw_wire::server_stream_status(&endpoint, "/omicos.v1.ToolProvider/CallTool", body).await;
+    assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
+    assert!(s.message().contains("UTF-8"), "{s:?}");
+    // The tool name itself.
+    let s = raw_wire::server_stream_status(
+        &endpoint,
+        "/omicos.v1.ToolProvider/CallTool",
+        field(1, NOT_UTF8),
+    )
+    .await;
+    assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
+    // Still serving.
+    let remote = RemoteProvider::connect(&endpoint).await.unwrap();
+    assert!(remote.tools().iter().any(|t| t.name == "run_python_code"));
+    unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGTERM) };
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status}");
+}

@@ -4,8 +4,10 @@
 //! `omicos.v1.Registry` hosted in the same process and the in-process
 //! `file_manager` and `shell` providers.
 
+pub mod allocator;
 pub mod catalog;
 pub mod config;
+pub mod error;
 pub mod pipeline;
 pub mod providers;
 pub mod record;
@@ -13,6 +15,7 @@ pub mod registry;
 pub mod service;
 
 pub use config::Config;
+pub use error::RunnerError;
 pub use pipeline::{CallIo, CallOutcome, CallRequest, Pipeline};
 pub use record::ToolCallInfo;
 pub use registry::Registry;
@@ -40,7 +43,7 @@ pub fn build(
     config: &Config,
     extra_providers: Vec<Arc<dyn Provider>>,
     stop: tokio_util::sync::CancellationToken,
-) -> Result<Pipeline, String> {
+) -> Result<Pipeline, RunnerError> {
     let registry = Arc::new(Registry::new(config.registry_ttl));
     registry.spawn_sweeper(stop.clone());
     registry.spawn_static(config.providers.clone(), stop);

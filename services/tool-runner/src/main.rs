@@ -11,6 +11,7 @@ const BINARY: Binary = Binary {
 };
 
 fn main() -> ExitCode {
+    omicos_tool_runner::allocator::return_large_buffers();
     run_main(BINARY, run)
 }
 

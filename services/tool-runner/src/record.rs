@@ -2,6 +2,7 @@
 //! `ToolResult.record_json`; the orchestrator appends it to
 //! `<workspace>/.omicos/trajectories/<session>/` so a conversation can be replayed.
 
+use crate::pipeline::normalize::Stage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -21,10 +22,16 @@ pub struct ToolCallInfo {
     /// "root" or "root/<call_id>" for a delegation.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub execution_context_id: String,
-    /// The raw argument string exactly as the model produced it.
+    /// The raw argument string exactly as the model produced it; when it is
+    /// as large as the spool threshold, only its head (see `arguments_spool`).
     pub arguments: String,
-    /// The arguments as run (after repair and hook rewrites); None if it never got that far.
+    /// The arguments as run (after repair and hook rewrites); None if it never
+    /// got that far, or when they were large (see `arguments_spool`).
     pub arguments_run: Option<Value>,
+    /// Where large arguments went instead of the record (so that a call with
+    /// a whole file in its arguments still has a record that fits a message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments_spool: Option<SpooledArguments>,
     /// What parse repaired.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub repairs: Vec<String>,
@@ -45,7 +52,7 @@ pub struct ToolCallInfo {
     /// Size of the full result in bytes.
     pub result_bytes: usize,
     /// The stage that failed, if any.
-    pub error_stage: Option<String>,
+    pub error_stage: Option<Stage>,
     /// Wall-clock start, unix ms.
     pub started_at_ms: i64,
     /// Total time in the runner.
@@ -61,17 +68,91 @@ pub struct ToolCallInfo {
     pub approval: Option<ApprovalRecord>,
 }
 
+/// Large arguments, kept out of the record in the workspace's spool
+/// (`.omicos/tool_outputs/`, next to the spooled results).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct SpooledArguments {
+    /// Workspace-relative path of the raw argument string (byte-exact), when it was large.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_path: Option<String>,
+    /// Size of the raw argument string in bytes.
+    pub raw_bytes: usize,
+    /// The call ran with the raw arguments as they parse (no repair, no
+    /// rewrite): `raw_path` holds the arguments as run too.
+    pub run_is_raw: bool,
+    /// Workspace-relative path of the arguments as run (JSON), when a repair
+    /// or a hook changed them and they were large.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_path: Option<String>,
+    /// Why a spool file could not be written, if one could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The hook events, named as in the hook contract (and in the payload a hook reads).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub enum HookEvent {
+    /// Before the call, after the permission gate.
+    #[default]
+    PreToolUse,
+    /// When the call needs the user's approval.
+    PermissionRequest,
+    /// After a call that succeeded.
+    PostToolUse,
+    /// After a call that failed.
+    PostToolUseFailure,
+}
+
+impl HookEvent {
+    /// The name as in the contract.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookEvent::PreToolUse => "PreToolUse",
+            HookEvent::PermissionRequest => "PermissionRequest",
+            HookEvent::PostToolUse => "PostToolUse",
+            HookEvent::PostToolUseFailure => "PostToolUseFailure",
+        }
+    }
+}
+
+/// What one hook run decided.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum HookResult {
+    /// No opinion.
+    #[default]
+    None,
+    /// Allowed the call.
+    Allow,
+    /// Denied the call.
+    Deny,
+    /// Asked for the user's approval.
+    Ask,
+    /// Blocked the call (exit 2, or a block decision).
+    Block,
+    /// Rewrote the input.
+    UpdatedInput,
+    /// Replaced the output.
+    UpdatedOutput,
+    /// Added context for the model.
+    Context,
+    /// Failed without blocking (could not start, bad exit, bad output).
+    Error,
+    /// Ran out of time.
+    Timeout,
+}
+
 /// One hook run.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct HookOutcome {
-    /// PreToolUse, PermissionRequest, PostToolUse, PostToolUseFailure.
-    pub event: String,
+    /// Which event it ran for.
+    pub event: HookEvent,
     /// The command.
     pub command: String,
     /// Exit code, if it exited.
     pub exit_code: Option<i32>,
-    /// What it decided: allow, deny, ask, block, updated_input, updated_output, context, none, error, timeout.
-    pub outcome: String,
+    /// What it decided.
+    pub outcome: HookResult,
     /// The reason, stderr, or error text.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
@@ -79,15 +160,51 @@ pub struct HookOutcome {
     pub elapsed_ms: u64,
 }
 
+/// The decision an approval ended with.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalDecision {
+    /// Nothing was decided.
+    #[default]
+    None,
+    /// Allowed for this call.
+    AllowOnce,
+    /// Allowed for the rest of the session.
+    AllowSession,
+    /// Refused.
+    Deny,
+}
+
+/// Who (or what) decided an approval.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalSource {
+    /// Not decided yet.
+    #[default]
+    None,
+    /// The user, through the client.
+    Client,
+    /// Nobody answered in time.
+    Timeout,
+    /// The session already allowed the tool.
+    Session,
+    /// A PreToolUse or PermissionRequest hook.
+    Hook,
+    /// No client could answer (none connected, or it stopped sending).
+    Closed,
+    /// The call was cancelled while waiting.
+    Cancelled,
+}
+
 /// How the call was allowed (or not).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct ApprovalRecord {
     /// Whether the user was asked.
     pub asked: bool,
-    /// allow_once, allow_session, deny, or none.
-    pub decision: String,
-    /// client, timeout, session, hook, closed.
-    pub source: String,
+    /// What was decided.
+    pub decision: ApprovalDecision,
+    /// Who decided.
+    pub source: ApprovalSource,
     /// Why approval was needed.
     pub reason: String,
 }

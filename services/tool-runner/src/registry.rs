@@ -5,6 +5,7 @@
 //! agree on the pin without talking to each other.
 
 use crate::config::StaticProvider;
+use crate::error::RunnerError;
 use omicos_proto::{
     DeregisterRequest, DeregisterResponse, HeartbeatRequest, HeartbeatResponse,
     ListProvidersRequest, ListProvidersResponse, ProviderInstance, RegisterRequest,
@@ -82,12 +83,16 @@ impl Registry {
     }
 
     /// Adds or replaces an instance. `ttl` of zero means the registry default.
-    pub fn register(&self, mut info: ProviderInstance, ttl: Duration) -> Result<Duration, String> {
+    pub fn register(
+        &self,
+        mut info: ProviderInstance,
+        ttl: Duration,
+    ) -> Result<Duration, RunnerError> {
         if info.instance_id.trim().is_empty() {
-            return Err("instance_id is empty".into());
+            return Err(RunnerError::Registration("instance_id is empty".into()));
         }
         if info.provider.trim().is_empty() {
-            return Err("provider name is empty".into());
+            return Err(RunnerError::Registration("provider name is empty".into()));
         }
         for t in info.tools.iter_mut() {
             if t.provider.is_empty() {
@@ -101,7 +106,7 @@ impl Registry {
             info.tools.clone(),
             info.session_affinity,
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| RunnerError::Registration(e.to_string()))?;
         info.last_seen_ms = now_ms();
         tracing::info!(provider = %info.provider, instance = %info.instance_id, endpoint = %info.endpoint, tools = info.tools.len(), "provider registered");
         self.lock().instances.insert(
@@ -365,13 +370,12 @@ impl RegistryRpc for RegistryService {
         req: Request<RegisterRequest>,
     ) -> Result<Response<RegisterResponse>, Status> {
         let req = req.into_inner();
-        let info = req
-            .instance
-            .ok_or_else(|| Status::invalid_argument("RegisterRequest.instance is missing"))?;
+        let info = req.instance.ok_or_else(|| {
+            RunnerError::Registration("RegisterRequest.instance is missing".into())
+        })?;
         let ttl = self
             .registry
-            .register(info, Duration::from_secs(req.ttl_seconds as u64))
-            .map_err(|e| Status::invalid_argument(format!("cannot register: {e}")))?;
+            .register(info, Duration::from_secs(req.ttl_seconds as u64))?;
         let secs = ttl.as_secs().max(1) as u32;
         Ok(Response::new(RegisterResponse {
             ttl_seconds: secs,

@@ -5,7 +5,7 @@
 use crate::pipeline::{CallIo, CallRequest, Pipeline, permission::Legacy};
 use omicos_proto::{
     ExecuteClientMessage, ExecuteServerMessage, ListToolsRequest, ListToolsResponse,
-    execute_client_message, execute_server_message,
+    MAX_MESSAGE_BYTES, execute_client_message, execute_server_message,
     tool_runner_server::{ToolRunner, ToolRunnerServer},
 };
 use std::pin::Pin;
@@ -30,8 +30,8 @@ impl ToolRunnerService {
     /// The tonic server (64 MiB messages: arguments may carry whole files).
     pub fn into_server(self) -> ToolRunnerServer<Self> {
         ToolRunnerServer::new(self)
-            .max_decoding_message_size(64 << 20)
-            .max_encoding_message_size(64 << 20)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 }
 
@@ -137,10 +137,9 @@ impl ToolRunner for ToolRunnerService {
             allow_shell: req.allow_shell,
             allow_file_write: req.allow_file_write,
         };
-        let (tools, unknown_toolsets) = self
-            .pipeline
-            .list_tools(&req.toolsets, req.permission_mode, legacy)
-            .map_err(Status::invalid_argument)?;
+        let (tools, unknown_toolsets) =
+            self.pipeline
+                .list_tools(&req.toolsets, req.permission_mode, legacy)?;
         Ok(Response::new(ListToolsResponse {
             tools,
             unknown_toolsets,

@@ -746,3 +746,190 @@ async fn execute_must_start_with_execute_start() {
 fn wire_mode(text: &str) -> i32 {
     omicos_proto::PermissionMode::parse(text).map_or(99, |m| m as i32)
 }
+
+#[path = "../../toolkit/tests/support/raw_wire.rs"]
+mod raw_wire;
+
+#[tokio::test]
+async fn invalid_utf8_in_a_string_field_is_invalid_argument_on_the_runner_and_the_registry() {
+    use raw_wire::{NOT_UTF8, field};
+    let r = start_runner(|_| {}).await;
+    // The hand encoding is right: with valid UTF-8, ExecuteStart { tool_name } decodes.
+    let good = field(1, &field(2, b"file_manager__read"));
+    let decoded = <ExecuteClientMessage as prost::Message>::decode(good.as_slice()).unwrap();
+    assert!(matches!(decoded.msg, Some(In::Start(ref s)) if s.tool_name == "file_manager__read"));
+
+    // Execute: ExecuteStart.tool_name is not UTF-8.
+    let s = raw_wire::stream_status(
+        &r.addr,
+        "/omicos.v1.ToolRunner/Execute",
+        field(1, &field(2, NOT_UTF8)),
+    )
+    .await;
+    assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
+    assert!(s.message().contains("UTF-8"), "{s:?}");
+    // ListTools: a toolset name.
+    let s = raw_wire::unary_status(
+        &r.addr,
+        "/omicos.v1.ToolRunner/ListTools",
+        field(1, NOT_UTF8),
+    )
+    .await;
+    assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
+    // Registry: RegisterRequest.instance.instance_id, and a heartbeat's instance_id.
+    let s = raw_wire::unary_status(
+        &r.addr,
+        "/omicos.v1.Registry/Register",
+        field(1, &field(1, NOT_UTF8)),
+    )
+    .await;
+    assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
+    let s =
+        raw_wire::unary_status(&r.addr, "/omicos.v1.Registry/Heartbeat", field(1, NOT_UTF8)).await;
+    assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
+    // Nothing was registered, and the runner still serves.
+    let listed = r
+        .registry()
+        .await
+        .list(ListProvidersRequest {})
+        .await
+        .unwrap();
+    assert!(listed.into_inner().instances.is_empty());
+    let w = r
+        .call(
+            "file_manager__write",
+            json!({"path":"ok.txt","content":"ok"}),
+            "full",
+            "s",
+        )
+        .await;
+    assert_eq!(w.status().as_str(), "done", "{}", w.result);
+    // A registration that decodes but is incomplete is refused with its reason.
+    let e = r
+        .registry()
+        .await
+        .register(RegisterRequest {
+            instance: None,
+            ttl_seconds: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(
+        e.message().contains("instance is missing"),
+        "{}",
+        e.message()
+    );
+}
+
+/// An Execute call whose ExecuteClientMessage encodes to exactly `size` bytes:
+/// a file_manager__write of `path` with a content of 'x's.
+fn write_of_encoded_size(path: &str, size: usize) -> (ExecuteClientMessage, usize) {
+    let build = |n: usize| {
+        let args = json!({"path": path, "content": "x".repeat(n)}).to_string();
+        ExecuteClientMessage {
+            msg: Some(In::Start(ExecuteStart {
+                arguments: args,
+                ..start("file_manager__write", json!("{}"), "full", "s")
+            })),
+        }
+    };
+    let probe = prost::Message::encoded_len(&build(size - 1024));
+    let n = size - 1024 + (size - probe);
+    let m = build(n);
+    assert_eq!(
+        prost::Message::encoded_len(&m),
+        size,
+        "the message is exactly {size} bytes"
+    );
+    (m, n)
+}
+
+#[tokio::test]
+async fn a_write_at_the_message_limit_is_done_and_just_past_it_is_refused_before_it_runs() {
+    use omicos_proto::MAX_MESSAGE_BYTES;
+    let r = start_runner(|_| {}).await;
+    let client = || async {
+        let ch = Channel::from_shared(r.addr.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        ToolRunnerClient::new(ch)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            // Past the limit on purpose: the runner must be the one to refuse.
+            .max_encoding_message_size(2 * MAX_MESSAGE_BYTES)
+    };
+
+    // At the limit: the write is done and its result (with the record) comes back.
+    let (m, n) = write_of_encoded_size("at_limit.txt", MAX_MESSAGE_BYTES);
+    let mut resp = client()
+        .await
+        .execute(tokio_stream::iter(vec![m]))
+        .await
+        .expect("a message at the limit is accepted")
+        .into_inner();
+    let mut result = None;
+    while let Some(msg) = resp
+        .message()
+        .await
+        .expect("no transport error for a call that succeeded")
+    {
+        if let Some(Out::Result(res)) = msg.msg {
+            result = Some(res);
+        }
+    }
+    let res = result.expect("a result");
+    assert_eq!(res.status().as_str(), "done", "{}", res.result);
+    assert_eq!(
+        std::fs::metadata(r.workspace.join("at_limit.txt"))
+            .unwrap()
+            .len(),
+        n as u64
+    );
+    assert!(
+        res.record_json.len() < 16 * 1024,
+        "record of {} bytes",
+        res.record_json.len()
+    );
+    let rec: Value = serde_json::from_str(&res.record_json).unwrap();
+    let raw_path = rec["arguments_spool"]["raw_path"]
+        .as_str()
+        .expect("spooled");
+    assert_eq!(
+        std::fs::metadata(r.workspace.join(raw_path)).unwrap().len() as usize,
+        n + r#"{"content":"","path":"at_limit.txt"}"#.len(),
+        "the spooled arguments are the whole argument string"
+    );
+    assert_eq!(rec["arguments_spool"]["run_is_raw"], true);
+    assert_eq!(rec["arguments_run"], Value::Null);
+
+    // One byte past it: refused as too large, and nothing ran.
+    let (m, _) = write_of_encoded_size("past_limit.txt", MAX_MESSAGE_BYTES + 1);
+    let status = match client().await.execute(tokio_stream::iter(vec![m])).await {
+        Err(s) => s,
+        Ok(r) => r.into_inner().message().await.expect_err("refused"),
+    };
+    assert!(
+        matches!(
+            status.code(),
+            tonic::Code::OutOfRange | tonic::Code::ResourceExhausted
+        ),
+        "{status:?}"
+    );
+    assert!(status.message().contains("too large"), "{status:?}");
+    assert!(
+        !r.workspace.join("past_limit.txt").exists(),
+        "a refused call did not run"
+    );
+    // Still serving.
+    let w = r
+        .call(
+            "file_manager__write",
+            json!({"path":"after.txt","content":"ok"}),
+            "full",
+            "s",
+        )
+        .await;
+    assert_eq!(w.status().as_str(), "done", "{}", w.result);
+}

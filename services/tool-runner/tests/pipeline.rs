@@ -4,7 +4,9 @@ mod support;
 
 use omicos_proto::{Decision, ExecuteApproval, ExecuteServerMessage, execute_server_message::Msg};
 use omicos_tool_runner::config::{HookCommand, HookMatcher, HooksConfig};
+use omicos_tool_runner::pipeline::normalize::Stage;
 use omicos_tool_runner::pipeline::permission::Legacy;
+use omicos_tool_runner::record::{ApprovalDecision, ApprovalSource, HookResult};
 use omicos_tool_runner::{
     CallIo, CallOutcome, CallRequest, Config, Pipeline, Registry, ToolCallInfo,
 };
@@ -141,7 +143,7 @@ async fn resolve_aliases_deprecated_unknown_and_call_agent() {
         m.contains("unknown tool `file_manager__raed`") && m.contains("file_manager__read"),
         "{m}"
     );
-    assert_eq!(o.record.error_stage.as_deref(), Some("resolve"));
+    assert_eq!(o.record.error_stage.map(Stage::as_str), Some("resolve"));
 
     let m = run(&f.pipeline, req("call_agent", r#"{"agent":"x"}"#, "full"))
         .await
@@ -200,12 +202,12 @@ async fn list_tools_filters_by_toolset_and_mode() {
         )
         .unwrap();
     assert!(!tools.iter().any(|t| t.name == "shell"));
-    assert!(
-        f.pipeline
-            .list_tools(&[], wire_mode("sideways"), Legacy::default())
-            .unwrap_err()
-            .contains("unknown permission mode")
-    );
+    let e = f
+        .pipeline
+        .list_tools(&[], wire_mode("sideways"), Legacy::default())
+        .unwrap_err();
+    assert!(e.to_string().contains("unknown permission mode"), "{e}");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
 }
 
 // ---------- 2. parse (+ repair) and 3. validate ----------
@@ -267,7 +269,7 @@ async fn parse_and_validate_errors_quote_the_path() {
     );
     let o = run(&f.pipeline, req("echo", r#"{"n": 1,"#, "full")).await;
     assert!(err(&o).contains("not valid JSON"));
-    assert_eq!(o.record.error_stage.as_deref(), Some("parse"));
+    assert_eq!(o.record.error_stage.map(Stage::as_str), Some("parse"));
     let m = run(&f.pipeline, req("echo", r#"{"n":"three"}"#, "full"))
         .await
         .result
@@ -298,7 +300,7 @@ async fn validate_input_refuses_paths_out_of_the_workspace() {
             "{path}: {}",
             o.result.result
         );
-        assert_eq!(o.record.error_stage.as_deref(), Some("validate"));
+        assert_eq!(o.record.error_stage.map(Stage::as_str), Some("validate"));
     }
     let o = run(
         &f.pipeline,
@@ -403,7 +405,10 @@ async fn approval_allow_once_session_deny_timeout_and_foreign_answers() {
     let (o, msgs) = with_approval(&f.pipeline, again, None).await;
     ok(&o);
     assert_eq!(approvals_asked(&msgs), 0);
-    assert_eq!(o.record.approval.as_ref().unwrap().source, "session");
+    assert_eq!(
+        o.record.approval.as_ref().unwrap().source,
+        ApprovalSource::Session
+    );
 
     // Deny.
     let (o, _) = with_approval(
@@ -426,7 +431,10 @@ async fn approval_allow_once_session_deny_timeout_and_foreign_answers() {
     assert!(
         started.elapsed() >= Duration::from_secs(1) && started.elapsed() < Duration::from_secs(3)
     );
-    assert_eq!(o.record.approval.as_ref().unwrap().source, "timeout");
+    assert_eq!(
+        o.record.approval.as_ref().unwrap().source,
+        ApprovalSource::Timeout
+    );
 
     // An answer for another call (another session's) is refused: the call still times out.
     let (o, _) = with_approval(
@@ -533,7 +541,7 @@ echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"
     let (o, msgs) = with_approval(&f.pipeline, req("writer", r#"{"a":1}"#, "auto"), None).await;
     ok(&o);
     assert_eq!(approvals_asked(&msgs), 0);
-    assert_eq!(o.record.hooks[0].outcome, "allow");
+    assert_eq!(o.record.hooks[0].outcome, HookResult::Allow);
     let input: Value =
         serde_json::from_str(&std::fs::read_to_string(f.dir.path().join("stdin.json")).unwrap())
             .unwrap();
@@ -558,7 +566,7 @@ async fn pre_tool_use_deny_and_exit_2_block() {
     );
     let o = run(&f.pipeline, req("noop", "{}", "full")).await;
     assert_eq!(err(&o), "blocked by PreToolUse hook: not on fridays");
-    assert_eq!(o.record.error_stage.as_deref(), Some("hook"));
+    assert_eq!(o.record.error_stage.map(Stage::as_str), Some("hook"));
 
     let f = pre_hook("echo 'rm -rf is not allowed' >&2; exit 2", "*");
     let o = run(&f.pipeline, req("noop", "{}", "full")).await;
@@ -632,7 +640,7 @@ async fn pre_tool_use_timeout_fails_closed_unless_configured() {
         o.result.result
     );
     assert!(started.elapsed() < Duration::from_secs(4));
-    assert_eq!(o.record.hooks[0].outcome, "timeout");
+    assert_eq!(o.record.hooks[0].outcome, HookResult::Timeout);
 
     let f = fixture_with(|cfg, dir| {
         cfg.pre_tool_use_timeout_blocks = false;
@@ -649,7 +657,7 @@ async fn bad_json_and_other_exit_codes_are_non_blocking() {
     let f = pre_hook("echo '{\"hookSpecificOutput\": {'", "");
     let o = run(&f.pipeline, req("noop", "{}", "full")).await;
     assert_eq!(ok(&o), "ok");
-    assert_eq!(o.record.hooks[0].outcome, "error");
+    assert_eq!(o.record.hooks[0].outcome, HookResult::Error);
     assert!(o.record.hooks[0].message.contains("not a JSON object"));
 
     let f = pre_hook("echo oops >&2; exit 1", "");
@@ -733,7 +741,10 @@ async fn permission_request_hook_answers_for_the_user() {
     let (o, msgs) = with_approval(&f.pipeline, req("writer", "{}", "auto"), None).await;
     ok(&o);
     assert_eq!(approvals_asked(&msgs), 0);
-    assert_eq!(o.record.approval.as_ref().unwrap().source, "hook");
+    assert_eq!(
+        o.record.approval.as_ref().unwrap().source,
+        ApprovalSource::Hook
+    );
     let (o, msgs) = with_approval(&f.pipeline, req("py", "{}", "auto"), None).await;
     assert_eq!(err(&o), "denied by PermissionRequest hook: no python here");
     assert_eq!(approvals_asked(&msgs), 0);
@@ -903,7 +914,8 @@ async fn the_record_holds_the_whole_call() {
         Some(("call_writer".into(), Decision::AllowSession)),
     )
     .await;
-    let rec: ToolCallInfo = serde_json::from_str(&o.clone().into_result().record_json).unwrap();
+    let record_json = o.clone().into_result().record_json;
+    let rec: ToolCallInfo = serde_json::from_str(&record_json).unwrap();
     assert_eq!(rec, o.record);
     assert_eq!(
         (rec.id.as_str(), rec.name.as_str(), rec.status.as_str()),
@@ -916,12 +928,90 @@ async fn the_record_holds_the_whole_call() {
     assert_eq!(rec.provider, "testkit");
     let a = rec.approval.unwrap();
     assert_eq!(
-        (a.asked, a.decision.as_str(), a.source.as_str()),
-        (true, "allow_session", "client")
+        (a.asked, a.decision, a.source),
+        (true, ApprovalDecision::AllowSession, ApprovalSource::Client)
     );
+    // The names on the wire are the ones trajectory readers know.
+    let raw: Value = serde_json::from_str(&record_json).unwrap();
+    assert_eq!(raw["approval"]["decision"], "allow_session");
+    assert_eq!(raw["approval"]["source"], "client");
+    assert_eq!(raw["error_stage"], Value::Null);
 }
 
 /// A mode's wire value from its text; an unknown spelling becomes a value no build knows.
 fn wire_mode(text: &str) -> i32 {
     omicos_proto::PermissionMode::parse(text).map_or(99, |m| m as i32)
+}
+
+// ---------- large arguments stay out of the record ----------
+
+#[tokio::test]
+async fn large_arguments_are_spooled_and_the_record_keeps_their_head() {
+    let f = fixture();
+    let content = "é".repeat(20_000); // 40 000 bytes, over the 16 KiB threshold
+    let args = json!({"path": "big.txt", "content": content}).to_string();
+    let o = run(&f.pipeline, req("file_manager__write", &args, "full")).await;
+    ok(&o);
+    assert_eq!(
+        std::fs::read_to_string(f.pipeline.workspace().join("big.txt")).unwrap(),
+        content
+    );
+    let rec = &o.record;
+    let spool = rec.arguments_spool.as_ref().expect("spooled");
+    let raw_path = spool.raw_path.as_deref().unwrap();
+    assert!(
+        raw_path.starts_with(".omicos/tool_outputs/") && raw_path.ends_with(".arguments.txt"),
+        "{raw_path}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.pipeline.workspace().join(raw_path)).unwrap(),
+        args,
+        "the spooled copy is byte-exact"
+    );
+    assert_eq!(spool.raw_bytes, args.len());
+    assert!(spool.run_is_raw && spool.run_path.is_none());
+    assert_eq!(rec.arguments_run, None);
+    let head: String = args.chars().take(2000).collect();
+    assert!(rec.arguments.starts_with(&head));
+    assert!(rec.arguments.contains(raw_path), "{}", rec.arguments);
+    let json = o.clone().into_result().record_json;
+    assert!(json.len() < 8 * 1024, "record of {} bytes", json.len());
+    let back: ToolCallInfo = serde_json::from_str(&json).unwrap();
+    assert_eq!(&back, rec);
+
+    // Just under the threshold the arguments stay inline, as before.
+    let small = json!({"path": "small.txt", "content": "x".repeat(1000)}).to_string();
+    let o = run(&f.pipeline, req("file_manager__write", &small, "full")).await;
+    ok(&o);
+    assert_eq!(o.record.arguments, small);
+    assert!(o.record.arguments_spool.is_none());
+    assert!(o.record.arguments_run.is_some());
+}
+
+#[tokio::test]
+async fn large_arguments_a_hook_rewrote_are_spooled_as_run() {
+    let f = pre_hook(
+        r#"big=$(head -c 30000 /dev/zero | tr '\0' s); echo "{\"hookSpecificOutput\":{\"hookEventName\":\"PreToolUse\",\"updatedInput\":{\"packages\":[\"$big\"]}}}""#,
+        "echo",
+    );
+    let o = run(&f.pipeline, req("echo", r#"{"packages":["x"]}"#, "full")).await;
+    ok(&o);
+    assert!(o.record.user_modified);
+    assert_eq!(
+        o.record.arguments, r#"{"packages":["x"]}"#,
+        "small raw arguments stay inline"
+    );
+    let spool = o
+        .record
+        .arguments_spool
+        .as_ref()
+        .expect("the rewritten input is spooled");
+    assert!(spool.raw_path.is_none() && !spool.run_is_raw);
+    let run_path = spool.run_path.as_deref().unwrap();
+    let as_run: Value = serde_json::from_str(
+        &std::fs::read_to_string(f.pipeline.workspace().join(run_path)).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(as_run, json!({"packages": ["s".repeat(30_000)]}));
+    assert_eq!(o.record.arguments_run, None);
 }

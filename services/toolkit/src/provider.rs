@@ -1,7 +1,9 @@
 //! The in-process provider trait and the context a call runs in.
 
 use async_trait::async_trait;
-use omicos_proto::{ToolOutputChunk, ToolProgress, ToolSpec};
+use omicos_proto::{
+    ToolOutputChunk, ToolProgress, ToolSpec, call_tool_event, execute_server_message,
+};
 use serde_json::Value;
 use std::path::PathBuf;
 use tokio::sync::mpsc;
@@ -14,6 +16,27 @@ pub enum ProviderEvent {
     Progress(ToolProgress),
     /// Output was produced.
     Output(ToolOutputChunk),
+}
+
+// The one conversion of a provider's event to the wire: the provider service
+// sends it as a `CallToolEvent`, the runner forwards it on the Execute stream.
+
+impl From<ProviderEvent> for call_tool_event::Event {
+    fn from(ev: ProviderEvent) -> Self {
+        match ev {
+            ProviderEvent::Progress(p) => Self::Progress(p),
+            ProviderEvent::Output(o) => Self::Output(o),
+        }
+    }
+}
+
+impl From<ProviderEvent> for execute_server_message::Msg {
+    fn from(ev: ProviderEvent) -> Self {
+        match ev {
+            ProviderEvent::Progress(p) => Self::Progress(p),
+            ProviderEvent::Output(o) => Self::Output(o),
+        }
+    }
 }
 
 /// Where a tool sends progress and output while it runs. Sending never blocks

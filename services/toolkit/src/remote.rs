@@ -39,8 +39,8 @@ impl RemoteProvider {
             tools,
             affinity,
             client: ToolProviderClient::new(channel)
-                .max_decoding_message_size(64 << 20)
-                .max_encoding_message_size(64 << 20),
+                .max_decoding_message_size(omicos_proto::MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(omicos_proto::MAX_MESSAGE_BYTES),
         })
     }
 

@@ -2,8 +2,8 @@
 
 use crate::provider::{CallCtx, EventSink, Provider, ProviderEvent, ToolError};
 use omicos_proto::{
-    CallToolEvent, CallToolRequest, DescribeRequest, DescribeResponse, ProviderResult,
-    call_tool_event,
+    CallToolEvent, CallToolRequest, DescribeRequest, DescribeResponse, MAX_MESSAGE_BYTES,
+    ProviderResult, ToolStatus, call_tool_event,
     tool_provider_server::{ToolProvider, ToolProviderServer},
 };
 use std::{path::PathBuf, pin::Pin, sync::Arc};
@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use tokio_stream::{Stream, wrappers::ReceiverStream};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 /// The gRPC face of a provider.
 pub struct ProviderService<P: Provider> {
@@ -33,8 +34,8 @@ impl<P: Provider> ProviderService<P> {
     /// The tonic server for it.
     pub fn into_server(self) -> ToolProviderServer<Self> {
         ToolProviderServer::new(self)
-            .max_decoding_message_size(64 << 20)
-            .max_encoding_message_size(64 << 20)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 }
 
@@ -119,64 +120,64 @@ impl<P: Provider> ToolProvider for ProviderService<P> {
         let (out_tx, out_rx) = mpsc::channel::<Result<CallToolEvent, Status>>(256);
         let provider = self.provider.clone();
         let tool = req.tool;
-        tokio::spawn(async move {
-            let _enter = span.enter();
-            drop(_enter);
-            let run = {
-                let provider = provider.clone();
-                let tool = tool.clone();
-                let ctx = ctx.clone();
-                async move {
-                    provider.validate_input(&tool, &args, &ctx)?;
-                    provider.call(&tool, args, ctx).await
-                }
-            };
-            // The provider runs in its own task so that a panic becomes an error result.
-            let mut handle = tokio::spawn(run);
-            drop(ctx);
-            let outcome = loop {
-                tokio::select! {
-                    ev = ev_rx.recv() => {
-                        if let Some(ev) = ev {
-                            let msg = match ev {
-                                ProviderEvent::Progress(p) => call_tool_event::Event::Progress(p),
-                                ProviderEvent::Output(o) => call_tool_event::Event::Output(o),
-                            };
-                            if out_tx.send(Ok(CallToolEvent { event: Some(msg) })).await.is_err() {
+        // The whole call runs inside the span (the provider's own task too), so
+        // its logs carry the call and the fields recorded at the end land on it.
+        tokio::spawn(
+            async move {
+                let run = {
+                    let provider = provider.clone();
+                    let tool = tool.clone();
+                    let ctx = ctx.clone();
+                    async move {
+                        provider.validate_input(&tool, &args, &ctx)?;
+                        provider.call(&tool, args, ctx).await
+                    }
+                };
+                // The provider runs in its own task so that a panic becomes an error result.
+                let mut handle = tokio::spawn(run.in_current_span());
+                drop(ctx);
+                let outcome = loop {
+                    tokio::select! {
+                        ev = ev_rx.recv() => {
+                            if let Some(ev) = ev
+                                && out_tx.send(Ok(CallToolEvent { event: Some(ev.into()) })).await.is_err()
+                            {
                                 cancel.cancel();
                             }
                         }
+                        r = &mut handle => break r,
+                        _ = out_tx.closed() => {
+                            // The runner dropped the stream: stop the call.
+                            cancel.cancel();
+                            break (&mut handle).await;
+                        }
                     }
-                    r = &mut handle => break r,
-                    _ = out_tx.closed() => {
-                        // The runner dropped the stream: stop the call.
-                        cancel.cancel();
-                        break (&mut handle).await;
-                    }
-                }
-            };
-            // Drain the events produced before the result.
-            while let Ok(ev) = ev_rx.try_recv() {
-                let msg = match ev {
-                    ProviderEvent::Progress(p) => call_tool_event::Event::Progress(p),
-                    ProviderEvent::Output(o) => call_tool_event::Event::Output(o),
                 };
-                let _ = out_tx.send(Ok(CallToolEvent { event: Some(msg) })).await;
+                // Drain the events produced before the result.
+                while let Ok(ev) = ev_rx.try_recv() {
+                    let _ = out_tx
+                        .send(Ok(CallToolEvent {
+                            event: Some(ev.into()),
+                        }))
+                        .await;
+                }
+                let result = match outcome {
+                    Ok(r) => r,
+                    Err(join) if join.is_panic() => Err(ToolError::failed(format!(
+                        "the {tool} tool crashed (panic); the provider is still running"
+                    ))),
+                    Err(_) => Err(ToolError::Cancelled),
+                };
+                tracing::Span::current()
+                    .record("status", ToolStatus::from_ok(result.is_ok()).as_str());
+                let _ = out_tx
+                    .send(Ok(CallToolEvent {
+                        event: Some(call_tool_event::Event::Result(encode_result(result))),
+                    }))
+                    .await;
             }
-            let result = match outcome {
-                Ok(r) => r,
-                Err(join) if join.is_panic() => Err(ToolError::failed(format!(
-                    "the {tool} tool crashed (panic); the provider is still running"
-                ))),
-                Err(_) => Err(ToolError::Cancelled),
-            };
-            span.record("status", if result.is_ok() { "done" } else { "error" });
-            let _ = out_tx
-                .send(Ok(CallToolEvent {
-                    event: Some(call_tool_event::Event::Result(encode_result(result))),
-                }))
-                .await;
-        });
+            .instrument(span),
+        );
         Ok(Response::new(Box::pin(ReceiverStream::new(out_rx))))
     }
 }

@@ -5,7 +5,7 @@
 
 use super::CallIo;
 use super::normalize::{Failure, Stage};
-use crate::record::ApprovalRecord;
+use crate::record::{ApprovalDecision, ApprovalRecord, ApprovalSource};
 use omicos_proto::{ApprovalRequired, Decision, ExecuteServerMessage, execute_server_message};
 use std::time::Duration;
 
@@ -26,8 +26,8 @@ pub async fn ask(
 ) -> Result<Answer, (Failure, ApprovalRecord)> {
     let mut record = ApprovalRecord {
         asked: true,
-        decision: "deny".into(),
-        source: String::new(),
+        decision: ApprovalDecision::Deny,
+        source: ApprovalSource::None,
         reason: request.reason.clone(),
     };
     let call_id = request.call_id.clone();
@@ -41,7 +41,7 @@ pub async fn ask(
         None => false,
     };
     let Some(rx) = io.approvals.as_mut().filter(|_| sent) else {
-        record.source = "closed".into();
+        record.source = ApprovalSource::Closed;
         return Err((
             Failure::new(
                 Stage::Permission,
@@ -55,13 +55,13 @@ pub async fn ask(
         let next = tokio::select! {
             m = tokio::time::timeout_at(deadline, rx.recv()) => m,
             _ = io.cancel.cancelled() => {
-                record.source = "cancelled".into();
+                record.source = ApprovalSource::Cancelled;
                 return Err((Failure::new(Stage::Permission, "cancelled while waiting for the user's approval"), record));
             }
         };
         match next {
             Err(_) => {
-                record.source = "timeout".into();
+                record.source = ApprovalSource::Timeout;
                 return Err((
                     Failure::new(
                         Stage::Permission,
@@ -74,7 +74,7 @@ pub async fn ask(
                 ));
             }
             Ok(None) => {
-                record.source = "closed".into();
+                record.source = ApprovalSource::Closed;
                 return Err((
                     Failure::new(
                         Stage::Permission,
@@ -88,15 +88,14 @@ pub async fn ask(
                 continue;
             }
             Ok(Some(a)) => {
-                record.source = "client".into();
+                record.source = ApprovalSource::Client;
                 match Decision::try_from(a.decision).unwrap_or(Decision::Unspecified) {
                     d @ (Decision::AllowOnce | Decision::AllowSession) => {
                         record.decision = if d == Decision::AllowOnce {
-                            "allow_once"
+                            ApprovalDecision::AllowOnce
                         } else {
-                            "allow_session"
-                        }
-                        .into();
+                            ApprovalDecision::AllowSession
+                        };
                         return Ok(Answer {
                             decision: d,
                             record,

@@ -7,7 +7,7 @@ use super::normalize::{Failure, Stage};
 use crate::catalog::{Route, ToolEntry};
 use crate::registry::Registry;
 use futures::FutureExt;
-use omicos_proto::{ExecuteServerMessage, execute_server_message};
+use omicos_proto::ExecuteServerMessage;
 use omicos_toolkit::{CallCtx, EventSink, Provider, ProviderEvent, ToolError};
 use serde_json::Value;
 use std::panic::AssertUnwindSafe;
@@ -77,10 +77,10 @@ pub async fn dispatch(
 
 async fn forward(out: Option<&mpsc::Sender<ExecuteServerMessage>>, ev: ProviderEvent) {
     if let Some(tx) = out {
-        let msg = match ev {
-            ProviderEvent::Progress(p) => execute_server_message::Msg::Progress(p),
-            ProviderEvent::Output(o) => execute_server_message::Msg::Output(o),
-        };
-        let _ = tx.send(ExecuteServerMessage { msg: Some(msg) }).await;
+        let _ = tx
+            .send(ExecuteServerMessage {
+                msg: Some(ev.into()),
+            })
+            .await;
     }
 }

@@ -12,7 +12,8 @@
 //!   unless `pre_tool_use_timeout_blocks` is false.
 
 use crate::config::{HookCommand, HookMatcher, HooksConfig};
-use crate::record::HookOutcome;
+use crate::error::RunnerError;
+use crate::record::{HookEvent, HookOutcome, HookResult};
 use regex::Regex;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -24,14 +25,17 @@ use tokio::io::AsyncWriteExt;
 pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
 
 /// Compiles a matcher: anchored regex; empty or `*` matches everything.
-pub fn compile_matcher(m: &str) -> Result<Option<Regex>, String> {
+pub fn compile_matcher(m: &str) -> Result<Option<Regex>, RunnerError> {
     let m = m.trim();
     if m.is_empty() || m == "*" {
         return Ok(None);
     }
     Regex::new(&format!("^(?:{m})$"))
         .map(Some)
-        .map_err(|e| format!("not a valid regex: {e}"))
+        .map_err(|e| RunnerError::HookMatcher {
+            matcher: m.to_owned(),
+            source: Box::new(e),
+        })
 }
 
 struct Matcher {
@@ -45,7 +49,7 @@ impl Matcher {
     }
 }
 
-fn compile_all(list: &[HookMatcher]) -> Result<Vec<Matcher>, String> {
+fn compile_all(list: &[HookMatcher]) -> Result<Vec<Matcher>, RunnerError> {
     list.iter()
         .map(|m| {
             Ok(Matcher {
@@ -147,7 +151,11 @@ struct Raw {
 
 impl Hooks {
     /// Compiles the configured hooks; `cwd` is the workspace.
-    pub fn new(cfg: &HooksConfig, cwd: &Path, pre_timeout_blocks: bool) -> Result<Self, String> {
+    pub fn new(
+        cfg: &HooksConfig,
+        cwd: &Path,
+        pre_timeout_blocks: bool,
+    ) -> Result<Self, RunnerError> {
         Ok(Self {
             pre: compile_all(&cfg.pre_tool_use)?,
             permission: compile_all(&cfg.permission_request)?,
@@ -156,6 +164,11 @@ impl Hooks {
             pre_timeout_blocks,
             cwd: cwd.to_path_buf(),
         })
+    }
+
+    /// Whether a PostToolUse or PostToolUseFailure hook is configured.
+    pub fn has_post(&self) -> bool {
+        !self.post.is_empty() || !self.post_failure.is_empty()
     }
 
     fn matching<'a>(
@@ -167,13 +180,13 @@ impl Hooks {
             .flat_map(|m| m.hooks.iter())
     }
 
-    fn payload(&self, event: &str, input: &HookInput<'_>) -> Value {
+    fn payload(&self, event: HookEvent, input: &HookInput<'_>) -> Value {
         json!({
             "session_id": input.session_id,
             "transcript_path": input.transcript_path,
             "cwd": self.cwd.display().to_string(),
             "permission_mode": input.permission_mode,
-            "hook_event_name": event,
+            "hook_event_name": event.as_str(),
             "tool_name": input.tool_name,
             "tool_input": input.tool_input,
             "tool_use_id": input.tool_use_id,
@@ -190,12 +203,12 @@ impl Hooks {
         if self.pre.is_empty() {
             return out;
         }
-        let payload = self.payload("PreToolUse", input);
+        let payload = self.payload(HookEvent::PreToolUse, input);
         for cmd in Self::matching(&self.pre, input.tool_name) {
             let raw = self.run(cmd, &payload).await;
-            let mut rec = record("PreToolUse", cmd, &raw);
+            let mut rec = record(HookEvent::PreToolUse, cmd, &raw);
             let verdict = if raw.timed_out {
-                rec.outcome = "timeout".into();
+                rec.outcome = HookResult::Timeout;
                 if self.pre_timeout_blocks {
                     Verdict::Deny(format!(
                         "blocked: the PreToolUse hook `{}` timed out after {}s (a timed-out PreToolUse hook blocks the call)",
@@ -218,7 +231,7 @@ impl Hooks {
                             .filter(|u| u.is_object())
                         {
                             out.updated_input = Some(u.clone());
-                            rec.outcome = "updated_input".into();
+                            rec.outcome = HookResult::UpdatedInput;
                         }
                         if let Some(c) = hso
                             .and_then(|h| h.get("additionalContext"))
@@ -252,12 +265,12 @@ impl Hooks {
         if self.permission.is_empty() {
             return out;
         }
-        let payload = self.payload("PermissionRequest", input);
+        let payload = self.payload(HookEvent::PermissionRequest, input);
         for cmd in Self::matching(&self.permission, input.tool_name) {
             let raw = self.run(cmd, &payload).await;
-            let mut rec = record("PermissionRequest", cmd, &raw);
+            let mut rec = record(HookEvent::PermissionRequest, cmd, &raw);
             let verdict = if raw.timed_out {
-                rec.outcome = "timeout".into();
+                rec.outcome = HookResult::Timeout;
                 Verdict::None
             } else {
                 match classify(&raw, &mut rec) {
@@ -317,17 +330,17 @@ impl Hooks {
         if self.post.is_empty() {
             return out;
         }
-        let mut payload = self.payload("PostToolUse", input);
+        let mut payload = self.payload(HookEvent::PostToolUse, input);
         payload["tool_response"] = response.clone();
         for cmd in Self::matching(&self.post, input.tool_name) {
             let raw = self.run(cmd, &payload).await;
-            let mut rec = record("PostToolUse", cmd, &raw);
+            let mut rec = record(HookEvent::PostToolUse, cmd, &raw);
             if raw.timed_out {
-                rec.outcome = "timeout".into();
+                rec.outcome = HookResult::Timeout;
             } else {
                 match classify(&raw, &mut rec) {
                     Exit::Block(reason) => {
-                        rec.outcome = "block".into();
+                        rec.outcome = HookResult::Block;
                         out.block = Some(reason);
                     }
                     Exit::Json(j) => {
@@ -339,7 +352,7 @@ impl Hooks {
                                 .or_else(|| j.get("stopReason"))
                                 .and_then(Value::as_str)
                                 .unwrap_or("blocked by PostToolUse hook");
-                            rec.outcome = "block".into();
+                            rec.outcome = HookResult::Block;
                             out.block = Some(reason.to_owned());
                         }
                         let hso = j.get("hookSpecificOutput");
@@ -348,8 +361,8 @@ impl Hooks {
                                 .or_else(|| h.get("updatedMCPToolOutput"))
                         }) {
                             out.updated_output = Some(o.clone());
-                            if rec.outcome != "block" {
-                                rec.outcome = "updated_output".into();
+                            if rec.outcome != HookResult::Block {
+                                rec.outcome = HookResult::UpdatedOutput;
                             }
                         }
                         if let Some(c) = hso
@@ -357,8 +370,8 @@ impl Hooks {
                             .and_then(Value::as_str)
                         {
                             out.context.push(c.to_owned());
-                            if rec.outcome == "none" {
-                                rec.outcome = "context".into();
+                            if rec.outcome == HookResult::None {
+                                rec.outcome = HookResult::Context;
                             }
                         }
                     }
@@ -384,14 +397,14 @@ impl Hooks {
         if self.post_failure.is_empty() {
             return context;
         }
-        let mut payload = self.payload("PostToolUseFailure", input);
+        let mut payload = self.payload(HookEvent::PostToolUseFailure, input);
         payload["error"] = Value::String(error.to_owned());
         payload["is_interrupt"] = Value::Bool(error == "cancelled");
         for cmd in Self::matching(&self.post_failure, input.tool_name) {
             let raw = self.run(cmd, &payload).await;
-            let mut rec = record("PostToolUseFailure", cmd, &raw);
+            let mut rec = record(HookEvent::PostToolUseFailure, cmd, &raw);
             if raw.timed_out {
-                rec.outcome = "timeout".into();
+                rec.outcome = HookResult::Timeout;
             } else {
                 match classify(&raw, &mut rec) {
                     Exit::Block(reason) => context.push(reason),
@@ -402,7 +415,7 @@ impl Hooks {
                             .and_then(Value::as_str)
                         {
                             context.push(c.to_owned());
-                            rec.outcome = "context".into();
+                            rec.outcome = HookResult::Context;
                         }
                     }
                     Exit::Nothing => {}
@@ -478,12 +491,12 @@ impl Hooks {
     }
 }
 
-fn record(event: &str, cmd: &HookCommand, raw: &Raw) -> HookOutcome {
+fn record(event: HookEvent, cmd: &HookCommand, raw: &Raw) -> HookOutcome {
     HookOutcome {
-        event: event.into(),
+        event,
         command: cmd.command.clone(),
         exit_code: raw.exit,
-        outcome: "none".into(),
+        outcome: HookResult::None,
         message: String::new(),
         elapsed_ms: raw.elapsed.as_millis() as u64,
     }
@@ -500,7 +513,7 @@ enum Exit {
 
 fn classify(raw: &Raw, rec: &mut HookOutcome) -> Exit {
     if let Some(e) = &raw.spawn_error {
-        rec.outcome = "error".into();
+        rec.outcome = HookResult::Error;
         rec.message = e.clone();
         return Exit::Nothing;
     }
@@ -513,7 +526,7 @@ fn classify(raw: &Raw, rec: &mut HookOutcome) -> Exit {
             match serde_json::from_str::<Value>(text) {
                 Ok(v @ Value::Object(_)) => Exit::Json(v),
                 Ok(_) | Err(_) => {
-                    rec.outcome = "error".into();
+                    rec.outcome = HookResult::Error;
                     rec.message = format!(
                         "hook stdout is not a JSON object (ignored): {}",
                         text.chars().take(300).collect::<String>()
@@ -524,7 +537,7 @@ fn classify(raw: &Raw, rec: &mut HookOutcome) -> Exit {
         }
         Some(2) => {
             let reason = raw.stderr.trim();
-            rec.outcome = "block".into();
+            rec.outcome = HookResult::Block;
             rec.message = reason.to_owned();
             Exit::Block(if reason.is_empty() {
                 "the hook exited with code 2".into()
@@ -533,7 +546,7 @@ fn classify(raw: &Raw, rec: &mut HookOutcome) -> Exit {
             })
         }
         other => {
-            rec.outcome = "error".into();
+            rec.outcome = HookResult::Error;
             rec.message = format!(
                 "hook exited with {} (non-blocking): {}",
                 other
@@ -581,10 +594,10 @@ fn pre_verdict(j: &Value) -> Verdict {
 fn label(rec: &mut HookOutcome, v: &Verdict) {
     let (outcome, msg) = match v {
         Verdict::None => return,
-        Verdict::Allow => ("allow", String::new()),
-        Verdict::Ask(r) => ("ask", r.clone()),
-        Verdict::Deny(r) => ("deny", r.clone()),
+        Verdict::Allow => (HookResult::Allow, String::new()),
+        Verdict::Ask(r) => (HookResult::Ask, r.clone()),
+        Verdict::Deny(r) => (HookResult::Deny, r.clone()),
     };
-    rec.outcome = outcome.into();
+    rec.outcome = outcome;
     rec.message = msg;
 }

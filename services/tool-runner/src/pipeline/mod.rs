@@ -16,7 +16,10 @@ pub mod validate;
 
 use crate::catalog::Tools;
 use crate::config::Config;
-use crate::record::{ApprovalRecord, ToolCallInfo};
+use crate::error::RunnerError;
+use crate::record::{
+    ApprovalDecision, ApprovalRecord, ApprovalSource, SpooledArguments, ToolCallInfo,
+};
 use crate::registry::Registry;
 use hooks::{HookInput, Hooks, Verdict};
 use normalize::{Failure, Stage};
@@ -25,7 +28,7 @@ use omicos_proto::{
 };
 use omicos_proto::{PermissionMode, ToolStatus};
 use omicos_toolkit::{CallCtx, EventSink, Provider};
-use permission::{Gate, Legacy};
+use permission::{Gate, Legacy, RunBecause};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -151,8 +154,8 @@ impl Pipeline {
         config: &Config,
         registry: Arc<Registry>,
         providers: Vec<Arc<dyn Provider>>,
-    ) -> Result<Self, String> {
-        omicos_servicekit::ServiceConfig::validate(config).map_err(|e| e.to_string())?;
+    ) -> Result<Self, RunnerError> {
+        omicos_servicekit::ServiceConfig::validate(config)?;
         let workspace = canonical_workspace(&config.workspace)?;
         let hooks = Hooks::new(
             &config.hooks,
@@ -165,7 +168,12 @@ impl Pipeline {
                 hooks,
                 workspace,
                 default_mode: PermissionMode::parse(&config.default_permission_mode)
-                    .map_err(|e| format!("config key `default_permission_mode`: {e}"))?
+                    .map_err(|e| {
+                        omicos_servicekit::ConfigError::key(
+                            "default_permission_mode",
+                            e.to_string(),
+                        )
+                    })?
                     .or(PermissionMode::ReadOnly),
                 approval_timeout: config.approval_timeout,
                 spool_threshold: config.spool_threshold_bytes.max(1),
@@ -191,9 +199,8 @@ impl Pipeline {
         toolsets: &[String],
         mode: i32,
         legacy: Legacy,
-    ) -> Result<(Vec<ToolSpec>, Vec<String>), String> {
-        let mode =
-            permission::mode_for_call(mode, self.inner.default_mode).map_err(|f| f.message)?;
+    ) -> Result<(Vec<ToolSpec>, Vec<String>), RunnerError> {
+        let mode = PermissionMode::from_wire(mode)?.or(self.inner.default_mode);
         let catalog = self.inner.tools.snapshot();
         let tools: Vec<ToolSpec> = catalog
             .entries()
@@ -232,7 +239,6 @@ impl Pipeline {
             session_id: req.session_id.clone(),
             agent_id: req.agent_id.clone(),
             execution_context_id: req.execution_context_id.clone(),
-            arguments: req.arguments.clone(),
             started_at_ms: omicos_proto::now_ms(),
             ..Default::default()
         };
@@ -243,7 +249,7 @@ impl Pipeline {
         let (ok, text, spool_path, full_bytes, approval) = match outcome {
             Ok(r) => (true, r.text, r.spool_path, r.full_bytes, r.approval),
             Err((f, approval)) => {
-                rec.error_stage = Some(f.stage.as_str().to_owned());
+                rec.error_stage = Some(f.stage);
                 let n = f.message.len();
                 // A long error (a timed-out command's output) is bounded like any result.
                 match shape::shape(
@@ -276,9 +282,11 @@ impl Pipeline {
         rec.spool_path = spool_path.clone();
         rec.result_bytes = full_bytes;
         rec.elapsed_ms = elapsed_ms;
+        let call_id = req.call_id;
+        self.record_arguments(&mut rec, req.arguments);
         CallOutcome {
             result: ToolResult {
-                call_id: req.call_id,
+                call_id,
                 status: status as i32,
                 result: text,
                 spool_path: spool_path.unwrap_or_default(),
@@ -320,7 +328,7 @@ impl Pipeline {
         // 3. Validate.
         let mut ctx = self.call_ctx(req, io.cancel.child_token());
         validate::validate(&tool, &args, &ctx, &rec.repairs).map_err(no)?;
-        rec.arguments_run = Some(args.clone());
+        self.note_arguments_run(rec, &args, &req.arguments);
 
         // 4. Risk and permission.
         let mut gate = permission::gate(mode, req.legacy, &tool.spec, &req.session_allowed_tools);
@@ -350,7 +358,7 @@ impl Pipeline {
             args = updated;
             ctx.user_modified = true;
             rec.user_modified = true;
-            rec.arguments_run = Some(args.clone());
+            self.note_arguments_run(rec, &args, &req.arguments);
         }
         context.extend(pre.context);
         gate = match (pre.verdict, gate) {
@@ -365,11 +373,13 @@ impl Pipeline {
             (Verdict::Allow, Gate::Ask { .. }) => {
                 rec.approval = Some(ApprovalRecord {
                     asked: false,
-                    decision: "allow_once".into(),
-                    source: "hook".into(),
+                    decision: ApprovalDecision::AllowOnce,
+                    source: ApprovalSource::Hook,
                     reason: "PreToolUse".into(),
                 });
-                Gate::Run { source: "hook" }
+                Gate::Run {
+                    source: RunBecause::Hook,
+                }
             }
             (_, g) => g,
         };
@@ -384,11 +394,13 @@ impl Pipeline {
                 rec.approval_wait_ms = waited.elapsed().as_millis() as u64;
                 answer?
             }
-            Gate::Run { source: "session" } => {
+            Gate::Run {
+                source: RunBecause::Session,
+            } => {
                 rec.approval = Some(ApprovalRecord {
                     asked: false,
-                    decision: "allow_session".into(),
-                    source: "session".into(),
+                    decision: ApprovalDecision::AllowSession,
+                    source: ApprovalSource::Session,
                     reason: String::new(),
                 });
                 Decision::Unspecified
@@ -399,14 +411,12 @@ impl Pipeline {
 
         // 6. Dispatch.
         let dispatched = Instant::now();
-        let result = dispatch::dispatch(
-            &tool,
-            me.tools.registry(),
-            args.clone(),
-            ctx,
-            io.events.as_ref(),
-        )
-        .await;
+        // Post hooks read the input; without them the provider takes it, not a
+        // copy (the arguments can be a whole file).
+        let kept = me.hooks.has_post().then(|| args.clone());
+        let result =
+            dispatch::dispatch(&tool, me.tools.registry(), args, ctx, io.events.as_ref()).await;
+        let args = kept.unwrap_or(Value::Null);
         rec.dispatch_ms = dispatched.elapsed().as_millis() as u64;
         let input = self.hook_input(req, mode, &tool.spec.name, &args);
         let value = match result {
@@ -485,14 +495,14 @@ impl Pipeline {
             *args = updated;
             ctx.user_modified = true;
             rec.user_modified = true;
-            rec.arguments_run = Some(args.clone());
+            self.note_arguments_run(rec, args, &req.arguments);
         }
         match hook.verdict {
             Verdict::Allow => {
                 rec.approval = Some(ApprovalRecord {
                     asked: false,
-                    decision: "allow_once".into(),
-                    source: "hook".into(),
+                    decision: ApprovalDecision::AllowOnce,
+                    source: ApprovalSource::Hook,
                     reason,
                 });
                 return Ok(Decision::Unspecified);
@@ -500,8 +510,8 @@ impl Pipeline {
             Verdict::Deny(msg) => {
                 rec.approval = Some(ApprovalRecord {
                     asked: false,
-                    decision: "deny".into(),
-                    source: "hook".into(),
+                    decision: ApprovalDecision::Deny,
+                    source: ApprovalSource::Hook,
                     reason,
                 });
                 return Err((Failure::new(Stage::Permission, msg), Decision::Deny));
@@ -524,6 +534,69 @@ impl Pipeline {
             Err((f, r)) => {
                 rec.approval = Some(r);
                 Err((f, Decision::Deny))
+            }
+        }
+    }
+
+    /// Keeps the arguments as run in the record, unless they are large raw
+    /// arguments that ran unchanged: those are spooled once, at the end.
+    fn note_arguments_run(&self, rec: &mut ToolCallInfo, args: &Value, raw: &str) {
+        let large = raw.len() >= self.inner.spool_threshold;
+        let unchanged = !rec.user_modified && rec.repairs.is_empty();
+        if large && unchanged {
+            rec.arguments_run = None;
+            rec.arguments_spool
+                .get_or_insert_with(SpooledArguments::default)
+                .run_is_raw = true;
+        } else {
+            rec.arguments_run = Some(args.clone());
+            if let Some(s) = rec.arguments_spool.as_mut() {
+                s.run_is_raw = false;
+            }
+        }
+    }
+
+    /// Puts the raw arguments into the record, or, when they are as large as
+    /// the spool threshold, into the spool with only their head in the record;
+    /// large arguments as run go to the spool too. A record stays a few KiB
+    /// whatever the arguments, so a result always fits its message.
+    fn record_arguments(&self, rec: &mut ToolCallInfo, raw: String) {
+        let me = &*self.inner;
+        let threshold = me.spool_threshold;
+        if let Some(run) = &rec.arguments_run
+            && (raw.len() >= threshold || rec.user_modified)
+        {
+            let json = run.to_string();
+            if json.len() >= threshold {
+                let spooled = shape::spool(&json, &me.workspace, &rec.id, "arguments_run.json");
+                let s = rec
+                    .arguments_spool
+                    .get_or_insert_with(SpooledArguments::default);
+                match spooled {
+                    Ok(p) => s.run_path = Some(p),
+                    Err(e) => s.error = Some(format!("arguments as run: {e}")),
+                }
+                rec.arguments_run = None;
+            }
+        }
+        if raw.len() < threshold {
+            rec.arguments = raw;
+            return;
+        }
+        let spooled = shape::spool(&raw, &me.workspace, &rec.id, "arguments.txt");
+        let s = rec
+            .arguments_spool
+            .get_or_insert_with(SpooledArguments::default);
+        s.raw_bytes = raw.len();
+        match spooled {
+            Ok(p) => {
+                rec.arguments = shape::arguments_head(&raw, Some(&p));
+                s.raw_path = Some(p);
+            }
+            Err(e) => {
+                rec.arguments = shape::arguments_head(&raw, None);
+                s.error = Some(format!("raw arguments: {e}"));
+                s.run_is_raw = false;
             }
         }
     }
@@ -587,13 +660,14 @@ fn summary(tool: &str, args: &Value) -> String {
     format!("{tool}: {short}{more}")
 }
 
-fn canonical_workspace(p: &Path) -> Result<PathBuf, String> {
-    std::fs::create_dir_all(p)
-        .map_err(|e| format!("config key `workspace`: cannot create {}: {e}", p.display()))?;
-    p.canonicalize().map_err(|e| {
-        format!(
-            "config key `workspace`: cannot resolve {}: {e}",
-            p.display()
-        )
-    })
+fn canonical_workspace(p: &Path) -> Result<PathBuf, RunnerError> {
+    let fail = |action| {
+        move |source| RunnerError::Workspace {
+            action,
+            path: p.to_path_buf(),
+            source,
+        }
+    };
+    std::fs::create_dir_all(p).map_err(fail("create"))?;
+    p.canonicalize().map_err(fail("resolve"))
 }

@@ -2,8 +2,9 @@
 //! message, and success is done ([`omicos_proto::ToolStatus`]); the model reads
 //! them through [`omicos_proto::model_envelope`]. A tool error never ends the turn.
 
-/// The stage a call failed in; recorded in the trajectory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The stage a call failed in; recorded in the trajectory (by its name, `as_str`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Stage {
     /// The permission mode string was not understood.
     Mode,

@@ -32,13 +32,26 @@ pub struct Legacy {
     pub allow_file_write: Option<bool>,
 }
 
+/// Why a call may run without asking.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunBecause {
+    /// The permission mode allows its risk class.
+    Mode,
+    /// A legacy switch allows it.
+    Legacy,
+    /// The session already allowed the tool.
+    Session,
+    /// A PreToolUse hook allowed it.
+    Hook,
+}
+
 /// What the permission stage decided before hooks and the user had a say.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Gate {
-    /// Run without asking. `source` says why ("mode", "legacy", "session").
+    /// Run without asking, and why.
     Run {
         /// Why it may run.
-        source: &'static str,
+        source: RunBecause,
     },
     /// Ask the user first; `reason` goes into ApprovalRequired.reason.
     Ask {
@@ -73,7 +86,9 @@ pub fn gate(
         _ => None,
     };
     let base = match (legacy_switch, risk, mode) {
-        (Some((true, _)), _, _) => Gate::Run { source: "legacy" },
+        (Some((true, _)), _, _) => Gate::Run {
+            source: RunBecause::Legacy,
+        },
         (Some((false, field)), _, _) => {
             return Gate::Refuse(format!(
                 "refused: `{}` is a {} tool and {field}=false",
@@ -81,7 +96,9 @@ pub fn gate(
                 risk_name(risk)
             ));
         }
-        (None, Risk::Read, _) => Gate::Run { source: "mode" },
+        (None, Risk::Read, _) => Gate::Run {
+            source: RunBecause::Mode,
+        },
         (None, _, PermissionMode::ReadOnly | PermissionMode::Unspecified) => {
             return Gate::Refuse(format!(
                 "refused: permission mode read_only allows only read tools, and `{}` is a {} tool",
@@ -92,7 +109,9 @@ pub fn gate(
         (None, _, PermissionMode::Auto) => Gate::Ask {
             reason: "permission_mode=auto".into(),
         },
-        (None, _, PermissionMode::Full) => Gate::Run { source: "mode" },
+        (None, _, PermissionMode::Full) => Gate::Run {
+            source: RunBecause::Mode,
+        },
     };
     if spec.always_ask {
         return Gate::Ask {
@@ -100,9 +119,9 @@ pub fn gate(
         };
     }
     match base {
-        Gate::Ask { .. } if session_allowed.iter().any(|t| t == &spec.name) => {
-            Gate::Run { source: "session" }
-        }
+        Gate::Ask { .. } if session_allowed.iter().any(|t| t == &spec.name) => Gate::Run {
+            source: RunBecause::Session,
+        },
         other => other,
     }
 }
@@ -178,7 +197,9 @@ mod tests {
                 &shell,
                 &["shell".into()]
             ),
-            Gate::Run { source: "session" }
+            Gate::Run {
+                source: RunBecause::Session
+            }
         );
         // Allowing another tool does not allow this one.
         assert!(matches!(
@@ -226,11 +247,15 @@ mod tests {
         // read_only + legacy true → runs.
         assert_eq!(
             gate(PermissionMode::ReadOnly, allow, &shell, &[]),
-            Gate::Run { source: "legacy" }
+            Gate::Run {
+                source: RunBecause::Legacy
+            }
         );
         assert_eq!(
             gate(PermissionMode::Auto, allow, &write, &[]),
-            Gate::Run { source: "legacy" }
+            Gate::Run {
+                source: RunBecause::Legacy
+            }
         );
         // Python has no legacy switch: the mode decides.
         assert!(matches!(

@@ -53,7 +53,7 @@ pub fn shape(
             full_bytes,
         });
     }
-    let rel = spool(&text, workspace, call_id).map_err(|e| {
+    let rel = spool(&text, workspace, call_id, "txt").map_err(|e| {
         Failure::new(
             Stage::Shape,
             format!("the result ({full_bytes} bytes) could not be spooled to the workspace: {e}"),
@@ -91,7 +91,28 @@ pub fn preview(text: &str, rel: &str) -> String {
     )
 }
 
-fn spool(text: &str, workspace: &Path, call_id: &str) -> std::io::Result<String> {
+/// The head of a large argument string as the record keeps it, with the line
+/// that names the spooled copy.
+pub fn arguments_head(text: &str, rel: Option<&str>) -> String {
+    let head_end = text
+        .char_indices()
+        .nth(PREVIEW_HEAD_CHARS)
+        .map(|(i, _)| i)
+        .unwrap_or(text.len());
+    let whole = match rel {
+        Some(rel) => format!("spooled to {rel}"),
+        None => "not kept: the spool could not be written".to_owned(),
+    };
+    format!(
+        "{}\n\n[... the whole argument string ({} bytes) is {whole}]",
+        &text[..head_end],
+        text.len()
+    )
+}
+
+/// Writes `text` byte-exact to `<workspace>/.omicos/tool_outputs/<unix_ms>__<call_id>.<ext>`
+/// (a new file, never overwritten) and returns its workspace-relative path.
+pub fn spool(text: &str, workspace: &Path, call_id: &str, ext: &str) -> std::io::Result<String> {
     let dir = workspace.join(SPOOL_DIR);
     std::fs::create_dir_all(&dir)?;
     let ms = std::time::SystemTime::now()
@@ -116,9 +137,9 @@ fn spool(text: &str, workspace: &Path, call_id: &str) -> std::io::Result<String>
     };
     for n in 0.. {
         let name = if n == 0 {
-            format!("{ms}__{safe}.txt")
+            format!("{ms}__{safe}.{ext}")
         } else {
-            format!("{ms}__{safe}-{n}.txt")
+            format!("{ms}__{safe}-{n}.{ext}")
         };
         match std::fs::OpenOptions::new()
             .write(true)
