@@ -96,6 +96,12 @@ pub trait ServiceConfig: Serialize + DeserializeOwned + Default {
         None
     }
 
+    /// Where `GET /metrics` (Prometheus) is served, if the config sets
+    /// `metrics_addr`; `None` or empty: no scrape endpoint.
+    fn metrics_addr(&self) -> Option<&str> {
+        None
+    }
+
     /// How long in-flight calls get to finish on SIGINT/SIGTERM.
     fn shutdown_grace(&self) -> Duration {
         DEFAULT_SHUTDOWN_GRACE

@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod host;
+pub mod metrics;
 pub mod shutdown;
 pub mod startup;
 pub mod telemetry;

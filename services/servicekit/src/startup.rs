@@ -69,6 +69,10 @@ where
     runtime.block_on(async move {
         let filter = loaded.config.log_filter().unwrap_or("info").to_owned();
         let _telemetry = telemetry::init(bin.name, &filter);
+        let _metrics = match crate::metrics::init(bin.name, loaded.config.metrics_addr()).await {
+            Ok(m) => m,
+            Err(e) => return fail(bin.name, &anyhow::Error::new(e)),
+        };
         for d in &loaded.deprecations {
             d.warn_once();
         }

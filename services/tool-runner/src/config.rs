@@ -27,6 +27,15 @@ pub struct Config {
     /// (when it asks for no TTL of its own).
     #[serde(with = "duration")]
     pub registry_ttl: Duration,
+    /// Where the registry lives when several runner replicas share it:
+    /// `postgres://…`. Empty (the default): in this process's memory only.
+    pub registry_store_url: String,
+    /// How often a replica re-reads the shared registry in full, in case a
+    /// notification was missed (notifications do the real work).
+    #[serde(with = "duration")]
+    pub registry_resync: Duration,
+    /// Where `GET /metrics` (Prometheus) is served, e.g. `0.0.0.0:9464`. Empty: not served.
+    pub metrics_addr: String,
     /// Memory scope passed to providers in every call context.
     pub memory_scope: String,
     /// Longest a shell command may run (also the cap of a call's own timeout).
@@ -56,6 +65,9 @@ impl Default for Config {
             pre_tool_use_timeout_blocks: true,
             providers: Vec::new(),
             registry_ttl: Duration::from_secs(30),
+            registry_store_url: String::new(),
+            registry_resync: Duration::from_secs(30),
+            metrics_addr: String::new(),
             memory_scope: "workspace".into(),
             shell_timeout: Duration::from_secs(120),
             shell_output_cap_bytes: 1 << 20,
@@ -172,6 +184,14 @@ impl ServiceConfig for Config {
             .validate()
             .map_err(|e| ConfigError::key(format!("sandbox.{}", e.key), e.reason))?;
         require_nonzero("registry_ttl", self.registry_ttl)?;
+        require_nonzero("registry_resync", self.registry_resync)?;
+        let url = self.registry_store_url.trim();
+        if !(url.is_empty() || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(ConfigError::key(
+                "registry_store_url",
+                format!("expected postgres://… (or empty for the in-memory registry), got `{url}`"),
+            ));
+        }
         require_nonzero("shell_timeout", self.shell_timeout)?;
         require_nonzero("approval_timeout", self.approval_timeout)?;
         Ok(())
@@ -179,6 +199,10 @@ impl ServiceConfig for Config {
 
     fn shutdown_grace(&self) -> Duration {
         self.shutdown_grace
+    }
+
+    fn metrics_addr(&self) -> Option<&str> {
+        Some(self.metrics_addr.as_str()).filter(|a| !a.trim().is_empty())
     }
 }
 
@@ -262,6 +286,21 @@ providers:
         assert!(e.contains("hooks.OnSomething"), "{e}");
         let e = load("default_permission_mode: yolo\n", &[]).unwrap_err();
         assert!(e.contains("default_permission_mode"), "{e}");
+        let e = load("registry_store_url: redis://x\n", &[]).unwrap_err();
+        assert!(e.contains("registry_store_url"), "{e}");
+        let cfg = load(
+            "",
+            &[
+                ("OMICOS_REGISTRY_STORE_URL", "postgres://h/db"),
+                ("OMICOS_METRICS_ADDR", "127.0.0.1:9464"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(cfg.registry_store_url, "postgres://h/db");
+        assert_eq!(
+            omicos_servicekit::ServiceConfig::metrics_addr(&cfg),
+            Some("127.0.0.1:9464")
+        );
         let e = load("providers: [{name: k, endpoint: \"127.0.0.1:1\"}]\n", &[]).unwrap_err();
         assert!(e.contains("providers[0].endpoint"), "{e}");
         let e = load(

@@ -39,6 +39,9 @@ pub enum RunnerError {
     /// A provider registration is missing a field or has a bad endpoint.
     #[error("cannot register: {0}")]
     Registration(String),
+    /// The shared registry's store (PostgreSQL) did not take or give an answer.
+    #[error("the shared registry store: {0}")]
+    RegistryStore(String),
 }
 
 impl RunnerError {
@@ -50,6 +53,7 @@ impl RunnerError {
             RunnerError::HookMatcher { .. } => "hook_matcher",
             RunnerError::Mode(_) => "permission_mode",
             RunnerError::Registration(_) => "registration",
+            RunnerError::RegistryStore(_) => "registry_store",
         }
     }
 
@@ -61,6 +65,7 @@ impl RunnerError {
             RunnerError::Config(_)
             | RunnerError::Workspace { .. }
             | RunnerError::HookMatcher { .. } => Code::FailedPrecondition,
+            RunnerError::RegistryStore(_) => Code::Unavailable,
         }
     }
 }

@@ -8,11 +8,13 @@ pub mod allocator;
 pub mod catalog;
 pub mod config;
 pub mod error;
+pub mod metrics;
 pub mod pipeline;
 pub mod providers;
 pub mod record;
 pub mod registry;
 pub mod service;
+pub mod shared_registry;
 
 pub use config::Config;
 pub use error::RunnerError;
@@ -44,7 +46,40 @@ pub fn build(
     extra_providers: Vec<Arc<dyn Provider>>,
     stop: tokio_util::sync::CancellationToken,
 ) -> Result<Pipeline, RunnerError> {
+    build_on(
+        config,
+        Arc::new(Registry::new(config.registry_ttl)),
+        extra_providers,
+        stop,
+    )
+}
+
+/// The registry for `config`: in memory, or the cached view of the shared
+/// store (`registry_store_url`), read once before this returns and then
+/// followed through notifications until `stop`.
+pub async fn open_registry(
+    config: &Config,
+    stop: tokio_util::sync::CancellationToken,
+) -> Result<Arc<Registry>, shared_registry::StoreError> {
     let registry = Arc::new(Registry::new(config.registry_ttl));
+    let url = config.registry_store_url.trim();
+    if !url.is_empty() {
+        let store = shared_registry::SharedStore::connect(url).await?;
+        store.load_into(&registry).await?;
+        let _ = registry.attach_store(store.clone());
+        store.spawn_follower(Arc::downgrade(&registry), config.registry_resync, stop);
+        tracing::info!("registry: shared through PostgreSQL");
+    }
+    Ok(registry)
+}
+
+/// [`build`] over a given registry (see [`open_registry`]).
+pub fn build_on(
+    config: &Config,
+    registry: Arc<Registry>,
+    extra_providers: Vec<Arc<dyn Provider>>,
+    stop: tokio_util::sync::CancellationToken,
+) -> Result<Pipeline, RunnerError> {
     registry.spawn_sweeper(stop.clone());
     registry.spawn_static(config.providers.clone(), stop);
     let mut providers = builtin_providers(config);
@@ -61,7 +96,11 @@ pub async fn run(
     extra_providers: Vec<Arc<dyn Provider>>,
 ) -> std::io::Result<()> {
     let stop = shutdown.streams_token();
-    let pipeline = build(&config, extra_providers, stop.clone())
+    let registry = open_registry(&config, stop.clone())
+        .await
+        .map_err(std::io::Error::other)?;
+    let _registry_gauge = metrics::registry_gauge(&registry);
+    let pipeline = build_on(&config, registry, extra_providers, stop.clone())
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let host = Host::new(HostOptions {
         name: "tool-runner",

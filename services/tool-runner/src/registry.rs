@@ -6,6 +6,7 @@
 
 use crate::config::StaticProvider;
 use crate::error::RunnerError;
+use crate::shared_registry::SharedStore;
 use omicos_proto::{
     DeregisterRequest, DeregisterResponse, HeartbeatRequest, HeartbeatResponse,
     ListProvidersRequest, ListProvidersResponse, ProviderInstance, RegisterRequest,
@@ -15,22 +16,35 @@ use omicos_proto::{
 use omicos_toolkit::remote::RemoteProvider;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 struct Instance {
     info: ProviderInstance,
-    last_seen: Instant,
+    /// Live until then (refreshed by heartbeats); static entries never expire.
+    deadline: Instant,
+    /// How long a heartbeat keeps it live.
     ttl: Duration,
     client: Arc<RemoteProvider>,
 }
 
 impl Instance {
     fn live(&self, now: Instant) -> bool {
-        self.info.static_entry || now.duration_since(self.last_seen) <= self.ttl
+        self.info.static_entry || now <= self.deadline
     }
+}
+
+/// Where a remote call goes: the instance chosen, and its client.
+#[derive(Clone)]
+pub struct Routed {
+    /// The instance's id.
+    pub instance_id: String,
+    /// Its gRPC client.
+    pub client: Arc<RemoteProvider>,
+    /// Whether sessions are pinned to it (its state lives there: the kernel).
+    pub affine: bool,
 }
 
 #[derive(Default)]
@@ -46,6 +60,9 @@ pub struct Registry {
     version: AtomicU64,
     ttl: Duration,
     round_robin: AtomicUsize,
+    /// The shared store (PostgreSQL) when replicas share the registry; the
+    /// state above is then its cached view, refreshed by notifications.
+    store: OnceLock<Arc<SharedStore>>,
 }
 
 /// Why a remote tool cannot be routed. The message is what the model reads.
@@ -61,6 +78,30 @@ impl Registry {
             version: AtomicU64::new(1),
             ttl,
             round_robin: AtomicUsize::new(0),
+            store: OnceLock::new(),
+        }
+    }
+
+    /// Shares this registry through `store`: registrations, heartbeats,
+    /// deregistrations and pins are written there, and the cached view follows
+    /// the store's notifications. Set once, before serving.
+    pub fn attach_store(&self, store: Arc<SharedStore>) -> Result<(), String> {
+        self.store
+            .set(store)
+            .map_err(|_| "the registry already has a store".to_owned())
+    }
+
+    /// The shared store, if any.
+    pub fn store(&self) -> Option<&Arc<SharedStore>> {
+        self.store.get()
+    }
+
+    /// `memory` or `postgres`.
+    pub fn backend(&self) -> &'static str {
+        if self.store.get().is_some() {
+            "postgres"
+        } else {
+            "memory"
         }
     }
 
@@ -82,12 +123,8 @@ impl Registry {
         self.ttl
     }
 
-    /// Adds or replaces an instance. `ttl` of zero means the registry default.
-    pub fn register(
-        &self,
-        mut info: ProviderInstance,
-        ttl: Duration,
-    ) -> Result<Duration, RunnerError> {
+    /// Checks an announced instance and fills in what it may leave out.
+    fn prepare(&self, info: &mut ProviderInstance) -> Result<(), RunnerError> {
         if info.instance_id.trim().is_empty() {
             return Err(RunnerError::Registration("instance_id is empty".into()));
         }
@@ -99,27 +136,204 @@ impl Registry {
                 t.provider = info.provider.clone();
             }
         }
+        tonic::transport::Endpoint::from_shared(info.endpoint.clone())
+            .map_err(|e| RunnerError::Registration(format!("bad endpoint `{}`: {e}", info.endpoint)))?;
+        Ok(())
+    }
+
+    /// Adds or replaces an instance in this process's view. `ttl` of zero
+    /// means the registry default. (The gRPC face calls [`Registry::announce`],
+    /// which also writes the shared store.)
+    pub fn register(
+        &self,
+        mut info: ProviderInstance,
+        ttl: Duration,
+    ) -> Result<Duration, RunnerError> {
+        self.prepare(&mut info)?;
         let ttl = if ttl.is_zero() { self.ttl } else { ttl };
-        let client = RemoteProvider::lazy(
-            &info.provider,
-            &info.endpoint,
-            info.tools.clone(),
-            info.session_affinity,
-        )
-        .map_err(|e| RunnerError::Registration(e.to_string()))?;
-        info.last_seen_ms = now_ms();
+        if info.last_seen_ms == 0 {
+            info.last_seen_ms = now_ms();
+        }
         tracing::info!(provider = %info.provider, instance = %info.instance_id, endpoint = %info.endpoint, tools = info.tools.len(), "provider registered");
-        self.lock().instances.insert(
+        self.insert(info, ttl, ttl)?;
+        self.bump();
+        Ok(ttl)
+    }
+
+    /// Puts `info` in the view, live for `remaining`; keeps the existing client
+    /// (and its connection) when the endpoint is unchanged.
+    fn insert(
+        &self,
+        info: ProviderInstance,
+        remaining: Duration,
+        ttl: Duration,
+    ) -> Result<(), RunnerError> {
+        let mut st = self.lock();
+        let client = match st.instances.get(&info.instance_id) {
+            Some(old)
+                if old.info.endpoint == info.endpoint
+                    && old.info.tools == info.tools
+                    && old.info.session_affinity == info.session_affinity =>
+            {
+                old.client.clone()
+            }
+            _ => Arc::new(
+                RemoteProvider::lazy(
+                    &info.provider,
+                    &info.endpoint,
+                    info.tools.clone(),
+                    info.session_affinity,
+                )
+                .map_err(|e| RunnerError::Registration(e.to_string()))?,
+            ),
+        };
+        st.instances.insert(
             info.instance_id.clone(),
             Instance {
                 info,
-                last_seen: Instant::now(),
+                deadline: Instant::now() + remaining,
                 ttl,
-                client: Arc::new(client),
+                client,
             },
         );
-        self.bump();
-        Ok(ttl)
+        Ok(())
+    }
+
+    /// Register through the gRPC face: writes the shared store (which tells
+    /// every replica) when there is one, then this process's view.
+    pub async fn announce(
+        &self,
+        mut info: ProviderInstance,
+        ttl: Duration,
+    ) -> Result<Duration, RunnerError> {
+        self.prepare(&mut info)?;
+        let ttl = if ttl.is_zero() { self.ttl } else { ttl };
+        info.static_entry = false;
+        info.last_seen_ms = now_ms();
+        if let Some(store) = self.store.get() {
+            store
+                .upsert(&info, ttl)
+                .await
+                .map_err(|e| RunnerError::RegistryStore(format!("refused the registration: {e}")))?;
+        }
+        self.register(info, ttl)
+    }
+
+    /// Heartbeat through the gRPC face: false when the instance is unknown
+    /// (expired or never registered), so the provider registers again.
+    pub async fn refresh(&self, instance_id: &str) -> Result<bool, RunnerError> {
+        let Some(store) = self.store.get() else {
+            return Ok(self.heartbeat(instance_id));
+        };
+        match store
+            .heartbeat(instance_id)
+            .await
+            .map_err(|e| RunnerError::RegistryStore(format!("did not answer: {e}")))?
+        {
+            Some(ttl) => {
+                if !self.apply_heartbeat(instance_id, ttl) {
+                    // Registered through another replica and not seen here yet.
+                    store.reload_soon();
+                }
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Deregister through the gRPC face.
+    pub async fn withdraw(&self, instance_id: &str) -> Result<(), RunnerError> {
+        if let Some(store) = self.store.get() {
+            store
+                .delete(instance_id)
+                .await
+                .map_err(|e| RunnerError::RegistryStore(format!("did not answer: {e}")))?;
+        }
+        self.deregister(instance_id);
+        Ok(())
+    }
+
+    /// A heartbeat seen in the shared store: the instance lives `ttl` more.
+    /// False when this view does not know it.
+    pub fn apply_heartbeat(&self, instance_id: &str, ttl: Duration) -> bool {
+        let mut st = self.lock();
+        match st.instances.get_mut(instance_id) {
+            Some(i) => {
+                i.ttl = ttl;
+                i.deadline = Instant::now() + ttl;
+                i.info.last_seen_ms = now_ms();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Replaces every non-static instance of this view with the shared
+    /// store's live set: `(instance, time it still lives, its TTL)`.
+    pub fn apply_live_set(&self, rows: Vec<(ProviderInstance, Duration, Duration)>) {
+        let before = self.fingerprint();
+        let ids: std::collections::HashSet<String> =
+            rows.iter().map(|(i, _, _)| i.instance_id.clone()).collect();
+        for (info, remaining, ttl) in rows {
+            if let Err(e) = self.insert(info, remaining, ttl) {
+                tracing::warn!(error = %e, "shared registry row skipped");
+            }
+        }
+        self.lock()
+            .instances
+            .retain(|id, i| i.info.static_entry || ids.contains(id));
+        if self.fingerprint() != before {
+            self.bump();
+        }
+    }
+
+    /// Replaces every session pin with the shared store's.
+    pub fn apply_pins(&self, pins: Vec<(String, String, String)>) {
+        let mut st = self.lock();
+        st.pins = pins.into_iter().map(|(p, s, i)| ((p, s), i)).collect();
+    }
+
+    /// One pin set (or dropped, `None`) through another replica.
+    pub fn apply_pin(&self, provider: &str, session: &str, instance: Option<&str>) {
+        let key = (provider.to_owned(), session.to_owned());
+        let mut st = self.lock();
+        match instance {
+            Some(i) => st.pins.insert(key, i.to_owned()),
+            None => st.pins.remove(&key),
+        };
+    }
+
+    /// What changes the catalog: ids, endpoints and tools of the instances.
+    fn fingerprint(&self) -> Vec<(String, String, usize)> {
+        let st = self.lock();
+        let mut v: Vec<(String, String, usize)> = st
+            .instances
+            .values()
+            .map(|i| {
+                (
+                    i.info.instance_id.clone(),
+                    i.info.endpoint.clone(),
+                    i.info
+                        .tools
+                        .iter()
+                        .map(|t| t.name.len() + t.input_schema_json.len())
+                        .sum(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Number of live instances per provider (the `registry entries` gauge).
+    pub fn live_counts(&self) -> Vec<(String, u64)> {
+        let mut by: HashMap<String, u64> = HashMap::new();
+        for i in self.list() {
+            *by.entry(i.provider).or_default() += 1;
+        }
+        let mut v: Vec<(String, u64)> = by.into_iter().collect();
+        v.sort();
+        v
     }
 
     /// Refreshes an instance; false when it is unknown (expired or never registered).
@@ -128,7 +342,7 @@ impl Registry {
         let mut st = self.lock();
         match st.instances.get_mut(instance_id) {
             Some(i) if i.live(now) => {
-                i.last_seen = now;
+                i.deadline = now + i.ttl;
                 i.info.last_seen_ms = now_ms();
                 true
             }
@@ -206,15 +420,11 @@ impl Registry {
     /// A live instance of `provider` that serves `tool` for `session`.
     ///
     /// Session-affine providers: the session stays on its pinned instance; the
-    /// first call pins by rendezvous hashing over the live instances. When the
+    /// first call pins by rendezvous hashing over the live instances (so every
+    /// replica picks the same one, even before the pin reaches it). When the
     /// pinned instance is gone the error says the session's state is lost, and
     /// the pin is dropped so the next call starts fresh elsewhere.
-    pub fn route(
-        &self,
-        provider: &str,
-        tool: &str,
-        session: &str,
-    ) -> Result<Arc<RemoteProvider>, RouteError> {
+    pub fn route(&self, provider: &str, tool: &str, session: &str) -> Result<Routed, RouteError> {
         let now = Instant::now();
         let mut st = self.lock();
         let candidates: Vec<&Instance> = st
@@ -226,6 +436,11 @@ impl Registry {
                     && i.info.tools.iter().any(|t| t.name == tool)
             })
             .collect();
+        let routed = |i: &Instance| Routed {
+            instance_id: i.info.instance_id.clone(),
+            client: i.client.clone(),
+            affine: i.info.session_affinity,
+        };
         let affine = candidates.iter().any(|i| i.info.session_affinity);
         if !affine {
             if candidates.is_empty() {
@@ -236,29 +451,81 @@ impl Registry {
             let mut sorted = candidates;
             sorted.sort_by(|a, b| a.info.instance_id.cmp(&b.info.instance_id));
             let n = self.round_robin.fetch_add(1, Ordering::Relaxed);
-            return Ok(sorted[n % sorted.len()].client.clone());
+            return Ok(routed(sorted[n % sorted.len()]));
         }
         let key = (provider.to_owned(), session.to_owned());
         if let Some(pinned) = st.pins.get(&key).cloned() {
             if let Some(i) = candidates.iter().find(|i| i.info.instance_id == pinned) {
-                return Ok(i.client.clone());
+                return Ok(routed(i));
             }
             st.pins.remove(&key);
-            return Err(RouteError(format!(
-                "the `{provider}` instance `{pinned}` that held session `{session}` is gone: the session's kernel state (variables, imports, loaded data) is lost. The next call starts a fresh kernel on another instance; re-create the state you need first."
+            drop(st);
+            if let Some(store) = self.store.get() {
+                store.spawn_pin(provider, session, None);
+            }
+            return Err(RouteError(lost_message(
+                provider, &pinned, session, "is gone",
             )));
         }
         let best = candidates
             .iter()
-            .max_by_key(|i| (rendezvous_score(session, &i.info.instance_id), i.info.instance_id.clone()))
+            .max_by_key(|i| {
+                (
+                    rendezvous_score(session, &i.info.instance_id),
+                    i.info.instance_id.clone(),
+                )
+            })
             .ok_or_else(|| {
                 RouteError(format!(
                     "the `{provider}` provider that serves `{tool}` is not running (no live instance is registered); try again later"
                 ))
             })?;
-        let (id, client) = (best.info.instance_id.clone(), best.client.clone());
-        st.pins.insert(key, id);
-        Ok(client)
+        let chosen = routed(best);
+        st.pins.insert(key, chosen.instance_id.clone());
+        drop(st);
+        if let Some(store) = self.store.get() {
+            store.spawn_pin(provider, session, Some(&chosen.instance_id));
+        }
+        Ok(chosen)
+    }
+
+    /// A call to a session-affine instance failed because the instance did
+    /// not answer (killed, unreachable): its sessions' state is gone. Drops it
+    /// from the live set (here and, through the store, on every replica) and
+    /// unpins `session`, so the next call lands on a live instance; other
+    /// sessions pinned there hear it on their next call. A provider that was
+    /// only briefly unreachable is told `known: false` on its next heartbeat
+    /// and registers again. Returns what the model reads.
+    pub fn instance_lost(
+        &self,
+        provider: &str,
+        instance_id: &str,
+        session: &str,
+        why: &str,
+    ) -> String {
+        let mut st = self.lock();
+        let removed = match st.instances.get(instance_id) {
+            Some(i) if !i.info.static_entry => st.instances.remove(instance_id).is_some(),
+            _ => false,
+        };
+        st.pins.remove(&(provider.to_owned(), session.to_owned()));
+        drop(st);
+        if removed {
+            tracing::warn!(instance = %instance_id, provider, error = why, "provider instance lost: dropped from the live set");
+            self.bump();
+        }
+        if let Some(store) = self.store.get() {
+            store.spawn_pin(provider, session, None);
+            if removed {
+                store.spawn_delete(instance_id);
+            }
+        }
+        lost_message(
+            provider,
+            instance_id,
+            session,
+            &format!("stopped answering ({why})"),
+        )
     }
 
     /// The instance a session is pinned to, if any.
@@ -332,6 +599,13 @@ impl Registry {
 
 use omicos_toolkit::Provider as _;
 
+/// What the model reads when the instance holding its session's state is gone.
+pub fn lost_message(provider: &str, instance_id: &str, session: &str, what: &str) -> String {
+    format!(
+        "the `{provider}` instance `{instance_id}` that held session `{session}` {what}: the session's kernel state (variables, imports, loaded data) is lost. The next call starts a fresh kernel on another instance; re-create the state you need first."
+    )
+}
+
 /// Highest-random-weight score of (session, instance): stable across
 /// processes and Rust versions (FNV-1a then a splitmix64 finalizer).
 pub fn rendezvous_score(session: &str, instance_id: &str) -> u64 {
@@ -375,7 +649,8 @@ impl RegistryRpc for RegistryService {
         })?;
         let ttl = self
             .registry
-            .register(info, Duration::from_secs(req.ttl_seconds as u64))?;
+            .announce(info, Duration::from_secs(req.ttl_seconds as u64))
+            .await?;
         let secs = ttl.as_secs().max(1) as u32;
         Ok(Response::new(RegisterResponse {
             ttl_seconds: secs,
@@ -387,16 +662,20 @@ impl RegistryRpc for RegistryService {
         &self,
         req: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatResponse>, Status> {
-        Ok(Response::new(HeartbeatResponse {
-            known: self.registry.heartbeat(&req.into_inner().instance_id),
-        }))
+        let known = self
+            .registry
+            .refresh(&req.into_inner().instance_id)
+            .await?;
+        Ok(Response::new(HeartbeatResponse { known }))
     }
 
     async fn deregister(
         &self,
         req: Request<DeregisterRequest>,
     ) -> Result<Response<DeregisterResponse>, Status> {
-        self.registry.deregister(&req.into_inner().instance_id);
+        self.registry
+            .withdraw(&req.into_inner().instance_id)
+            .await?;
         Ok(Response::new(DeregisterResponse {}))
     }
 

@@ -26,12 +26,21 @@ pub async fn dispatch(
     mut ctx: CallCtx,
     out: Option<&mpsc::Sender<ExecuteServerMessage>>,
 ) -> Result<Value, Failure> {
+    // For a session-affine instance (the kernel): where the session's state lives.
+    let mut affine_instance: Option<(String, String)> = None;
     let provider: Arc<dyn Provider> = match &tool.route {
         Route::Local(p) => p.clone(),
-        Route::Remote(name) => registry
-            .route(name, &tool.spec.name, &ctx.session_id)
-            .map_err(|e| Failure::new(Stage::Dispatch, e.0))?,
+        Route::Remote(name) => {
+            let routed = registry
+                .route(name, &tool.spec.name, &ctx.session_id)
+                .map_err(|e| Failure::new(Stage::Dispatch, e.0))?;
+            if routed.affine {
+                affine_instance = Some((name.clone(), routed.instance_id.clone()));
+            }
+            routed.client
+        }
     };
+    let session = ctx.session_id.clone();
     let cancel = ctx.cancel.clone();
     let (ev_tx, mut ev_rx) = mpsc::channel::<ProviderEvent>(256);
     ctx.events = if out.is_some() {
@@ -64,6 +73,15 @@ pub async fn dispatch(
     match joined {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(ToolError::Cancelled)) => Err(Failure::new(Stage::Dispatch, "cancelled")),
+        // The instance holding the session's state stopped answering (killed
+        // mid-cell, unreachable): say the state is lost and re-pin the session.
+        Ok(Err(ToolError::Unavailable(why))) if affine_instance.is_some() => {
+            let (provider, instance) = affine_instance.unwrap_or_default();
+            Err(Failure::new(
+                Stage::Dispatch,
+                registry.instance_lost(&provider, &instance, &session, &why),
+            ))
+        }
         Ok(Err(e)) => Err(Failure::new(Stage::Dispatch, e.to_string())),
         Err(_panic) => Err(Failure::new(
             Stage::Dispatch,

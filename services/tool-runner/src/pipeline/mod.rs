@@ -131,6 +131,7 @@ struct Inner {
     approval_timeout: Duration,
     spool_threshold: usize,
     memory_scope: String,
+    metrics: crate::metrics::RunnerMetrics,
 }
 
 /// The pipeline: cheap to clone, shared by every call.
@@ -178,6 +179,7 @@ impl Pipeline {
                 approval_timeout: config.approval_timeout,
                 spool_threshold: config.spool_threshold_bytes.max(1),
                 memory_scope: config.memory_scope.clone(),
+                metrics: crate::metrics::RunnerMetrics::new(),
             }),
         })
     }
@@ -224,6 +226,7 @@ impl Pipeline {
     /// error result.
     pub async fn execute(&self, req: CallRequest, mut io: CallIo) -> CallOutcome {
         let started = Instant::now();
+        let _in_flight = self.inner.metrics.start();
         let span = tracing::info_span!(
             "tool_call",
             tool_name = %req.tool_name,
@@ -277,6 +280,9 @@ impl Pipeline {
                 "tool call finished"
             )
         });
+        self.inner
+            .metrics
+            .finish(&rec.name, &rec.provider, status.as_str(), started.elapsed());
         rec.status = status.as_str().to_owned();
         rec.result = text.clone();
         rec.spool_path = spool_path.clone();
