@@ -88,5 +88,5 @@ fn agent_policies_are_refused_for_kernels() {
         .agent_policies
         .insert("a".into(), SandboxPolicy::Network);
     let e = cfg.validate().unwrap_err();
-    assert!(e.contains("kernel.sandbox.agent_policies"), "{e}");
+    assert!(e.to_string().contains("kernel.sandbox.agent_policies"), "{e}");
 }

@@ -9,7 +9,6 @@ use crate::runner_client::EventTag;
 use omicos_proto::{AgentSwitch, ToolStatus, chat_event};
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 impl Engine {
