@@ -27,8 +27,19 @@ if command -v npm >/dev/null 2>&1; then
 else
   echo "==> npm not installed: ui-check SKIPPED (the committed page in services/webui/dist/ is not re-verified)"
 fi
+status=0
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --workspace --no-fail-fast "$@"
+  cargo nextest run --workspace --no-fail-fast "$@" || status=$?
 else
-  cargo test --workspace --no-fail-fast "$@"
+  cargo test --workspace --no-fail-fast "$@" || status=$?
 fi
+# The page in a real browser on a real stack (omicos up + the scripted model);
+# it installs chromium with apt-get when missing. OMICOS_SKIP_UI_BROWSER=1 skips it.
+if [ "${OMICOS_SKIP_UI_BROWSER:-}" = "1" ]; then
+  echo "==> OMICOS_SKIP_UI_BROWSER=1: the browser tests SKIPPED"
+elif command -v npm >/dev/null 2>&1; then
+  "$root/scripts/ui-stack-test.sh" || status=$?
+else
+  echo "==> npm not installed: the browser tests SKIPPED (scripts/ui-stack-test.sh)"
+fi
+exit "$status"

@@ -25,6 +25,62 @@ pub enum Reply {
     CutMidToolCall,
     /// Streams text slowly: (text, delay between chunks).
     Slow(String, Duration),
+    /// Text in `chunks` pieces with `delay` before each, then tool calls
+    /// (id, name, raw argument string), as a model that thinks aloud and then acts.
+    Streamed {
+        /// The text.
+        text: String,
+        /// How many pieces the text is sent in.
+        chunks: usize,
+        /// The pause before each piece.
+        delay: Duration,
+        /// The tool calls after the text (none: the model is done).
+        calls: Vec<(String, String, String)>,
+    },
+}
+
+/// The replies of a script file in the format of `ui/tests/stack-script.json`:
+/// `{"replies": [{"text", "chunks", "chunk_delay_ms", "tool_calls": [{"id",
+/// "name", "arguments"}]}]}`, where `arguments` is a JSON value (sent as its
+/// text) or a string (sent as it is).
+pub fn script_from_json(script: &Value) -> Result<Vec<Reply>, String> {
+    let replies = script["replies"]
+        .as_array()
+        .ok_or("the script has no `replies` array")?;
+    replies
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let text = r["text"].as_str().unwrap_or_default().to_owned();
+            let chunks = r["chunks"].as_u64().unwrap_or(1).max(1) as usize;
+            let delay = Duration::from_millis(r["chunk_delay_ms"].as_u64().unwrap_or(0));
+            let calls = r["tool_calls"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .map(|c| {
+                    let field = |k: &str| {
+                        c[k].as_str()
+                            .map(str::to_owned)
+                            .ok_or_else(|| format!("reply {i}: a tool call without `{k}`"))
+                    };
+                    let args = match &c["arguments"] {
+                        Value::String(s) => s.clone(),
+                        Value::Null => "{}".to_owned(),
+                        v => v.to_string(),
+                    };
+                    Ok((field("id")?, field("name")?, args))
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            Ok(Reply::Streamed {
+                text,
+                chunks,
+                delay,
+                calls,
+            })
+        })
+        .collect()
 }
 
 /// A recorded request.
@@ -180,6 +236,30 @@ fn stream_response(chunks: Vec<String>, delay: Duration) -> Response {
         .unwrap()
 }
 
+/// Like [`stream_response`], each chunk after its own pause.
+fn timed_response(chunks: Vec<(String, Duration)>) -> Response {
+    let s = futures::stream::unfold(chunks.into_iter(), |mut it| async move {
+        let (c, delay) = it.next()?;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        Some((Ok::<Bytes, std::io::Error>(Bytes::from(c)), it))
+    });
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(s))
+        .unwrap()
+}
+
+/// `text` cut into `n` pieces of about the same length (fewer when it is short).
+fn n_pieces(text: &str, n: usize) -> Vec<String> {
+    let len = text.chars().count();
+    if len == 0 {
+        return vec![];
+    }
+    pieces(text, len.div_ceil(n.max(1)))
+}
+
 fn error_response(status: u16, body: String, retry_after: Option<u32>) -> Response {
     let mut b = Response::builder()
         .status(StatusCode::from_u16(status).unwrap())
@@ -256,6 +336,44 @@ async fn openai(state: Shared, body: axum::Json<Value>) -> Response {
             frames.push((None, usage));
             stream_response(sse(frames, true), Duration::ZERO)
         }
+        Reply::Streamed {
+            text,
+            chunks,
+            delay,
+            calls,
+        } => {
+            let mut timed = vec![];
+            for p in n_pieces(&text, chunks) {
+                timed.extend(
+                    sse(
+                        vec![(None, chunk(json!({"content": p}), Value::Null))],
+                        false,
+                    )
+                    .into_iter()
+                    .map(|f| (f, delay)),
+                );
+            }
+            let mut frames = vec![];
+            for (i, (id, name, args)) in calls.iter().enumerate() {
+                frames.push((
+                    None,
+                    chunk(
+                        json!({"tool_calls": [{"index": i, "id": id, "type": "function",
+                    "function": {"name": name, "arguments": args}}]}),
+                        Value::Null,
+                    ),
+                ));
+            }
+            let finish = if calls.is_empty() {
+                "stop"
+            } else {
+                "tool_calls"
+            };
+            frames.push((None, chunk(json!({}), json!(finish))));
+            frames.push((None, usage));
+            timed.extend(sse(frames, true).into_iter().map(|f| (f, Duration::ZERO)));
+            timed_response(timed)
+        }
         Reply::Status(code, body, ra) => error_response(code, body, ra),
         Reply::CutMidToolCall => {
             let frames = vec![
@@ -322,7 +440,13 @@ async fn anthropic(state: Shared, body: axum::Json<Value>) -> Response {
             frames.extend(stop("end_turn"));
             stream_response(sse(frames, false), Duration::ZERO)
         }
-        Reply::Tools(text, calls) => {
+        // The anthropic side of Streamed is not paced: no test needs it yet.
+        Reply::Tools(text, calls) | Reply::Streamed { text, calls, .. } => {
+            let reason = if calls.is_empty() {
+                "end_turn"
+            } else {
+                "tool_use"
+            };
             let mut frames = vec![start];
             let mut idx = 0;
             if !text.is_empty() {
@@ -348,7 +472,7 @@ async fn anthropic(state: Shared, body: axum::Json<Value>) -> Response {
                 ));
                 idx += 1;
             }
-            frames.extend(stop("tool_use"));
+            frames.extend(stop(reason));
             stream_response(sse(frames, false), Duration::ZERO)
         }
         Reply::Status(code, body, ra) => error_response(code, body, ra),

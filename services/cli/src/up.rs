@@ -57,6 +57,8 @@ pub async fn run(args: UpArgs) -> ExitCode {
     for (name, url) in &stack.endpoints {
         println!("  {name:<13} {url}");
     }
+    // The orchestrator serves the page on its own port (works offline on the replay backend).
+    println!("  {:<13} {}", "page", st.bold(&stack.page_url()));
     let hint = if args.port_base == 7000 {
         "talk to it: omicos chat · Ctrl-C stops".to_owned()
     } else {

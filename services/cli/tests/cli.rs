@@ -534,6 +534,16 @@ async fn up_prints_its_urls_serves_offline_and_stops_on_ctrl_c() {
         !printed.iter().any(|l| l.contains("python3 from PATH")),
         "{printed:?}"
     );
+    // The page, on the orchestrator's own port, as a browser asks for it.
+    let page = printed
+        .iter()
+        .find_map(|l| l.trim().strip_prefix("page "))
+        .map(|u| u.trim().to_owned())
+        .unwrap_or_else(|| panic!("no page URL in {printed:?}"));
+    assert_eq!(page, format!("{url}/"));
+    let res = http_get(&page).await;
+    assert!(res.starts_with("HTTP/1.1 200"), "{res}");
+    assert!(res.contains(r#"<div id="app">"#), "{res}");
     let (code, out, err) = run_piped(&["chat", "--server", &url, "--mode", "full"], "hello").await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("offline replay"), "{out}");
@@ -564,6 +574,25 @@ async fn up_prints_its_urls_serves_offline_and_stops_on_ctrl_c() {
         rest.iter().any(|l| l.contains("draining")) && rest.iter().any(|l| l == "stopped"),
         "{rest:?}"
     );
+}
+
+/// A plain HTTP/1.1 GET of `url` (`http://host:port/path`): the whole response, head and body.
+async fn http_get(url: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").expect("an http URL");
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut conn = tokio::net::TcpStream::connect(host).await.unwrap();
+    conn.write_all(
+        format!("GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut out))
+        .await
+        .expect("the page answers")
+        .unwrap();
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Starts `omicos up` on free ports in `cwd`, with no model and no Python

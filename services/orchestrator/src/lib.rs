@@ -19,6 +19,7 @@ use hub::Hub;
 use llm::LlmBackend;
 use llm::retry::RetryPolicy;
 use omicos_proto::orchestrator_server::OrchestratorServer;
+use omicos_proto::orchestrator_web_server::OrchestratorWebServer;
 use omicos_servicekit::{Host, HostOptions, Shutdown};
 use omicos_sessionstore::SessionStore;
 use std::collections::HashMap;
@@ -167,15 +168,16 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
     let hub = Arc::new(Hub::new(store));
     let host = Host::new(HostOptions {
         name: "orchestrator",
-        services: vec!["omicos.v1.Orchestrator"],
+        services: vec!["omicos.v1.Orchestrator", "omicos.v1.OrchestratorWeb"],
     })
     .await;
-    let svc = service::OrchestratorService::new(engine, hub, shutdown.streams_token());
-    let router = host.router().add_service(
-        OrchestratorServer::new(svc)
-            .max_decoding_message_size(omicos_proto::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(omicos_proto::MAX_MESSAGE_BYTES),
-    );
+    let workspace = engine.config.workspace.clone();
+    let svc = Arc::new(service::OrchestratorService::new(
+        engine,
+        hub,
+        shutdown.streams_token(),
+    ));
+    let app = web_app(host.routes(), svc, workspace);
     // Ready once the tool-runner answers.
     let reporter = host.reporter();
     let sd = shutdown.clone();
@@ -185,12 +187,11 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
                 return;
             }
             if runner.list_tools(Default::default()).await.is_ok() {
-                reporter
-                    .set_service_status(
-                        "omicos.v1.Orchestrator",
-                        tonic_health::ServingStatus::Serving,
-                    )
-                    .await;
+                for name in ["omicos.v1.Orchestrator", "omicos.v1.OrchestratorWeb"] {
+                    reporter
+                        .set_service_status(name, tonic_health::ServingStatus::Serving)
+                        .await;
+                }
                 reporter
                     .set_service_status("", tonic_health::ServingStatus::Serving)
                     .await;
@@ -199,5 +200,72 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     });
-    host.serve(router, listener, shutdown).await
+    host.serve_http(app, listener, shutdown).await
+}
+
+/// One port for every client: the gRPC services (`routes`, Orchestrator and
+/// OrchestratorWeb) over HTTP/2, the same over gRPC-web (HTTP/1.1, what a
+/// browser speaks), and the web page with the workspace's output files as
+/// the fallback. tonic-web's layer wraps the gRPC routes only: it answers
+/// 400 to plain HTTP/1.1 requests, which the page's router must get. Same
+/// origin, so no CORS.
+fn web_app(
+    routes: tonic::service::Routes,
+    svc: Arc<service::OrchestratorService>,
+    workspace: std::path::PathBuf,
+) -> axum::Router {
+    let max = omicos_proto::MAX_MESSAGE_BYTES;
+    routes
+        .add_service(
+            OrchestratorServer::from_arc(svc.clone())
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
+        )
+        .add_service(
+            OrchestratorWebServer::from_arc(svc)
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
+        )
+        .into_axum_router()
+        .layer(tonic_web::GrpcWebLayer::new())
+        .fallback_service(page_or_unimplemented(omicos_webui::router(workspace)))
+}
+
+/// The page's router for browsers; a gRPC or gRPC-web call to a method no
+/// service has gets UNIMPLEMENTED, as from a plain tonic server, not an HTTP error.
+fn page_or_unimplemented(
+    page: axum::Router,
+) -> impl tower::Service<
+    axum::extract::Request,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = impl Send,
+> + Clone
++ Send
++ Sync
++ 'static {
+    tower::service_fn(move |req: axum::extract::Request| {
+        let page = page.clone();
+        async move {
+            let grpc = req
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .filter(|v| v.as_bytes().starts_with(b"application/grpc"))
+                .cloned();
+            let res = match grpc {
+                Some(content_type) => {
+                    let status = tonic::Status::unimplemented(format!(
+                        "no method {} on this server",
+                        req.uri().path()
+                    ));
+                    let mut res: axum::response::Response = status.into_http();
+                    res.headers_mut()
+                        .insert(http::header::CONTENT_TYPE, content_type);
+                    res
+                }
+                None => tower::ServiceExt::oneshot(page, req).await?,
+            };
+            Ok(res)
+        }
+    })
 }

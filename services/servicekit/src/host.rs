@@ -6,7 +6,14 @@ use std::net::SocketAddr;
 use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::service::Routes;
+use tonic::transport::Server;
 use tonic::transport::server::Router;
+
+/// Accepted connections (TCP_NODELAY set), as the tonic server takes them.
+type Incoming = std::pin::Pin<
+    Box<dyn tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> + Send>,
+>;
 use tonic_health::server::HealthReporter;
 
 /// Options for [`Host`].
@@ -46,6 +53,13 @@ impl Host {
 
     /// A tonic server builder with health and reflection already added.
     pub fn router(&self) -> Router {
+        self.server().add_routes(self.routes())
+    }
+
+    /// Health and reflection as [`Routes`], for a server that composes them
+    /// with more (the orchestrator adds gRPC-web and its page, then calls
+    /// [`Host::serve_http`]).
+    pub fn routes(&self) -> Routes {
         let v1 = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(omicos_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -56,8 +70,16 @@ impl Host {
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1alpha()
             .expect("embedded descriptor set is valid");
+        Routes::new(tonic_health::pb::health_server::HealthServer::new(
+            tonic_health::server::HealthService::from_health_reporter(self.reporter.clone()),
+        ))
+        .add_service(v1)
+        .add_service(v1alpha)
+    }
+
+    fn server(&self) -> Server {
         let service = self.opts.name;
-        tonic::transport::Server::builder()
+        Server::builder()
             .http2_keepalive_interval(Some(std::time::Duration::from_secs(20)))
             // A span per RPC, parented on the caller's trace context.
             .trace_fn(move |req| {
@@ -68,11 +90,6 @@ impl Host {
                 );
                 span
             })
-            .add_service(tonic_health::pb::health_server::HealthServer::new(
-                tonic_health::server::HealthService::from_health_reporter(self.reporter.clone()),
-            ))
-            .add_service(v1)
-            .add_service(v1alpha)
     }
 
     /// Marks every service SERVING.
@@ -93,6 +110,40 @@ impl Host {
         listener: TcpListener,
         shutdown: Shutdown,
     ) -> std::io::Result<()> {
+        self.run(listener, shutdown, |incoming, signal| async move {
+            router.serve_with_incoming_shutdown(incoming, signal).await
+        })
+        .await
+    }
+
+    /// Serves `app` (gRPC routes from [`Host::routes`] and plain HTTP routes
+    /// beside them) on `listener`, HTTP/1.1 and HTTP/2 on one port: what
+    /// gRPC-web from a browser needs. Health, drain and grace as [`Host::serve`].
+    pub async fn serve_http(
+        self,
+        app: axum::Router,
+        listener: TcpListener,
+        shutdown: Shutdown,
+    ) -> std::io::Result<()> {
+        let server = self.server().accept_http1(true);
+        self.run(listener, shutdown, |incoming, signal| async move {
+            server
+                .serve_with_incoming_shutdown(app, incoming, signal)
+                .await
+        })
+        .await
+    }
+
+    async fn run<F, Fut>(
+        self,
+        listener: TcpListener,
+        shutdown: Shutdown,
+        serve: F,
+    ) -> std::io::Result<()>
+    where
+        F: FnOnce(Incoming, futures::future::BoxFuture<'static, ()>) -> Fut,
+        Fut: std::future::Future<Output = Result<(), tonic::transport::Error>>,
+    {
         let addr: Option<SocketAddr> = listener.local_addr().ok();
         let reporter = self.reporter.clone();
         let services = self.opts.services.clone();
@@ -109,13 +160,13 @@ impl Host {
             tracing::info!(service = name, "draining");
         };
         // Without TCP_NODELAY every small gRPC message waits for Nagle + delayed ACK (~40 ms a hop).
-        let incoming = TcpListenerStream::new(listener).map(|conn| {
+        let incoming: Incoming = Box::pin(TcpListenerStream::new(listener).map(|conn| {
             conn.inspect(|s| {
                 let _ = s.set_nodelay(true);
             })
-        });
+        }));
         tracing::info!(service = name, ?addr, "serving");
-        let serve = router.serve_with_incoming_shutdown(incoming, signal);
+        let serve = serve(incoming, Box::pin(signal));
         tokio::pin!(serve);
         tokio::select! {
             r = &mut serve => r.map_err(std::io::Error::other),

@@ -468,6 +468,12 @@ impl RunningStack {
         }
     }
 
+    /// The web page's URL: the orchestrator serves it, and gRPC-web for it,
+    /// on its own port.
+    pub fn page_url(&self) -> String {
+        format!("{}/", self.orchestrator)
+    }
+
     /// The workspace path.
     pub fn workspace(&self) -> &Path {
         &self.workspace

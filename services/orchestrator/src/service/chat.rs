@@ -40,10 +40,10 @@ fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
 }
 
 /// A turn that has started: its session, its id, and the seq before its first event.
-struct Started {
-    state: Arc<SessionState>,
-    turn_id: String,
-    start_seq: u64,
+pub(super) struct Started {
+    pub(super) state: Arc<SessionState>,
+    pub(super) turn_id: String,
+    pub(super) start_seq: u64,
 }
 
 impl OrchestratorService {
@@ -131,8 +131,9 @@ impl OrchestratorService {
     }
 
     /// Decides whether the request may start a turn (session, team, lease)
-    /// and, when it may, starts it in the engine.
-    async fn start_turn(
+    /// and, when it may, starts it in the engine. Chat and
+    /// OrchestratorWeb/StartTurn both start turns here.
+    pub(super) async fn start_turn(
         &self,
         cr: ChatRequest,
         deadline: Option<tokio::time::Instant>,

@@ -3,7 +3,8 @@
 //! - [`chat`]: the Chat RPC and the start of a turn;
 //! - [`events`]: the event stream a client follows (Pump, Attach);
 //! - [`sessions`]: List/Get/Delete sessions, CancelTurn, ApproveTool;
-//! - [`catalog`]: ListAgents, RefreshCatalog, ListAgentTools.
+//! - [`catalog`]: ListAgents, RefreshCatalog, ListAgentTools;
+//! - [`web`]: the OrchestratorWeb service (StartTurn, GetClientConfig).
 //!
 //! The trait impl below only dispatches.
 
@@ -11,6 +12,7 @@ mod catalog;
 mod chat;
 mod events;
 mod sessions;
+mod web;
 
 use crate::engine::Engine;
 use crate::error::grpc;
