@@ -27,6 +27,7 @@ if command -v npm >/dev/null 2>&1; then
 else
   echo "==> npm not installed: ui-check SKIPPED (the committed page in services/webui/dist/ is not re-verified)"
 fi
+"$root/scripts/mcp-servers.sh"  # MCP reference servers + TS SDK client for services/mcp's tests
 status=0
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@" || status=$?

@@ -278,7 +278,7 @@ pub fn parse_agent(
         if t.is_empty() || toolsets.contains(&t) {
             continue;
         }
-        if omicos_toolkit::toolsets::group(&t).is_none() {
+        if !omicos_toolkit::toolsets::is_known(&t) {
             let line = frontmatter::line_of_key(text, "toolsets");
             warnings.push(format!(
                 "agent file {origin}:{line}: agent `{id}`: unknown toolset `{t}` skipped"

@@ -36,7 +36,31 @@ pub const TOOLSET_GROUPS: &[(&str, &[&str])] = &[
     ("python", &["run_python_code", "kernel_install"]),
     ("notebook", &["notebook__*"]),
     ("omicverse_lookup", &["registry_lookup"]),
+    // Every MCP server's tools; `mcp:<server>` (see `is_known`) is one server's.
+    ("mcp", &["mcp__*"]),
 ];
+
+/// The prefix of a per-server MCP toolset: `mcp:<server>` holds `mcp__<server>__*`.
+pub const MCP_SERVER_TOOLSET: &str = "mcp:";
+
+/// Whether `name` is a toolset: a group, or `mcp:<server>`.
+pub fn is_known(name: &str) -> bool {
+    group(name).is_some() || mcp_server(name).is_some()
+}
+
+fn mcp_server(name: &str) -> Option<&str> {
+    name.strip_prefix(MCP_SERVER_TOOLSET).filter(|s| !s.is_empty())
+}
+
+fn in_toolset(toolset: &str, tool: &str) -> bool {
+    if let Some(server) = mcp_server(toolset) {
+        return tool
+            .strip_prefix("mcp__")
+            .and_then(|rest| rest.strip_prefix(server))
+            .is_some_and(|rest| rest.starts_with("__"));
+    }
+    group(toolset).is_some_and(|g| g.iter().any(|p| matches(p, tool)))
+}
 
 /// The patterns of a toolset, or None when the name is unknown.
 pub fn group(name: &str) -> Option<&'static [&'static str]> {
@@ -56,11 +80,7 @@ pub fn matches(pattern: &str, tool: &str) -> bool {
 
 /// Whether `tool` is in any of `toolsets` (empty: every tool).
 pub fn in_toolsets(toolsets: &[String], tool: &str) -> bool {
-    toolsets.is_empty()
-        || toolsets
-            .iter()
-            .filter_map(|t| group(t))
-            .any(|g| g.iter().any(|p| matches(p, tool)))
+    toolsets.is_empty() || toolsets.iter().any(|t| in_toolset(t, tool))
 }
 
 #[cfg(test)]
@@ -75,5 +95,11 @@ mod tests {
         assert!(!in_toolsets(&ts, "shell"));
         assert!(in_toolsets(&[], "shell"));
         assert!(group("nope").is_none());
+        let mcp = vec!["mcp:fs".to_string()];
+        assert!(in_toolsets(&mcp, "mcp__fs__read_file"));
+        assert!(!in_toolsets(&mcp, "mcp__fsx__read_file"));
+        assert!(!in_toolsets(&mcp, "shell"));
+        assert!(in_toolsets(&["mcp".to_string()], "mcp__ev__echo"));
+        assert!(is_known("mcp:fs") && is_known("mcp") && !is_known("mcp:"));
     }
 }

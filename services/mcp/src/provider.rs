@@ -1,0 +1,274 @@
+//! The MCP servers of the config as one in-process [`Provider`] of the
+//! runner: tools `mcp__<server>__<tool>` with their risk, each call routed to
+//! the server's instance (one shared, or one per session), a dead instance
+//! restarted on the next call, and `tools/list_changed` re-listing the tools
+//! and telling the runner (`on_change`) so its catalog version moves.
+
+use crate::client::{CallFailure, Live};
+use crate::config::{McpConfig, ServerConfig};
+use crate::naming;
+use async_trait::async_trait;
+use omicos_proto::ToolSpec;
+use omicos_toolkit::{CallCtx, Provider, ToolError};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock, Weak};
+use tokio::sync::{Mutex, mpsc};
+
+/// Called when the tool list of a server changed.
+pub type OnChange = Arc<dyn Fn() + Send + Sync>;
+
+/// The provider name of every MCP tool.
+pub const PROVIDER: &str = "mcp";
+
+/// Session id used for the shared instance's key in messages.
+const SHARED: &str = "";
+
+struct Tools {
+    /// Qualified name → the server's own name.
+    by_name: HashMap<String, String>,
+    specs: Vec<ToolSpec>,
+}
+
+/// One configured server and its running instances.
+pub struct Server {
+    cfg: ServerConfig,
+    workspace: PathBuf,
+    tools: RwLock<Tools>,
+    /// The shared instance; for `per_session` servers, the one that lists tools.
+    shared: Mutex<Option<Arc<Live>>>,
+    sessions: Mutex<HashMap<String, Arc<Live>>>,
+    list_changed: mpsc::UnboundedSender<()>,
+    status: RwLock<Result<(), String>>,
+}
+
+impl Server {
+    /// The server's name.
+    pub fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    /// The last load error, if the server could not be loaded.
+    pub fn status(&self) -> Result<(), String> {
+        self.status.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn specs(&self) -> Vec<ToolSpec> {
+        self.tools.read().unwrap_or_else(|e| e.into_inner()).specs.clone()
+    }
+
+    fn own_name(&self, qualified: &str) -> Option<String> {
+        self.tools
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_name
+            .get(qualified)
+            .cloned()
+    }
+
+    /// Builds the tool index from `tools`, refusing collisions.
+    fn set_tools(&self, tools: &[rmcp::model::Tool]) -> Result<(), naming::Collision> {
+        let offered: Vec<&rmcp::model::Tool> = tools
+            .iter()
+            .filter(|t| !self.cfg.disabled_tools.iter().any(|d| d == t.name.as_ref()))
+            .collect();
+        let names = naming::qualify_all(&self.cfg.name, offered.iter().map(|t| t.name.as_ref()))?;
+        let mut by_name = HashMap::new();
+        let mut specs = Vec::new();
+        for (t, (own, q)) in offered.iter().zip(names) {
+            let hint = t.annotations.as_ref().and_then(|a| a.read_only_hint);
+            let risk = self.cfg.risk_of(&own, hint);
+            let description = t.description.as_deref().unwrap_or("").to_owned();
+            specs.push(
+                omicos_toolkit::tool(&q, &description, Value::Object((*t.input_schema).clone()))
+                    .risk(risk)
+                    .toolset(&format!("{}{}", omicos_toolkit::toolsets::MCP_SERVER_TOOLSET, self.cfg.name))
+                    .provider(PROVIDER)
+                    .build(),
+            );
+            by_name.insert(q, own);
+        }
+        *self.tools.write().unwrap_or_else(|e| e.into_inner()) = Tools { by_name, specs };
+        Ok(())
+    }
+
+    async fn start_live(&self) -> Result<Arc<Live>, String> {
+        Live::start(&self.cfg, &self.workspace, Some(self.list_changed.clone()))
+            .await
+            .map(Arc::new)
+    }
+
+    /// The instance for `session`: started, or restarted when it died.
+    async fn instance(&self, session: &str) -> Result<Arc<Live>, ToolError> {
+        if self.cfg.per_session {
+            let mut map = self.sessions.lock().await;
+            if let Some(l) = map.get(session).filter(|l| !l.is_closed()) {
+                return Ok(l.clone());
+            }
+            let live = self.start_live().await.map_err(ToolError::Unavailable)?;
+            map.insert(session.to_owned(), live.clone());
+            return Ok(live);
+        }
+        let mut slot = self.shared.lock().await;
+        if let Some(l) = slot.as_ref().filter(|l| !l.is_closed()) {
+            return Ok(l.clone());
+        }
+        if slot.is_some() {
+            tracing::warn!(server = %self.cfg.name, "MCP server is gone; restarting it");
+        }
+        let live = self.start_live().await.map_err(ToolError::Unavailable)?;
+        *slot = Some(live.clone());
+        Ok(live)
+    }
+
+    /// Drops `live` if it is still the instance for `session`.
+    async fn forget(&self, live: &Arc<Live>, session: &str) {
+        if self.cfg.per_session {
+            let mut map = self.sessions.lock().await;
+            if map.get(session).is_some_and(|l| Arc::ptr_eq(l, live)) {
+                map.remove(session);
+            }
+        } else {
+            let mut slot = self.shared.lock().await;
+            if slot.as_ref().is_some_and(|l| Arc::ptr_eq(l, live)) {
+                *slot = None;
+            }
+        }
+        live.shutdown();
+    }
+
+    async fn call(&self, qualified: &str, args: Value, ctx: CallCtx) -> Result<Value, ToolError> {
+        let own = self
+            .own_name(qualified)
+            .ok_or_else(|| ToolError::UnknownTool(qualified.to_owned()))?;
+        let session = if self.cfg.per_session { ctx.session_id.as_str() } else { SHARED };
+        let live = self.instance(session).await?;
+        match live.call(&own, args, ctx.events.clone(), ctx.cancel.clone()).await {
+            Ok(r) => crate::result::convert(r, &ctx),
+            Err(CallFailure::Dead(msg)) => {
+                self.forget(&live, session).await;
+                Err(ToolError::Failed(msg))
+            }
+            Err(CallFailure::Tool(e)) => Err(e),
+        }
+    }
+
+    /// Re-lists the tools from the listing instance; true when they changed.
+    async fn refresh(&self) -> Result<bool, String> {
+        let live = {
+            let slot = self.shared.lock().await;
+            slot.clone()
+        };
+        let Some(live) = live else { return Ok(false) };
+        let tools = live.list_tools().await?;
+        let before = self.specs();
+        self.set_tools(&tools).map_err(|e| e.to_string())?;
+        Ok(before != self.specs())
+    }
+}
+
+/// Every configured MCP server, as one provider.
+pub struct McpProvider {
+    servers: Vec<Arc<Server>>,
+}
+
+impl McpProvider {
+    /// Starts every server of `config` (in parallel, each within its startup
+    /// timeout) and lists its tools. A server that fails to start or whose
+    /// tool names collide is left out with its error (logged, and kept in
+    /// [`Server::status`]); the others serve. `on_change` is called when a
+    /// server's tool list changes.
+    pub async fn start(config: &McpConfig, workspace: &Path, on_change: OnChange) -> Arc<Self> {
+        let mut servers = Vec::new();
+        let mut receivers = Vec::new();
+        for cfg in &config.servers {
+            let (tx, rx) = mpsc::unbounded_channel();
+            servers.push(Arc::new(Server {
+                cfg: cfg.clone(),
+                workspace: workspace.to_owned(),
+                tools: RwLock::new(Tools { by_name: HashMap::new(), specs: Vec::new() }),
+                shared: Mutex::new(None),
+                sessions: Mutex::new(HashMap::new()),
+                list_changed: tx,
+                status: RwLock::new(Ok(())),
+            }));
+            receivers.push(rx);
+        }
+        futures::future::join_all(servers.iter().map(|s| load(s.clone()))).await;
+        for (s, rx) in servers.iter().zip(receivers) {
+            spawn_list_changed(Arc::downgrade(s), rx, on_change.clone());
+        }
+        Arc::new(Self { servers })
+    }
+
+    /// The servers, in config order.
+    pub fn servers(&self) -> &[Arc<Server>] {
+        &self.servers
+    }
+
+    /// Load errors, one line per server that is not serving.
+    pub fn errors(&self) -> Vec<String> {
+        self.servers.iter().filter_map(|s| s.status().err()).collect()
+    }
+
+    fn server_of(&self, qualified: &str) -> Option<&Arc<Server>> {
+        let rest = qualified.strip_prefix(naming::PREFIX)?;
+        self.servers.iter().find(|s| {
+            rest.strip_prefix(s.name()).is_some_and(|r| r.starts_with("__"))
+        })
+    }
+}
+
+async fn load(server: Arc<Server>) {
+    let result = async {
+        let live = server.start_live().await?;
+        if let Err(e) = server.set_tools(&live.tools) {
+            live.shutdown();
+            return Err(e.to_string());
+        }
+        *server.shared.lock().await = Some(live);
+        Ok(())
+    }
+    .await;
+    if let Err(e) = &result {
+        tracing::error!(server = %server.name(), error = %e, "MCP server not loaded");
+    }
+    *server.status.write().unwrap_or_else(|e| e.into_inner()) = result;
+}
+
+fn spawn_list_changed(server: Weak<Server>, mut rx: mpsc::UnboundedReceiver<()>, on_change: OnChange) {
+    tokio::spawn(async move {
+        while rx.recv().await.is_some() {
+            // Several notifications in a burst make one refresh.
+            while rx.try_recv().is_ok() {}
+            let Some(server) = server.upgrade() else { return };
+            match server.refresh().await {
+                Ok(true) => {
+                    tracing::info!(server = %server.name(), tools = server.specs().len(), "MCP tool list changed");
+                    on_change();
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(server = %server.name(), error = %e, "MCP tools/list after list_changed failed"),
+            }
+        }
+    });
+}
+
+#[async_trait]
+impl Provider for McpProvider {
+    fn name(&self) -> &str {
+        PROVIDER
+    }
+
+    fn tools(&self) -> Vec<ToolSpec> {
+        self.servers.iter().flat_map(|s| s.specs()).collect()
+    }
+
+    async fn call(&self, tool: &str, args: Value, ctx: CallCtx) -> Result<Value, ToolError> {
+        let server = self
+            .server_of(tool)
+            .ok_or_else(|| ToolError::UnknownTool(tool.to_owned()))?;
+        server.call(tool, args, ctx).await
+    }
+}

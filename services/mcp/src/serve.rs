@@ -1,0 +1,369 @@
+//! omicos as an MCP server: the runner's tools, each call through the same
+//! governed pipeline (`ToolBackend`, implemented by the runner's Pipeline),
+//! for any MCP client over stdio (`omicos mcp serve`) or streamable HTTP
+//! (`mcp.serve.listen`, `POST /mcp`).
+//!
+//! The permission mode comes from config. When the pipeline asks for an
+//! approval (auto mode), the client is asked with an MCP elicitation if it
+//! declared the capability; a client that cannot be asked gets a clear
+//! refusal as the tool's error.
+
+use crate::config::ServeConfig;
+use async_trait::async_trait;
+use omicos_proto::{
+    Decision, ExecuteApproval, ExecuteServerMessage, ExecuteStart, PermissionMode, Risk, ToolResult,
+    ToolSpec, ToolStatus, execute_server_message,
+};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
+    ElicitationAction, Implementation, InitializeResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, Tool, ToolAnnotations,
+};
+use rmcp::service::{ElicitationMode, RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// The text a client reads when a call needs an approval it cannot give.
+pub const NO_ELICITATION_REFUSAL: &str = "refused: this call needs the user's approval (permission mode auto), and this MCP client cannot be asked (it did not declare the `elicitation` capability). Ask the operator to allow the tool, or run the server with mcp.serve.permission_mode: full";
+
+/// How long an elicitation waits for the user.
+pub const ELICITATION_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What the bridge needs from the runner: the tools a mode allows, and one
+/// call through the whole pipeline (the ToolRunner/Execute contract, in process).
+#[async_trait]
+pub trait ToolBackend: Send + Sync + 'static {
+    /// The tools visible under `toolsets` (empty: all) and `mode`.
+    async fn list_tools(&self, toolsets: &[String], mode: PermissionMode) -> Result<Vec<ToolSpec>, String>;
+    /// Runs one call: events (progress, output, approval requests) go to
+    /// `events`, decisions come from `approvals`, `cancel` stops it.
+    async fn execute(
+        &self,
+        start: ExecuteStart,
+        events: mpsc::Sender<ExecuteServerMessage>,
+        approvals: mpsc::Receiver<ExecuteApproval>,
+        cancel: CancellationToken,
+    ) -> ToolResult;
+}
+
+/// The MCP server handler over a [`ToolBackend`]. One per MCP session.
+#[derive(Clone)]
+pub struct Bridge {
+    backend: Arc<dyn ToolBackend>,
+    mode: PermissionMode,
+    toolsets: Vec<String>,
+    session_id: String,
+    calls: Arc<AtomicU64>,
+}
+
+static SESSIONS: AtomicU64 = AtomicU64::new(1);
+
+impl Bridge {
+    /// A bridge for one MCP session (its omicos session id is `mcp-<pid>-<n>`).
+    pub fn new(backend: Arc<dyn ToolBackend>, cfg: &ServeConfig) -> Result<Self, String> {
+        let mode = PermissionMode::parse(&cfg.permission_mode)
+            .map_err(|e| format!("config key `mcp.serve.permission_mode`: {e}"))?
+            .or(PermissionMode::ReadOnly);
+        Ok(Self {
+            backend,
+            mode,
+            toolsets: cfg.toolsets.clone(),
+            session_id: format!(
+                "mcp-{}-{}",
+                std::process::id(),
+                SESSIONS.fetch_add(1, Ordering::Relaxed)
+            ),
+            calls: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// The permission mode of its calls.
+    pub fn mode(&self) -> PermissionMode {
+        self.mode
+    }
+}
+
+/// A runner tool spec as an MCP tool (read tools are annotated read-only).
+pub fn mcp_tool(spec: &ToolSpec) -> Tool {
+    let schema = match serde_json::from_str::<Value>(&spec.input_schema_json) {
+        Ok(Value::Object(m)) => m,
+        _ => json!({"type": "object"}).as_object().cloned().unwrap_or_default(),
+    };
+    let read = spec.risk == Risk::Read as i32;
+    Tool::new(spec.name.clone(), spec.description.clone(), Arc::new(schema))
+        .with_annotations(ToolAnnotations::new().read_only(read).destructive(!read))
+}
+
+async fn ask(
+    peer: &rmcp::Peer<RoleServer>,
+    req: &omicos_proto::ApprovalRequired,
+) -> Result<Decision, String> {
+    if !peer.supported_elicitation_modes().contains(&ElicitationMode::Form) {
+        return Err(NO_ELICITATION_REFUSAL.into());
+    }
+    let schema = serde_json::from_value(json!({
+        "type": "object",
+        "properties": {
+            "approve": {"type": "boolean", "title": "Run it", "description": "true runs this call once; false refuses it"}
+        },
+        "required": ["approve"]
+    }))
+    .map_err(|e| format!("cannot build the approval form: {e}"))?;
+    let params = ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: format!(
+            "omicos asks before running `{}` ({}): {}",
+            req.tool_name, req.reason, req.summary
+        ),
+        requested_schema: schema,
+    };
+    let r = peer
+        .create_elicitation_with_timeout(params, Some(ELICITATION_TIMEOUT))
+        .await
+        .map_err(|e| format!("refused: the approval request to the MCP client failed: {e}"))?;
+    let approved = r.action == ElicitationAction::Accept
+        && r.content.as_ref().and_then(|c| c.get("approve")).and_then(Value::as_bool) == Some(true);
+    Ok(if approved { Decision::AllowOnce } else { Decision::Deny })
+}
+
+impl ServerHandler for Bridge {
+    fn get_info(&self) -> InitializeResult {
+        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("omicos", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "omicos's tools (kernel, notebooks, files, memory, web fetch, ...), each call run through omicos's governed pipeline (permission mode, hooks, approvals).",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let specs = self
+            .backend
+            .list_tools(&self.toolsets, self.mode)
+            .await
+            .map_err(|e| ErrorData::internal_error(e, None))?;
+        Ok(ListToolsResult::with_all_items(specs.iter().map(mcp_tool).collect()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let n = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        let call_id = format!("{}-call-{n}", self.session_id);
+        let arguments = request
+            .arguments
+            .map(|m| Value::Object(m).to_string())
+            .unwrap_or_else(|| "{}".into());
+        let start = ExecuteStart {
+            call_id: call_id.clone(),
+            tool_name: request.name.to_string(),
+            arguments,
+            session_id: self.session_id.clone(),
+            agent_id: "mcp-client".into(),
+            permission_mode: self.mode as i32,
+            toolsets: self.toolsets.clone(),
+            execution_context_id: "root".into(),
+            ..Default::default()
+        };
+        let (ev_tx, mut ev_rx) = mpsc::channel(256);
+        let (ap_tx, ap_rx) = mpsc::channel(4);
+        // A client's notifications/cancelled cancels the call all the way down.
+        let cancel = context.ct.child_token();
+        let backend = self.backend.clone();
+        let c = cancel.clone();
+        let run = tokio::spawn(async move { backend.execute(start, ev_tx, ap_rx, c).await });
+        let token = context.meta.get_progress_token();
+        let mut refusal: Option<String> = None;
+        while let Some(msg) = ev_rx.recv().await {
+            match msg.msg {
+                Some(execute_server_message::Msg::Progress(p)) => {
+                    if let Some(t) = &token {
+                        let mut n = ProgressNotificationParam::new(t.clone(), p.current);
+                        if p.total > 0.0 {
+                            n = n.with_total(p.total);
+                        }
+                        if !p.message.is_empty() {
+                            n = n.with_message(p.message.clone());
+                        }
+                        let _ = context.peer.notify_progress(n).await;
+                    }
+                }
+                Some(execute_server_message::Msg::ApprovalRequired(req)) => {
+                    let decision = match ask(&context.peer, &req).await {
+                        Ok(d) => d,
+                        Err(msg) => {
+                            refusal = Some(msg);
+                            Decision::Deny
+                        }
+                    };
+                    let _ = ap_tx
+                        .send(ExecuteApproval { call_id: call_id.clone(), decision: decision as i32 })
+                        .await;
+                }
+                _ => {}
+            }
+        }
+        let result = run
+            .await
+            .map_err(|e| ErrorData::internal_error(format!("the call crashed: {e}"), None))?;
+        let ok = result.status == ToolStatus::Done as i32;
+        let text = match (ok, refusal) {
+            (false, Some(r)) => r,
+            _ => result.result,
+        };
+        let content = vec![ContentBlock::text(text)];
+        Ok(CallToolResponse::Complete(if ok {
+            CallToolResult::success(content)
+        } else {
+            CallToolResult::error(content)
+        }))
+    }
+}
+
+/// Serves `backend` over stdin/stdout until the client closes it.
+pub async fn serve_stdio(backend: Arc<dyn ToolBackend>, cfg: &ServeConfig) -> Result<(), String> {
+    use rmcp::ServiceExt;
+    let bridge = Bridge::new(backend, cfg)?;
+    let running = bridge
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| format!("MCP stdio session failed to start: {e}"))?;
+    running
+        .waiting()
+        .await
+        .map_err(|e| format!("MCP stdio session ended abnormally: {e}"))?;
+    Ok(())
+}
+
+/// The streamable-HTTP endpoint as an axum router (`/mcp`), one MCP session per client.
+pub fn http_router(
+    backend: Arc<dyn ToolBackend>,
+    cfg: &ServeConfig,
+    stop: CancellationToken,
+) -> Result<axum::Router, String> {
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    Bridge::new(backend.clone(), cfg)?;
+    let cfg2 = cfg.clone();
+    let mut config = StreamableHttpServerConfig::default();
+    config.cancellation_token = stop;
+    if !cfg.allowed_hosts.is_empty() {
+        config.allowed_hosts = cfg.allowed_hosts.clone();
+    }
+    let service = StreamableHttpService::new(
+        move || Bridge::new(backend.clone(), &cfg2).map_err(std::io::Error::other),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    Ok(axum::Router::new().nest_service("/mcp", service))
+}
+
+/// Serves the streamable-HTTP endpoint on `listener` until `stop`.
+pub async fn serve_http(
+    backend: Arc<dyn ToolBackend>,
+    cfg: &ServeConfig,
+    listener: tokio::net::TcpListener,
+    stop: CancellationToken,
+) -> Result<(), String> {
+    let router = http_router(backend, cfg, stop.clone())?;
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await
+        .map_err(|e| format!("MCP HTTP endpoint failed: {e}"))
+}
+
+/// A ToolRunner reached over gRPC as the backend: the same Execute stream
+/// the orchestrator uses (for `omicos mcp serve` next to a running stack).
+pub struct RunnerBackend {
+    client: omicos_proto::tool_runner_client::ToolRunnerClient<tonic::transport::Channel>,
+}
+
+impl RunnerBackend {
+    /// A lazily connected client of the runner at `url` (`http://host:port`).
+    pub fn new(url: &str) -> Result<Self, String> {
+        let channel = tonic::transport::Endpoint::from_shared(url.to_owned())
+            .map_err(|e| format!("bad runner URL `{url}`: {e}"))?
+            .tcp_nodelay(true)
+            .connect_lazy();
+        Ok(Self {
+            client: omicos_proto::tool_runner_client::ToolRunnerClient::new(channel)
+                .max_decoding_message_size(64 << 20)
+                .max_encoding_message_size(64 << 20),
+        })
+    }
+}
+
+#[async_trait]
+impl ToolBackend for RunnerBackend {
+    async fn list_tools(&self, toolsets: &[String], mode: PermissionMode) -> Result<Vec<ToolSpec>, String> {
+        let r = self
+            .client
+            .clone()
+            .list_tools(omicos_proto::ListToolsRequest {
+                toolsets: toolsets.to_vec(),
+                permission_mode: mode as i32,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| format!("the tool-runner did not list its tools: {}", e.message()))?;
+        Ok(r.into_inner().tools)
+    }
+
+    async fn execute(
+        &self,
+        start: ExecuteStart,
+        events: mpsc::Sender<ExecuteServerMessage>,
+        mut approvals: mpsc::Receiver<ExecuteApproval>,
+        cancel: CancellationToken,
+    ) -> ToolResult {
+        use omicos_proto::{ExecuteClientMessage, execute_client_message};
+        let call_id = start.call_id.clone();
+        let failed = |msg: String| ToolResult {
+            call_id: call_id.clone(),
+            status: ToolStatus::Error as i32,
+            result: msg,
+            ..Default::default()
+        };
+        let (tx, rx) = mpsc::channel::<ExecuteClientMessage>(8);
+        let _ = tx
+            .send(ExecuteClientMessage { msg: Some(execute_client_message::Msg::Start(start)) })
+            .await;
+        let mut inbound = match self
+            .client
+            .clone()
+            .execute(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+        {
+            Ok(r) => r.into_inner(),
+            Err(e) => return failed(format!("the tool-runner refused the call: {}", e.message())),
+        };
+        loop {
+            tokio::select! {
+                m = inbound.message() => match m {
+                    Ok(Some(ExecuteServerMessage { msg: Some(execute_server_message::Msg::Result(r)) })) => return r,
+                    Ok(Some(other)) => { let _ = events.send(other).await; }
+                    Ok(None) => return failed("the tool-runner closed the call without a result".into()),
+                    Err(e) => return failed(format!("the tool-runner failed the call: {}", e.message())),
+                },
+                Some(a) = approvals.recv() => {
+                    let _ = tx.send(ExecuteClientMessage { msg: Some(execute_client_message::Msg::Approval(a)) }).await;
+                }
+                _ = cancel.cancelled() => {
+                    let _ = tx.send(ExecuteClientMessage { msg: Some(execute_client_message::Msg::Cancel(Default::default())) }).await;
+                    return failed("cancelled".into());
+                }
+            }
+        }
+    }
+}
