@@ -238,6 +238,11 @@ fn k8s_is_replicated_and_providers_register_through_the_runner_service() {
     runner_service(&host, port, true);
     assert!(get(&orch_env, "OMICOS_STORE_URL").starts_with("postgres://"), "orchestrators must share PostgreSQL");
 
+    let runner_env = k.env("tool-runner", s(runner, "spec.template.spec.containers.0").unwrap());
+    assert!(
+        get(&runner_env, "OMICOS_REGISTRY_STORE_URL").starts_with("postgres://"),
+        "runner replicas must share the registry through PostgreSQL, or a provider is known to one replica only"
+    );
     let hpa = k.of_kind("HorizontalPodAutoscaler").find(|h| {
         text(h, "spec.scaleTargetRef.name") == text(runner, "metadata.name")
     });
@@ -332,6 +337,9 @@ fn compose_is_as_complete_as_the_cluster_manifests() {
             );
             let (adv_host, _) = host_port(get(&env, "OMICOS_ADVERTISE"));
             assert_eq!(&adv_host, name, "compose {name}: advertises another service's name");
+        }
+        if bin == "omicos-tool-runner" {
+            assert!(get(&env, "OMICOS_REGISTRY_STORE_URL").starts_with("postgres://"), "compose {name}: the registry is not shared");
         }
         if bin == "omicos-orchestrator" {
             assert!(get(&env, "OMICOS_STORE_URL").starts_with("postgres://"));
