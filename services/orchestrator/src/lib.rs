@@ -155,7 +155,11 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
         backends,
     } = parts;
     std::fs::create_dir_all(config.workspace.join(".omicos"))?;
-    let runner = runner_client::Runner::new(&config.tool_runner).map_err(std::io::Error::other)?;
+    // Every RPC but health and reflection (unless configured) needs a credential.
+    let gate: Arc<dyn omicos_auth::Gate> =
+        Arc::new(omicos_auth::ClientAuth::new(&config.auth).map_err(std::io::Error::other)?);
+    let (open_health, open_reflection) = (config.auth.open_health, config.auth.open_reflection);
+    let runner = runner_client::Runner::with_secret(&config.tool_runner, &config.service_secret).map_err(std::io::Error::other)?;
     let engine = Arc::new(Engine {
         trajectories: trajectory::Trajectories::new(&config.workspace),
         runner: runner.clone(),
@@ -171,11 +175,13 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
     })
     .await;
     let svc = service::OrchestratorService::new(engine, hub, shutdown.streams_token());
-    let router = host.router().add_service(
-        OrchestratorServer::new(svc)
-            .max_decoding_message_size(omicos_proto::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(omicos_proto::MAX_MESSAGE_BYTES),
-    );
+    let router = omicos_auth::guarded_router(&host, gate.clone(), open_health, open_reflection)
+        .add_service(omicos_auth::Guard::new(
+            OrchestratorServer::new(svc)
+                .max_decoding_message_size(omicos_proto::MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(omicos_proto::MAX_MESSAGE_BYTES),
+            gate,
+        ));
     // Ready once the tool-runner answers.
     let reporter = host.reporter();
     let sd = shutdown.clone();

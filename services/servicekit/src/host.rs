@@ -46,16 +46,19 @@ impl Host {
 
     /// A tonic server builder with health and reflection already added.
     pub fn router(&self) -> Router {
-        let v1 = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(omicos_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1()
-            .expect("embedded descriptor set is valid");
-        let v1alpha = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(omicos_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        let v1 = reflection().build_v1().expect("embedded descriptor set is valid");
+        let v1alpha = reflection()
             .build_v1alpha()
             .expect("embedded descriptor set is valid");
+        self.server_builder()
+            .add_service(self.health())
+            .add_service(v1)
+            .add_service(v1alpha)
+    }
+
+    /// The server builder [`Host::router`] starts from (keepalive, a span per
+    /// RPC), for a router that puts health or reflection behind a guard.
+    pub fn server_builder(&self) -> tonic::transport::Server {
         let service = self.opts.name;
         tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(std::time::Duration::from_secs(20)))
@@ -68,11 +71,15 @@ impl Host {
                 );
                 span
             })
-            .add_service(tonic_health::pb::health_server::HealthServer::new(
-                tonic_health::server::HealthService::from_health_reporter(self.reporter.clone()),
-            ))
-            .add_service(v1)
-            .add_service(v1alpha)
+    }
+
+    /// The health service, fed by this host's reporter.
+    pub fn health(
+        &self,
+    ) -> tonic_health::pb::health_server::HealthServer<tonic_health::server::HealthService> {
+        tonic_health::pb::health_server::HealthServer::new(
+            tonic_health::server::HealthService::from_health_reporter(self.reporter.clone()),
+        )
     }
 
     /// Marks every service SERVING.
@@ -125,6 +132,14 @@ impl Host {
             }
         }
     }
+}
+
+/// A reflection builder over the omicos and health descriptors: `.build_v1()`
+/// and `.build_v1alpha()` give the two services [`Host::router`] adds.
+pub fn reflection() -> tonic_reflection::server::Builder<'static> {
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(omicos_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
 }
 
 async fn set_all(
