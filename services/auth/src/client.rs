@@ -46,7 +46,11 @@ impl ClientAuth {
                 digest,
                 principal: Principal {
                     subject: k.principal.clone(),
-                    tenant: if k.tenant.is_empty() { DEFAULT_TENANT.into() } else { k.tenant.clone() },
+                    tenant: if k.tenant.is_empty() {
+                        DEFAULT_TENANT.into()
+                    } else {
+                        k.tenant.clone()
+                    },
                     tier: k.tier.clone(),
                     max_mode: parse_mode(&k.max_mode)?,
                     via: Via::ApiKey,
@@ -67,10 +71,14 @@ impl ClientAuth {
             })
         };
         if cfg.enabled && keys.is_empty() && jwt.is_none() {
-            tracing::warn!("auth is on and no API key or JWKS is configured: every call is refused");
+            tracing::warn!(
+                "auth is on and no API key or JWKS is configured: every call is refused"
+            );
         }
         if !cfg.enabled {
-            tracing::warn!("auth is OFF: anyone who reaches this port acts as the anonymous principal with any mode");
+            tracing::warn!(
+                "auth is OFF: anyone who reaches this port acts as the anonymous principal with any mode"
+            );
         }
         Ok(Self {
             enabled: cfg.enabled,
@@ -135,7 +143,10 @@ impl ClientAuth {
 
 /// The token of `Bearer <token>` (the scheme in any case).
 fn bearer(v: Option<&str>) -> Result<&str, AuthError> {
-    let v = v.map(str::trim).filter(|v| !v.is_empty()).ok_or(AuthError::Missing)?;
+    let v = v
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .ok_or(AuthError::Missing)?;
     let (scheme, token) = v
         .split_once(' ')
         .ok_or_else(|| AuthError::Invalid("expected `Bearer <token>`".into()))?;
@@ -152,14 +163,23 @@ fn looks_like_jwt(t: &str) -> bool {
 impl JwtVerifier {
     async fn verify(&self, token: &str) -> Result<(Principal, Instant), AuthError> {
         use jsonwebtoken::{Validation, decode, decode_header, errors::ErrorKind};
-        let header = decode_header(token).map_err(|e| AuthError::Invalid(format!("not a JWT: {e}")))?;
+        let header =
+            decode_header(token).map_err(|e| AuthError::Invalid(format!("not a JWT: {e}")))?;
         let kid = header
             .kid
             .as_deref()
             .ok_or_else(|| AuthError::Invalid("the JWT names no key (kid)".into()))?;
-        if matches!(header.alg, jsonwebtoken::Algorithm::HS256 | jsonwebtoken::Algorithm::HS384 | jsonwebtoken::Algorithm::HS512) {
+        if matches!(
+            header.alg,
+            jsonwebtoken::Algorithm::HS256
+                | jsonwebtoken::Algorithm::HS384
+                | jsonwebtoken::Algorithm::HS512
+        ) {
             // A JWKS holds public keys: a shared-secret signature is never one of its.
-            return Err(AuthError::Invalid(format!("the JWT is signed with {:?}, not a public-key algorithm", header.alg)));
+            return Err(AuthError::Invalid(format!(
+                "the JWT is signed with {:?}, not a public-key algorithm",
+                header.alg
+            )));
         }
         let key = self.jwks.key(kid, header.alg).await?;
         let mut v = Validation::new(header.alg);
@@ -167,18 +187,27 @@ impl JwtVerifier {
         v.set_audience(&[&self.cfg.audience]);
         v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         v.leeway = self.cfg.leeway.as_secs();
-        let data = decode::<serde_json::Map<String, serde_json::Value>>(token, &key, &v).map_err(
-            |e| match e.kind() {
-                ErrorKind::ExpiredSignature => AuthError::Invalid("the JWT has expired".into()),
-                ErrorKind::InvalidIssuer => AuthError::Invalid("the JWT's issuer is not trusted".into()),
-                ErrorKind::InvalidAudience => AuthError::Invalid("the JWT is for another audience".into()),
-                ErrorKind::InvalidSignature => AuthError::Invalid("the JWT's signature does not verify".into()),
-                _ => AuthError::Invalid(format!("the JWT does not verify: {e}")),
-            },
-        )?;
+        let data =
+            decode::<serde_json::Map<String, serde_json::Value>>(token, &key, &v).map_err(|e| {
+                match e.kind() {
+                    ErrorKind::ExpiredSignature => AuthError::Invalid("the JWT has expired".into()),
+                    ErrorKind::InvalidIssuer => {
+                        AuthError::Invalid("the JWT's issuer is not trusted".into())
+                    }
+                    ErrorKind::InvalidAudience => {
+                        AuthError::Invalid("the JWT is for another audience".into())
+                    }
+                    ErrorKind::InvalidSignature => {
+                        AuthError::Invalid("the JWT's signature does not verify".into())
+                    }
+                    _ => AuthError::Invalid(format!("the JWT does not verify: {e}")),
+                }
+            })?;
         let c = data.claims;
         let text = |name: &str| c.get(name).and_then(|v| v.as_str()).map(str::to_owned);
-        let subject = text("sub").filter(|s| !s.is_empty()).ok_or_else(|| AuthError::Invalid("the JWT has no subject".into()))?;
+        let subject = text("sub")
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| AuthError::Invalid("the JWT has no subject".into()))?;
         let tenant = match text(&self.cfg.tenant_claim).filter(|t| !t.is_empty()) {
             Some(t) => t,
             None if !self.cfg.default_tenant.is_empty() => self.cfg.default_tenant.clone(),
@@ -190,7 +219,9 @@ impl JwtVerifier {
             }
         };
         let max_mode = match text(&self.cfg.max_mode_claim) {
-            Some(m) => parse_mode(&m).map_err(|e| AuthError::Denied(format!("claim `{}`: {e}", self.cfg.max_mode_claim)))?,
+            Some(m) => parse_mode(&m).map_err(|e| {
+                AuthError::Denied(format!("claim `{}`: {e}", self.cfg.max_mode_claim))
+            })?,
             None => self.default_max_mode,
         };
         let exp = c.get("exp").and_then(|v| v.as_u64()).unwrap_or(0);

@@ -124,19 +124,33 @@ impl ClientAuthConfig {
                 ));
             }
             if k.principal.trim().is_empty() {
-                return Err(ConfigError::key(at("principal"), "names nobody: give the key's owner"));
+                return Err(ConfigError::key(
+                    at("principal"),
+                    "names nobody: give the key's owner",
+                ));
             }
             parse_mode(&k.max_mode).map_err(|e| ConfigError::key(at("max_mode"), e))?;
         }
         if !self.jwt.jwks_url.is_empty() {
-            if !self.jwt.jwks_url.starts_with("http://") && !self.jwt.jwks_url.starts_with("https://") {
-                return Err(ConfigError::key(key("jwt.jwks_url"), "is not an http(s) URL"));
+            if !self.jwt.jwks_url.starts_with("http://")
+                && !self.jwt.jwks_url.starts_with("https://")
+            {
+                return Err(ConfigError::key(
+                    key("jwt.jwks_url"),
+                    "is not an http(s) URL",
+                ));
             }
             if self.jwt.issuer.is_empty() {
-                return Err(ConfigError::key(key("jwt.issuer"), "is required with jwt.jwks_url"));
+                return Err(ConfigError::key(
+                    key("jwt.issuer"),
+                    "is required with jwt.jwks_url",
+                ));
             }
             if self.jwt.audience.is_empty() {
-                return Err(ConfigError::key(key("jwt.audience"), "is required with jwt.jwks_url"));
+                return Err(ConfigError::key(
+                    key("jwt.audience"),
+                    "is required with jwt.jwks_url",
+                ));
             }
             parse_mode(&self.jwt.default_max_mode)
                 .map_err(|e| ConfigError::key(key("jwt.default_max_mode"), e))?;

@@ -1,10 +1,10 @@
 //! The client side: metadata every call on a channel carries.
 
+use crate::Principal;
 use crate::service::{
-    MAX_MODE_HEADER, ROLE_HEADER, SECRET_HEADER, ServiceRole, SUBJECT_HEADER, TENANT_HEADER,
+    MAX_MODE_HEADER, ROLE_HEADER, SECRET_HEADER, SUBJECT_HEADER, ServiceRole, TENANT_HEADER,
     TIER_HEADER,
 };
-use crate::Principal;
 use tonic::metadata::{AsciiMetadataValue, MetadataKey};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
@@ -25,7 +25,9 @@ pub struct Credentials {
 pub struct BadCredential(String);
 
 fn value(v: &str) -> Result<AsciiMetadataValue, BadCredential> {
-    let mut m: AsciiMetadataValue = v.parse().map_err(|_| BadCredential("not visible ASCII".into()))?;
+    let mut m: AsciiMetadataValue = v
+        .parse()
+        .map_err(|_| BadCredential("not visible ASCII".into()))?;
     m.set_sensitive(true);
     Ok(m)
 }
@@ -52,7 +54,8 @@ impl Credentials {
     pub fn service(secret: &str, role: ServiceRole) -> Result<Self, BadCredential> {
         let mut c = Self::default();
         if !secret.is_empty() {
-            c.headers.push((MetadataKey::from_static(SECRET_HEADER), value(secret)?));
+            c.headers
+                .push((MetadataKey::from_static(SECRET_HEADER), value(secret)?));
             c.headers.push((
                 MetadataKey::from_static(ROLE_HEADER),
                 AsciiMetadataValue::from_static(role.as_str()),

@@ -33,7 +33,9 @@ pub trait Gate: Send + Sync + 'static {
 #[async_trait::async_trait]
 impl Gate for ClientAuth {
     async fn admit(&self, path: &str, headers: &http::HeaderMap) -> Result<Admitted, AuthError> {
-        let auth = headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let auth = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
         match self.authenticate(auth).await {
             Ok(p) => Ok(Admitted::Principal(p)),
             Err(e) => {
@@ -55,7 +57,9 @@ impl ServiceGate {
     /// A gate over `auth`; `rules` pair a method-path prefix with the roles it allows.
     pub fn new(auth: ServiceAuth, rules: Vec<(&'static str, &'static [ServiceRole])>) -> Self {
         if !auth.required() {
-            tracing::warn!("no service secret is configured (service_secret / OMICOS_SERVICE_SECRET): this service trusts any caller");
+            tracing::warn!(
+                "no service secret is configured (service_secret / OMICOS_SERVICE_SECRET): this service trusts any caller"
+            );
         }
         Self { auth, rules }
     }
@@ -73,7 +77,11 @@ impl Gate for ServiceGate {
         {
             let e = AuthError::Denied(format!(
                 "{path} takes calls only from {}",
-                roles.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ")
+                roles
+                    .iter()
+                    .map(|r| r.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
             tracing::warn!(path, role = ?caller.role, "service call refused: wrong role");
             return Err(e);

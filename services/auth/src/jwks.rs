@@ -60,7 +60,9 @@ impl Jwks {
         let k = self.keys.read().await;
         match k.by_kid.get(kid) {
             Some(found) => check_alg(found, alg),
-            None => Err(AuthError::Invalid(format!("the JWT's key `{kid}` is not in the issuer's JWKS"))),
+            None => Err(AuthError::Invalid(format!(
+                "the JWT's key `{kid}` is not in the issuer's JWKS"
+            ))),
         }
     }
 
@@ -74,7 +76,10 @@ impl Jwks {
             return if k.fetched.is_some() {
                 Ok(())
             } else {
-                Err(AuthError::Unavailable(format!("the JWKS at {} could not be fetched", self.url)))
+                Err(AuthError::Unavailable(format!(
+                    "the JWKS at {} could not be fetched",
+                    self.url
+                )))
             };
         }
         *last = Some(Instant::now());
@@ -85,11 +90,16 @@ impl Jwks {
         .await
         .map_err(|e| {
             tracing::warn!(url = %self.url, error = %e, "cannot fetch the JWKS");
-            AuthError::Unavailable(format!("the JWKS at {} could not be fetched: {e}", self.url))
+            AuthError::Unavailable(format!(
+                "the JWKS at {} could not be fetched: {e}",
+                self.url
+            ))
         })?;
         let mut by_kid = HashMap::new();
         for jwk in &set.keys {
-            let Some(kid) = jwk.common.key_id.clone() else { continue };
+            let Some(kid) = jwk.common.key_id.clone() else {
+                continue;
+            };
             match DecodingKey::from_jwk(jwk) {
                 Ok(k) => {
                     let alg = jwk

@@ -96,8 +96,7 @@ impl Principal {
 /// without one reached a service that was built without its guard: that is
 /// refused rather than guessed.
 pub fn of<T>(req: &tonic::Request<T>) -> Result<Principal, tonic::Status> {
-    req.extensions()
-        .get::<Principal>()
-        .cloned()
-        .ok_or_else(|| tonic::Status::unauthenticated("no principal: this service is not behind its guard"))
+    req.extensions().get::<Principal>().cloned().ok_or_else(|| {
+        tonic::Status::unauthenticated("no principal: this service is not behind its guard")
+    })
 }

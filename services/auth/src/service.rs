@@ -102,7 +102,9 @@ pub struct ServiceAuth {
 
 impl std::fmt::Debug for ServiceAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServiceAuth").field("required", &self.required()).finish()
+        f.debug_struct("ServiceAuth")
+            .field("required", &self.required())
+            .finish()
     }
 }
 
@@ -137,7 +139,12 @@ impl ServiceAuth {
         if !bool::from(got.ct_eq(want)) {
             return Err(AuthError::Invalid("wrong service secret".into()));
         }
-        let text = |h: &str| headers.get(h).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let text = |h: &str| {
+            headers
+                .get(h)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
         let role = text(ROLE_HEADER).as_deref().and_then(ServiceRole::parse);
         let principal = match (role, text(TENANT_HEADER), text(SUBJECT_HEADER)) {
             (Some(ServiceRole::Orchestrator), Some(tenant), Some(subject)) => Some(Principal {

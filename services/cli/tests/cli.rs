@@ -526,13 +526,21 @@ async fn up_prints_its_urls_serves_offline_and_stops_on_ctrl_c() {
     let (mut child, mut lines, printed) = start_up(ws.path(), &repo_root()).await;
     // `omicos up` made the workspace's token (0600) and said where it is.
     let token_file = ws.path().canonicalize().unwrap().join(".omicos/token");
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&token_file).unwrap().permissions());
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&token_file).unwrap().permissions(),
+    );
     assert_eq!(mode & 0o777, 0o600, "the token is the owner's only");
     assert!(
-        printed.iter().any(|l| l.contains(&token_file.display().to_string())),
+        printed
+            .iter()
+            .any(|l| l.contains(&token_file.display().to_string())),
         "{printed:?}"
     );
-    let (code, _, err) = run_piped(&["chat", "--server", &printed_url(&printed), "--mode", "full"], "hello").await;
+    let (code, _, err) = run_piped(
+        &["chat", "--server", &printed_url(&printed), "--mode", "full"],
+        "hello",
+    )
+    .await;
     assert_ne!(code, 0, "no token, no chat");
     assert!(err.contains("Unauthenticated"), "{err}");
     set_token(std::fs::read_to_string(&token_file).unwrap().trim());

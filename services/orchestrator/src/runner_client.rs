@@ -3,6 +3,7 @@
 
 use crate::error::{OrchestratorError, RunnerStatus};
 use crate::hub::SessionState;
+use omicos_auth::AuthedChannel;
 use omicos_proto::{
     ChatEvent, Decision, ExecuteApproval, ExecuteCancel, ExecuteClientMessage, ExecuteStart,
     ListToolsRequest, ToolApprovalRequest, ToolApprovalResolved, ToolOutputChunkEvent,
@@ -12,7 +13,6 @@ use omicos_proto::{
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use omicos_auth::AuthedChannel;
 
 /// A client of the tool-runner.
 #[derive(Clone)]
@@ -52,8 +52,9 @@ impl Runner {
 
     /// A lazily connected client whose calls carry the service secret (role orchestrator).
     pub fn with_secret(endpoint: &str, secret: &str) -> Result<Self, OrchestratorError> {
-        let creds = omicos_auth::Credentials::service(secret, omicos_auth::ServiceRole::Orchestrator)
-            .map_err(|e| OrchestratorError::config("service_secret", e.to_string()))?;
+        let creds =
+            omicos_auth::Credentials::service(secret, omicos_auth::ServiceRole::Orchestrator)
+                .map_err(|e| OrchestratorError::config("service_secret", e.to_string()))?;
         let ch = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
             .map_err(|source| OrchestratorError::RunnerEndpoint {
                 endpoint: endpoint.to_owned(),
