@@ -3,10 +3,12 @@
 
 pub mod fake_llm;
 pub mod flaky_store;
+pub mod idp;
 pub mod stack;
 
 pub use fake_llm::{FakeLlm, Reply};
 pub use flaky_store::{FlakyStore, Op};
 pub use stack::{
-    ChatHandle, Stack, StackOptions, assert_gap_free, done_reason, events_text, finished_calls,
+    ChatHandle, Client, Stack, StackOptions, TEST_TOKEN, api_key, assert_gap_free, client_at,
+    client_with, done_reason, events_text, finished_calls,
 };

@@ -15,6 +15,43 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
+/// The bearer token every test stack accepts (principal `tester`, tenant
+/// `default`, any mode); [`Stack::client`] sends it.
+pub const TEST_TOKEN: &str = "omicos-e2e-test-token";
+
+/// A client of a test stack's orchestrator, sending a credential.
+pub type Client = OrchestratorClient<omicos_auth::AuthedChannel>;
+
+/// A client of the orchestrator at `url` that sends `token` (empty: none).
+pub async fn client_with(url: &str, token: &str) -> Client {
+    let ch = Channel::from_shared(url.to_owned())
+        .expect("orchestrator URL")
+        .connect()
+        .await
+        .expect("connect orchestrator");
+    OrchestratorClient::new(
+        omicos_auth::Credentials::bearer(token)
+            .expect("token")
+            .channel(ch),
+    )
+}
+
+/// A client of the orchestrator at `url` with [`TEST_TOKEN`].
+pub async fn client_at(url: &str) -> Client {
+    client_with(url, TEST_TOKEN).await
+}
+
+/// An API key entry for `token`.
+pub fn api_key(token: &str, principal: &str, tenant: &str, max_mode: &str) -> omicos_auth::ApiKeyConfig {
+    omicos_auth::ApiKeyConfig {
+        sha256: omicos_auth::sha256_hex(token),
+        principal: principal.into(),
+        tenant: tenant.into(),
+        tier: String::new(),
+        max_mode: max_mode.into(),
+    }
+}
+
 /// A change to the orchestrator's config before it starts.
 pub type ConfigTweak = Box<dyn FnOnce(&mut Config) + Send>;
 
@@ -128,6 +165,7 @@ impl Stack {
         cfg.llm.retry_base_delay = Duration::from_millis(20);
         cfg.llm.retry_max_delay = Duration::from_millis(200);
         cfg.llm.idle_timeout = Duration::from_secs(5);
+        cfg.auth.api_keys.push(api_key(TEST_TOKEN, "tester", "default", "full"));
         if let Some(t) = opts.tweak {
             t(&mut cfg);
         }
@@ -191,7 +229,10 @@ impl Stack {
                 .connect()
                 .await
             {
-                let mut h = tonic_health::pb::health_client::HealthClient::new(ch);
+                // With the token: a stack may close health too.
+                let mut h = tonic_health::pb::health_client::HealthClient::new(
+                    omicos_auth::Credentials::bearer(TEST_TOKEN).unwrap().channel(ch),
+                );
                 if let Ok(r) = h
                     .check(tonic_health::pb::HealthCheckRequest {
                         service: String::new(),
@@ -209,10 +250,8 @@ impl Stack {
     }
 
     /// A client of the orchestrator.
-    pub async fn client(&self) -> OrchestratorClient<Channel> {
-        OrchestratorClient::connect(self.orchestrator.clone())
-            .await
-            .expect("connect orchestrator")
+    pub async fn client(&self) -> Client {
+        client_at(&self.orchestrator).await
     }
 
     /// Opens a Chat with `req`.
@@ -267,7 +306,7 @@ pub struct ChatHandle {
 impl ChatHandle {
     /// Opens a Chat.
     pub async fn open(
-        client: OrchestratorClient<Channel>,
+        client: Client,
         req: ChatRequest,
     ) -> Result<Self, tonic::Status> {
         Self::open_with(client, req, None).await
@@ -275,7 +314,7 @@ impl ChatHandle {
 
     /// Opens a Chat, with a deadline on the call when given.
     pub async fn open_with(
-        mut client: OrchestratorClient<Channel>,
+        mut client: Client,
         req: ChatRequest,
         deadline: Option<Duration>,
     ) -> Result<Self, tonic::Status> {

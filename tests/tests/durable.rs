@@ -6,7 +6,6 @@ use omicos_e2e::stack::{ChatHandle, assert_gap_free, done_reason};
 use omicos_e2e::{FakeLlm, Reply, Stack, StackOptions, events_text};
 use omicos_proto::{
     AttachRequest, ChatRequest, ListSessionsRequest, chat_event,
-    orchestrator_client::OrchestratorClient,
 };
 use std::time::Duration;
 
@@ -20,7 +19,7 @@ fn req(session: &str, message: &str) -> ChatRequest {
 }
 
 async fn attach_all(url: &str, session: &str, since: u64) -> Vec<omicos_proto::ChatEvent> {
-    let mut c = OrchestratorClient::connect(url.to_owned()).await.unwrap();
+    let mut c = omicos_e2e::client_at(url).await;
     let mut s = c
         .attach(AttachRequest {
             session_id: session.into(),
@@ -142,7 +141,7 @@ async fn two_replicas_on_postgres_one_turn_at_a_time() {
     let first = a.next().await.unwrap();
     let session = first.session_id.clone();
     // The second replica refuses a second turn on the busy session.
-    let client_b = OrchestratorClient::connect(replica.clone()).await.unwrap();
+    let client_b = omicos_e2e::client_at(&replica).await;
     let busy = ChatHandle::open(client_b.clone(), req(&session, "me too"))
         .await
         .err()

@@ -50,13 +50,17 @@ impl Decoder for Raw {
     }
 }
 
-async fn raw_client(url: &str) -> tonic::client::Grpc<Channel> {
+async fn raw_client(url: &str) -> tonic::client::Grpc<omicos_auth::AuthedChannel> {
     let ch = Channel::from_shared(url.to_owned())
         .unwrap()
         .connect()
         .await
         .expect("connect");
-    let mut g = tonic::client::Grpc::new(ch);
+    let mut g = tonic::client::Grpc::new(
+        omicos_auth::Credentials::bearer(omicos_e2e::TEST_TOKEN)
+            .unwrap()
+            .channel(ch),
+    );
     g.ready().await.expect("ready");
     g
 }

@@ -6,7 +6,7 @@
 use crate::error::CliError;
 use crate::render::{Renderer, View};
 use crate::style::Style;
-use crate::turn::{Approver, Interrupts, TurnError, TurnResult, connect, run_turn};
+use crate::turn::{Approver, Interrupts, TurnError, TurnResult, run_turn};
 use omicos_proto::ToolStatus;
 use omicos_proto::{ChatRequest, Decision, chat_event::Kind};
 use serde_json::Value;
@@ -164,7 +164,11 @@ pub async fn run(opts: DemoOptions) -> Result<DemoReport, CliError> {
     println!();
 
     let result = async {
-        let mut client = connect(&stack.orchestrator).await?;
+        let mut client = crate::turn::connect_with(
+            &stack.orchestrator,
+            stack.token.as_deref().unwrap_or_default(),
+        )
+        .await?;
         let mut r = Renderer::new(View::Human);
         let mut ints = Interrupts::install();
         println!("{} {DEMO_PROMPT}", st.bold("you>"));

@@ -21,6 +21,17 @@ struct Cli {
         default_value = "http://127.0.0.1:7000"
     )]
     server: String,
+    /// The bearer token (default: the first of --token-file that exists).
+    #[arg(long, global = true, env = "OMICOS_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Where `omicos up` keeps the token (`<workspace>/.omicos/token`).
+    #[arg(
+        long,
+        global = true,
+        env = "OMICOS_TOKEN_FILE",
+        default_value = "omicos-workspace/.omicos/token"
+    )]
+    token_file: PathBuf,
     #[command(subcommand)]
     command: Command,
 }
@@ -38,6 +49,9 @@ enum Command {
         /// Orchestrator port; the others follow (+1 tool-runner, +2 kernel, +3 web, +4 memory). 0: ephemeral ports.
         #[arg(long, default_value = "7000", value_parser = commands::parse_port_base)]
         port_base: u16,
+        /// Let anyone who reaches the ports in, without a token (prints a warning).
+        #[arg(long)]
+        no_auth: bool,
     },
     /// Chat with the agents: a REPL on a terminal; with piped stdin, one turn that prints the answer.
     Chat {
@@ -158,16 +172,19 @@ async fn main() -> ExitCode {
     let _telemetry = omicos_servicekit::telemetry::init("omicos", level);
     let st = Style::for_stdout();
     let server = cli.server;
+    turn::set_token(turn::find_token(cli.token.as_deref(), &[cli.token_file]));
     match cli.command {
         Command::Up {
             workspace,
             config,
             port_base,
+            no_auth,
         } => {
             up::run(up::UpArgs {
                 workspace,
                 config,
                 port_base,
+                no_auth,
             })
             .await
         }

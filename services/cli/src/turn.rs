@@ -13,14 +13,46 @@ use omicos_proto::{
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
-/// A client of the orchestrator.
-pub type Client = OrchestratorClient<Channel>;
+/// A client of the orchestrator; its calls carry the bearer token.
+pub type Client = OrchestratorClient<omicos_auth::AuthedChannel>;
 
-/// Connects to the orchestrator at `url`, with a message that says what to do
-/// when nothing answers there.
+/// The token `connect` sends, once found ([`set_token`], or [`find_token`]).
+static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets the token every later [`connect`] sends (empty: none).
+pub fn set_token(token: String) {
+    let _ = TOKEN.set(token);
+}
+
+/// The token to send: `OMICOS_TOKEN`, else the first of `files` that holds one
+/// (`<workspace>/.omicos/token` of `omicos up`), else none.
+pub fn find_token(explicit: Option<&str>, files: &[std::path::PathBuf]) -> String {
+    if let Some(t) = explicit.map(str::trim).filter(|t| !t.is_empty()) {
+        return t.to_owned();
+    }
+    for f in files {
+        if let Ok(t) = std::fs::read_to_string(f)
+            && !t.trim().is_empty()
+        {
+            return t.trim().to_owned();
+        }
+    }
+    String::new()
+}
+
+/// Connects to the orchestrator at `url` with the token [`set_token`] gave.
 pub async fn connect(url: &str) -> Result<Client, CliError> {
+    let token = TOKEN.get().cloned().unwrap_or_default();
+    connect_with(url, &token).await
+}
+
+/// Connects to the orchestrator at `url`, sending `token` (empty: none), with
+/// a message that says what to do when nothing answers there.
+pub async fn connect_with(url: &str, token: &str) -> Result<Client, CliError> {
+    let creds = omicos_auth::Credentials::bearer(token)
+        .map_err(|e| CliError::Usage(format!("the token: {e}")))?;
     let ep = Endpoint::from_shared(url.to_owned())
         .map_err(|e| CliError::Usage(format!("`{url}` is not a valid server URL: {e}")))?
         .connect_timeout(Duration::from_secs(5));
@@ -30,7 +62,7 @@ pub async fn connect(url: &str) -> Result<Client, CliError> {
             error_chain(&e)
         ))
     })?;
-    Ok(OrchestratorClient::new(ch))
+    Ok(OrchestratorClient::new(creds.channel(ch)))
 }
 
 /// An error and its sources on one line.
@@ -51,6 +83,12 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 /// A gRPC status as a short sentence.
 pub fn status_text(s: &tonic::Status) -> String {
     let msg = s.message();
+    if s.code() == tonic::Code::Unauthenticated {
+        return format!(
+            "{msg} (Unauthenticated): pass the token `omicos up` printed with --token or OMICOS_TOKEN, \
+             or --token-file <workspace>/.omicos/token"
+        );
+    }
     if msg.is_empty() {
         format!("{:?}", s.code())
     } else {

@@ -15,6 +15,8 @@ pub struct UpArgs {
     pub config: Option<PathBuf>,
     /// First port (0: ephemeral ports).
     pub port_base: u16,
+    /// No token required (`--no-auth`).
+    pub no_auth: bool,
 }
 
 /// Runs the stack until Ctrl-C or SIGTERM.
@@ -23,6 +25,7 @@ pub async fn run(args: UpArgs) -> ExitCode {
     let mut opts = omicos_stack::UpOptions::new(&args.workspace);
     opts.config_file = args.config;
     opts.port_base = args.port_base;
+    opts.auth = !args.no_auth;
     let stack = match omicos_stack::up(opts).await {
         Ok(s) => s,
         Err(e) => return CliError::from(e).report("up"),
@@ -59,6 +62,27 @@ pub async fn run(args: UpArgs) -> ExitCode {
     }
     // The orchestrator serves the page on its own port (works offline on the replay backend).
     println!("  {:<13} {}", "page", st.bold(&stack.page_url()));
+    match &stack.token {
+        Some(_) => {
+            let file = omicos_auth::token::path(&stack.workspace);
+            let made = if stack.token_created { " (made now)" } else { "" };
+            println!("  token         {}{made}", file.display());
+            println!(
+                "{}",
+                st.dim(&format!(
+                    "  every call needs it: omicos chat reads it by itself from omicos-workspace/ (else --token-file {0}); \
+                     grpcurl -H \"authorization: Bearer $(cat {0})\" …",
+                    file.display()
+                ))
+            );
+        }
+        None => println!(
+            "{}",
+            st.yellow(
+                "  --no-auth: NO credential is checked; anyone who reaches these ports acts as you, with any mode"
+            )
+        ),
+    }
     let hint = if args.port_base == 7000 {
         "talk to it: omicos chat · Ctrl-C stops".to_owned()
     } else {

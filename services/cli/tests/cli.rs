@@ -12,6 +12,19 @@ use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_omicos");
 
+/// The token of the stack this test started (each test is its own process
+/// under nextest); every `omicos` child gets it as OMICOS_TOKEN, as a user
+/// would export it.
+static TOKEN: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+fn set_token(t: &str) {
+    *TOKEN.lock().unwrap() = t.to_owned();
+}
+
+fn token() -> String {
+    TOKEN.lock().unwrap().clone()
+}
+
 /// The repository root (where `.venv` lives).
 fn repo_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -43,6 +56,7 @@ impl Stack {
             ("OMICOS_LLM_RETRY_BASE_MS".into(), "20".into()),
         ];
         let stack = omicos_stack::up(o).await.expect("stack up");
+        set_token(stack.token.as_deref().expect("the stack makes a token"));
         let url = stack.orchestrator.clone();
         Stack {
             stack: Some(stack),
@@ -66,6 +80,7 @@ async fn run_piped(args: &[&str], stdin: &str) -> (i32, String, String) {
         let mut child = Command::new(BIN)
             .args(&args)
             .env("NO_COLOR", "1")
+            .env("OMICOS_TOKEN", token())
             .env_remove("OMICOS_SERVER")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -100,6 +115,7 @@ fn spawn_chat_on(term: &str, args: &[&str]) -> Session {
     cmd.arg("chat")
         .args(args)
         .env("NO_COLOR", "1")
+        .env("OMICOS_TOKEN", token())
         .env("TERM", term);
     let mut s = Session::spawn(cmd).expect("spawn in a pty");
     s.set_expect_timeout(Some(Duration::from_secs(20)));
@@ -451,6 +467,7 @@ async fn a_dropped_stream_is_reattached_without_losing_or_repeating_events() {
     let mut child = tokio::process::Command::new(BIN)
         .args(["chat", "--json", "--server", &proxy.url])
         .env("NO_COLOR", "1")
+        .env("OMICOS_TOKEN", token())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -507,6 +524,26 @@ async fn up_prints_its_urls_serves_offline_and_stops_on_ctrl_c() {
     // From the repository root, as the README says, with no interpreter
     // configured: the kernels find the root's .venv by themselves.
     let (mut child, mut lines, printed) = start_up(ws.path(), &repo_root()).await;
+    // `omicos up` made the workspace's token (0600) and said where it is.
+    let token_file = ws.path().canonicalize().unwrap().join(".omicos/token");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&token_file).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, "the token is the owner's only");
+    assert!(
+        printed
+            .iter()
+            .any(|l| l.contains(&token_file.display().to_string())),
+        "{printed:?}"
+    );
+    let (code, _, err) = run_piped(
+        &["chat", "--server", &printed_url(&printed), "--mode", "full"],
+        "hello",
+    )
+    .await;
+    assert_ne!(code, 0, "no token, no chat");
+    assert!(err.contains("Unauthenticated"), "{err}");
+    set_token(std::fs::read_to_string(&token_file).unwrap().trim());
     let url = printed
         .iter()
         .find_map(|l| l.trim().strip_prefix("orchestrator"))
@@ -593,6 +630,14 @@ async fn http_get(url: &str) -> String {
         .expect("the page answers")
         .unwrap();
     String::from_utf8_lossy(&out).into_owned()
+}
+
+fn printed_url(printed: &[String]) -> String {
+    printed
+        .iter()
+        .find_map(|l| l.trim().strip_prefix("orchestrator"))
+        .map(|u| u.trim().to_owned())
+        .unwrap_or_else(|| panic!("no orchestrator URL in {printed:?}"))
 }
 
 /// Starts `omicos up` on free ports in `cwd`, with no model and no Python
@@ -775,6 +820,7 @@ async fn repl_shows_kernel_progress_as_a_progress_bar() {
         ),
     ];
     let stack = omicos_stack::up(o).await.expect("stack up");
+    set_token(stack.token.as_deref().expect("the stack makes a token"));
     let url = stack.orchestrator.clone();
     let code = tokio::task::spawn_blocking(move || {
         // A real terminal type: indicatif hides bars on a dumb one.

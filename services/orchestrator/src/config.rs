@@ -43,6 +43,11 @@ pub struct Config {
     /// How long a turn lease lasts without renewal (replicas); at least 5 s.
     #[serde(with = "duration")]
     pub turn_lease: Duration,
+    /// Client authentication: API keys, JWTs (see docs/configuration.md, `auth`).
+    pub auth: omicos_auth::ClientAuthConfig,
+    /// The secret every part of this deployment sends to the others
+    /// (`OMICOS_SERVICE_SECRET`); empty: calls to the runner carry none.
+    pub service_secret: String,
 }
 
 impl Default for Config {
@@ -61,6 +66,8 @@ impl Default for Config {
             skill_roots: String::new(),
             shutdown_grace: Duration::from_secs(10),
             turn_lease: Duration::from_secs(60),
+            auth: omicos_auth::ClientAuthConfig::default(),
+            service_secret: String::new(),
         }
     }
 }
@@ -195,6 +202,7 @@ impl ServiceConfig for Config {
                 format!("`{}` is not an http(s) URL", self.tool_runner),
             ));
         }
+        self.auth.validate("auth")?;
         if !matches!(
             self.tier.as_str(),
             "community" | "pro_agent" | "pro_cloud" | "lab" | "enterprise"

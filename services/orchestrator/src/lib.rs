@@ -156,7 +156,12 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
         backends,
     } = parts;
     std::fs::create_dir_all(config.workspace.join(".omicos"))?;
-    let runner = runner_client::Runner::new(&config.tool_runner).map_err(std::io::Error::other)?;
+    // Every RPC but health and reflection (unless configured) needs a credential.
+    let gate: Arc<dyn omicos_auth::Gate> =
+        Arc::new(omicos_auth::ClientAuth::new(&config.auth).map_err(std::io::Error::other)?);
+    let (open_health, open_reflection) = (config.auth.open_health, config.auth.open_reflection);
+    let runner = runner_client::Runner::with_secret(&config.tool_runner, &config.service_secret)
+        .map_err(std::io::Error::other)?;
     let engine = Arc::new(Engine {
         trajectories: trajectory::Trajectories::new(&config.workspace),
         runner: runner.clone(),
@@ -177,7 +182,8 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
         hub,
         shutdown.streams_token(),
     ));
-    let app = web_app(host.routes(), svc, workspace);
+    let routes = omicos_auth::guarded_routes(&host, gate.clone(), open_health, open_reflection);
+    let app = web_app(routes, svc, workspace, gate);
     // Ready once the tool-runner answers.
     let reporter = host.reporter();
     let sd = shutdown.clone();
@@ -213,19 +219,22 @@ fn web_app(
     routes: tonic::service::Routes,
     svc: Arc<service::OrchestratorService>,
     workspace: std::path::PathBuf,
+    gate: Arc<dyn omicos_auth::Gate>,
 ) -> axum::Router {
     let max = omicos_proto::MAX_MESSAGE_BYTES;
     routes
-        .add_service(
+        .add_service(omicos_auth::Guard::new(
             OrchestratorServer::from_arc(svc.clone())
                 .max_decoding_message_size(max)
                 .max_encoding_message_size(max),
-        )
-        .add_service(
+            gate.clone(),
+        ))
+        .add_service(omicos_auth::Guard::new(
             OrchestratorWebServer::from_arc(svc)
                 .max_decoding_message_size(max)
                 .max_encoding_message_size(max),
-        )
+            gate,
+        ))
         .into_axum_router()
         .layer(tonic_web::GrpcWebLayer::new())
         .fallback_service(page_or_unimplemented(omicos_webui::router(workspace)))

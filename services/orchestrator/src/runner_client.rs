@@ -3,6 +3,7 @@
 
 use crate::error::{OrchestratorError, RunnerStatus};
 use crate::hub::SessionState;
+use omicos_auth::AuthedChannel;
 use omicos_proto::{
     ChatEvent, Decision, ExecuteApproval, ExecuteCancel, ExecuteClientMessage, ExecuteStart,
     ListToolsRequest, ToolApprovalRequest, ToolApprovalResolved, ToolOutputChunkEvent,
@@ -12,12 +13,11 @@ use omicos_proto::{
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Channel;
 
 /// A client of the tool-runner.
 #[derive(Clone)]
 pub struct Runner {
-    client: ToolRunnerClient<Channel>,
+    client: ToolRunnerClient<AuthedChannel>,
 }
 
 /// What the event builder needs to tag events.
@@ -45,8 +45,16 @@ impl EventTag {
 }
 
 impl Runner {
-    /// A lazily connected client.
+    /// A lazily connected client whose calls carry no service secret.
     pub fn new(endpoint: &str) -> Result<Self, OrchestratorError> {
+        Self::with_secret(endpoint, "")
+    }
+
+    /// A lazily connected client whose calls carry the service secret (role orchestrator).
+    pub fn with_secret(endpoint: &str, secret: &str) -> Result<Self, OrchestratorError> {
+        let creds =
+            omicos_auth::Credentials::service(secret, omicos_auth::ServiceRole::Orchestrator)
+                .map_err(|e| OrchestratorError::config("service_secret", e.to_string()))?;
         let ch = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
             .map_err(|source| OrchestratorError::RunnerEndpoint {
                 endpoint: endpoint.to_owned(),
@@ -56,7 +64,7 @@ impl Runner {
             .tcp_nodelay(true)
             .connect_lazy();
         Ok(Self {
-            client: ToolRunnerClient::new(ch)
+            client: ToolRunnerClient::new(creds.channel(ch))
                 .max_decoding_message_size(omicos_proto::MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(omicos_proto::MAX_MESSAGE_BYTES),
         })

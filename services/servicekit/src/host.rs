@@ -53,31 +53,23 @@ impl Host {
 
     /// A tonic server builder with health and reflection already added.
     pub fn router(&self) -> Router {
-        self.server().add_routes(self.routes())
+        self.server_builder().add_routes(self.routes())
     }
 
     /// Health and reflection as [`Routes`], for a server that composes them
     /// with more (the orchestrator adds gRPC-web and its page, then calls
     /// [`Host::serve_http`]).
     pub fn routes(&self) -> Routes {
-        let v1 = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(omicos_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1()
-            .expect("embedded descriptor set is valid");
-        let v1alpha = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(omicos_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        let v1 = reflection().build_v1().expect("embedded descriptor set is valid");
+        let v1alpha = reflection()
             .build_v1alpha()
             .expect("embedded descriptor set is valid");
-        Routes::new(tonic_health::pb::health_server::HealthServer::new(
-            tonic_health::server::HealthService::from_health_reporter(self.reporter.clone()),
-        ))
-        .add_service(v1)
-        .add_service(v1alpha)
+        Routes::new(self.health()).add_service(v1).add_service(v1alpha)
     }
 
-    fn server(&self) -> Server {
+    /// The server builder every router starts from (keepalive, a span per
+    /// RPC), for a router that puts health or reflection behind a guard.
+    pub fn server_builder(&self) -> Server {
         let service = self.opts.name;
         Server::builder()
             .http2_keepalive_interval(Some(std::time::Duration::from_secs(20)))
@@ -90,6 +82,15 @@ impl Host {
                 );
                 span
             })
+    }
+
+    /// The health service, fed by this host's reporter.
+    pub fn health(
+        &self,
+    ) -> tonic_health::pb::health_server::HealthServer<tonic_health::server::HealthService> {
+        tonic_health::pb::health_server::HealthServer::new(
+            tonic_health::server::HealthService::from_health_reporter(self.reporter.clone()),
+        )
     }
 
     /// Marks every service SERVING.
@@ -125,7 +126,7 @@ impl Host {
         listener: TcpListener,
         shutdown: Shutdown,
     ) -> std::io::Result<()> {
-        let server = self.server().accept_http1(true);
+        let server = self.server_builder().accept_http1(true);
         self.run(listener, shutdown, |incoming, signal| async move {
             server
                 .serve_with_incoming_shutdown(app, incoming, signal)
@@ -176,6 +177,14 @@ impl Host {
             }
         }
     }
+}
+
+/// A reflection builder over the omicos and health descriptors: `.build_v1()`
+/// and `.build_v1alpha()` give the two services [`Host::router`] adds.
+pub fn reflection() -> tonic_reflection::server::Builder<'static> {
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(omicos_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
 }
 
 async fn set_all(

@@ -42,6 +42,12 @@ pub struct SessionMeta {
     pub created_ms: i64,
     /// Unix ms.
     pub last_active_ms: i64,
+    /// The tenant of the principal that created it; fixed at creation
+    /// (`put_session` never changes it). Sessions from before ownership: `default`.
+    pub tenant: String,
+    /// The subject of the principal that created it; fixed at creation.
+    /// Sessions from before ownership: `local`, the laptop's principal.
+    pub subject: String,
 }
 
 /// A store failure.
@@ -68,6 +74,20 @@ pub trait SessionStore: Send + Sync + 'static {
     async fn get_session(&self, id: &str) -> StoreResult<Option<SessionMeta>>;
     /// Sessions, most recently active first.
     async fn list_sessions(&self, limit: usize) -> StoreResult<Vec<SessionMeta>>;
+    /// The sessions of one owner (tenant and subject), most recently active first.
+    /// The default filters [`SessionStore::list_sessions`] (a store with many
+    /// owners should answer it with an index, as the SQL store does).
+    async fn list_sessions_of(
+        &self,
+        tenant: &str,
+        subject: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<SessionMeta>> {
+        let mut v = self.list_sessions(usize::MAX).await?;
+        v.retain(|m| m.tenant == tenant && m.subject == subject);
+        v.truncate(limit);
+        Ok(v)
+    }
     /// Deletes a session with its messages and events. False if it did not exist.
     async fn delete_session(&self, id: &str) -> StoreResult<bool>;
     /// Appends messages (OpenAI chat shape) and bumps last_active.

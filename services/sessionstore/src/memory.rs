@@ -31,7 +31,14 @@ impl MemoryStore {
 impl SessionStore for MemoryStore {
     async fn put_session(&self, meta: &SessionMeta) -> StoreResult<()> {
         let mut s = self.sessions.lock().unwrap();
-        s.entry(meta.id.clone()).or_default().meta = meta.clone();
+        let e = s.entry(meta.id.clone()).or_default();
+        // The owner is the creator's for good.
+        let owner = (!e.meta.id.is_empty()).then(|| (e.meta.tenant.clone(), e.meta.subject.clone()));
+        e.meta = meta.clone();
+        if let Some((tenant, subject)) = owner {
+            e.meta.tenant = tenant;
+            e.meta.subject = subject;
+        }
         Ok(())
     }
     async fn get_session(&self, id: &str) -> StoreResult<Option<SessionMeta>> {

@@ -67,6 +67,8 @@ macro_rules! meta_from_row {
             })?,
             created_ms: row.try_get("created_ms")?,
             last_active_ms: row.try_get("last_active_ms")?,
+            tenant: row.try_get("tenant")?,
+            subject: row.try_get("subject")?,
         }
     }};
 }
@@ -129,9 +131,24 @@ CREATE TABLE session_leases (
 );
 "#;
 
+/// v2: each session belongs to the tenant and subject that created it;
+/// sessions from before belong to the laptop's principal (`default`, `local`).
+const SCHEMA_V2_OWNER: &str = r#"
+ALTER TABLE sessions ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+ALTER TABLE sessions ADD COLUMN subject TEXT NOT NULL DEFAULT 'local';
+CREATE INDEX sessions_owner ON sessions(tenant, subject, last_active_ms);
+"#;
+
 /// Schema steps in order; index + 1 is the version.
-const SQLITE_MIGRATIONS: &[&str] = &[SQLITE_SCHEMA_V1];
-const PG_MIGRATIONS: &[&str] = &[PG_SCHEMA_V1];
+const SQLITE_MIGRATIONS: &[&str] = &[SQLITE_SCHEMA_V1, SCHEMA_V2_OWNER];
+const PG_MIGRATIONS: &[&str] = &[PG_SCHEMA_V1, SCHEMA_V2_OWNER];
+
+/// The columns `meta_from_row!` reads.
+macro_rules! meta_columns {
+    () => {
+        "id, title, agent, team_members, created_ms, last_active_ms, tenant, subject"
+    };
+}
 
 /// A [`SessionStore`] on SQLite or PostgreSQL. Cheap to clone (a pool inside).
 #[derive(Clone, Debug)]
@@ -226,8 +243,9 @@ impl SessionStore for SqlStore {
         let team = serde_json::to_string(&meta.team_members).unwrap_or_else(|_| "[]".into());
         on_db!(&self.db, p => {
             sqlx::query(
-                "INSERT INTO sessions (id, title, agent, team_members, created_ms, last_active_ms) \
-                 VALUES ($1, $2, $3, $4, $5, $6) \
+                // The owner columns are written once, at creation.
+                "INSERT INTO sessions (id, title, agent, team_members, created_ms, last_active_ms, tenant, subject) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
                  ON CONFLICT (id) DO UPDATE SET title = excluded.title, agent = excluded.agent, \
                  team_members = excluded.team_members, created_ms = excluded.created_ms, \
                  last_active_ms = excluded.last_active_ms",
@@ -238,6 +256,8 @@ impl SessionStore for SqlStore {
             .bind(&team)
             .bind(meta.created_ms)
             .bind(meta.last_active_ms)
+            .bind(&meta.tenant)
+            .bind(&meta.subject)
             .execute(p)
             .await?;
         });
@@ -246,7 +266,7 @@ impl SessionStore for SqlStore {
 
     async fn get_session(&self, id: &str) -> StoreResult<Option<SessionMeta>> {
         on_db!(&self.db, p => {
-            let row = sqlx::query("SELECT id, title, agent, team_members, created_ms, last_active_ms FROM sessions WHERE id = $1")
+            let row = sqlx::query(concat!("SELECT ", meta_columns!(), " FROM sessions WHERE id = $1"))
                 .bind(id)
                 .fetch_optional(p)
                 .await?;
@@ -260,10 +280,38 @@ impl SessionStore for SqlStore {
     async fn list_sessions(&self, limit: usize) -> StoreResult<Vec<SessionMeta>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         on_db!(&self.db, p => {
-            let rows = sqlx::query(
-                "SELECT id, title, agent, team_members, created_ms, last_active_ms FROM sessions \
-                 ORDER BY last_active_ms DESC, id LIMIT $1",
-            )
+            let rows = sqlx::query(concat!(
+                "SELECT ",
+                meta_columns!(),
+                " FROM sessions ORDER BY last_active_ms DESC, id LIMIT $1"
+            ))
+            .bind(limit)
+            .fetch_all(p)
+            .await?;
+            let mut out = Vec::with_capacity(rows.len());
+            for r in &rows {
+                out.push(meta_from_row!(r));
+            }
+            Ok(out)
+        })
+    }
+
+    async fn list_sessions_of(
+        &self,
+        tenant: &str,
+        subject: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<SessionMeta>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        on_db!(&self.db, p => {
+            let rows = sqlx::query(concat!(
+                "SELECT ",
+                meta_columns!(),
+                " FROM sessions WHERE tenant = $1 AND subject = $2 \
+                 ORDER BY last_active_ms DESC, id LIMIT $3"
+            ))
+            .bind(tenant)
+            .bind(subject)
             .bind(limit)
             .fetch_all(p)
             .await?;

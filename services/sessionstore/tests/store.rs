@@ -15,6 +15,8 @@ fn meta(id: &str, last_active_ms: i64) -> SessionMeta {
         team_members: vec!["analyst".into(), "coder".into()],
         created_ms: 1_000,
         last_active_ms,
+        tenant: "default".into(),
+        subject: "local".into(),
     }
 }
 

@@ -10,7 +10,7 @@
 use omicos_servicekit::config::whole_secs_u32;
 use omicos_servicekit::config::{Value, load_config_value};
 use omicos_servicekit::{ConfigError, ServiceConfig, Shutdown};
-use omicos_toolkit::{Provider, ProviderHosting, serve_provider};
+use omicos_toolkit::{Provider, ProviderHosting, serve_provider_with};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -105,6 +105,10 @@ pub struct UpOptions {
     pub memory: bool,
     /// Start the image_gen provider (it explains how to configure itself when unconfigured).
     pub image_gen: bool,
+    /// Require a credential at the orchestrator: the workspace's token
+    /// (`<workspace>/.omicos/token`, made at first start) and any key the
+    /// config names. false (`omicos up --no-auth`): anyone who reaches the port is let in.
+    pub auth: bool,
 }
 
 impl UpOptions {
@@ -121,6 +125,7 @@ impl UpOptions {
             web: true,
             memory: true,
             image_gen: true,
+            auth: true,
         }
     }
 }
@@ -139,6 +144,12 @@ pub struct RunningStack {
     pub shutdown: Shutdown,
     /// Which LLM backend the orchestrator uses by default.
     pub llm_backend: String,
+    /// The workspace's token, when auth is on.
+    pub token: Option<String>,
+    /// The secret the stack's services require of each other.
+    pub service_secret: String,
+    /// Whether the token file was made by this start.
+    pub token_created: bool,
     /// The interpreter the kernels use, and the rule that chose it (None
     /// without the kernel provider).
     pub kernel_python: Option<omicos_kernel::Interpreter>,
@@ -245,6 +256,23 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, StackError> {
         ocfg.llm.backend = "replay".into();
         ocfg.llm.replay_file = p.display().to_string();
     }
+    // A laptop is not an exception: the workspace's token is the local principal's key.
+    let (token, token_created) = if opts.auth {
+        let p = omicos_auth::token::path(&workspace);
+        let (t, created) = omicos_auth::token::ensure(&workspace).map_err(ws_err(&p))?;
+        ocfg.auth.enabled = true;
+        ocfg.auth.api_keys.push(omicos_auth::ApiKeyConfig {
+            sha256: omicos_auth::sha256_hex(&t),
+            principal: omicos_auth::config::LOCAL_SUBJECT.into(),
+            tenant: omicos_auth::config::DEFAULT_TENANT.into(),
+            tier: String::new(),
+            max_mode: "full".into(),
+        });
+        (Some(t), created)
+    } else {
+        ocfg.auth.enabled = false;
+        (None, false)
+    };
     ocfg.validate().map_err(|e| e.in_section("orchestrator"))?;
     let (agents, warnings) = omicos_orchestrator::agents::CatalogAgents::load(&ocfg)
         .map_err(|e| StackError::start("orchestrator", e))?;
@@ -260,6 +288,16 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, StackError> {
         load_config_value(section(&file, "tool_runner"), env, "tool_runner")?;
     rcfg.workspace = workspace.clone();
     rcfg.listen = runner_l.local_addr().map_err(StackError::Bind)?.to_string();
+    // One service secret for the whole stack: the configured one, else a new one per start.
+    if rcfg.service_secret.is_empty() {
+        rcfg.service_secret = if ocfg.service_secret.is_empty() {
+            omicos_auth::token::generate()
+        } else {
+            ocfg.service_secret.clone()
+        };
+    }
+    let service_secret = rcfg.service_secret.clone();
+    ocfg.service_secret = service_secret.clone();
     rcfg.validate().map_err(|e| e.in_section("tool_runner"))?;
     let pdf_cfg: omicos_pdf::Config = load_config_value(section(&file, "pdf"), env, "pdf")?;
     let local: Vec<Arc<dyn Provider>> = vec![
@@ -298,7 +336,8 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, StackError> {
         kernel_python = Some(p.kernels().interpreter(&workspace));
         kernel = Some(p.clone());
         let (h, sd) = (hosting(whole_secs_u32(kcfg.registry_ttl)), shutdown.clone());
-        tasks.spawn(async move { ("kernel", serve_provider(p, l, h, sd).await) });
+        let secret = service_secret.clone();
+        tasks.spawn(async move { ("kernel", serve_provider_with(p, l, h, &secret, sd).await) });
     }
     if opts.web {
         let wcfg: omicos_web::Config = load_config_value(section(&file, "web"), env, "web")?;
@@ -313,7 +352,8 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, StackError> {
             .map_err(|e| StackError::start("web", e))?,
         );
         let (h, sd) = (hosting(whole_secs_u32(wcfg.registry_ttl)), shutdown.clone());
-        tasks.spawn(async move { ("web", serve_provider(p, l, h, sd).await) });
+        let secret = service_secret.clone();
+        tasks.spawn(async move { ("web", serve_provider_with(p, l, h, &secret, sd).await) });
     }
     if opts.memory {
         let mut mcfg: omicos_memory::Config =
@@ -327,7 +367,8 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, StackError> {
         endpoints.push(("memory", url(&l)));
         let p = Arc::new(omicos_memory::MemoryProvider::new(store));
         let (h, sd) = (hosting(whole_secs_u32(mcfg.registry_ttl)), shutdown.clone());
-        tasks.spawn(async move { ("memory", serve_provider(p, l, h, sd).await) });
+        let secret = service_secret.clone();
+        tasks.spawn(async move { ("memory", serve_provider_with(p, l, h, &secret, sd).await) });
     }
 
     if opts.image_gen {
@@ -340,7 +381,8 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, StackError> {
                 .map_err(|e| StackError::start("image_gen", e.to_string()))?,
         );
         let (h, sd) = (hosting(whole_secs_u32(icfg.registry_ttl)), shutdown.clone());
-        tasks.spawn(async move { ("image_gen", serve_provider(p, l, h, sd).await) });
+        let secret = service_secret.clone();
+        tasks.spawn(async move { ("image_gen", serve_provider_with(p, l, h, &secret, sd).await) });
     }
 
     // The orchestrator last: it is ready once the runner answers.
@@ -376,6 +418,9 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, StackError> {
         workspace,
         shutdown,
         llm_backend,
+        token,
+        token_created,
+        service_secret: service_secret.clone(),
         kernel_python,
         tasks,
         kernel,
@@ -384,6 +429,7 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, StackError> {
     if opts.kernel || opts.web || opts.memory || opts.image_gen {
         wait_providers(
             &stack.runner,
+            &stack.service_secret,
             opts.kernel as usize + opts.web as usize + opts.memory as usize,
         )
         .await;
@@ -420,12 +466,15 @@ pub async fn wait_serving(url: &str, limit: Duration) -> Result<(), StackError> 
     })
 }
 
-async fn wait_providers(runner: &str, n: usize) {
+async fn wait_providers(runner: &str, secret: &str, n: usize) {
     let Ok(ep) = tonic::transport::Channel::from_shared(runner.to_owned()) else {
         return;
     };
     let Ok(ch) = ep.connect().await else { return };
-    let mut c = omicos_proto::registry_client::RegistryClient::new(ch);
+    let Ok(creds) = omicos_auth::Credentials::service(secret, omicos_auth::ServiceRole::Operator) else {
+        return;
+    };
+    let mut c = omicos_proto::registry_client::RegistryClient::new(creds.channel(ch));
     for _ in 0..100 {
         if let Ok(r) = c.list(omicos_proto::ListProvidersRequest {}).await
             && r.into_inner().instances.len() >= n

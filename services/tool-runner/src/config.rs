@@ -53,6 +53,11 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// How `shell` commands are confined (policy, roots, limits).
     pub sandbox: omicos_sandbox::SandboxConfig,
+    /// The deployment's service secret (`OMICOS_SERVICE_SECRET`): required of
+    /// every caller (Execute and ListTools only from the orchestrator,
+    /// Register/Heartbeat/Deregister only from providers) and sent to
+    /// providers. Empty: nothing is checked (a warning at start).
+    pub service_secret: String,
 }
 
 impl Default for Config {
@@ -75,6 +80,7 @@ impl Default for Config {
             spool_threshold_bytes: crate::pipeline::shape::SPOOL_THRESHOLD_BYTES,
             shutdown_grace: Duration::from_secs(10),
             sandbox: omicos_sandbox::SandboxConfig::default(),
+            service_secret: String::new(),
         }
     }
 }

@@ -108,10 +108,29 @@ pub async fn run(
     })
     .await;
     let registry = registry::RegistryService::new(pipeline.registry().clone());
+    // Only the parts of the system get in: the orchestrator runs tools,
+    // providers register; the runner's calls to providers carry the secret too.
+    use omicos_auth::ServiceRole::{Operator, Orchestrator, Provider as ProviderRole};
+    let gate: Arc<dyn omicos_auth::Gate> = Arc::new(omicos_auth::guard::ServiceGate::new(
+        omicos_auth::ServiceAuth::new(&config.service_secret),
+        vec![
+            ("/omicos.v1.ToolRunner/", &[Orchestrator, Operator]),
+            ("/omicos.v1.Registry/Register", &[ProviderRole]),
+            ("/omicos.v1.Registry/Heartbeat", &[ProviderRole]),
+            ("/omicos.v1.Registry/Deregister", &[ProviderRole]),
+        ],
+    ));
+    omicos_toolkit::remote::set_service_credentials(
+        omicos_auth::Credentials::service(&config.service_secret, omicos_auth::ServiceRole::Runner)
+            .map_err(std::io::Error::other)?,
+    );
     let router = host
         .router()
-        .add_service(service::ToolRunnerService::new(pipeline, stop).into_server())
-        .add_service(registry.into_server());
+        .add_service(omicos_auth::Guard::new(
+            service::ToolRunnerService::new(pipeline, stop).into_server(),
+            gate.clone(),
+        ))
+        .add_service(omicos_auth::Guard::new(registry.into_server(), gate));
     // In-process providers are ready now; remote ones come and go through the registry.
     host.set_serving().await;
     host.serve(router, listener, shutdown).await

@@ -1,7 +1,9 @@
 //! Running a provider as its own gRPC service: health, reflection,
 //! `omicos.v1.ToolProvider`, and self-registration with the registry.
 
-use crate::{provider::Provider, registration::keep_registered, server::ProviderService};
+use crate::{provider::Provider, registration::keep_registered_with, server::ProviderService};
+use omicos_auth::guard::ServiceGate;
+use omicos_auth::{Credentials, Guard, ServiceAuth, ServiceRole};
 use omicos_proto::ProviderInstance;
 use omicos_servicekit::{Host, HostOptions, Shutdown};
 use std::{path::PathBuf, sync::Arc};
@@ -20,11 +22,27 @@ pub struct ProviderHosting {
     pub ttl_seconds: u32,
 }
 
-/// Serves `provider` on `listener` until `shutdown` drains.
+/// Serves `provider` on `listener` until `shutdown` drains, requiring the
+/// service secret of `OMICOS_SERVICE_SECRET` (none when unset).
 pub async fn serve_provider<P: Provider>(
     provider: Arc<P>,
     listener: TcpListener,
     hosting: ProviderHosting,
+    shutdown: Shutdown,
+) -> std::io::Result<()> {
+    let secret = std::env::var("OMICOS_SERVICE_SECRET").unwrap_or_default();
+    serve_provider_with(provider, listener, hosting, &secret, shutdown).await
+}
+
+/// Serves `provider` on `listener` until `shutdown` drains. With a non-empty
+/// `service_secret`, every call must carry it, `CallTool` only from a runner
+/// (nothing reaches a provider around the runner's pipeline), and the
+/// registration carries it with the provider's role.
+pub async fn serve_provider_with<P: Provider>(
+    provider: Arc<P>,
+    listener: TcpListener,
+    hosting: ProviderHosting,
+    service_secret: &str,
     shutdown: Shutdown,
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
@@ -39,7 +57,15 @@ pub async fn serve_provider<P: Provider>(
         shutdown.streams_token(),
     );
     let tools = service_tools(provider.as_ref());
-    let router = host.router().add_service(service.into_server());
+    let gate: Arc<dyn omicos_auth::Gate> = Arc::new(ServiceGate::new(
+        ServiceAuth::new(service_secret),
+        vec![("/omicos.v1.ToolProvider/CallTool", &[ServiceRole::Runner])],
+    ));
+    let router = host
+        .router()
+        .add_service(Guard::new(service.into_server(), gate));
+    let creds = Credentials::service(service_secret, ServiceRole::Provider)
+        .map_err(std::io::Error::other)?;
     host.set_serving().await;
     if let Some(registry) = hosting.registry.clone() {
         let endpoint = hosting
@@ -62,10 +88,11 @@ pub async fn serve_provider<P: Provider>(
             sd.draining().await;
             stop2.cancel();
         });
-        tokio::spawn(keep_registered(
+        tokio::spawn(keep_registered_with(
             registry,
             instance,
             hosting.ttl_seconds,
+            creds,
             stop,
         ));
     }

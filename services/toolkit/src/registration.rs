@@ -5,6 +5,7 @@ use omicos_proto::{
     DeregisterRequest, HeartbeatRequest, ProviderInstance, RegisterRequest,
     registry_client::RegistryClient,
 };
+use omicos_auth::Credentials;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -13,6 +14,17 @@ pub async fn keep_registered(
     registry: String,
     instance: ProviderInstance,
     ttl_seconds: u32,
+    shutdown: CancellationToken,
+) {
+    keep_registered_with(registry, instance, ttl_seconds, Credentials::none(), shutdown).await
+}
+
+/// [`keep_registered`], each call carrying `creds` (the service secret, role provider).
+pub async fn keep_registered_with(
+    registry: String,
+    instance: ProviderInstance,
+    ttl_seconds: u32,
+    creds: Credentials,
     shutdown: CancellationToken,
 ) {
     let mut registered = false;
@@ -25,7 +37,7 @@ pub async fn keep_registered(
             return;
         };
         if let Ok(ch) = endpoint.connect().await {
-            let mut c = RegistryClient::new(ch);
+            let mut c = RegistryClient::new(creds.clone().channel(ch));
             loop {
                 let ok = if registered {
                     match c

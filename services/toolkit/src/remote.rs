@@ -7,7 +7,26 @@ use omicos_proto::{
     tool_provider_client::ToolProviderClient,
 };
 use serde_json::Value;
-use tonic::transport::{Channel, Endpoint};
+use omicos_auth::{AuthedChannel, Credentials};
+use std::sync::RwLock;
+use tonic::transport::Endpoint;
+
+/// What every call to a provider carries: the service secret with the
+/// runner's role, set once by the runner at start ([`set_service_credentials`]).
+static OUTGOING: RwLock<Option<Credentials>> = RwLock::new(None);
+
+/// Sets the credentials calls to providers carry (the runner's service secret).
+pub fn set_service_credentials(c: Credentials) {
+    *OUTGOING.write().unwrap_or_else(|e| e.into_inner()) = Some(c);
+}
+
+fn outgoing() -> Credentials {
+    OUTGOING
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .unwrap_or_default()
+}
 
 /// A provider reached over gRPC. Implements [`Provider`], so the runner's
 /// pipeline treats it like an in-process one.
@@ -17,7 +36,7 @@ pub struct RemoteProvider {
     endpoint: String,
     tools: Vec<ToolSpec>,
     affinity: bool,
-    client: ToolProviderClient<Channel>,
+    client: ToolProviderClient<AuthedChannel>,
 }
 
 impl RemoteProvider {
@@ -38,7 +57,7 @@ impl RemoteProvider {
             endpoint: endpoint.into(),
             tools,
             affinity,
-            client: ToolProviderClient::new(channel)
+            client: ToolProviderClient::new(outgoing().channel(channel))
                 .max_decoding_message_size(omicos_proto::MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(omicos_proto::MAX_MESSAGE_BYTES),
         })

@@ -53,6 +53,7 @@ impl OrchestratorService {
         req: Request<Streaming<ChatClientMessage>>,
     ) -> Result<EventStream, Status> {
         let deadline = grpc_timeout(req.metadata()).map(|t| tokio::time::Instant::now() + t);
+        let who = omicos_auth::principal::of(&req)?;
         let mut inbound = req.into_inner();
         // A first message that does not decode is already INVALID_ARGUMENT (the codec's).
         let first = inbound.message().await?.ok_or_else(|| {
@@ -72,7 +73,7 @@ impl OrchestratorService {
             state,
             turn_id,
             start_seq,
-        } = match self.start_turn(cr, deadline).await {
+        } = match self.start_turn(&who, cr, deadline).await {
             Ok(s) => s,
             // Answered in-band, so a client that resumes a lost session sees why in its event stream.
             Err(e @ OrchestratorError::SessionNotFound(_)) => {
@@ -135,10 +136,12 @@ impl OrchestratorService {
     /// OrchestratorWeb/StartTurn both start turns here.
     pub(super) async fn start_turn(
         &self,
+        who: &omicos_auth::Principal,
         cr: ChatRequest,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Started, OrchestratorError> {
-        let mode = PermissionMode::parse(&cr.permission_mode)?;
+        // The principal's ceiling caps the mode and the legacy switches alike.
+        let mode = who.ceiling_mode(PermissionMode::parse(&cr.permission_mode)?);
         if cr.message.trim().is_empty() {
             return Err(OrchestratorError::InvalidArgument(
                 "message is empty".into(),
@@ -148,12 +151,8 @@ impl OrchestratorService {
         let existing = if cr.session_id.is_empty() {
             None
         } else {
-            Some(
-                store
-                    .get_session(&cr.session_id)
-                    .await?
-                    .ok_or_else(|| OrchestratorError::SessionNotFound(cr.session_id.clone()))?,
-            )
+            // Another owner's session is one that does not exist.
+            Some(self.owned(who, &cr.session_id).await?)
         };
         // A continued session keeps its team unless the request names one.
         let members = if cr.team_members.is_empty() {
@@ -189,6 +188,8 @@ impl OrchestratorService {
             team_members: team.members.clone(),
             created_ms: existing.as_ref().map(|m| m.created_ms).unwrap_or(now),
             last_active_ms: now,
+            tenant: who.tenant.clone(),
+            subject: who.subject.clone(),
         };
         store.put_session(&meta).await?;
         let state = self.hub.state(&session_id).await?;
@@ -223,8 +224,8 @@ impl OrchestratorService {
         let settings = TurnSettings {
             turn_id: turn_id.clone(),
             permission_mode: mode,
-            allow_shell: cr.allow_shell,
-            allow_file_write: cr.allow_file_write,
+            allow_shell: who.ceiling_switch(cr.allow_shell),
+            allow_file_write: who.ceiling_switch(cr.allow_file_write),
             model: cr.model.clone(),
             provider: cr.provider.clone(),
             max_iterations: if cr.max_tool_iterations == 0 {

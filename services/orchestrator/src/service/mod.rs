@@ -11,12 +11,14 @@
 mod catalog;
 mod chat;
 mod events;
+mod owner;
 mod sessions;
 mod web;
 
 use crate::engine::Engine;
 use crate::error::grpc;
 use crate::hub::Hub;
+use omicos_auth::principal;
 use omicos_proto::{
     ApproveToolRequest, ApproveToolResponse, AttachRequest, CancelTurnRequest, CancelTurnResponse,
     ChatClientMessage, ChatEvent, DeleteSessionRequest, DeleteSessionResponse, GetSessionRequest,
@@ -74,21 +76,30 @@ impl Orchestrator for OrchestratorService {
         &self,
         req: Request<AttachRequest>,
     ) -> Result<Response<Self::AttachStream>, Status> {
-        grpc(self.attach_rpc(req.into_inner()).await).map(Response::new)
+        let who = principal::of(&req)?;
+        let req = req.into_inner();
+        grpc(self.owned(&who, &req.session_id).await)?;
+        grpc(self.attach_rpc(req).await).map(Response::new)
     }
 
     async fn cancel_turn(
         &self,
         req: Request<CancelTurnRequest>,
     ) -> Result<Response<CancelTurnResponse>, Status> {
-        Ok(Response::new(self.cancel_turn_rpc(req.into_inner())))
+        let who = principal::of(&req)?;
+        let req = req.into_inner();
+        grpc(self.owned(&who, &req.session_id).await)?;
+        Ok(Response::new(self.cancel_turn_rpc(req)))
     }
 
     async fn approve_tool(
         &self,
         req: Request<ApproveToolRequest>,
     ) -> Result<Response<ApproveToolResponse>, Status> {
-        grpc(self.approve_tool_rpc(req.into_inner())).map(Response::new)
+        let who = principal::of(&req)?;
+        let req = req.into_inner();
+        grpc(self.owned(&who, &req.session_id).await)?;
+        grpc(self.approve_tool_rpc(req)).map(Response::new)
     }
 
     async fn list_agents(
@@ -102,21 +113,28 @@ impl Orchestrator for OrchestratorService {
         &self,
         req: Request<ListSessionsRequest>,
     ) -> Result<Response<ListSessionsResponse>, Status> {
-        grpc(self.list_sessions_rpc(req.into_inner()).await).map(Response::new)
+        let who = principal::of(&req)?;
+        grpc(self.list_sessions_rpc(&who, req.into_inner()).await).map(Response::new)
     }
 
     async fn get_session(
         &self,
         req: Request<GetSessionRequest>,
     ) -> Result<Response<Session>, Status> {
-        grpc(self.get_session_rpc(req.into_inner()).await).map(Response::new)
+        let who = principal::of(&req)?;
+        let req = req.into_inner();
+        grpc(self.owned(&who, &req.session_id).await)?;
+        grpc(self.get_session_rpc(req).await).map(Response::new)
     }
 
     async fn delete_session(
         &self,
         req: Request<DeleteSessionRequest>,
     ) -> Result<Response<DeleteSessionResponse>, Status> {
-        grpc(self.delete_session_rpc(req.into_inner()).await).map(Response::new)
+        let who = principal::of(&req)?;
+        let req = req.into_inner();
+        grpc(self.owned(&who, &req.session_id).await)?;
+        grpc(self.delete_session_rpc(req).await).map(Response::new)
     }
 
     async fn refresh_catalog(

@@ -49,9 +49,10 @@ impl OrchestratorService {
         }
     }
 
-    /// ListSessions: the most recently active sessions.
+    /// ListSessions: the caller's most recently active sessions.
     pub(super) async fn list_sessions_rpc(
         &self,
+        who: &omicos_auth::Principal,
         req: ListSessionsRequest,
     ) -> Result<ListSessionsResponse, OrchestratorError> {
         let limit = match req.limit {
@@ -59,7 +60,9 @@ impl OrchestratorService {
             n => n as usize,
         };
         let store = self.hub.store();
-        let metas = store.list_sessions(limit).await?;
+        let metas = store
+            .list_sessions_of(&who.tenant, &who.subject, limit)
+            .await?;
         let mut sessions = Vec::with_capacity(metas.len());
         for m in metas {
             let last = last_seq(store.as_ref(), &m.id).await?;

@@ -24,6 +24,7 @@ impl OrchestratorService {
     /// call's own deadline (grpc-timeout) bounds this call, not the turn.
     pub(super) async fn start_turn_rpc(
         &self,
+        who: &omicos_auth::Principal,
         cr: ChatRequest,
     ) -> Result<StartTurnResponse, OrchestratorError> {
         tracing::info!(session = %cr.session_id, agent = %cr.agent, "start turn");
@@ -31,7 +32,7 @@ impl OrchestratorService {
             state,
             turn_id,
             start_seq,
-        } = self.start_turn(cr, None).await?;
+        } = self.start_turn(who, cr, None).await?;
         // TurnStarted is the turn's first event, so its seq is start_seq + 1.
         // Subscribe first, then look: an event emitted in between is in
         // last_seq (the seq lock covers the append and the broadcast).
@@ -89,7 +90,8 @@ impl OrchestratorWeb for OrchestratorService {
         &self,
         req: Request<ChatRequest>,
     ) -> Result<Response<StartTurnResponse>, Status> {
-        grpc(self.start_turn_rpc(req.into_inner()).await).map(Response::new)
+        let who = omicos_auth::principal::of(&req)?;
+        grpc(self.start_turn_rpc(&who, req.into_inner()).await).map(Response::new)
     }
 
     async fn get_client_config(

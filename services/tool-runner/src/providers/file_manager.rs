@@ -36,6 +36,23 @@ fn confine(ctx: &CallCtx, p: &str) -> Result<PathBuf, ToolError> {
     confine_path(&ctx.workspace, p).map_err(|e| ToolError::invalid(e.to_string()))
 }
 
+/// `.omicos/` is omicos's own state (trajectories, the spool, the stores):
+/// the file tools may read it, never write or edit it.
+fn refuse_internal(ctx: &CallCtx, path: &std::path::Path, given: &str) -> Result<(), ToolError> {
+    let canonical = ctx.workspace.canonicalize().ok();
+    for root in std::iter::once(&ctx.workspace).chain(canonical.as_ref()) {
+        if let Ok(rest) = path.strip_prefix(root)
+            && rest.components().next().is_some_and(|c| c.as_os_str() == ".omicos")
+        {
+            return Err(ToolError::invalid(format!(
+                "`{given}` is inside .omicos/, omicos's own state (trajectories, spool, stores): \
+                 it can be read, not written"
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn io_err(what: &str, path: &str, e: std::io::Error) -> ToolError {
     ToolError::failed(format!("cannot {what} `{path}`: {e}"))
 }
@@ -274,6 +291,7 @@ fn read(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
 fn write(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
     let given = path_arg(args, "path", "");
     let path = confine(ctx, given)?;
+    refuse_internal(ctx, &path, given)?;
     let content = s(args, "content").unwrap_or_default();
     if path.is_dir() {
         return Err(ToolError::failed(format!("`{given}` is a directory")));
@@ -308,6 +326,7 @@ fn write(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
 fn edit(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
     let given = path_arg(args, "path", "");
     let path = confine(ctx, given)?;
+    refuse_internal(ctx, &path, given)?;
     let old = s(args, "old_string").unwrap_or_default();
     let new = s(args, "new_string").unwrap_or_default();
     let replace_all = args
@@ -602,6 +621,36 @@ mod tests {
             .await
             .unwrap_err();
         assert!(e.to_string().contains("not a valid regex"));
+    }
+
+    #[tokio::test]
+    async fn omicos_state_is_readable_but_not_writable() {
+        let d = tempfile::tempdir().unwrap();
+        let traj = d.path().join(".omicos/trajectories/s1");
+        std::fs::create_dir_all(&traj).unwrap();
+        std::fs::write(traj.join("turn.jsonl"), "{\"real\":true}\n").unwrap();
+        // Reading the spool and trajectories stays allowed.
+        let v = call(d.path(), "file_manager__read", json!({"path":".omicos/trajectories/s1/turn.jsonl"}))
+            .await
+            .unwrap();
+        assert!(v.to_string().contains("real"), "{v}");
+        for (tool, args) in [
+            ("file_manager__write", json!({"path":".omicos/trajectories/s1/turn.jsonl","content":"forged"})),
+            ("file_manager__write", json!({"path":".omicos/new.txt","content":"x"})),
+            ("file_manager__write", json!({"path":"./.omicos/token","content":"x","append":true})),
+            ("file_manager__edit", json!({"path":".omicos/trajectories/s1/turn.jsonl","old_string":"true","new_string":"false"})),
+        ] {
+            let e = call(d.path(), tool, args.clone()).await.unwrap_err();
+            assert!(e.to_string().contains(".omicos/"), "{tool} {args}: {e}");
+        }
+        // Nothing changed, nothing was made.
+        assert_eq!(std::fs::read_to_string(traj.join("turn.jsonl")).unwrap(), "{\"real\":true}\n");
+        assert!(!d.path().join(".omicos/new.txt").exists());
+        assert!(!d.path().join(".omicos/token").exists());
+        // A file merely named like it elsewhere is an ordinary file.
+        call(d.path(), "file_manager__write", json!({"path":"notes/.omicos","content":"ok"}))
+            .await
+            .unwrap();
     }
 
     #[tokio::test]
