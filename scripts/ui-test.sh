@@ -9,12 +9,13 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 : "${OMICOS_UI_URL:?set OMICOS_UI_URL to the page of a running stack, e.g. http://127.0.0.1:7000}"
-# Chromium, and a colour emoji font for the agents' icons in the screenshots.
-if ! dpkg -s chromium fonts-noto-color-emoji >/dev/null 2>&1; then
+# Chromium, a colour emoji font for the agents' icons and a CJK font for the
+# catalog's Chinese summaries and prompts in the screenshots.
+if ! dpkg -s chromium fonts-noto-color-emoji fonts-wqy-zenhei >/dev/null 2>&1; then
   echo "ui-test: installing Debian's chromium"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq chromium fonts-noto-color-emoji >/dev/null
+  apt-get install -y -qq chromium fonts-noto-color-emoji fonts-wqy-zenhei >/dev/null
 fi
 "$root/scripts/ui-deps.sh"
 cd "$root/ui"
