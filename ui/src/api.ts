@@ -9,10 +9,35 @@ import { createGrpcWebTransport } from "@connectrpc/connect-web";
 import { Orchestrator, OrchestratorWeb } from "./gen/omicos/v1/orchestrator_pb";
 import type { AttachSource } from "./state/follow";
 
+/**
+ * The bearer token: `omicos up` prints the page's URL as `…/#token=<token>`.
+ * The fragment never reaches a server (not in requests, logs or Referer); the
+ * page moves it into sessionStorage (this tab only) and drops it from the
+ * address bar, so a reload or a shared link does not carry it.
+ */
+function bearerToken(): string | null {
+  const loc = globalThis.location;
+  const store = globalThis.sessionStorage;
+  const m = loc?.hash.match(/(?:^#|&)token=([^&]+)/);
+  if (m && store) {
+    store.setItem("omicos.token", decodeURIComponent(m[1]));
+    globalThis.history?.replaceState(null, "", loc.pathname + loc.search);
+  }
+  return store?.getItem("omicos.token") ?? null;
+}
+
+const token = bearerToken();
+
 const transport = createGrpcWebTransport({
   // Same origin: the orchestrator serves the page and gRPC-web on one port.
   baseUrl: globalThis.location?.origin ?? "http://127.0.0.1:7000",
   useBinaryFormat: true,
+  interceptors: [
+    (next) => async (req) => {
+      if (token) req.header.set("authorization", `Bearer ${token}`);
+      return next(req);
+    },
+  ],
 });
 
 /** Sessions, agents, Attach, approvals, cancel. */

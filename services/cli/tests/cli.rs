@@ -577,8 +577,9 @@ async fn up_prints_its_urls_serves_offline_and_stops_on_ctrl_c() {
         .find_map(|l| l.trim().strip_prefix("page "))
         .map(|u| u.trim().to_owned())
         .unwrap_or_else(|| panic!("no page URL in {printed:?}"));
-    assert_eq!(page, format!("{url}/"));
-    let res = http_get(&page).await;
+    let token = std::fs::read_to_string(ws.path().join(".omicos/token")).unwrap();
+    assert_eq!(page, format!("{url}/#token={}", token.trim()));
+    let res = http_get(page.split('#').next().unwrap()).await;
     assert!(res.starts_with("HTTP/1.1 200"), "{res}");
     assert!(res.contains(r#"<div id="app">"#), "{res}");
     let (code, out, err) = run_piped(&["chat", "--server", &url, "--mode", "full"], "hello").await;

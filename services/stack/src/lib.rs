@@ -518,9 +518,14 @@ impl RunningStack {
     }
 
     /// The web page's URL: the orchestrator serves it, and gRPC-web for it,
-    /// on its own port.
+    /// on its own port. With auth on, the token rides in the fragment
+    /// (`#token=…`, as Jupyter prints its URL): a browser never sends a
+    /// fragment, and the page moves it into the tab's sessionStorage.
     pub fn page_url(&self) -> String {
-        format!("{}/", self.orchestrator)
+        match &self.token {
+            Some(t) => format!("{}/#token={t}", self.orchestrator),
+            None => format!("{}/", self.orchestrator),
+        }
     }
 
     /// The workspace path.
