@@ -211,6 +211,9 @@ pub fn llm_configured(env: &[(String, String)]) -> bool {
 
 /// Starts every service. Returns once the orchestrator is ready.
 pub async fn up(opts: UpOptions) -> Result<RunningStack, StackError> {
+    // The runner lives in this process: large call buffers go back to the
+    // system when the call ends, as in the runner's own binary.
+    omicos_tool_runner::allocator::return_large_buffers();
     let ws_err = |path: &Path| {
         let path = path.to_owned();
         move |source| StackError::Workspace { path, source }
