@@ -344,7 +344,6 @@ impl TraceService for Receiver {
 }
 
 #[tokio::test]
-#[ignore = "needs the omicos-kernel binary, PostgreSQL and ipykernel; not yet run green on the shared build machine: run with --run-ignored"]
 async fn one_tool_call_is_one_trace_across_runner_and_kernel() {
     let kernel = kernel_binary();
     let rx = Receiver::default();
