@@ -119,7 +119,7 @@ impl SharedStore {
         sqlx::query(
             "INSERT INTO omicos_registry_instances
                  (instance_id, provider, endpoint, session_affinity, tools, ttl_ms, last_seen_ms, expires_at)
-             VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, now() + $6 * interval '1 millisecond')
+             VALUES ($1, $2, $3, $4, $5::jsonb, $6::bigint, $7, now() + $6::bigint * interval '1 millisecond')
              ON CONFLICT (instance_id) DO UPDATE SET
                  provider = EXCLUDED.provider, endpoint = EXCLUDED.endpoint,
                  session_affinity = EXCLUDED.session_affinity, tools = EXCLUDED.tools,
