@@ -44,6 +44,8 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// How `shell` commands are confined (policy, roots, limits).
     pub sandbox: omicos_sandbox::SandboxConfig,
+    /// MCP servers whose tools the runner offers, and serving its tools over MCP.
+    pub mcp: omicos_mcp::McpConfig,
 }
 
 impl Default for Config {
@@ -63,6 +65,7 @@ impl Default for Config {
             spool_threshold_bytes: crate::pipeline::shape::SPOOL_THRESHOLD_BYTES,
             shutdown_grace: Duration::from_secs(10),
             sandbox: omicos_sandbox::SandboxConfig::default(),
+            mcp: omicos_mcp::McpConfig::default(),
         }
     }
 }
@@ -171,6 +174,7 @@ impl ServiceConfig for Config {
         self.sandbox
             .validate()
             .map_err(|e| ConfigError::key(format!("sandbox.{}", e.key), e.reason))?;
+        self.mcp.validate()?;
         require_nonzero("registry_ttl", self.registry_ttl)?;
         require_nonzero("shell_timeout", self.shell_timeout)?;
         require_nonzero("approval_timeout", self.approval_timeout)?;
