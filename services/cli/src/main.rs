@@ -89,6 +89,11 @@ enum Command {
     },
     /// Run one command under a sandbox policy (as shell and the kernels run).
     Sandbox(omicos_cli::sandbox::SandboxArgs),
+    /// Serve omicos's tools to MCP clients (Claude Code, codex, goose, ...).
+    Mcp {
+        #[command(subcommand)]
+        command: McpCommand,
+    },
     /// Run the scripted offline demo end to end (exits 0 only if every step happened).
     Demo {
         /// Workspace directory (default: a fresh one under the temp dir).
@@ -104,6 +109,12 @@ enum SessionsCommand {
         /// Session id.
         id: String,
     },
+}
+
+#[derive(Subcommand)]
+enum McpCommand {
+    /// Serve over stdio, each call through the runner's pipeline.
+    Serve(omicos_cli::mcp::ServeArgs),
 }
 
 #[derive(Subcommand)]
@@ -144,7 +155,7 @@ async fn main() -> ExitCode {
     // `up` is a server: its logs matter. The demo is a transcript: only errors may interrupt it.
     let level = match cli.command {
         Command::Up { .. } => "info",
-        Command::Demo { .. } => "error",
+        Command::Demo { .. } | Command::Mcp { .. } => "error",
         _ => "warn",
     };
     let _telemetry = omicos_servicekit::telemetry::init("omicos", level);
@@ -235,6 +246,9 @@ async fn main() -> ExitCode {
             print_result(r, "kernel setup")
         }
         Command::Sandbox(args) => omicos_cli::sandbox::run(args),
+        Command::Mcp {
+            command: McpCommand::Serve(args),
+        } => omicos_cli::mcp::serve(args).await,
         Command::Demo { workspace } => {
             let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
             let opts = demo::DemoOptions {
