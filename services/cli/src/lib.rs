@@ -8,6 +8,7 @@ pub mod commands;
 pub mod demo;
 pub mod error;
 pub mod input;
+pub mod mcp;
 pub mod render;
 pub mod sandbox;
 pub mod style;

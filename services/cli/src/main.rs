@@ -111,6 +111,11 @@ enum Command {
         #[arg(long, default_value = "")]
         service: String,
     },
+    /// Serve omicos's tools to MCP clients (Claude Code, codex, goose, ...).
+    Mcp {
+        #[command(subcommand)]
+        command: McpCommand,
+    },
     /// Run the scripted offline demo end to end (exits 0 only if every step happened).
     Demo {
         /// Workspace directory (default: a fresh one under the temp dir).
@@ -126,6 +131,12 @@ enum SessionsCommand {
         /// Session id.
         id: String,
     },
+}
+
+#[derive(Subcommand)]
+enum McpCommand {
+    /// Serve over stdio, each call through the runner's pipeline.
+    Serve(omicos_cli::mcp::ServeArgs),
 }
 
 #[derive(Subcommand)]
@@ -166,7 +177,7 @@ async fn main() -> ExitCode {
     // `up` is a server: its logs matter. The demo is a transcript: only errors may interrupt it.
     let level = match cli.command {
         Command::Up { .. } => "info",
-        Command::Demo { .. } => "error",
+        Command::Demo { .. } | Command::Mcp { .. } => "error",
         _ => "warn",
     };
     let _telemetry = omicos_servicekit::telemetry::init("omicos", level);
@@ -264,6 +275,9 @@ async fn main() -> ExitCode {
             let addr = addr.unwrap_or(server);
             print_result(commands::health(&addr, &service).await, "health")
         }
+        Command::Mcp {
+            command: McpCommand::Serve(args),
+        } => omicos_cli::mcp::serve(args).await,
         Command::Demo { workspace } => {
             let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
             let opts = demo::DemoOptions {

@@ -58,6 +58,8 @@ pub struct Config {
     /// Register/Heartbeat/Deregister only from providers) and sent to
     /// providers. Empty: nothing is checked (a warning at start).
     pub service_secret: String,
+    /// MCP servers whose tools the runner offers, and serving its tools over MCP.
+    pub mcp: omicos_mcp::McpConfig,
 }
 
 impl Default for Config {
@@ -81,6 +83,7 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(10),
             sandbox: omicos_sandbox::SandboxConfig::default(),
             service_secret: String::new(),
+            mcp: omicos_mcp::McpConfig::default(),
         }
     }
 }
@@ -189,6 +192,7 @@ impl ServiceConfig for Config {
         self.sandbox
             .validate()
             .map_err(|e| ConfigError::key(format!("sandbox.{}", e.key), e.reason))?;
+        self.mcp.validate()?;
         require_nonzero("registry_ttl", self.registry_ttl)?;
         require_nonzero("registry_resync", self.registry_resync)?;
         let url = self.registry_store_url.trim();

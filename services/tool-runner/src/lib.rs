@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod config;
 pub mod error;
 pub mod metrics;
+pub mod mcp;
 pub mod pipeline;
 pub mod providers;
 pub mod record;
@@ -100,8 +101,21 @@ pub async fn run(
         .await
         .map_err(std::io::Error::other)?;
     let _registry_gauge = metrics::registry_gauge(&registry);
-    let pipeline = build_on(&config, registry, extra_providers, stop.clone())
+    let pipeline = mcp::build_with_mcp_on(&config, registry, extra_providers, stop.clone())
+        .await
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    if !config.mcp.serve.listen.is_empty() {
+        // omicos's tools for MCP clients, over streamable HTTP, through this pipeline.
+        let l = TcpListener::bind(&config.mcp.serve.listen).await?;
+        tracing::info!(addr = %l.local_addr()?, "MCP endpoint listening on /mcp");
+        let backend = Arc::new(mcp::PipelineBackend(pipeline.clone()));
+        let (serve, stop) = (config.mcp.serve.clone(), stop.clone());
+        tokio::spawn(async move {
+            if let Err(e) = omicos_mcp::serve::serve_http(backend, &serve, l, stop).await {
+                tracing::error!(error = %e, "MCP endpoint stopped");
+            }
+        });
+    }
     let host = Host::new(HostOptions {
         name: "tool-runner",
         services: vec!["omicos.v1.ToolRunner", "omicos.v1.Registry"],

@@ -113,6 +113,12 @@ impl Registry {
         self.version.fetch_add(1, Ordering::Release);
     }
 
+    /// Moves the version on (an in-process provider's tool list changed, e.g.
+    /// an MCP server's `tools/list_changed`), so catalogs rebuild.
+    pub fn touch(&self) {
+        self.bump();
+    }
+
     /// Changes whenever the set of live instances changes.
     pub fn version(&self) -> u64 {
         self.version.load(Ordering::Acquire)
