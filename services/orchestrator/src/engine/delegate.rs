@@ -9,7 +9,6 @@ use crate::runner_client::EventTag;
 use omicos_proto::{AgentSwitch, ToolStatus, chat_event};
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 impl Engine {
@@ -103,6 +102,8 @@ impl Engine {
             context,
             persist: false,
             last_text: Arc::new(Mutex::new(String::new())),
+            meters: caller.meters.clone(),
+            used: Default::default(),
         };
         let last = frame.last_text.clone();
         let deadline = self.config.delegation.deadline;
@@ -137,6 +138,7 @@ impl Engine {
             Outcome::MaxIterations => err(format!(
                 "{name} ran out of tool iterations before finishing; what it had: {text}"
             )),
+            Outcome::Budget(why) => err(format!("{name} stopped: {why}; what it had: {text}")),
             Outcome::Deadline => err(format!(
                 "{name} passed the delegation deadline ({}s); what it had: {text}",
                 deadline.as_secs()

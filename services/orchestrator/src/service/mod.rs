@@ -9,6 +9,7 @@
 
 mod catalog;
 mod chat;
+mod compact;
 mod events;
 mod sessions;
 
@@ -17,10 +18,10 @@ use crate::error::grpc;
 use crate::hub::Hub;
 use omicos_proto::{
     ApproveToolRequest, ApproveToolResponse, AttachRequest, CancelTurnRequest, CancelTurnResponse,
-    ChatClientMessage, ChatEvent, DeleteSessionRequest, DeleteSessionResponse, GetSessionRequest,
-    ListAgentToolsRequest, ListAgentToolsResponse, ListAgentsRequest, ListAgentsResponse,
-    ListSessionsRequest, ListSessionsResponse, RefreshCatalogRequest, RefreshCatalogResponse,
-    Session, orchestrator_server::Orchestrator,
+    ChatClientMessage, ChatEvent, CompactRequest, CompactResponse, DeleteSessionRequest,
+    DeleteSessionResponse, GetSessionRequest, ListAgentToolsRequest, ListAgentToolsResponse,
+    ListAgentsRequest, ListAgentsResponse, ListSessionsRequest, ListSessionsResponse,
+    RefreshCatalogRequest, RefreshCatalogResponse, Session, orchestrator_server::Orchestrator,
 };
 use std::pin::Pin;
 use std::sync::Arc;
@@ -129,5 +130,12 @@ impl Orchestrator for OrchestratorService {
         req: Request<ListAgentToolsRequest>,
     ) -> Result<Response<ListAgentToolsResponse>, Status> {
         grpc(self.list_agent_tools_rpc(req.into_inner()).await).map(Response::new)
+    }
+
+    async fn compact(
+        &self,
+        req: Request<CompactRequest>,
+    ) -> Result<Response<CompactResponse>, Status> {
+        grpc(self.compact_rpc(req.into_inner()).await).map(Response::new)
     }
 }
