@@ -3,7 +3,9 @@
 use prost::Message;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    // At run time, not env!(): the compiled script is shared by worktrees on one target dir.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR")?;
+    let root = std::path::Path::new(&manifest).join("../../proto");
     let files = [
         "common.proto",
         "orchestrator.proto",
@@ -14,6 +16,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());
     }
+    // Worktrees sharing one CARGO_TARGET_DIR share this script's OUT_DIR, and
+    // the paths above are the last builder's: rerun when built from elsewhere.
+    println!("cargo:rerun-if-env-changed=PWD");
     let fds = protox::compile(&files, [&root])?;
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(out.join("omicos_descriptor.bin"), fds.encode_to_vec())?;

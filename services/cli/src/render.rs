@@ -302,6 +302,13 @@ impl Renderer {
                 self.line(&l);
             }
             Kind::Usage(_) | Kind::Heartbeat(_) => {}
+            Kind::Compaction(c) => {
+                let l = st.yellow(&format!(
+                    "(context compacted, {}: {} → {} tokens)",
+                    c.trigger, c.tokens_before, c.tokens_after
+                ));
+                self.line(&l);
+            }
             Kind::Error(e) => {
                 let l = format!(
                     "{ind}{} {}",
@@ -531,6 +538,11 @@ pub fn event_json(ev: &ChatEvent) -> Value {
         ),
         Some(Kind::Error(e)) => ("error", json!({"kind": e.kind, "message": e.message})),
         Some(Kind::Heartbeat(_)) => ("heartbeat", json!({})),
+        Some(Kind::Compaction(c)) => (
+            "compaction",
+            json!({"trigger": c.trigger, "tokens_before": c.tokens_before, "tokens_after": c.tokens_after,
+                   "messages_summarized": c.messages_summarized}),
+        ),
         Some(Kind::TurnDone(t)) => ("turn_done", json!({"reason": t.reason().as_str()})),
     };
     v["type"] = json!(ty);

@@ -2,6 +2,7 @@
 
 use omicos_servicekit::config::{ConfigError, Renamed, ServiceConfig, duration, require_nonzero};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -48,6 +49,15 @@ pub struct Config {
     /// The secret every part of this deployment sends to the others
     /// (`OMICOS_SERVICE_SECRET`); empty: calls to the runner carry none.
     pub service_secret: String,
+    /// How the tool calls of one model answer run.
+    pub tool_calls: ToolCallsConfig,
+    /// Context windows and compaction.
+    pub context: ContextConfig,
+    /// Token and cost ceilings, and the price table.
+    pub budget: BudgetConfig,
+    /// Hooks the orchestrator runs itself (Claude Code's settings shape):
+    /// `PreCompact`. Tool hooks (PreToolUse, ...) are the tool-runner's.
+    pub hooks: HooksConfig,
 }
 
 impl Default for Config {
@@ -68,6 +78,10 @@ impl Default for Config {
             turn_lease: Duration::from_secs(60),
             auth: omicos_auth::ClientAuthConfig::default(),
             service_secret: String::new(),
+            tool_calls: ToolCallsConfig::default(),
+            context: ContextConfig::default(),
+            budget: BudgetConfig::default(),
+            hooks: HooksConfig::default(),
         }
     }
 }
@@ -136,6 +150,148 @@ impl Default for DelegationConfig {
     }
 }
 
+/// The default number of calls of one answer running at once: enough for a
+/// model's usual fan-out of reads, few enough not to flood the runner.
+pub const DEFAULT_PARALLEL_TOOL_CALLS: usize = 8;
+
+/// How the tool calls of one model answer run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolCallsConfig {
+    /// Most calls running at once; read-only calls (risk Read) and the
+    /// `concurrency_safe` ones run side by side, the others one at a time.
+    pub parallel_limit: usize,
+    /// Tools that are not risk Read but are safe to run beside others.
+    pub concurrency_safe: Vec<String>,
+}
+
+impl Default for ToolCallsConfig {
+    fn default() -> Self {
+        Self {
+            parallel_limit: DEFAULT_PARALLEL_TOOL_CALLS,
+            concurrency_safe: Vec::new(),
+        }
+    }
+}
+
+/// The window of a model the config does not name: what most current
+/// models offer at least.
+pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
+
+/// Context windows and compaction.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ContextConfig {
+    /// Tokens of a model not in `windows`.
+    pub default_window: u64,
+    /// Tokens per model name (the name the backend is asked for).
+    pub windows: BTreeMap<String, u64>,
+    /// Compact when the next request would pass this share of the window.
+    pub compact_threshold: f64,
+    /// Compact automatically at the threshold (false: only on Compact and on
+    /// a context-overflow refusal).
+    pub auto_compact: bool,
+    /// Share of the window kept verbatim (the latest messages) by a compaction.
+    pub keep_recent_ratio: f64,
+    /// The latest messages whose tool results are never trimmed.
+    pub keep_recent_messages: usize,
+    /// Characters an old tool result keeps when it is trimmed.
+    pub tool_result_preview_chars: usize,
+    /// Characters per token of the estimate used where the backend reports no usage.
+    pub chars_per_token: f64,
+    /// The summarizing request's system prompt; empty: the built-in one.
+    pub compaction_prompt: String,
+}
+
+impl Default for ContextConfig {
+    fn default() -> Self {
+        Self {
+            default_window: DEFAULT_CONTEXT_WINDOW,
+            windows: BTreeMap::new(),
+            compact_threshold: 0.85,
+            auto_compact: true,
+            keep_recent_ratio: 0.3,
+            keep_recent_messages: 6,
+            tool_result_preview_chars: 1000,
+            chars_per_token: 4.0,
+            compaction_prompt: String::new(),
+        }
+    }
+}
+
+impl ContextConfig {
+    /// The window of `model`.
+    pub fn window(&self, model: &str) -> u64 {
+        self.windows
+            .get(model)
+            .copied()
+            .unwrap_or(self.default_window)
+    }
+}
+
+/// The price of a model, per million tokens.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Price {
+    /// Per million input (prompt) tokens.
+    pub input_per_mtok: f64,
+    /// Per million output (completion) tokens.
+    pub output_per_mtok: f64,
+}
+
+/// Token and cost ceilings (0: none). Tokens are input plus output tokens of
+/// every model call; cost comes from `prices`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BudgetConfig {
+    /// Tokens of one root turn, its sub-turns included.
+    pub turn_tokens: u64,
+    /// Tokens of a session, every turn included.
+    pub session_tokens: u64,
+    /// Tokens of one `call_agent` sub-turn.
+    pub sub_turn_tokens: u64,
+    /// Cost of one root turn.
+    pub turn_cost: f64,
+    /// Cost of a session.
+    pub session_cost: f64,
+    /// Cost of one `call_agent` sub-turn.
+    pub sub_turn_cost: f64,
+    /// Prices per model name; a model without one costs nothing.
+    pub prices: BTreeMap<String, Price>,
+}
+
+/// One hook command.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HookCommand {
+    /// `command` (the only kind).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Run with `sh -c`, the event's JSON on stdin.
+    pub command: String,
+    /// Seconds before it is killed (default 60).
+    pub timeout: Option<u64>,
+}
+
+/// Hooks of one event whose matcher matches.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HookMatcher {
+    /// PreCompact: `manual` or `auto` (an overflow counts as auto); empty: both.
+    pub matcher: String,
+    /// The commands.
+    pub hooks: Vec<HookCommand>,
+}
+
+/// The orchestrator's hooks.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HooksConfig {
+    /// Before a compaction (Claude Code's `PreCompact`).
+    #[serde(rename = "PreCompact")]
+    pub pre_compact: Vec<HookMatcher>,
+}
+
 impl ServiceConfig for Config {
     const RENAMED: &'static [Renamed] = &[
         Renamed::to("heartbeat_secs", "heartbeat_interval"),
@@ -184,6 +340,67 @@ impl ServiceConfig for Config {
             ));
         }
         require_nonzero("llm.idle_timeout", self.llm.idle_timeout)?;
+        let c = &self.context;
+        if !(c.compact_threshold > 0.0 && c.compact_threshold <= 1.0) {
+            return Err(ConfigError::key(
+                "context.compact_threshold",
+                format!(
+                    "{} is not a share of the window in (0, 1]",
+                    c.compact_threshold
+                ),
+            ));
+        }
+        if !(c.keep_recent_ratio >= 0.0 && c.keep_recent_ratio < c.compact_threshold) {
+            return Err(ConfigError::key(
+                "context.keep_recent_ratio",
+                format!(
+                    "{} must be at least 0 and below context.compact_threshold ({})",
+                    c.keep_recent_ratio, c.compact_threshold
+                ),
+            ));
+        }
+        if !(c.chars_per_token >= 0.5) {
+            return Err(ConfigError::key(
+                "context.chars_per_token",
+                "must be at least 0.5",
+            ));
+        }
+        if c.default_window < 256 {
+            return Err(ConfigError::key(
+                "context.default_window",
+                "must be at least 256 tokens",
+            ));
+        }
+        if let Some((m, _)) = c.windows.iter().find(|(_, w)| **w < 256) {
+            return Err(ConfigError::key(
+                format!("context.windows.{m}"),
+                "must be at least 256 tokens",
+            ));
+        }
+        let b = &self.budget;
+        for (key, v) in [
+            ("budget.turn_cost", b.turn_cost),
+            ("budget.session_cost", b.session_cost),
+            ("budget.sub_turn_cost", b.sub_turn_cost),
+        ] {
+            if !(v >= 0.0) {
+                return Err(ConfigError::key(key, "must be 0 (none) or more"));
+            }
+        }
+        for h in self.hooks.pre_compact.iter().flat_map(|m| &m.hooks) {
+            if h.kind != "command" || h.command.trim().is_empty() {
+                return Err(ConfigError::key(
+                    "hooks.PreCompact",
+                    "each hook needs type: command and a command",
+                ));
+            }
+        }
+        if self.tool_calls.parallel_limit == 0 {
+            return Err(ConfigError::key(
+                "tool_calls.parallel_limit",
+                "must be at least 1 (1: every call alone)",
+            ));
+        }
         require_nonzero("heartbeat_interval", self.heartbeat_interval)?;
         require_nonzero("delegation.deadline", self.delegation.deadline)?;
         if self.turn_lease < MIN_TURN_LEASE {

@@ -169,6 +169,7 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
         default_backend: backends.1,
         agents,
         config,
+        calibration: Default::default(),
     });
     let hub = Arc::new(Hub::new(store));
     let host = Host::new(HostOptions {

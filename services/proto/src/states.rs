@@ -99,6 +99,7 @@ impl TurnDoneReason {
             Self::MaxIterations => "max_iterations",
             Self::Deadline => "deadline",
             Self::Interrupted => "interrupted",
+            Self::Budget => "budget",
         }
     }
 }

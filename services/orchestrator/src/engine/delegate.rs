@@ -102,6 +102,8 @@ impl Engine {
             context,
             persist: false,
             last_text: Arc::new(Mutex::new(String::new())),
+            meters: caller.meters.clone(),
+            used: Default::default(),
         };
         let last = frame.last_text.clone();
         let deadline = self.config.delegation.deadline;
@@ -136,6 +138,7 @@ impl Engine {
             Outcome::MaxIterations => err(format!(
                 "{name} ran out of tool iterations before finishing; what it had: {text}"
             )),
+            Outcome::Budget(why) => err(format!("{name} stopped: {why}; what it had: {text}")),
             Outcome::Deadline => err(format!(
                 "{name} passed the delegation deadline ({}s); what it had: {text}",
                 deadline.as_secs()

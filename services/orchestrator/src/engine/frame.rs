@@ -1,6 +1,9 @@
 //! One frame of work: the model is called with the frame's context and
 //! tools, and every tool call it asks for is answered exactly once.
 
+use super::budget::Meter;
+use super::compact::Trigger;
+use super::context;
 use super::{Engine, Frame, Outcome, TurnSettings, emit_error, runner_toolsets};
 use crate::hub::SessionState;
 use crate::llm::{LlmDelta, LlmError, LlmRequest, ToolCall};
@@ -10,10 +13,18 @@ use omicos_proto::{
     chat_event, model_envelope,
 };
 use serde_json::{Value, json};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+/// How a call was answered.
+struct Answered {
+    status: ToolStatus,
+    result: String,
+    spool: String,
+}
 
 impl Engine {
     /// Runs one frame until the model stops calling tools.
@@ -40,6 +51,7 @@ impl Engine {
             if cancel.is_cancelled() {
                 return Outcome::Cancelled;
             }
+            let parallel: HashSet<String>;
             let tools = match self
                 .agent_tools(
                     &frame.agent.toolsets,
@@ -49,51 +61,159 @@ impl Engine {
                 )
                 .await
             {
-                Ok(t) => t.defs,
+                Ok(t) => {
+                    parallel = t.parallel_safe(&self.config.tool_calls.concurrency_safe);
+                    t.defs
+                }
                 Err(e) => {
                     emit_error(session, &tag, &e).await;
                     return Outcome::Error;
                 }
             };
-            let req = LlmRequest {
-                system: frame.agent.system_prompt.clone(),
-                messages: frame.messages.clone(),
-                tools,
-                model: s.model.clone(),
-                agent_id: frame.agent.id.clone(),
-            };
-            let (dtx, mut drx) = mpsc::channel::<LlmDelta>(256);
-            let forward = {
-                let session = session.clone();
-                let tag = tag.clone();
-                tokio::spawn(async move {
-                    while let Some(LlmDelta::Text(t)) = drx.recv().await {
-                        session
-                            .emit(tag.event(chat_event::Kind::TextDelta(TextDelta { text: t })))
+            if let Some(why) =
+                frame
+                    .meters
+                    .exhausted(&self.config.budget, &frame.used, frame.depth > 0)
+            {
+                return Outcome::Budget(why);
+            }
+            let model = self.model_name(s).to_owned();
+            let system = frame.agent.system_prompt.clone();
+            let fixed = context::fixed_chars(&system, &tools);
+            let mut overflow_retried = false;
+            let (turn, view, started) = loop {
+                let view = match self
+                    .prepare_context(session, s, frame, &tag, &*backend, &model, fixed, cancel)
+                    .await
+                {
+                    Ok(v) => v,
+                    Err(o) => return o,
+                };
+                let req = LlmRequest {
+                    system: system.clone(),
+                    messages: view.messages.clone(),
+                    tools: tools.clone(),
+                    model: s.model.clone(),
+                    agent_id: frame.agent.id.clone(),
+                };
+                let (dtx, mut drx) = mpsc::channel::<LlmDelta>(256);
+                let forward = {
+                    let session = session.clone();
+                    let tag = tag.clone();
+                    tokio::spawn(async move {
+                        // What the client saw, kept if the stream is cancelled.
+                        let mut seen = String::new();
+                        while let Some(LlmDelta::Text(t)) = drx.recv().await {
+                            seen.push_str(&t);
+                            session
+                                .emit(tag.event(chat_event::Kind::TextDelta(TextDelta { text: t })))
+                                .await;
+                        }
+                        seen
+                    })
+                };
+                let started = Instant::now();
+                let answer = backend.complete(&req, dtx, cancel).await;
+                let seen = forward.await.unwrap_or_default();
+                match answer {
+                    Ok(t) => break (t, view, started),
+                    Err(LlmError::Cancelled) => {
+                        if !seen.is_empty() {
+                            // The partial answer stays in the history as the user saw it.
+                            self.push(
+                                session,
+                                frame,
+                                json!({"role": "assistant", "content": seen, "interrupted": true}),
+                            )
                             .await;
+                            self.trajectories
+                                .append(
+                                    &session.id,
+                                    json!({"type": "model_turn", "turn_id": s.turn_id, "context": frame.context,
+                                           "agent": frame.agent.id, "model": model, "text": seen, "interrupted": true}),
+                                )
+                                .await;
+                        }
+                        return Outcome::Cancelled;
                     }
-                })
-            };
-            let started = Instant::now();
-            let answer = backend.complete(&req, dtx, cancel).await;
-            let _ = forward.await;
-            let turn = match answer {
-                Ok(t) => t,
-                Err(LlmError::Cancelled) => return Outcome::Cancelled,
-                Err(e) => {
-                    emit_error(session, &tag, &e.into()).await;
-                    return Outcome::Error;
+                    Err(LlmError::ContextOverflow(msg)) if !overflow_retried => {
+                        // The estimate was short of the server's count: compact, retry once.
+                        overflow_retried = true;
+                        tracing::warn!(session = %session.id, error = %msg, "context overflow: compacting and retrying once");
+                        match self
+                            .compact_frame(
+                                session,
+                                s,
+                                frame,
+                                &tag,
+                                &*backend,
+                                &model,
+                                fixed,
+                                Trigger::Overflow,
+                                cancel,
+                            )
+                            .await
+                        {
+                            Ok(true) => continue,
+                            Ok(false) => {
+                                let e = LlmError::ContextOverflow(format!(
+                                    "{msg} (and nothing older is left to compact: the latest messages alone are too long for the model)"
+                                ));
+                                emit_error(session, &tag, &e.into()).await;
+                                return Outcome::Error;
+                            }
+                            Err(o) => return o,
+                        }
+                    }
+                    Err(LlmError::ContextOverflow(msg)) => {
+                        let e = LlmError::ContextOverflow(format!(
+                            "{msg} (still too long after compacting once)"
+                        ));
+                        emit_error(session, &tag, &e.into()).await;
+                        return Outcome::Error;
+                    }
+                    Err(e) => {
+                        emit_error(session, &tag, &e.into()).await;
+                        return Outcome::Error;
+                    }
                 }
             };
+            // Tokens from the backend's usage, else the estimate.
+            self.calibrate(&model, view.raw_tokens, turn.input_tokens);
+            let input = if turn.input_tokens > 0 {
+                turn.input_tokens
+            } else {
+                view.tokens
+            };
+            let output = if turn.output_tokens > 0 {
+                turn.output_tokens
+            } else {
+                let chars = turn.text.len()
+                    + turn
+                        .tool_calls
+                        .iter()
+                        .map(|c| c.name.len() + c.arguments.len())
+                        .sum::<usize>();
+                context::tokens(chars, self.config.context.chars_per_token, 1.0)
+            };
+            let priced = if turn.model.is_empty() {
+                &model
+            } else {
+                &turn.model
+            };
+            let used = Meter::call(&self.config.budget, priced, input, output);
+            frame.used.add(&used);
+            frame.meters.turn.lock().expect("turn meter").add(&used);
             session
                 .emit(tag.event(chat_event::Kind::Usage(Usage {
-                    input_tokens: turn.input_tokens,
-                    output_tokens: turn.output_tokens,
+                    input_tokens: input,
+                    output_tokens: output,
                     model: turn.model.clone(),
                 })))
                 .await;
             *frame.last_text.lock().expect("last text") = turn.text.clone();
-            let mut assistant = json!({"role": "assistant", "content": turn.text});
+            let mut assistant =
+                json!({"role": "assistant", "content": turn.text, "usage": used.to_json()});
             if !turn.tool_calls.is_empty() {
                 assistant["tool_calls"] = Value::Array(
                     turn.tool_calls
@@ -107,80 +227,154 @@ impl Engine {
                 .append(
                     &session.id,
                     json!({"type": "model_turn", "turn_id": s.turn_id, "context": frame.context, "agent": frame.agent.id,
-                        "model": turn.model, "text": turn.text, "tool_calls": turn.tool_calls, "elapsed_ms": started.elapsed().as_millis() as u64,
+                        "model": turn.model, "text": turn.text, "reasoning": turn.reasoning, "tool_calls": turn.tool_calls, "elapsed_ms": started.elapsed().as_millis() as u64,
                         "input_tokens": turn.input_tokens, "output_tokens": turn.output_tokens}),
                 )
                 .await;
             if turn.tool_calls.is_empty() {
                 return Outcome::Completed;
             }
-            let mut calls = turn.tool_calls.into_iter();
-            while let Some(call) = calls.next() {
-                if cancel.is_cancelled() {
-                    // Every tool call is answered exactly once, even when cancelled.
-                    self.answer(
-                        session,
-                        frame,
-                        &tag,
-                        &call,
-                        ToolStatus::Error,
-                        s.not_run_reason(),
-                        "",
-                        0,
-                    )
-                    .await;
-                    for rest in calls.by_ref() {
-                        self.answer(
-                            session,
-                            frame,
-                            &tag,
-                            &rest,
-                            ToolStatus::Error,
-                            s.not_run_reason(),
-                            "",
-                            0,
-                        )
+            if let Some(why) =
+                frame
+                    .meters
+                    .exhausted(&self.config.budget, &frame.used, frame.depth > 0)
+            {
+                // Every call is still answered, as not run.
+                for call in &turn.tool_calls {
+                    let reason = format!("not run: {why}");
+                    self.emit_finished(session, &tag, call, ToolStatus::Error, &reason, "", 0)
                         .await;
-                    }
-                    return Outcome::Cancelled;
+                    self.push_result(session, frame, call, ToolStatus::Error, &reason, "")
+                        .await;
                 }
-                session
-                    .emit(
-                        tag.event(chat_event::Kind::ToolCallStarted(ToolCallStarted {
-                            call_id: call.id.clone(),
-                            name: call.name.clone(),
-                            arguments: call.arguments.clone(),
-                        })),
-                    )
-                    .await;
-                let started = Instant::now();
-                let (status, result, spool) = match call.name.as_str() {
-                    "call_agent" => {
-                        let (st, r) =
-                            Box::pin(self.delegate(session, s, frame, &call, cancel)).await;
-                        (st, r, String::new())
-                    }
-                    "list_agents" => (ToolStatus::Done, self.list_team(s), String::new()),
-                    _ => {
-                        let r = self.run_tool(session, s, frame, &tag, &call, cancel).await;
-                        (r.status(), r.result, r.spool_path)
-                    }
-                };
-                let elapsed = started.elapsed().as_millis() as u64;
-                self.answer(
-                    session, frame, &tag, &call, status, &result, &spool, elapsed,
-                )
-                .await;
+                return Outcome::Budget(why);
             }
+            self.run_calls(session, s, frame, &tag, turn.tool_calls, &parallel, cancel)
+                .await;
         }
         Outcome::MaxIterations
     }
 
+    /// Runs the calls of one answer. A run of consecutive calls that are safe
+    /// side by side (risk Read, or declared concurrency-safe) runs at once, up
+    /// to `tool_calls.parallel_limit`; every other call runs alone, in order,
+    /// so a read after a write still sees the write. Results go back to the
+    /// model in call order, and every call is answered exactly once: a call
+    /// not started when a cancel came is answered as not run.
     #[allow(clippy::too_many_arguments)]
-    async fn answer(
+    async fn run_calls(
+        self: &Arc<Self>,
+        session: &Arc<SessionState>,
+        s: &TurnSettings,
+        frame: &mut Frame,
+        tag: &EventTag,
+        calls: Vec<ToolCall>,
+        parallel: &HashSet<String>,
+        cancel: &CancellationToken,
+    ) {
+        let limit = self.config.tool_calls.parallel_limit.max(1);
+        let mut rest = calls.into_iter().peekable();
+        while let Some(first) = rest.next() {
+            let mut batch = vec![first];
+            if parallel.contains(&batch[0].name) {
+                while let Some(next) = rest.next_if(|c| parallel.contains(&c.name)) {
+                    batch.push(next);
+                }
+            }
+            let answers: Vec<Answered> = {
+                let frame: &Frame = frame;
+                let slots = tokio::sync::Semaphore::new(limit);
+                let mut running = Vec::with_capacity(batch.len());
+                for call in &batch {
+                    running
+                        .push(self.run_call_in_slot(&slots, session, s, frame, tag, call, cancel));
+                }
+                // join_all keeps call order whatever order they finish in.
+                futures::future::join_all(running).await
+            };
+            for (call, a) in batch.iter().zip(answers) {
+                self.push_result(session, frame, call, a.status, &a.result, &a.spool)
+                    .await;
+            }
+        }
+    }
+
+    /// Runs one call once a slot of the batch's limit is free.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_call_in_slot(
+        self: &Arc<Self>,
+        slots: &tokio::sync::Semaphore,
+        session: &Arc<SessionState>,
+        s: &TurnSettings,
+        frame: &Frame,
+        tag: &EventTag,
+        call: &ToolCall,
+        cancel: &CancellationToken,
+    ) -> Answered {
+        let _slot = slots
+            .acquire()
+            .await
+            .expect("the semaphore is never closed");
+        self.run_call(session, s, frame, tag, call, cancel).await
+    }
+
+    /// Runs one call (a tool, or a team tool served here) between its
+    /// started and finished events; a call whose turn was already stopped
+    /// does not start and is answered as not run.
+    async fn run_call(
+        self: &Arc<Self>,
+        session: &Arc<SessionState>,
+        s: &TurnSettings,
+        frame: &Frame,
+        tag: &EventTag,
+        call: &ToolCall,
+        cancel: &CancellationToken,
+    ) -> Answered {
+        if cancel.is_cancelled() {
+            let a = Answered {
+                status: ToolStatus::Error,
+                result: s.not_run_reason().into(),
+                spool: String::new(),
+            };
+            self.emit_finished(session, tag, call, a.status, &a.result, "", 0)
+                .await;
+            return a;
+        }
+        session
+            .emit(
+                tag.event(chat_event::Kind::ToolCallStarted(ToolCallStarted {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                })),
+            )
+            .await;
+        let started = Instant::now();
+        let (status, result, spool) = match call.name.as_str() {
+            "call_agent" => {
+                let (st, r) = Box::pin(self.delegate(session, s, frame, call, cancel)).await;
+                (st, r, String::new())
+            }
+            "list_agents" => (ToolStatus::Done, self.list_team(s), String::new()),
+            _ => {
+                let r = self.run_tool(session, s, frame, tag, call, cancel).await;
+                (r.status(), r.result, r.spool_path)
+            }
+        };
+        let elapsed = started.elapsed().as_millis() as u64;
+        self.emit_finished(session, tag, call, status, &result, &spool, elapsed)
+            .await;
+        Answered {
+            status,
+            result,
+            spool,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn emit_finished(
         &self,
         session: &Arc<SessionState>,
-        frame: &mut Frame,
         tag: &EventTag,
         call: &ToolCall,
         status: ToolStatus,
@@ -200,16 +394,28 @@ impl Engine {
                 })),
             )
             .await;
-        let content = model_envelope(status, result);
-        self.push(
-            session,
-            frame,
-            json!({"role": "tool", "tool_call_id": call.id, "content": content}),
-        )
-        .await;
     }
 
-    async fn push(&self, session: &Arc<SessionState>, frame: &mut Frame, msg: Value) {
+    /// The call's result as the `tool` message the model reads next.
+    async fn push_result(
+        &self,
+        session: &Arc<SessionState>,
+        frame: &mut Frame,
+        call: &ToolCall,
+        status: ToolStatus,
+        result: &str,
+        spool: &str,
+    ) {
+        let content = model_envelope(status, result);
+        let mut msg = json!({"role": "tool", "tool_call_id": call.id, "content": content});
+        if !spool.is_empty() {
+            // Where the whole result is, for a trimmed preview to name (never sent to the model).
+            msg["spool_path"] = json!(spool);
+        }
+        self.push(session, frame, msg).await;
+    }
+
+    pub(super) async fn push(&self, session: &Arc<SessionState>, frame: &mut Frame, msg: Value) {
         if frame.persist
             && let Err(e) = session
                 .store()

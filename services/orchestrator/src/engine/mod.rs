@@ -6,8 +6,14 @@
 //! - [`turn`]: a root turn from start to turn_done ([`Engine::run_turn`]);
 //! - [`frame`]: one agent's frame of work ([`Engine::run_frame`]);
 //! - [`delegate`]: `call_agent` and `list_agents`, served here, never by the runner;
-//! - [`tools`]: the tools an agent sees (runner specs → model definitions, team tools).
+//! - [`tools`]: the tools an agent sees (runner specs → model definitions, team tools);
+//! - [`context`]: what of the history the model sees (windows, trimming, compaction);
+//! - [`compact`]: a compaction (the summarizing request, the marker, the hook, the event);
+//! - [`budget`]: usage and the token and cost ceilings.
 
+pub mod budget;
+mod compact;
+pub mod context;
 mod delegate;
 mod frame;
 mod tools;
@@ -43,6 +49,9 @@ pub struct Engine {
     pub agents: Arc<dyn AgentDirectory>,
     /// Trajectory files.
     pub trajectories: Trajectories,
+    /// Per model: reported input tokens / estimated tokens of its last
+    /// request, so estimates follow the model's own tokenizer.
+    pub calibration: Mutex<HashMap<String, f64>>,
 }
 
 /// How a turn (or sub-turn) ended.
@@ -59,6 +68,8 @@ pub enum Outcome {
     /// The deadline passed: the root turn's (the client's `grpc-timeout`),
     /// or a sub-turn's delegation deadline (which its caller reads as a tool error).
     Deadline,
+    /// A token or cost budget was reached (which one, in words).
+    Budget(String),
 }
 
 impl Outcome {
@@ -70,6 +81,15 @@ impl Outcome {
             Outcome::Error => TurnDoneReason::Error,
             Outcome::MaxIterations => TurnDoneReason::MaxIterations,
             Outcome::Deadline => TurnDoneReason::Deadline,
+            Outcome::Budget(_) => TurnDoneReason::Budget,
+        }
+    }
+
+    /// The words behind the reason, when there are any.
+    pub fn detail(&self) -> String {
+        match self {
+            Outcome::Budget(why) => why.clone(),
+            _ => String::new(),
         }
     }
 }
@@ -127,9 +147,45 @@ pub struct Frame {
     pub persist: bool,
     /// Latest text, so a stopped sub-turn can return what it has.
     pub last_text: Arc<Mutex<String>>,
+    /// The turn's meters (shared with sub-turns).
+    pub meters: budget::Meters,
+    /// What this frame's own model calls used.
+    pub used: budget::Meter,
 }
 
 impl Engine {
+    /// The model a request of these settings is for (the override, else the configured one).
+    pub(crate) fn model_name<'a>(&'a self, s: &'a TurnSettings) -> &'a str {
+        if s.model.is_empty() {
+            &self.config.llm.model
+        } else {
+            &s.model
+        }
+    }
+
+    /// The calibration of `model`'s estimates (1.0 until its usage was seen).
+    pub(crate) fn calibration_of(&self, model: &str) -> f64 {
+        self.calibration
+            .lock()
+            .expect("calibration")
+            .get(model)
+            .copied()
+            .unwrap_or(1.0)
+    }
+
+    /// Learns from a request estimated at `raw` tokens (calibration 1.0) that
+    /// the backend counted `reported`.
+    pub(crate) fn calibrate(&self, model: &str, raw: u64, reported: u64) {
+        if raw == 0 || reported == 0 {
+            return;
+        }
+        let r = (reported as f64 / raw as f64).clamp(0.25, 4.0);
+        self.calibration
+            .lock()
+            .expect("calibration")
+            .insert(model.to_owned(), r);
+    }
+
     pub(crate) fn backend(&self, name: &str) -> Result<Arc<dyn LlmBackend>, LlmError> {
         let name = if name.is_empty() {
             &self.default_backend
@@ -170,6 +226,7 @@ mod tests {
             (Outcome::Error, TurnDoneReason::Error),
             (Outcome::MaxIterations, TurnDoneReason::MaxIterations),
             (Outcome::Deadline, TurnDoneReason::Deadline),
+            (Outcome::Budget("x".into()), TurnDoneReason::Budget),
         ];
         for (o, r) in all {
             assert_eq!(o.reason(), r, "{o:?}");

@@ -6,8 +6,9 @@
 use super::{Engine, team_tools};
 use crate::error::OrchestratorError;
 use crate::llm::ToolDef;
-use omicos_proto::{ListToolsRequest, PermissionMode, ToolSpec};
+use omicos_proto::{ListToolsRequest, PermissionMode, Risk, ToolSpec};
 use serde_json::json;
+use std::collections::HashSet;
 
 /// The toolset the orchestrator serves itself (`call_agent`, `list_agents`);
 /// it never reaches the runner.
@@ -64,6 +65,24 @@ impl AgentTools {
             }
         }
         Self { specs, defs }
+    }
+
+    /// The names (and aliases) of the tools that may run side by side with
+    /// others: risk Read, or named in `declared` (`tool_calls.concurrency_safe`).
+    /// `call_agent` never does: a sub-turn runs alone.
+    pub fn parallel_safe(&self, declared: &[String]) -> HashSet<String> {
+        let mut out = HashSet::new();
+        for spec in &self.specs {
+            if spec.name == "call_agent" && spec.toolset == TEAM_TOOLSET {
+                continue;
+            }
+            let read = Risk::try_from(spec.risk).unwrap_or(Risk::Shell) == Risk::Read;
+            if read || declared.contains(&spec.name) {
+                out.insert(spec.name.clone());
+                out.extend(spec.aliases.iter().cloned());
+            }
+        }
+        out
     }
 }
 
@@ -129,6 +148,29 @@ mod tests {
         assert_eq!(tools.specs[1].provider, "orchestrator");
         assert_eq!(tools.defs[0].parameters["required"][0], "path");
         assert_eq!(tool_def(&tools.specs[1]), tools.defs[1]);
+    }
+
+    #[test]
+    fn read_tools_and_declared_ones_run_side_by_side_but_never_call_agent() {
+        let mut write = spec("file_manager__write", "{}");
+        write.risk = Risk::FileWrite as i32;
+        let mut read = spec("file_manager__read", "{}");
+        read.aliases = vec!["read".into()];
+        let mut kernel = spec("kernel__inspect", "{}");
+        kernel.risk = Risk::Python as i32;
+        let tools = AgentTools::assemble(vec![write, read, kernel], &["team".into()]);
+        let safe = tools.parallel_safe(&["kernel__inspect".into()]);
+        let mut names: Vec<&str> = safe.iter().map(String::as_str).collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "file_manager__read",
+                "kernel__inspect",
+                "list_agents",
+                "read"
+            ]
+        );
     }
 
     #[test]

@@ -72,8 +72,10 @@ impl Engine {
                 json!({"type": "user", "turn_id": turn_id, "agent": agent.id, "content": message}),
             )
             .await;
+        let mut meters = super::budget::Meters::default();
         let outcome = match self.load_history(&st, &message).await {
             Ok(history) => {
+                meters.session_before = super::budget::Meter::of_history(&history);
                 let mut frame = Frame {
                     agent,
                     messages: history,
@@ -82,6 +84,8 @@ impl Engine {
                     context: "root".into(),
                     persist: true,
                     last_text: Arc::new(Mutex::new(String::new())),
+                    meters: meters.clone(),
+                    used: Default::default(),
                 };
                 self.run_root_frame(&st, &settings, &mut frame, &cancel)
                     .await
@@ -93,10 +97,13 @@ impl Engine {
             }
         };
         let reason = outcome.reason();
+        let usage = meters.summary();
         self.trajectories
             .append(
                 &st.id,
-                json!({"type": "turn_done", "turn_id": turn_id, "reason": reason.as_str()}),
+                json!({"type": "turn_done", "turn_id": turn_id, "reason": reason.as_str(), "detail": outcome.detail(),
+                       "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+                                 "cost": usage.cost, "model_calls": usage.model_calls}}),
             )
             .await;
         renew.abort();
@@ -107,6 +114,8 @@ impl Engine {
         st.emit_final(
             tag.event(chat_event::Kind::TurnDone(TurnDone {
                 reason: reason as i32,
+                usage: Some(usage),
+                detail: outcome.detail(),
             })),
             &turn_id,
         )

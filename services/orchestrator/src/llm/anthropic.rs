@@ -163,6 +163,7 @@ impl LlmBackend for AnthropicBackend {
         // index → (id, name, partial json); kept in block order.
         let mut tools: BTreeMap<u64, (String, String, String)> = BTreeMap::new();
         let mut open_tool_blocks = 0usize;
+        let mut whole_input = std::collections::HashSet::new();
         let mut stopped = false;
         loop {
             let Some(ev) = super::next_event(&mut reader, self.idle_timeout, cancel).await? else {
@@ -191,14 +192,27 @@ impl LlmBackend for AnthropicBackend {
                     let block = &data["content_block"];
                     if block["type"] == "tool_use" {
                         open_tool_blocks += 1;
+                        // A whole input in the start block (no deltas follow) counts too.
+                        let input = block
+                            .get("input")
+                            .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()))
+                            .map(Value::to_string)
+                            .unwrap_or_default();
+                        if !input.is_empty() {
+                            whole_input.insert(idx);
+                        }
                         tools.insert(
                             idx,
                             (
                                 block["id"].as_str().unwrap_or_default().to_owned(),
                                 block["name"].as_str().unwrap_or_default().to_owned(),
-                                String::new(),
+                                input,
                             ),
                         );
+                    } else if block["type"] == "thinking" {
+                        if let Some(t) = block["thinking"].as_str() {
+                            turn.reasoning.push_str(t);
+                        }
                     } else if let Some(t) = block["text"].as_str().filter(|t| !t.is_empty()) {
                         turn.text.push_str(t);
                         let _ = deltas.send(LlmDelta::Text(t.to_owned())).await;
@@ -216,9 +230,17 @@ impl LlmBackend for AnthropicBackend {
                         }
                         Some("input_json_delta") => {
                             if let Some(entry) = tools.get_mut(&idx) {
-                                entry
-                                    .2
-                                    .push_str(d["partial_json"].as_str().unwrap_or_default());
+                                let piece = d["partial_json"].as_str().unwrap_or_default();
+                                if !piece.is_empty() && whole_input.remove(&idx) {
+                                    // The start block carried the input: the deltas restate it.
+                                    entry.2.clear();
+                                }
+                                entry.2.push_str(piece);
+                            }
+                        }
+                        Some("thinking_delta") => {
+                            if let Some(t) = d["thinking"].as_str() {
+                                turn.reasoning.push_str(t);
                             }
                         }
                         _ => {}

@@ -2,6 +2,7 @@
 //! Messages, and a replay backend for tests and offline runs.
 
 pub mod anthropic;
+pub mod assemble;
 pub mod openai;
 pub mod replay;
 pub mod retry;
@@ -56,6 +57,9 @@ pub struct ToolCall {
 pub struct LlmTurn {
     /// The text.
     pub text: String,
+    /// The model's reasoning (`reasoning_content`, `reasoning`, Anthropic
+    /// thinking): kept out of the text and the history, kept in the trajectory.
+    pub reasoning: String,
     /// Tool calls, in order.
     pub tool_calls: Vec<ToolCall>,
     /// Input tokens, if reported.

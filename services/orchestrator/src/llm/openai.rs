@@ -1,9 +1,10 @@
 //! OpenAI-compatible Chat Completions with streaming tool calls (OpenAI,
 //! Ollama, vLLM, llama.cpp's server).
 
+use super::assemble::ToolCallAssembler;
 use super::retry::{RetryPolicy, send};
 use super::sse::SseReader;
-use super::{LlmBackend, LlmDelta, LlmError, LlmRequest, LlmTurn, ToolCall};
+use super::{LlmBackend, LlmDelta, LlmError, LlmRequest, LlmTurn};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -69,13 +70,6 @@ pub fn tools_json(tools: &[super::ToolDef]) -> Value {
     )
 }
 
-#[derive(Default)]
-struct PartialCall {
-    id: String,
-    name: String,
-    arguments: String,
-}
-
 #[async_trait]
 impl LlmBackend for OpenAiBackend {
     async fn complete(
@@ -99,8 +93,8 @@ impl LlmBackend for OpenAiBackend {
             model: body["model"].as_str().unwrap_or_default().to_owned(),
             ..Default::default()
         };
-        // Tool calls are keyed by index; servers split arguments over many chunks.
-        let mut calls: Vec<PartialCall> = Vec::new();
+        // Every server shape of streamed calls is handled in one place.
+        let mut calls = ToolCallAssembler::default();
         let mut finished = false;
         loop {
             let Some(ev) = super::next_event(&mut reader, self.idle_timeout, cancel).await? else {
@@ -162,43 +156,15 @@ impl LlmBackend for OpenAiBackend {
                 turn.text.push_str(text);
                 let _ = deltas.send(LlmDelta::Text(text.to_owned())).await;
             }
-            if let Some(tcs) = delta.get("tool_calls").and_then(Value::as_array) {
-                for (pos, tc) in tcs.iter().enumerate() {
-                    let idx = tc
-                        .get("index")
-                        .and_then(Value::as_u64)
-                        .map(|i| i as usize)
-                        .unwrap_or(pos);
-                    while calls.len() <= idx {
-                        calls.push(PartialCall::default());
-                    }
-                    let c = &mut calls[idx];
-                    if let Some(id) = tc.get("id").and_then(id_string).filter(|s| !s.is_empty()) {
-                        c.id = id;
-                    }
-                    if let Some(f) = tc.get("function") {
-                        if let Some(n) = f.get("name").and_then(Value::as_str) {
-                            c.name.push_str(n);
-                        }
-                        if let Some(a) = f.get("arguments") {
-                            push_arguments(&mut c.arguments, a);
-                        }
-                    }
-                }
+            // Reasoning (DeepSeek, vLLM, Ollama, llama.cpp): never part of the
+            // answer text. One field only: some servers send both with the same text.
+            if let Some(r) = ["reasoning_content", "reasoning"]
+                .iter()
+                .find_map(|f| delta.get(*f).and_then(Value::as_str))
+            {
+                turn.reasoning.push_str(r);
             }
-            // The legacy `function_call` delta some servers still send.
-            if let Some(fc) = delta.get("function_call").filter(|f| !f.is_null()) {
-                if calls.is_empty() {
-                    calls.push(PartialCall::default());
-                }
-                let c = calls.last_mut().expect("just pushed");
-                if let Some(n) = fc.get("name").and_then(Value::as_str) {
-                    c.name.push_str(n);
-                }
-                if let Some(a) = fc.get("arguments") {
-                    push_arguments(&mut c.arguments, a);
-                }
-            }
+            calls.delta(delta);
         }
         if !finished && !calls.is_empty() {
             return Err(LlmError::StreamBroken(
@@ -210,41 +176,8 @@ impl LlmBackend for OpenAiBackend {
                 "the stream ended before any answer".into(),
             ));
         }
-        turn.tool_calls = calls
-            .into_iter()
-            .filter(|c| !c.name.is_empty())
-            .map(|c| ToolCall {
-                id: if c.id.is_empty() {
-                    format!("call_{}", uuid::Uuid::new_v4().simple())
-                } else {
-                    c.id
-                },
-                name: c.name,
-                arguments: if c.arguments.trim().is_empty() {
-                    "{}".into()
-                } else {
-                    c.arguments
-                },
-            })
-            .collect();
+        turn.tool_calls = calls.finish();
         Ok(turn)
-    }
-}
-
-fn id_string(v: &Value) -> Option<String> {
-    match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
-}
-
-fn push_arguments(buf: &mut String, a: &Value) {
-    match a {
-        Value::String(s) => buf.push_str(s),
-        // Some servers send the arguments as an object, already parsed.
-        Value::Null => {}
-        other => buf.push_str(&other.to_string()),
     }
 }
 

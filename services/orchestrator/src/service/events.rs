@@ -39,6 +39,7 @@ pub(super) fn one_shot_error(
         }))),
         Ok(mk(chat_event::Kind::TurnDone(TurnDone {
             reason: TurnDoneReason::Error as i32,
+            ..Default::default()
         }))),
     ];
     Box::pin(tokio_stream::iter(events))

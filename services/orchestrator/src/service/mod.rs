@@ -10,6 +10,7 @@
 
 mod catalog;
 mod chat;
+mod compact;
 mod events;
 mod owner;
 mod sessions;
@@ -21,10 +22,10 @@ use crate::hub::Hub;
 use omicos_auth::principal;
 use omicos_proto::{
     ApproveToolRequest, ApproveToolResponse, AttachRequest, CancelTurnRequest, CancelTurnResponse,
-    ChatClientMessage, ChatEvent, DeleteSessionRequest, DeleteSessionResponse, GetSessionRequest,
-    ListAgentToolsRequest, ListAgentToolsResponse, ListAgentsRequest, ListAgentsResponse,
-    ListSessionsRequest, ListSessionsResponse, RefreshCatalogRequest, RefreshCatalogResponse,
-    Session, orchestrator_server::Orchestrator,
+    ChatClientMessage, ChatEvent, CompactRequest, CompactResponse, DeleteSessionRequest,
+    DeleteSessionResponse, GetSessionRequest, ListAgentToolsRequest, ListAgentToolsResponse,
+    ListAgentsRequest, ListAgentsResponse, ListSessionsRequest, ListSessionsResponse,
+    RefreshCatalogRequest, RefreshCatalogResponse, Session, orchestrator_server::Orchestrator,
 };
 use std::pin::Pin;
 use std::sync::Arc;
@@ -149,5 +150,12 @@ impl Orchestrator for OrchestratorService {
         req: Request<ListAgentToolsRequest>,
     ) -> Result<Response<ListAgentToolsResponse>, Status> {
         grpc(self.list_agent_tools_rpc(req.into_inner()).await).map(Response::new)
+    }
+
+    async fn compact(
+        &self,
+        req: Request<CompactRequest>,
+    ) -> Result<Response<CompactResponse>, Status> {
+        grpc(self.compact_rpc(req.into_inner()).await).map(Response::new)
     }
 }

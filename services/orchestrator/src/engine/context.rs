@@ -1,0 +1,476 @@
+//! Context management: what of a frame's history the model sees.
+//!
+//! The history (the store, the frame's messages) is append-only and keeps
+//! everything. A compaction appends a *marker* message (`role: compaction`)
+//! holding the summary of everything before `kept_from`; the model's view is
+//! then one user message (the task-state checkpoint and the summary) followed
+//! by the history from `kept_from` on. The checkpoint is rebuilt from the
+//! whole history on every request, so it is always current and never
+//! summarized: the user's original request, the current `plan`, the latest
+//! `task__*` list and the files written in the session.
+//!
+//! Deciding costs one walk over the view's strings (no serialization): the
+//! estimate is characters / `chars_per_token`, scaled by what the backend's
+//! usage reported for earlier requests of the same model.
+
+use crate::config::ContextConfig;
+use crate::llm::ToolDef;
+use serde_json::{Value, json};
+
+/// The role of a compaction marker in the history; never sent to a model.
+pub const COMPACTION_ROLE: &str = "compaction";
+
+/// The system prompt of the summarizing request.
+pub const COMPACTION_PROMPT: &str = "You are compacting the history of an agent session so that the work can go on \
+in a smaller context. Summarize the conversation below for the agent that will continue it: what the user asked \
+for and why, what was done (tools called, with the results that matter: numbers, paths, names, errors), what was \
+decided, what failed and why, and what remains to do. Keep every file path, identifier and number that later \
+work may need. Do not invent anything. Write plain prose and short lists, no preamble.";
+
+/// The header of the checkpoint the view starts with after a compaction.
+pub const CHECKPOINT_HEADER: &str = "[Context checkpoint: earlier messages were compacted. The task state below is \
+kept verbatim; the summary after it replaces the older conversation.]";
+
+/// What a tool result is cut to when it is trimmed.
+const TRIMMED_MARK: &str = "[result trimmed to save context]";
+
+/// The messages a model request carries, and what they cost.
+#[derive(Clone, Debug, Default)]
+pub struct View {
+    /// The messages in OpenAI chat shape (no markers, no private fields).
+    pub messages: Vec<Value>,
+    /// Estimated tokens of the messages, the system prompt and the tools.
+    pub tokens: u64,
+    /// The same before calibration (what the backend's usage is compared with).
+    pub raw_tokens: u64,
+    /// Old tool results cut to a preview.
+    pub trimmed: u32,
+    /// History index where the verbatim part starts.
+    pub verbatim_from: usize,
+}
+
+/// Characters of the strings of a JSON value (keys included), plus a little
+/// for the punctuation: a cheap, allocation-free size.
+fn chars(v: &Value) -> usize {
+    match v {
+        Value::String(s) => s.len() + 2,
+        Value::Array(a) => a.iter().map(chars).sum::<usize>() + 2,
+        Value::Object(o) => o.iter().map(|(k, v)| k.len() + 3 + chars(v)).sum::<usize>() + 2,
+        Value::Null | Value::Bool(_) => 4,
+        Value::Number(_) => 6,
+    }
+}
+
+/// Per-message framing the servers add (role markers, separators), in characters.
+const MESSAGE_OVERHEAD_CHARS: usize = 16;
+
+/// Raw size estimate of a message in characters.
+pub fn message_chars(m: &Value) -> usize {
+    chars(m) + MESSAGE_OVERHEAD_CHARS
+}
+
+/// Raw size estimate of the system prompt and tool definitions in characters.
+pub fn fixed_chars(system: &str, tools: &[ToolDef]) -> usize {
+    system.len()
+        + tools
+            .iter()
+            .map(|t| t.name.len() + t.description.len() + chars(&t.parameters) + 40)
+            .sum::<usize>()
+}
+
+/// Tokens for `chars` characters at `ratio` characters per token, scaled by `calibration`.
+pub fn tokens(chars: usize, ratio: f64, calibration: f64) -> u64 {
+    ((chars as f64 / ratio.max(0.5)) * calibration).ceil() as u64
+}
+
+/// Where the latest compaction marker is, and where its verbatim part starts.
+fn latest_marker(history: &[Value]) -> Option<(usize, usize)> {
+    history
+        .iter()
+        .rposition(|m| m["role"] == COMPACTION_ROLE)
+        .map(|i| {
+            let kept = history[i]["kept_from"].as_u64().unwrap_or(i as u64) as usize;
+            (i, kept.min(i))
+        })
+}
+
+/// A message as the model reads it: only the fields of the chat format.
+fn clean(m: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    for k in ["role", "content", "tool_calls", "tool_call_id", "name"] {
+        if let Some(v) = m.get(k) {
+            out.insert(k.into(), v.clone());
+        }
+    }
+    Value::Object(out)
+}
+
+/// A tool message's content cut to a preview that names where the whole result is.
+fn trimmed_content(m: &Value, preview_chars: usize) -> String {
+    let content = m["content"].as_str().unwrap_or_default();
+    let preview: String = content.chars().take(preview_chars).collect();
+    let whole = match m["spool_path"].as_str().filter(|s| !s.is_empty()) {
+        Some(p) => format!("the whole result is in the file {p}"),
+        None => "the whole result is kept in the session's trajectory".into(),
+    };
+    format!(
+        "{preview}… {TRIMMED_MARK} ({} characters in all; {whole})",
+        content.len()
+    )
+}
+
+/// The task state that every compaction keeps verbatim.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Checkpoint {
+    /// The first user message of the history.
+    pub original_request: String,
+    /// The latest plan the model proposed with `plan` (approved or not).
+    pub plan: String,
+    /// The latest task list a `task__*` call returned.
+    pub tasks: String,
+    /// Paths written by `file_manager__write` / `file_manager__edit`, first write first.
+    pub files_written: Vec<String>,
+}
+
+impl Checkpoint {
+    /// Built from the whole history.
+    pub fn of(history: &[Value]) -> Self {
+        let mut c = Checkpoint::default();
+        // call id → tool name, for the results that follow.
+        let mut names: std::collections::HashMap<&str, &str> = Default::default();
+        for m in history {
+            match m["role"].as_str() {
+                Some("user") if c.original_request.is_empty() => {
+                    c.original_request = m["content"].as_str().unwrap_or_default().to_owned();
+                }
+                Some("assistant") => {
+                    for tc in m["tool_calls"].as_array().into_iter().flatten() {
+                        let (Some(id), Some(name)) =
+                            (tc["id"].as_str(), tc["function"]["name"].as_str())
+                        else {
+                            continue;
+                        };
+                        names.insert(id, name);
+                        let args = || {
+                            serde_json::from_str::<Value>(
+                                tc["function"]["arguments"].as_str().unwrap_or("{}"),
+                            )
+                            .unwrap_or(Value::Null)
+                        };
+                        match name {
+                            "plan" => {
+                                if let Some(p) = args()["plan"].as_str() {
+                                    c.plan = p.to_owned();
+                                }
+                            }
+                            "file_manager__write" | "file_manager__edit" => {
+                                if let Some(p) = args()["path"].as_str()
+                                    && !c.files_written.iter().any(|f| f == p)
+                                {
+                                    c.files_written.push(p.to_owned());
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                Some("tool") => {
+                    let id = m["tool_call_id"].as_str().unwrap_or_default();
+                    if names.get(id).is_some_and(|n| n.starts_with("task__")) {
+                        let env: Value =
+                            serde_json::from_str(m["content"].as_str().unwrap_or_default())
+                                .unwrap_or(Value::Null);
+                        if env["status"] == "done" {
+                            c.tasks = match &env["result"] {
+                                Value::String(s) => s.clone(),
+                                other => other.to_string(),
+                            };
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        c
+    }
+
+    /// The checkpoint as the text the model reads.
+    pub fn render(&self) -> String {
+        let mut s = format!(
+            "{CHECKPOINT_HEADER}\n\n## The user's original request\n{}\n",
+            self.original_request
+        );
+        if !self.plan.is_empty() {
+            s.push_str(&format!("\n## The current plan\n{}\n", self.plan));
+        }
+        if !self.tasks.is_empty() {
+            s.push_str(&format!("\n## The task list\n{}\n", self.tasks));
+        }
+        if !self.files_written.is_empty() {
+            s.push_str(&format!(
+                "\n## Files written in this session\n{}\n",
+                self.files_written.join("\n")
+            ));
+        }
+        s
+    }
+}
+
+/// The model's view of `history`: after the latest marker, the checkpoint
+/// and its summary, then the verbatim part; old tool results trimmed
+/// (oldest first, never the last `keep_recent_messages`) while the estimate
+/// passes `limit` tokens.
+pub fn view(
+    history: &[Value],
+    fixed: usize,
+    cfg: &ContextConfig,
+    calibration: f64,
+    limit: u64,
+) -> View {
+    let ratio = cfg.chars_per_token;
+    let mut out = View::default();
+    let (head, from) = match latest_marker(history) {
+        Some((at, kept)) => {
+            let summary = history[at]["summary"].as_str().unwrap_or_default();
+            let text = format!(
+                "{}\n## Summary of the earlier conversation\n{summary}",
+                Checkpoint::of(history).render()
+            );
+            (Some(json!({"role": "user", "content": text})), kept)
+        }
+        None => (None, 0),
+    };
+    out.verbatim_from = from;
+    let mut total = fixed;
+    if let Some(h) = head {
+        total += message_chars(&h);
+        out.messages.push(h);
+    }
+    let first = out.messages.len();
+    let mut sizes = Vec::with_capacity(history.len().saturating_sub(from));
+    let mut src = Vec::with_capacity(sizes.capacity());
+    for (at, m) in history.iter().enumerate().skip(from) {
+        if m["role"] == COMPACTION_ROLE {
+            continue;
+        }
+        let c = message_chars(m);
+        total += c;
+        sizes.push(c);
+        src.push(at);
+        out.messages.push(clean(m));
+    }
+    // Trim old tool results, oldest first, until the view fits.
+    let protected = out.messages.len().saturating_sub(cfg.keep_recent_messages);
+    let mut i = first;
+    while tokens(total, ratio, calibration) > limit && i < protected {
+        let m = &out.messages[i];
+        if m["role"] == "tool"
+            && m["content"]
+                .as_str()
+                .is_some_and(|c| c.len() > cfg.tool_result_preview_chars * 2)
+            && !m["content"]
+                .as_str()
+                .is_some_and(|c| c.contains(TRIMMED_MARK))
+        {
+            // The history's message holds the spool path.
+            let cut = trimmed_content(&history[src[i - first]], cfg.tool_result_preview_chars);
+            let new = json!({"role": "tool", "tool_call_id": m["tool_call_id"], "content": cut});
+            let c = message_chars(&new);
+            total = total - sizes[i - first] + c;
+            sizes[i - first] = c;
+            out.messages[i] = new;
+            out.trimmed += 1;
+        }
+        i += 1;
+    }
+    out.tokens = tokens(total, ratio, calibration);
+    out.raw_tokens = tokens(total, ratio, 1.0);
+    out
+}
+
+/// Where to cut the history for a compaction: the verbatim part starts at the
+/// returned index (a user or assistant message, so no tool result is parted
+/// from its call) and holds about `recent_tokens`. None: nothing to fold.
+pub fn split_point(
+    history: &[Value],
+    from: usize,
+    recent_tokens: u64,
+    cfg: &ContextConfig,
+    calibration: f64,
+) -> Option<usize> {
+    let mut acc = 0usize;
+    let mut best = None;
+    for i in (from..history.len()).rev() {
+        let m = &history[i];
+        if m["role"] == COMPACTION_ROLE {
+            continue;
+        }
+        acc += message_chars(m);
+        let boundary = matches!(m["role"].as_str(), Some("user" | "assistant"));
+        if boundary && i > from {
+            best = Some(i);
+            if tokens(acc, cfg.chars_per_token, calibration) >= recent_tokens {
+                break;
+            }
+        }
+    }
+    // Keep at least the last exchange verbatim; fold only when something is left before it.
+    best.filter(|&i| i > from)
+}
+
+/// The transcript of `messages` as plain text for the summarizing request,
+/// each message cut to `per_message` characters, at most `budget` characters.
+pub fn transcript(messages: &[Value], per_message: usize, budget: usize) -> String {
+    let mut out = String::new();
+    for m in messages {
+        if m["role"] == COMPACTION_ROLE {
+            if let Some(s) = m["summary"].as_str() {
+                out.push_str(&format!("[earlier summary]\n{s}\n\n"));
+            }
+            continue;
+        }
+        let role = m["role"].as_str().unwrap_or("?");
+        let mut line = String::new();
+        if let Some(c) = m["content"].as_str().filter(|c| !c.is_empty()) {
+            line.push_str(c);
+        }
+        for tc in m["tool_calls"].as_array().into_iter().flatten() {
+            line.push_str(&format!(
+                "\n[calls {} with {}]",
+                tc["function"]["name"].as_str().unwrap_or("?"),
+                tc["function"]["arguments"].as_str().unwrap_or("{}")
+            ));
+        }
+        let cut: String = line.chars().take(per_message).collect();
+        let more = if cut.len() < line.len() { " …" } else { "" };
+        let entry = format!("{role}: {cut}{more}\n\n");
+        if out.len() + entry.len() > budget {
+            // Keep the most recent part: drop from the front.
+            let overflow = out.len() + entry.len() - budget;
+            let cut_at = out
+                .char_indices()
+                .map(|(i, _)| i)
+                .find(|&i| i >= overflow)
+                .unwrap_or(out.len());
+            out.replace_range(..cut_at, "… ");
+        }
+        out.push_str(&entry);
+    }
+    out
+}
+
+/// The marker a compaction appends to the history.
+pub fn marker(
+    summary: &str,
+    kept_from: usize,
+    before: u64,
+    after: u64,
+    folded: usize,
+    trigger: &str,
+) -> Value {
+    json!({"role": COMPACTION_ROLE, "summary": summary, "kept_from": kept_from,
+           "tokens_before": before, "tokens_after": after, "messages_summarized": folded,
+           "trigger": trigger, "at_ms": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> ContextConfig {
+        ContextConfig {
+            tool_result_preview_chars: 20,
+            keep_recent_messages: 2,
+            ..Default::default()
+        }
+    }
+
+    fn history() -> Vec<Value> {
+        vec![
+            json!({"role": "user", "content": "analyse the data"}),
+            json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": "p1", "type": "function", "function": {"name": "plan", "arguments": "{\"plan\":\"1. load\\n2. plot\"}"}},
+                {"id": "t1", "type": "function", "function": {"name": "task__create", "arguments": "{\"title\":\"load\"}"}},
+                {"id": "w1", "type": "function", "function": {"name": "file_manager__write", "arguments": "{\"path\":\"out/a.csv\",\"content\":\"x\"}"}}]}),
+            json!({"role": "tool", "tool_call_id": "p1", "content": "{\"status\":\"done\",\"result\":\"approved\"}"}),
+            json!({"role": "tool", "tool_call_id": "t1", "content": "{\"status\":\"done\",\"result\":{\"tasks\":[{\"id\":1,\"title\":\"load\"}]}}"}),
+            json!({"role": "tool", "tool_call_id": "w1", "content": format!("{{\"status\":\"done\",\"result\":\"{}\"}}", "y".repeat(500)), "spool_path": ".omicos/spool/w1.txt"}),
+            json!({"role": "assistant", "content": "written"}),
+            json!({"role": "user", "content": "now plot"}),
+        ]
+    }
+
+    #[test]
+    fn the_checkpoint_holds_request_plan_tasks_and_files() {
+        let c = Checkpoint::of(&history());
+        assert_eq!(c.original_request, "analyse the data");
+        assert_eq!(c.plan, "1. load\n2. plot");
+        assert_eq!(c.tasks, r#"{"tasks":[{"id":1,"title":"load"}]}"#);
+        assert_eq!(c.files_written, ["out/a.csv"]);
+        let r = c.render();
+        assert!(
+            r.contains("1. load\n2. plot") && r.contains("out/a.csv"),
+            "{r}"
+        );
+    }
+
+    #[test]
+    fn old_tool_results_are_trimmed_first_and_name_their_spool_file() {
+        let h = history();
+        let roomy = view(&h, 0, &cfg(), 1.0, 1_000_000);
+        assert_eq!(roomy.trimmed, 0);
+        assert_eq!(roomy.messages.len(), h.len());
+        assert!(roomy.messages.iter().all(|m| m.get("spool_path").is_none()));
+        let tight = view(&h, 0, &cfg(), 1.0, roomy.tokens - 50);
+        assert_eq!(
+            tight.trimmed, 2,
+            "the small task result first, then the big one"
+        );
+        let cut = tight.messages[4]["content"].as_str().unwrap();
+        assert!(
+            cut.contains(".omicos/spool/w1.txt") && cut.contains(TRIMMED_MARK),
+            "{cut}"
+        );
+        assert!(tight.tokens < roomy.tokens);
+        // The call itself is kept.
+        assert_eq!(tight.messages[1]["tool_calls"][2]["id"], "w1");
+    }
+
+    #[test]
+    fn after_a_marker_the_view_is_checkpoint_summary_then_the_verbatim_part() {
+        let mut h = history();
+        h.push(marker("they loaded data", 5, 100, 40, 5, "auto"));
+        h.push(json!({"role": "assistant", "content": "plotted"}));
+        let v = view(&h, 0, &cfg(), 1.0, 1_000_000);
+        let head = v.messages[0]["content"].as_str().unwrap();
+        assert!(head.starts_with(CHECKPOINT_HEADER), "{head}");
+        assert!(
+            head.contains("analyse the data")
+                && head.contains("1. load")
+                && head.contains("they loaded data")
+        );
+        let rest: Vec<&str> = v.messages[1..]
+            .iter()
+            .map(|m| m["content"].as_str().unwrap())
+            .collect();
+        assert_eq!(rest, ["written", "now plot", "plotted"]);
+    }
+
+    #[test]
+    fn the_split_never_parts_a_result_from_its_call() {
+        let h = history();
+        let at = split_point(&h, 0, 1, &cfg(), 1.0).unwrap();
+        assert!(matches!(h[at]["role"].as_str(), Some("user" | "assistant")));
+        assert_eq!(at, 6);
+        let all = split_point(&h, 0, 1_000_000, &cfg(), 1.0).unwrap();
+        assert_eq!(all, 1, "folds at least the first message");
+        assert_eq!(split_point(&h[..1], 0, 1, &cfg(), 1.0), None);
+    }
+
+    #[test]
+    fn the_transcript_is_bounded_and_keeps_the_latest() {
+        let t = transcript(&history(), 40, 200);
+        assert!(t.len() <= 210, "{}", t.len());
+        assert!(t.ends_with("user: now plot\n\n"), "{t}");
+    }
+}
