@@ -7,6 +7,7 @@ pub mod engine;
 pub mod error;
 pub mod hub;
 pub mod llm;
+pub mod recovery;
 pub mod runner_client;
 pub mod service;
 pub mod trajectory;
@@ -155,7 +156,7 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
         backends,
     } = parts;
     std::fs::create_dir_all(config.workspace.join(".omicos"))?;
-    let runner = runner_client::Runner::new(&config.tool_runner).map_err(std::io::Error::other)?;
+    let runner = runner_client::Runner::new(&config.tool_runner, config.runner_refresh).map_err(std::io::Error::other)?;
     let engine = Arc::new(Engine {
         trajectories: trajectory::Trajectories::new(&config.workspace),
         runner: runner.clone(),
@@ -170,7 +171,18 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
         services: vec!["omicos.v1.Orchestrator"],
     })
     .await;
-    let svc = service::OrchestratorService::new(engine, hub, shutdown.streams_token());
+    let lease = engine.config.turn_lease;
+    let svc = service::OrchestratorService::new(engine, hub.clone(), shutdown.streams_token());
+    // Decisions and cancels made on other replicas reach this replica's turns.
+    tokio::spawn(hub.clone().dispatch_notices());
+    // Turns of lost replicas are closed within a lease and a fifth.
+    tokio::spawn(recovery::sweep(
+        hub,
+        svc.instance().to_owned(),
+        lease,
+        (lease / 5).max(Duration::from_secs(1)),
+        shutdown.streams_token(),
+    ));
     let router = host.router().add_service(
         OrchestratorServer::new(svc)
             .max_decoding_message_size(omicos_proto::MAX_MESSAGE_BYTES)

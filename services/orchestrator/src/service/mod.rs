@@ -50,6 +50,11 @@ impl OrchestratorService {
         }
     }
 
+    /// This replica's id (the first part of its lease owners).
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
     fn heartbeat(&self) -> Duration {
         self.engine.config.heartbeat_interval
     }
@@ -79,14 +84,14 @@ impl Orchestrator for OrchestratorService {
         &self,
         req: Request<CancelTurnRequest>,
     ) -> Result<Response<CancelTurnResponse>, Status> {
-        Ok(Response::new(self.cancel_turn_rpc(req.into_inner())))
+        grpc(self.cancel_turn_rpc(req.into_inner()).await).map(Response::new)
     }
 
     async fn approve_tool(
         &self,
         req: Request<ApproveToolRequest>,
     ) -> Result<Response<ApproveToolResponse>, Status> {
-        grpc(self.approve_tool_rpc(req.into_inner())).map(Response::new)
+        grpc(self.approve_tool_rpc(req.into_inner()).await).map(Response::new)
     }
 
     async fn list_agents(
