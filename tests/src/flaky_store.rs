@@ -91,4 +91,37 @@ impl SessionStore for FlakyStore {
     async fn release_turn(&self, id: &str, owner: &str) -> StoreResult<()> {
         self.inner.release_turn(id, owner).await
     }
+    async fn lease(&self, id: &str) -> StoreResult<Option<omicos_sessionstore::Lease>> {
+        self.inner.lease(id).await
+    }
+    async fn expired_leases(&self, now_ms: i64, limit: usize) -> StoreResult<Vec<String>> {
+        self.inner.expired_leases(now_ms, limit).await
+    }
+    async fn add_grant(&self, id: &str, tool: &str) -> StoreResult<()> {
+        self.inner.add_grant(id, tool).await
+    }
+    async fn grants(&self, id: &str) -> StoreResult<Vec<String>> {
+        self.inner.grants(id).await
+    }
+    async fn put_approval(&self, id: &str, call_id: &str, owner: &str) -> StoreResult<()> {
+        self.inner.put_approval(id, call_id, owner).await
+    }
+    async fn decide_approval(&self, id: &str, call_id: &str, decision: i32) -> StoreResult<bool> {
+        self.inner.decide_approval(id, call_id, decision).await
+    }
+    async fn approval_decision(&self, id: &str, call_id: &str) -> StoreResult<Option<i32>> {
+        self.inner.approval_decision(id, call_id).await
+    }
+    async fn clear_approval(&self, id: &str, call_id: &str) -> StoreResult<()> {
+        self.inner.clear_approval(id, call_id).await
+    }
+    async fn request_cancel(&self, id: &str) -> StoreResult<Option<String>> {
+        self.inner.request_cancel(id).await
+    }
+    async fn cancel_requested(&self, id: &str, owner: &str) -> StoreResult<bool> {
+        self.inner.cancel_requested(id, owner).await
+    }
+    fn notices(&self) -> tokio::sync::broadcast::Receiver<omicos_sessionstore::Notice> {
+        self.inner.notices()
+    }
 }

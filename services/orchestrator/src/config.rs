@@ -10,6 +10,20 @@ use std::time::Duration;
 /// round trip must fit in that with room to spare.
 pub const MIN_TURN_LEASE: Duration = Duration::from_secs(5);
 
+/// A string, or a list of strings joined with commas (`tool_runner`).
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => s,
+        OneOrMany::Many(v) => v.join(","),
+    })
+}
+
 /// The orchestrator's settings.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -18,8 +32,15 @@ pub struct Config {
     pub listen: String,
     /// Workspace root shared with the tool-runner and kernels (`OMICOS_WORKSPACE`).
     pub workspace: PathBuf,
-    /// The tool-runner's endpoint (`OMICOS_TOOL_RUNNER`).
+    /// The tool-runners: one URL, a comma-separated list
+    /// (`OMICOS_TOOL_RUNNER`), or a YAML list. Each host is re-resolved every
+    /// `runner_refresh`; every address it resolves to is one runner (a
+    /// headless Service). Calls are spread over the healthy ones.
+    #[serde(deserialize_with = "one_or_many")]
     pub tool_runner: String,
+    /// How often runner names are resolved again and runners health-checked.
+    #[serde(with = "duration")]
+    pub runner_refresh: Duration,
     /// Conversation store: `sqlite://path`, `postgres://…`, or `memory:`.
     /// Empty: `sqlite://<workspace>/.omicos/sessions.db`.
     pub store_url: String,
@@ -66,6 +87,7 @@ impl Default for Config {
             listen: "127.0.0.1:7000".into(),
             workspace: PathBuf::from("omicos-workspace"),
             tool_runner: "http://127.0.0.1:7001".into(),
+            runner_refresh: Duration::from_secs(5),
             store_url: String::new(),
             llm: LlmConfig::default(),
             max_tool_iterations: 100,
@@ -413,12 +435,9 @@ impl ServiceConfig for Config {
                 ),
             ));
         }
-        if !self.tool_runner.starts_with("http://") && !self.tool_runner.starts_with("https://") {
-            return Err(ConfigError::key(
-                "tool_runner",
-                format!("`{}` is not an http(s) URL", self.tool_runner),
-            ));
-        }
+        crate::runner_client::parse_targets(&self.tool_runner)
+            .map_err(|m| ConfigError::key("tool_runner", m))?;
+        require_nonzero("runner_refresh", self.runner_refresh)?;
         self.auth.validate("auth")?;
         if !matches!(
             self.tier.as_str(),

@@ -17,6 +17,9 @@ pub struct RunningTurn {
     pub turn_id: String,
     /// Cancels the turn.
     pub cancel: CancellationToken,
+    /// The lease owner (`<replica>:<turn id>`) the turn holds the session with;
+    /// pending approvals and cancel requests in the store name it.
+    pub lease_owner: String,
 }
 
 /// One session's live state on this replica.
@@ -97,14 +100,35 @@ impl SessionState {
         self.tx.subscribe()
     }
 
-    /// Waits for the decision on `call_id`.
-    pub fn wait_approval(&self, call_id: &str) -> oneshot::Receiver<Decision> {
+    /// Waits for the decision on `call_id`, and records the wait in the
+    /// store (with the turn's lease owner) so that ApproveTool on any replica
+    /// reaches it. A decision recorded meanwhile is delivered at once.
+    pub async fn wait_approval(&self, call_id: &str) -> oneshot::Receiver<Decision> {
         let (tx, rx) = oneshot::channel();
         self.approvals
             .lock()
             .expect("approvals")
             .insert(call_id.to_owned(), tx);
+        if let Some(t) = self.running() {
+            if let Err(e) = self
+                .store
+                .put_approval(&self.id, call_id, &t.lease_owner)
+                .await
+            {
+                // Still answerable on this replica (the Chat stream, ApproveTool here).
+                tracing::warn!(session = %self.id, call_id, error = %e, "pending approval not stored: other replicas cannot answer it");
+            } else if let Ok(Some(d)) = self.store.approval_decision(&self.id, call_id).await {
+                self.resolve_approval(call_id, Decision::try_from(d).unwrap_or(Decision::Deny));
+            }
+        }
         rx
+    }
+
+    /// Forgets the stored pending approval (answered or timed out).
+    pub async fn clear_stored_approval(&self, call_id: &str) {
+        if let Err(e) = self.store.clear_approval(&self.id, call_id).await {
+            tracing::warn!(session = %self.id, call_id, error = %e, "pending approval not cleared");
+        }
     }
 
     /// Delivers a decision; false when no such call is waiting in this session.
@@ -137,12 +161,23 @@ impl SessionState {
         v
     }
 
-    /// Remembers an allow-for-session decision.
-    pub fn allow_for_session(&self, tool: &str) {
+    /// Remembers an allow-for-session decision, here and in the store (so
+    /// that it holds for the session's next turn on any replica).
+    pub async fn allow_for_session(&self, tool: &str) {
         self.allowed
             .lock()
             .expect("allowed")
             .insert(tool.to_owned());
+        if let Err(e) = self.store.add_grant(&self.id, tool).await {
+            tracing::warn!(session = %self.id, tool, error = %e, "allow-for-session grant not stored: it holds on this replica only");
+        }
+    }
+
+    /// Loads the session's stored grants (made on any replica) into this replica's set.
+    pub async fn load_grants(&self) -> Result<(), omicos_sessionstore::StoreError> {
+        let stored = self.store.grants(&self.id).await?;
+        self.allowed.lock().expect("allowed").extend(stored);
+        Ok(())
     }
 
     /// Marks a turn as running; false if one already runs here.
@@ -233,7 +268,7 @@ impl Hub {
     }
 
     /// Drops a session's live state when nothing needs it any more (no turn,
-    /// no subscriber, no allow-for-session decision), so an orchestrator
+    /// no subscriber; grants live in the store and are reloaded), so an orchestrator
     /// serving many sessions does not keep them all. It is rebuilt from the
     /// store on next use.
     pub fn release_if_idle(&self, id: &str) {
@@ -244,10 +279,67 @@ impl Hub {
             && Arc::strong_count(s) == 1
             && s.running().is_none()
             && s.tx.receiver_count() == 0
-            && s.allowed.lock().expect("allowed").is_empty()
             && s.approvals.lock().expect("approvals").is_empty()
         {
             map.remove(id);
+        }
+    }
+}
+
+impl Hub {
+    /// Acts on the store's notices for the turns this replica runs: a decision
+    /// made on another replica reaches its waiting call, a cancel requested
+    /// there cancels the turn. Runs until the store's bus closes.
+    pub async fn dispatch_notices(self: Arc<Self>) {
+        use omicos_sessionstore::Notice;
+        let mut rx = self.store.notices();
+        loop {
+            let n = match rx.recv().await {
+                Ok(n) => n,
+                Err(broadcast::error::RecvError::Lagged(_)) => Notice::Resync,
+                Err(broadcast::error::RecvError::Closed) => return,
+            };
+            match n {
+                Notice::Approval {
+                    session,
+                    call_id,
+                    decision,
+                } => {
+                    if let Some(s) = self.existing(&session) {
+                        s.resolve_approval(
+                            &call_id,
+                            Decision::try_from(decision).unwrap_or(Decision::Deny),
+                        );
+                    }
+                }
+                Notice::Cancel { session, owner } => {
+                    if let Some(t) = self.existing(&session).and_then(|s| s.running())
+                        && t.lease_owner == owner
+                    {
+                        t.cancel.cancel();
+                    }
+                }
+                Notice::Resync => self.resync().await,
+                Notice::Event { .. } => {}
+            }
+        }
+    }
+
+    /// Re-reads what this replica's turns wait for (notices may have been missed).
+    async fn resync(&self) {
+        let live: Vec<Arc<SessionState>> =
+            self.sessions.lock().expect("sessions").values().cloned().collect();
+        for s in live {
+            let Some(t) = s.running() else { continue };
+            if let Ok(true) = self.store.cancel_requested(&s.id, &t.lease_owner).await {
+                t.cancel.cancel();
+            }
+            let waiting: Vec<String> = s.approvals.lock().expect("approvals").keys().cloned().collect();
+            for call_id in waiting {
+                if let Ok(Some(d)) = self.store.approval_decision(&s.id, &call_id).await {
+                    s.resolve_approval(&call_id, Decision::try_from(d).unwrap_or(Decision::Deny));
+                }
+            }
         }
     }
 }
@@ -309,6 +401,39 @@ mod tests {
         }
         async fn release_turn(&self, id: &str, owner: &str) -> StoreResult<()> {
             self.inner.release_turn(id, owner).await
+        }
+        async fn lease(&self, id: &str) -> StoreResult<Option<omicos_sessionstore::Lease>> {
+            self.inner.lease(id).await
+        }
+        async fn expired_leases(&self, now_ms: i64, limit: usize) -> StoreResult<Vec<String>> {
+            self.inner.expired_leases(now_ms, limit).await
+        }
+        async fn add_grant(&self, id: &str, tool: &str) -> StoreResult<()> {
+            self.inner.add_grant(id, tool).await
+        }
+        async fn grants(&self, id: &str) -> StoreResult<Vec<String>> {
+            self.inner.grants(id).await
+        }
+        async fn put_approval(&self, id: &str, call_id: &str, owner: &str) -> StoreResult<()> {
+            self.inner.put_approval(id, call_id, owner).await
+        }
+        async fn decide_approval(&self, id: &str, call_id: &str, decision: i32) -> StoreResult<bool> {
+            self.inner.decide_approval(id, call_id, decision).await
+        }
+        async fn approval_decision(&self, id: &str, call_id: &str) -> StoreResult<Option<i32>> {
+            self.inner.approval_decision(id, call_id).await
+        }
+        async fn clear_approval(&self, id: &str, call_id: &str) -> StoreResult<()> {
+            self.inner.clear_approval(id, call_id).await
+        }
+        async fn request_cancel(&self, id: &str) -> StoreResult<Option<String>> {
+            self.inner.request_cancel(id).await
+        }
+        async fn cancel_requested(&self, id: &str, owner: &str) -> StoreResult<bool> {
+            self.inner.cancel_requested(id, owner).await
+        }
+        fn notices(&self) -> tokio::sync::broadcast::Receiver<omicos_sessionstore::Notice> {
+            self.inner.notices()
         }
     }
 

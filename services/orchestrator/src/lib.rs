@@ -7,6 +7,7 @@ pub mod engine;
 pub mod error;
 pub mod hub;
 pub mod llm;
+pub mod recovery;
 pub mod runner_client;
 pub mod service;
 pub mod trajectory;
@@ -160,7 +161,7 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
     let gate: Arc<dyn omicos_auth::Gate> =
         Arc::new(omicos_auth::ClientAuth::new(&config.auth).map_err(std::io::Error::other)?);
     let (open_health, open_reflection) = (config.auth.open_health, config.auth.open_reflection);
-    let runner = runner_client::Runner::with_secret(&config.tool_runner, &config.service_secret)
+    let runner = runner_client::Runner::new(&config.tool_runner, config.runner_refresh, &config.service_secret)
         .map_err(std::io::Error::other)?;
     let engine = Arc::new(Engine {
         trajectories: trajectory::Trajectories::new(&config.workspace),
@@ -178,9 +179,20 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
     })
     .await;
     let workspace = engine.config.workspace.clone();
+    let lease = engine.config.turn_lease;
     let svc = Arc::new(service::OrchestratorService::new(
         engine,
+        hub.clone(),
+        shutdown.streams_token(),
+    ));
+    // Decisions and cancels made on other replicas reach this replica's turns.
+    tokio::spawn(hub.clone().dispatch_notices());
+    // Turns of lost replicas are closed within a lease and a fifth.
+    tokio::spawn(recovery::sweep(
         hub,
+        svc.instance().to_owned(),
+        lease,
+        (lease / 5).max(Duration::from_secs(1)),
         shutdown.streams_token(),
     ));
     let routes = omicos_auth::guarded_routes(&host, gate.clone(), open_health, open_reflection);

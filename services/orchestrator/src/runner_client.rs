@@ -10,14 +10,124 @@ use omicos_proto::{
     ToolProgressEvent, ToolResult, ToolSpec, chat_event, execute_client_message,
     execute_server_message, tool_runner_client::ToolRunnerClient,
 };
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
+use tonic::Status;
+use tonic::transport::{Channel, Endpoint, channel::Change};
 
-/// A client of the tool-runner.
+/// The message of a call whose runner went away after it had started.
+pub const RUNNER_LOST: &str = "the tool-runner running this call was lost";
+
+/// How long a call waits for a runner to take it (none healthy: an error after this).
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// Attempts of ListTools over the runners (it has no side effects).
+const LIST_ATTEMPTS: u32 = 3;
+/// How long one runner health check may take.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A client of the tool-runners: calls are spread over the healthy ones
+/// (tower's power-of-two-choices balancer inside tonic's balanced channel).
 #[derive(Clone)]
 pub struct Runner {
     client: ToolRunnerClient<AuthedChannel>,
+}
+
+/// One configured runner entry: `http(s)://host:port`. Its host is resolved
+/// again every refresh, and each address it resolves to is one runner (a
+/// Kubernetes headless Service lists every pod).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunnerTarget {
+    /// The entry as configured.
+    pub url: String,
+    /// `http` or `https`.
+    pub scheme: String,
+    /// Host name or IP literal (without brackets).
+    pub host: String,
+    /// Port (80/443 by default).
+    pub port: u16,
+}
+
+/// Parses the `tool_runner` list (comma-separated); a malformed entry is an
+/// error that names it.
+pub fn parse_targets(list: &str) -> Result<Vec<RunnerTarget>, String> {
+    let mut out = vec![];
+    for entry in list.split(',').map(str::trim) {
+        if entry.is_empty() {
+            return Err(format!("`{list}` has an empty entry"));
+        }
+        let uri: http::Uri = entry
+            .parse()
+            .map_err(|e| format!("`{entry}` is not a URL: {e}"))?;
+        let scheme = match uri.scheme_str() {
+            Some(s @ ("http" | "https")) => s.to_owned(),
+            _ => return Err(format!("`{entry}` is not an http(s) URL")),
+        };
+        let Some(host) = uri.host().filter(|h| !h.is_empty()) else {
+            return Err(format!("`{entry}` has no host"));
+        };
+        if uri.path() != "/" && !uri.path().is_empty() {
+            return Err(format!("`{entry}` has a path; give scheme://host:port only"));
+        }
+        let port = uri
+            .port_u16()
+            .unwrap_or(if scheme == "https" { 443 } else { 80 });
+        out.push(RunnerTarget {
+            url: entry.to_owned(),
+            scheme,
+            host: host.trim_start_matches('[').trim_end_matches(']').to_owned(),
+            port,
+        });
+    }
+    Ok(out)
+}
+
+impl Runner {
+    /// A client over the runners of `list`, kept current by a task that
+    /// resolves every entry and health-checks (grpc.health.v1) every address
+    /// each `refresh`: healthy addresses join the balancer, others leave it.
+    /// Every call carries the service secret (role orchestrator); empty: none.
+    pub fn new(list: &str, refresh: Duration, secret: &str) -> Result<Self, OrchestratorError> {
+        let targets =
+            parse_targets(list).map_err(|m| OrchestratorError::config("tool_runner", m))?;
+        let creds =
+            omicos_auth::Credentials::service(secret, omicos_auth::ServiceRole::Orchestrator)
+                .map_err(|e| OrchestratorError::config("service_secret", e.to_string()))?;
+        let (ch, changes) = Channel::balance_channel::<SocketAddr>(64);
+        tokio::spawn(discover(targets, refresh, changes));
+        Ok(Self {
+            client: ToolRunnerClient::new(creds.channel(ch))
+                .max_decoding_message_size(omicos_proto::MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(omicos_proto::MAX_MESSAGE_BYTES),
+        })
+    }
+
+    /// The tools for these toolsets under a mode. It has no side effects, so
+    /// a runner lost on the way is retried on another.
+    pub async fn list_tools(
+        &self,
+        req: ListToolsRequest,
+    ) -> Result<Vec<ToolSpec>, OrchestratorError> {
+        let mut last = Status::unavailable("no tool-runner is reachable");
+        for attempt in 0..LIST_ATTEMPTS {
+            let mut c = self.client.clone();
+            let call = c.list_tools(omicos_servicekit::telemetry::traced_request(req.clone()));
+            match tokio::time::timeout(START_TIMEOUT, call).await {
+                Ok(Ok(r)) => return Ok(r.into_inner().tools),
+                Ok(Err(s)) if retriable(&s) && attempt + 1 < LIST_ATTEMPTS => last = s,
+                Ok(Err(s)) => return Err(OrchestratorError::ToolRunner(RunnerStatus(s))),
+                Err(_) => {
+                    last = Status::unavailable(format!(
+                        "no tool-runner answered within {START_TIMEOUT:?}"
+                    ))
+                }
+            }
+        }
+        Err(OrchestratorError::ToolRunner(RunnerStatus(last)))
+    }
 }
 
 /// What the event builder needs to tag events.
@@ -45,46 +155,6 @@ impl EventTag {
 }
 
 impl Runner {
-    /// A lazily connected client whose calls carry no service secret.
-    pub fn new(endpoint: &str) -> Result<Self, OrchestratorError> {
-        Self::with_secret(endpoint, "")
-    }
-
-    /// A lazily connected client whose calls carry the service secret (role orchestrator).
-    pub fn with_secret(endpoint: &str, secret: &str) -> Result<Self, OrchestratorError> {
-        let creds =
-            omicos_auth::Credentials::service(secret, omicos_auth::ServiceRole::Orchestrator)
-                .map_err(|e| OrchestratorError::config("service_secret", e.to_string()))?;
-        let ch = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
-            .map_err(|source| OrchestratorError::RunnerEndpoint {
-                endpoint: endpoint.to_owned(),
-                source,
-            })?
-            .connect_timeout(std::time::Duration::from_secs(3))
-            .tcp_nodelay(true)
-            .connect_lazy();
-        Ok(Self {
-            client: ToolRunnerClient::new(creds.channel(ch))
-                .max_decoding_message_size(omicos_proto::MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(omicos_proto::MAX_MESSAGE_BYTES),
-        })
-    }
-
-    /// The tools for these toolsets under a mode.
-    pub async fn list_tools(
-        &self,
-        req: ListToolsRequest,
-    ) -> Result<Vec<ToolSpec>, OrchestratorError> {
-        let mut c = self.client.clone();
-        Ok(
-            c.list_tools(omicos_servicekit::telemetry::traced_request(req))
-                .await
-                .map_err(|s| OrchestratorError::ToolRunner(RunnerStatus(s)))?
-                .into_inner()
-                .tools,
-        )
-    }
-
     /// Runs one call. Never fails: a broken runner becomes an error result.
     pub async fn execute(
         &self,
@@ -108,9 +178,19 @@ impl Runner {
             .await;
         let mut client = self.client.clone();
         let req = omicos_servicekit::telemetry::traced_request(ReceiverStream::new(rx));
-        let mut stream = match client.execute(req).await {
-            Ok(r) => r.into_inner(),
-            Err(e) => return error(format!("the tool-runner is unreachable: {}", e.message())),
+        let mut stream = match tokio::time::timeout(START_TIMEOUT, client.execute(req)).await {
+            Ok(Ok(r)) => r.into_inner(),
+            Ok(Err(e)) => {
+                return error(format!(
+                    "the tool-runner is unreachable: {} (the call was not run again)",
+                    e.message()
+                ));
+            }
+            Err(_) => {
+                return error(format!(
+                    "no tool-runner took the call within {START_TIMEOUT:?}"
+                ));
+            }
         };
         let mut pending: Option<tokio::sync::oneshot::Receiver<Decision>> = None;
         loop {
@@ -119,6 +199,7 @@ impl Runner {
                 d = async { pending.as_mut().expect("guarded").await }, if pending.is_some() => {
                     pending = None;
                     let decision = d.unwrap_or(Decision::Deny);
+                    session.clear_stored_approval(&call_id).await;
                     session.emit(tag.event(chat_event::Kind::ToolApprovalResolved(ToolApprovalResolved {
                         call_id: call_id.clone(), decision: decision as i32, source: "client".into() }))).await;
                     let _ = tx.send(ExecuteClientMessage { msg: Some(execute_client_message::Msg::Approval(
@@ -127,7 +208,9 @@ impl Runner {
                 }
                 _ = cancel.cancelled() => {
                     let _ = tx.send(ExecuteClientMessage { msg: Some(execute_client_message::Msg::Cancel(ExecuteCancel {})) }).await;
-                    session.drop_approval(&call_id);
+                    if session.drop_approval(&call_id) {
+                        session.clear_stored_approval(&call_id).await;
+                    }
                     // Give the runner a moment to report the cancelled result, then drop the stream.
                     return match tokio::time::timeout(std::time::Duration::from_secs(2), drain_result(&mut stream)).await {
                         Ok(Some(r)) => r,
@@ -138,9 +221,11 @@ impl Runner {
             let msg = match next {
                 Ok(Some(m)) => m,
                 Ok(None) => {
-                    return error("the tool-runner closed the call without a result".into());
+                    return error(format!("{RUNNER_LOST}: it closed the call without a result; the call was not re-run (it may have had side effects)"));
                 }
-                Err(e) => return error(format!("the tool-runner failed: {}", e.message())),
+                // The stream broke mid-call: the runner died or its connection
+                // dropped. Never re-run: the call may have had side effects.
+                Err(e) => return error(format!("{RUNNER_LOST} ({}); the call was not re-run (it may have had side effects)", e.message())),
             };
             match msg.msg {
                 Some(execute_server_message::Msg::Progress(p)) => {
@@ -162,7 +247,7 @@ impl Runner {
                         .await;
                 }
                 Some(execute_server_message::Msg::ApprovalRequired(a)) => {
-                    pending = Some(session.wait_approval(&call_id));
+                    pending = Some(session.wait_approval(&call_id).await);
                     session
                         .emit(tag.event(chat_event::Kind::ToolApprovalRequest(
                             ToolApprovalRequest {
@@ -177,6 +262,7 @@ impl Runner {
                 }
                 Some(execute_server_message::Msg::Result(r)) => {
                     if pending.is_some() && session.drop_approval(&call_id) {
+                        session.clear_stored_approval(&call_id).await;
                         // The runner stopped waiting: its approval timeout counts as a denial.
                         session
                             .emit(tag.event(chat_event::Kind::ToolApprovalResolved(
@@ -205,4 +291,111 @@ async fn drain_result(
         }
     }
     None
+}
+
+/// Whether a ListTools failure is the runner's absence rather than its answer.
+fn retriable(s: &Status) -> bool {
+    matches!(
+        s.code(),
+        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
+    )
+}
+
+/// Keeps the balancer's set equal to the healthy runner addresses.
+async fn discover(
+    targets: Vec<RunnerTarget>,
+    refresh: Duration,
+    changes: mpsc::Sender<Change<SocketAddr, Endpoint>>,
+) {
+    // address → (its endpoint, a health client on it, whether it is in the balancer)
+    let mut known: HashMap<SocketAddr, (Endpoint, Channel, bool)> = HashMap::new();
+    loop {
+        let mut addrs: HashMap<SocketAddr, RunnerTarget> = HashMap::new();
+        for t in &targets {
+            match tokio::net::lookup_host((t.host.as_str(), t.port)).await {
+                Ok(found) => addrs.extend(found.map(|a| (a, t.clone()))),
+                Err(e) => tracing::warn!(runner = %t.url, error = %e, "tool-runner name does not resolve"),
+            }
+        }
+        for (addr, t) in &addrs {
+            if known.contains_key(addr) {
+                continue;
+            }
+            let url = format!("{}://{}", t.scheme, addr);
+            let Ok(ep) = Endpoint::from_shared(url) else {
+                continue;
+            };
+            let ep = ep
+                .connect_timeout(Duration::from_secs(3))
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(Duration::from_secs(10))
+                .keep_alive_timeout(Duration::from_secs(5));
+            let health = ep.connect_lazy();
+            known.insert(*addr, (ep, health, false));
+        }
+        let gone: Vec<SocketAddr> = known.keys().filter(|a| !addrs.contains_key(a)).copied().collect();
+        for a in gone {
+            if let Some((_, _, true)) = known.remove(&a) {
+                let _ = changes.send(Change::Remove(a)).await;
+            }
+        }
+        for (addr, (ep, health, member)) in known.iter_mut() {
+            let ok = healthy(health.clone()).await;
+            if ok && !*member {
+                tracing::info!(runner = %addr, "tool-runner joins the balancer");
+                if changes.send(Change::Insert(*addr, ep.clone())).await.is_err() {
+                    return;
+                }
+                *member = true;
+            } else if !ok && *member {
+                tracing::warn!(runner = %addr, "tool-runner leaves the balancer (health check failed)");
+                if changes.send(Change::Remove(*addr)).await.is_err() {
+                    return;
+                }
+                *member = false;
+            }
+        }
+        if changes.is_closed() {
+            return;
+        }
+        // Look again soon while none is healthy, so the first one is used at once.
+        let wait = if known.values().any(|k| k.2) {
+            refresh
+        } else {
+            refresh.min(Duration::from_millis(300))
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// One grpc.health.v1 check of the runner as a whole.
+async fn healthy(ch: Channel) -> bool {
+    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+    let mut c = HealthClient::new(ch);
+    matches!(
+        tokio::time::timeout(HEALTH_TIMEOUT, c.check(HealthCheckRequest { service: String::new() })).await,
+        Ok(Ok(r)) if r.get_ref().status == ServingStatus::Serving as i32
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runner_lists_parse_and_a_bad_entry_is_named() {
+        let t = parse_targets("http://a:7001, http://10.0.0.2:7001,https://[::1]").unwrap();
+        assert_eq!(t.len(), 3);
+        assert_eq!((t[0].host.as_str(), t[0].port), ("a", 7001));
+        assert_eq!((t[2].host.as_str(), t[2].port, t[2].scheme.as_str()), ("::1", 443, "https"));
+        for (bad, named) in [
+            ("http://a:7001,runner-b:7001", "runner-b:7001"),
+            ("http://a:7001,,http://b", "empty entry"),
+            ("http://a:7001,ftp://b", "ftp://b"),
+            ("http://a:7001/x", "has a path"),
+        ] {
+            let e = parse_targets(bad).unwrap_err();
+            assert!(e.contains(named), "{bad}: {e}");
+        }
+    }
 }

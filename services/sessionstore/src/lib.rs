@@ -11,8 +11,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub mod memory;
+pub mod notice;
 pub mod sql;
 pub use memory::MemoryStore;
+pub use notice::{Notice, Notices};
 pub use sql::{SqlStore, default_url};
 
 use std::sync::Arc;
@@ -48,6 +50,22 @@ pub struct SessionMeta {
     /// The subject of the principal that created it; fixed at creation.
     /// Sessions from before ownership: `local`, the laptop's principal.
     pub subject: String,
+}
+
+/// A session's turn lease: who holds the turn, until when (unix ms).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The owner (`<replica>:<turn id>`).
+    pub owner: String,
+    /// When it expires unless renewed.
+    pub expires_ms: i64,
+}
+
+impl Lease {
+    /// The turn id part of the owner (after the last `:`).
+    pub fn turn_id(&self) -> &str {
+        self.owner.rsplit(':').next().unwrap_or_default()
+    }
 }
 
 /// A store failure.
@@ -102,8 +120,41 @@ pub trait SessionStore: Send + Sync + 'static {
     async fn last_seq(&self, id: &str) -> StoreResult<u64>;
     /// Takes the session's turn lease for `owner` for `ttl_ms`; false if another owner holds a live lease.
     async fn try_lease_turn(&self, id: &str, owner: &str, ttl_ms: i64) -> StoreResult<bool>;
-    /// Releases the lease if `owner` holds it.
+    /// Releases the lease if `owner` holds it, with the approvals and cancel
+    /// requests of that turn.
     async fn release_turn(&self, id: &str, owner: &str) -> StoreResult<()>;
+
+    // Session state that must outlive a replica (issue 13): the lease row, grants,
+    // pending approvals, cancel requests, and the notices that wake the replica
+    // that must act on them.
+
+    /// The session's lease row, live or expired (None: no turn holds it).
+    async fn lease(&self, id: &str) -> StoreResult<Option<Lease>>;
+    /// Sessions whose lease expired at or before `now_ms`: the replica that ran
+    /// their turn stopped renewing it (it was lost, or its release failed).
+    async fn expired_leases(&self, now_ms: i64, limit: usize) -> StoreResult<Vec<String>>;
+    /// Records an allow-for-session grant of `tool`.
+    async fn add_grant(&self, id: &str, tool: &str) -> StoreResult<()>;
+    /// The session's allow-for-session grants, sorted.
+    async fn grants(&self, id: &str) -> StoreResult<Vec<String>>;
+    /// Records that the turn held by `owner` waits for a decision on `call_id`.
+    async fn put_approval(&self, id: &str, call_id: &str, owner: &str) -> StoreResult<()>;
+    /// Records a decision for a pending, undecided approval and announces it
+    /// ([`Notice::Approval`]); false when no such approval is pending.
+    async fn decide_approval(&self, id: &str, call_id: &str, decision: i32) -> StoreResult<bool>;
+    /// The decision recorded for a pending approval (None: pending and undecided, or unknown).
+    async fn approval_decision(&self, id: &str, call_id: &str) -> StoreResult<Option<i32>>;
+    /// Forgets a pending approval (answered, or the runner stopped waiting).
+    async fn clear_approval(&self, id: &str, call_id: &str) -> StoreResult<()>;
+    /// Records a cancel request for the turn holding the session's live lease
+    /// and announces it ([`Notice::Cancel`]). Returns that turn's lease owner;
+    /// None when no live turn holds the session.
+    async fn request_cancel(&self, id: &str) -> StoreResult<Option<String>>;
+    /// Whether a cancel was requested for the turn held by `owner`.
+    async fn cancel_requested(&self, id: &str, owner: &str) -> StoreResult<bool>;
+    /// A subscriber to this store's notices (events appended, approvals
+    /// decided, cancels requested), from every replica on the store.
+    fn notices(&self) -> tokio::sync::broadcast::Receiver<Notice>;
 }
 
 pub use omicos_proto::now_ms;

@@ -1,6 +1,7 @@
 //! An in-process store.
 
-use crate::{SessionMeta, SessionStore, StoreError, StoreResult, now_ms};
+use crate::{Lease, Notice, Notices, SessionMeta, SessionStore, StoreError, StoreResult, now_ms};
+use std::collections::BTreeSet;
 use async_trait::async_trait;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -12,12 +13,18 @@ struct Entry {
     messages: Vec<Value>,
     events: Vec<Vec<u8>>,
     lease: Option<(String, i64)>,
+    grants: BTreeSet<String>,
+    /// call id → (owner, decision).
+    approvals: HashMap<String, (String, Option<i32>)>,
+    /// Owners of turns a cancel was requested for.
+    cancels: BTreeSet<String>,
 }
 
 /// Keeps sessions in memory; lost when the process ends.
 #[derive(Default)]
 pub struct MemoryStore {
     sessions: Mutex<HashMap<String, Entry>>,
+    notices: Notices,
 }
 
 impl MemoryStore {
@@ -84,6 +91,11 @@ impl SessionStore for MemoryStore {
             )));
         }
         e.events.push(event.to_vec());
+        drop(s);
+        self.notices.publish(Notice::Event {
+            session: id.into(),
+            seq,
+        });
         Ok(())
     }
     async fn events_since(&self, id: &str, since: u64) -> StoreResult<Vec<(u64, Vec<u8>)>> {
@@ -128,7 +140,104 @@ impl SessionStore for MemoryStore {
             && e.lease.as_ref().is_some_and(|(o, _)| o == owner)
         {
             e.lease = None;
+            e.approvals.retain(|_, (o, _)| o != owner);
+            e.cancels.remove(owner);
         }
         Ok(())
+    }
+    async fn lease(&self, id: &str) -> StoreResult<Option<Lease>> {
+        let s = self.sessions.lock().unwrap();
+        Ok(s.get(id).and_then(|e| {
+            e.lease.as_ref().map(|(owner, expires_ms)| Lease {
+                owner: owner.clone(),
+                expires_ms: *expires_ms,
+            })
+        }))
+    }
+    async fn expired_leases(&self, now_ms: i64, limit: usize) -> StoreResult<Vec<String>> {
+        let s = self.sessions.lock().unwrap();
+        let mut v: Vec<String> = s
+            .iter()
+            .filter(|(_, e)| e.lease.as_ref().is_some_and(|(_, t)| *t <= now_ms))
+            .map(|(id, _)| id.clone())
+            .collect();
+        v.sort();
+        v.truncate(limit);
+        Ok(v)
+    }
+    async fn add_grant(&self, id: &str, tool: &str) -> StoreResult<()> {
+        let mut s = self.sessions.lock().unwrap();
+        let e = s
+            .get_mut(id)
+            .ok_or_else(|| StoreError::NotFound(id.into()))?;
+        e.grants.insert(tool.into());
+        Ok(())
+    }
+    async fn grants(&self, id: &str) -> StoreResult<Vec<String>> {
+        let s = self.sessions.lock().unwrap();
+        Ok(s.get(id)
+            .map(|e| e.grants.iter().cloned().collect())
+            .unwrap_or_default())
+    }
+    async fn put_approval(&self, id: &str, call_id: &str, owner: &str) -> StoreResult<()> {
+        let mut s = self.sessions.lock().unwrap();
+        let e = s
+            .get_mut(id)
+            .ok_or_else(|| StoreError::NotFound(id.into()))?;
+        e.approvals.insert(call_id.into(), (owner.into(), None));
+        Ok(())
+    }
+    async fn decide_approval(&self, id: &str, call_id: &str, decision: i32) -> StoreResult<bool> {
+        let mut s = self.sessions.lock().unwrap();
+        let Some(slot) = s.get_mut(id).and_then(|e| e.approvals.get_mut(call_id)) else {
+            return Ok(false);
+        };
+        if slot.1.is_some() {
+            return Ok(false);
+        }
+        slot.1 = Some(decision);
+        drop(s);
+        self.notices.publish(Notice::Approval {
+            session: id.into(),
+            call_id: call_id.into(),
+            decision,
+        });
+        Ok(true)
+    }
+    async fn approval_decision(&self, id: &str, call_id: &str) -> StoreResult<Option<i32>> {
+        let s = self.sessions.lock().unwrap();
+        Ok(s.get(id)
+            .and_then(|e| e.approvals.get(call_id))
+            .and_then(|(_, d)| *d))
+    }
+    async fn clear_approval(&self, id: &str, call_id: &str) -> StoreResult<()> {
+        if let Some(e) = self.sessions.lock().unwrap().get_mut(id) {
+            e.approvals.remove(call_id);
+        }
+        Ok(())
+    }
+    async fn request_cancel(&self, id: &str) -> StoreResult<Option<String>> {
+        let mut s = self.sessions.lock().unwrap();
+        let Some(e) = s.get_mut(id) else {
+            return Ok(None);
+        };
+        let owner = match &e.lease {
+            Some((o, until)) if *until > now_ms() => o.clone(),
+            _ => return Ok(None),
+        };
+        e.cancels.insert(owner.clone());
+        drop(s);
+        self.notices.publish(Notice::Cancel {
+            session: id.into(),
+            owner: owner.clone(),
+        });
+        Ok(Some(owner))
+    }
+    async fn cancel_requested(&self, id: &str, owner: &str) -> StoreResult<bool> {
+        let s = self.sessions.lock().unwrap();
+        Ok(s.get(id).is_some_and(|e| e.cancels.contains(owner)))
+    }
+    fn notices(&self) -> tokio::sync::broadcast::Receiver<Notice> {
+        self.notices.subscribe()
     }
 }

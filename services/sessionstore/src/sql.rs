@@ -7,10 +7,12 @@
 //! replicas never interleave one session's messages or events. The turn lease
 //! is a row (owner, expiry) taken with one atomic upsert.
 
-use crate::{SessionMeta, SessionStore, StoreError, StoreResult, now_ms};
+use crate::{Lease, Notice, Notices, SessionMeta, SessionStore, StoreError, StoreResult, now_ms};
 use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::Row;
+use std::sync::Arc;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
@@ -131,6 +133,32 @@ CREATE TABLE session_leases (
 );
 "#;
 
+/// Session state that must outlive a replica (issue 13): allow-for-session
+/// grants, pending approvals with the lease owner of the turn that waits, and
+/// cancel requests per turn. Same text on both engines (INTEGER and BIGINT
+/// columns hold what the code binds on each).
+const SCHEMA_V3_STATE: &str = r#"
+CREATE TABLE session_grants (
+    session_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    PRIMARY KEY (session_id, tool)
+);
+CREATE TABLE session_approvals (
+    session_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    decision INTEGER,
+    PRIMARY KEY (session_id, call_id)
+);
+CREATE TABLE session_cancels (
+    session_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    PRIMARY KEY (session_id, owner)
+);
+CREATE INDEX session_leases_expiry ON session_leases(expires_ms);
+"#;
+
+
 /// v2: each session belongs to the tenant and subject that created it;
 /// sessions from before belong to the laptop's principal (`default`, `local`).
 const SCHEMA_V2_OWNER: &str = r#"
@@ -140,8 +168,8 @@ CREATE INDEX sessions_owner ON sessions(tenant, subject, last_active_ms);
 "#;
 
 /// Schema steps in order; index + 1 is the version.
-const SQLITE_MIGRATIONS: &[&str] = &[SQLITE_SCHEMA_V1, SCHEMA_V2_OWNER];
-const PG_MIGRATIONS: &[&str] = &[PG_SCHEMA_V1, SCHEMA_V2_OWNER];
+const SQLITE_MIGRATIONS: &[&str] = &[SQLITE_SCHEMA_V1, SCHEMA_V2_OWNER, SCHEMA_V3_STATE];
+const PG_MIGRATIONS: &[&str] = &[PG_SCHEMA_V1, SCHEMA_V2_OWNER, SCHEMA_V3_STATE];
 
 /// The columns `meta_from_row!` reads.
 macro_rules! meta_columns {
@@ -154,6 +182,13 @@ macro_rules! meta_columns {
 #[derive(Clone, Debug)]
 pub struct SqlStore {
     db: Db,
+    notices: Notices,
+    /// The PostgreSQL notification channel of this database and schema.
+    channel: Arc<str>,
+    /// Stops the PostgreSQL listener when the last clone is dropped.
+    _listener: Option<Arc<DropGuard>>,
+    /// Stops it on [`SqlStore::close`] (its connection must go back to the pool).
+    listener_stop: Option<CancellationToken>,
 }
 
 /// `sqlite://<workspace>/.omicos/sessions.db`, the default store URL.
@@ -184,9 +219,35 @@ impl SqlStore {
             }
             omicos_sqldb::OpenError::Sqlx(e) => StoreError::from(e),
         })?;
-        let me = Self { db };
+        let (notices, channel, listener, listener_stop) = match &db {
+            // One process per SQLite file: an in-process bus shared by every
+            // store opened on it.
+            Db::Sqlite(_) => (Notices::shared(url), Arc::from(""), None, None),
+            Db::Pg(p) => {
+                let notices = Notices::new();
+                let channel = pg_channel(p).await?;
+                let stop = listen(p, &channel, notices.clone()).await?;
+                let handle = stop.clone();
+                (notices, channel, Some(Arc::new(stop.drop_guard())), Some(handle))
+            }
+        };
+        let me = Self {
+            db,
+            notices,
+            channel,
+            _listener: listener,
+            listener_stop,
+        };
         me.migrate().await?;
         Ok(me)
+    }
+
+    /// Announces a committed write to this process's subscribers; on
+    /// PostgreSQL the write's own transaction already sent it (see [`notify`]).
+    fn announce_local(&self, n: Notice) {
+        if matches!(self.db, Db::Sqlite(_)) {
+            self.notices.publish(n);
+        }
     }
 
     /// `sqlite` or `postgres`.
@@ -214,10 +275,90 @@ impl SqlStore {
         }
     }
 
-    /// Closes the pool.
+    /// Closes the pool (and the notification listener, which holds a connection of it).
     pub async fn close(&self) {
+        if let Some(stop) = &self.listener_stop {
+            stop.cancel();
+        }
         on_db!(&self.db, p => p.close().await)
     }
+}
+
+/// The notification channel: [`crate::notice::PG_CHANNEL`] plus a digest of
+/// the database and schema, because NOTIFY is database-wide and stores in
+/// different schemas of one database (tests, tenants) must not hear each other.
+async fn pg_channel(pool: &sqlx::PgPool) -> StoreResult<Arc<str>> {
+    use std::hash::{Hash, Hasher};
+    let at: String = sqlx::query_scalar("SELECT current_database() || '.' || current_schema()")
+        .fetch_one(pool)
+        .await?;
+    // SipHash with fixed keys: the same name in every process.
+    let mut h = std::hash::DefaultHasher::new();
+    at.hash(&mut h);
+    Ok(Arc::from(format!(
+        "{}_{:016x}",
+        crate::notice::PG_CHANNEL,
+        h.finish()
+    )))
+}
+
+/// Listens on the store's channel before returning (a notification reaches only
+/// connections listening when it commits) and republishes every notice on
+/// `notices` until the returned token is cancelled. A lost connection is
+/// re-established by the next receive; subscribers get [`Notice::Resync`] so
+/// that they re-read whatever they wait for.
+async fn listen(
+    pool: &sqlx::PgPool,
+    channel: &str,
+    notices: Notices,
+) -> StoreResult<CancellationToken> {
+    let mut l = sqlx::postgres::PgListener::connect_with(pool).await?;
+    l.listen(channel).await?;
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    tokio::spawn(async move {
+        loop {
+            let r = tokio::select! {
+                _ = token.cancelled() => return,
+                r = l.try_recv() => r,
+            };
+            match r {
+                Ok(Some(n)) => {
+                    if let Some(n) = Notice::parse(n.payload()) {
+                        notices.publish(n);
+                    }
+                }
+                Ok(None) => notices.publish(Notice::Resync),
+                Err(e) => {
+                    tracing_warn(&e);
+                    tokio::select! {
+                        _ = token.cancelled() => return,
+                        _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                    }
+                    notices.publish(Notice::Resync);
+                }
+            }
+        }
+    });
+    Ok(stop)
+}
+
+fn tracing_warn(e: &sqlx::Error) {
+    tracing::warn!(error = %e, "conversation store: notification listener failed; reconnecting");
+}
+
+/// Sends `$n` on the store's channel inside the transaction (PostgreSQL
+/// only), so it is delivered exactly when the write commits.
+macro_rules! notify {
+    ($self:ident, $tx:ident, $pg:ident, $n:expr) => {
+        if $pg {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(&*$self.channel)
+                .bind($n.payload())
+                .execute(&mut *$tx)
+                .await?;
+        }
+    };
 }
 
 /// Locks the session row for the rest of the transaction (PostgreSQL; SQLite's
@@ -329,6 +470,9 @@ impl SessionStore for SqlStore {
                 "DELETE FROM session_messages WHERE session_id = $1",
                 "DELETE FROM session_events WHERE session_id = $1",
                 "DELETE FROM session_leases WHERE session_id = $1",
+                "DELETE FROM session_grants WHERE session_id = $1",
+                "DELETE FROM session_approvals WHERE session_id = $1",
+                "DELETE FROM session_cancels WHERE session_id = $1",
             ] {
                 sqlx::query(sql).bind(id).execute(&mut *tx).await?;
             }
@@ -400,6 +544,11 @@ impl SessionStore for SqlStore {
                 .bind(event)
                 .execute(&mut *tx)
                 .await?;
+            notify!(self, tx, pg, Notice::Event { session: id.into(), seq });
+        });
+        self.announce_local(Notice::Event {
+            session: id.into(),
+            seq,
         });
         Ok(())
     }
@@ -456,13 +605,167 @@ impl SessionStore for SqlStore {
     }
 
     async fn release_turn(&self, id: &str, owner: &str) -> StoreResult<()> {
+        in_tx!(&self.db, tx, _pg => {
+            for sql in [
+                "DELETE FROM session_leases WHERE session_id = $1 AND owner = $2",
+                "DELETE FROM session_approvals WHERE session_id = $1 AND owner = $2",
+                "DELETE FROM session_cancels WHERE session_id = $1 AND owner = $2",
+            ] {
+                sqlx::query(sql).bind(id).bind(owner).execute(&mut *tx).await?;
+            }
+        });
+        Ok(())
+    }
+
+    async fn lease(&self, id: &str) -> StoreResult<Option<Lease>> {
         on_db!(&self.db, p => {
-            sqlx::query("DELETE FROM session_leases WHERE session_id = $1 AND owner = $2")
+            let row = sqlx::query("SELECT owner, expires_ms FROM session_leases WHERE session_id = $1")
                 .bind(id)
-                .bind(owner)
+                .fetch_optional(p)
+                .await?;
+            match row {
+                Some(r) => Ok(Some(Lease { owner: r.try_get("owner")?, expires_ms: r.try_get("expires_ms")? })),
+                None => Ok(None),
+            }
+        })
+    }
+
+    async fn expired_leases(&self, now_ms: i64, limit: usize) -> StoreResult<Vec<String>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        Ok(on_db!(&self.db, p => {
+            sqlx::query_scalar("SELECT session_id FROM session_leases WHERE expires_ms <= $1 ORDER BY session_id LIMIT $2")
+                .bind(now_ms)
+                .bind(limit)
+                .fetch_all(p)
+                .await?
+        }))
+    }
+
+    async fn add_grant(&self, id: &str, tool: &str) -> StoreResult<()> {
+        on_db!(&self.db, p => {
+            sqlx::query("INSERT INTO session_grants (session_id, tool) VALUES ($1, $2) ON CONFLICT (session_id, tool) DO NOTHING")
+                .bind(id)
+                .bind(tool)
                 .execute(p)
                 .await?;
         });
         Ok(())
+    }
+
+    async fn grants(&self, id: &str) -> StoreResult<Vec<String>> {
+        Ok(on_db!(&self.db, p => {
+            sqlx::query_scalar("SELECT tool FROM session_grants WHERE session_id = $1 ORDER BY tool")
+                .bind(id)
+                .fetch_all(p)
+                .await?
+        }))
+    }
+
+    async fn put_approval(&self, id: &str, call_id: &str, owner: &str) -> StoreResult<()> {
+        on_db!(&self.db, p => {
+            sqlx::query(
+                "INSERT INTO session_approvals (session_id, call_id, owner, decision) VALUES ($1, $2, $3, NULL) \
+                 ON CONFLICT (session_id, call_id) DO UPDATE SET owner = excluded.owner, decision = NULL",
+            )
+            .bind(id)
+            .bind(call_id)
+            .bind(owner)
+            .execute(p)
+            .await?;
+        });
+        Ok(())
+    }
+
+    async fn decide_approval(&self, id: &str, call_id: &str, decision: i32) -> StoreResult<bool> {
+        let n = Notice::Approval {
+            session: id.into(),
+            call_id: call_id.into(),
+            decision,
+        };
+        let decided = in_tx!(&self.db, tx, pg => {
+            let r = sqlx::query(
+                "UPDATE session_approvals SET decision = $3 WHERE session_id = $1 AND call_id = $2 AND decision IS NULL",
+            )
+            .bind(id)
+            .bind(call_id)
+            .bind(decision)
+            .execute(&mut *tx)
+            .await?;
+            let decided = r.rows_affected() == 1;
+            if decided {
+                notify!(self, tx, pg, n);
+            }
+            decided
+        });
+        if decided {
+            self.announce_local(n);
+        }
+        Ok(decided)
+    }
+
+    async fn approval_decision(&self, id: &str, call_id: &str) -> StoreResult<Option<i32>> {
+        let d: Option<Option<i32>> = on_db!(&self.db, p => {
+            sqlx::query_scalar("SELECT decision FROM session_approvals WHERE session_id = $1 AND call_id = $2")
+                .bind(id)
+                .bind(call_id)
+                .fetch_optional(p)
+                .await?
+        });
+        Ok(d.flatten())
+    }
+
+    async fn clear_approval(&self, id: &str, call_id: &str) -> StoreResult<()> {
+        on_db!(&self.db, p => {
+            sqlx::query("DELETE FROM session_approvals WHERE session_id = $1 AND call_id = $2")
+                .bind(id)
+                .bind(call_id)
+                .execute(p)
+                .await?;
+        });
+        Ok(())
+    }
+
+    async fn request_cancel(&self, id: &str) -> StoreResult<Option<String>> {
+        let now = now_ms();
+        let owner = in_tx!(&self.db, tx, pg => {
+            let owner: Option<String> = sqlx::query_scalar(
+                "SELECT owner FROM session_leases WHERE session_id = $1 AND expires_ms > $2",
+            )
+            .bind(id)
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(o) = &owner {
+                sqlx::query("INSERT INTO session_cancels (session_id, owner) VALUES ($1, $2) ON CONFLICT (session_id, owner) DO NOTHING")
+                    .bind(id)
+                    .bind(o)
+                    .execute(&mut *tx)
+                    .await?;
+                notify!(self, tx, pg, Notice::Cancel { session: id.into(), owner: o.clone() });
+            }
+            owner
+        });
+        if let Some(o) = &owner {
+            self.announce_local(Notice::Cancel {
+                session: id.into(),
+                owner: o.clone(),
+            });
+        }
+        Ok(owner)
+    }
+
+    async fn cancel_requested(&self, id: &str, owner: &str) -> StoreResult<bool> {
+        Ok(on_db!(&self.db, p => {
+            sqlx::query("SELECT 1 FROM session_cancels WHERE session_id = $1 AND owner = $2")
+                .bind(id)
+                .bind(owner)
+                .fetch_optional(p)
+                .await?
+                .is_some()
+        }))
+    }
+
+    fn notices(&self) -> tokio::sync::broadcast::Receiver<Notice> {
+        self.notices.subscribe()
     }
 }

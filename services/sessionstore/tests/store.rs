@@ -370,3 +370,142 @@ async fn kill_9_during_writes_loses_at_most_the_write_in_flight() {
         }
     }
 }
+
+/// The next notice about `session` within 5 s (other sessions' notices skipped).
+async fn next_notice(
+    rx: &mut tokio::sync::broadcast::Receiver<omicos_sessionstore::Notice>,
+    session: &str,
+) -> omicos_sessionstore::Notice {
+    tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        loop {
+            let n = rx.recv().await.expect("notice bus open");
+            if n.session() == Some(session) {
+                return n;
+            }
+        }
+    })
+    .await
+    .expect("a notice within 5 s")
+}
+
+/// Grants, approvals, cancel requests and their notices cross from one
+/// replica's store to another's (two opens of one database).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_state_and_notices_cross_replicas() {
+    use omicos_sessionstore::Notice;
+    for b in common::all("state").await {
+        let a = open(&b.url).await.unwrap();
+        let other = open(&b.url).await.unwrap();
+        let name = b.name;
+        a.put_session(&meta("s", 1)).await.unwrap();
+        let mut rx = other.notices();
+
+        // Grants outlive the replica that recorded them.
+        a.add_grant("s", "shell").await.unwrap();
+        a.add_grant("s", "shell").await.unwrap();
+        a.add_grant("s", "file_manager__write").await.unwrap();
+        assert_eq!(
+            other.grants("s").await.unwrap(),
+            ["file_manager__write", "shell"],
+            "{name}"
+        );
+
+        // An event appended on one replica is announced on the other.
+        a.append_event("s", 1, b"e1").await.unwrap();
+        assert_eq!(
+            next_notice(&mut rx, "s").await,
+            Notice::Event {
+                session: "s".into(),
+                seq: 1
+            },
+            "{name}"
+        );
+
+        // A pending approval decided on the other replica, exactly once.
+        assert!(a.try_lease_turn("s", "r1:t1", 60_000).await.unwrap());
+        let mut rx_a = a.notices();
+        assert!(
+            !other.decide_approval("s", "c1", 2).await.unwrap(),
+            "{name}: nothing pending yet"
+        );
+        a.put_approval("s", "c1", "r1:t1").await.unwrap();
+        assert_eq!(a.approval_decision("s", "c1").await.unwrap(), None);
+        assert!(other.decide_approval("s", "c1", 2).await.unwrap(), "{name}");
+        assert!(
+            !other.decide_approval("s", "c1", 3).await.unwrap(),
+            "{name}: decided once"
+        );
+        assert_eq!(
+            next_notice(&mut rx_a, "s").await,
+            Notice::Approval {
+                session: "s".into(),
+                call_id: "c1".into(),
+                decision: 2
+            },
+            "{name}"
+        );
+        assert_eq!(a.approval_decision("s", "c1").await.unwrap(), Some(2));
+
+        // A cancel request names the turn holding the live lease.
+        assert_eq!(
+            other.request_cancel("s").await.unwrap().as_deref(),
+            Some("r1:t1")
+        );
+        assert_eq!(
+            next_notice(&mut rx_a, "s").await,
+            Notice::Cancel {
+                session: "s".into(),
+                owner: "r1:t1".into()
+            },
+            "{name}"
+        );
+        assert!(a.cancel_requested("s", "r1:t1").await.unwrap());
+        assert!(!a.cancel_requested("s", "r2:t9").await.unwrap());
+        let lease = a.lease("s").await.unwrap().unwrap();
+        assert_eq!((lease.owner.as_str(), lease.turn_id()), ("r1:t1", "t1"));
+        assert!(a.expired_leases(now_ms(), 10).await.unwrap().is_empty());
+        assert_eq!(
+            a.expired_leases(lease.expires_ms, 10).await.unwrap(),
+            ["s"],
+            "{name}"
+        );
+
+        // Releasing the turn forgets its approvals and cancel requests; grants stay.
+        a.release_turn("s", "r1:t1").await.unwrap();
+        assert_eq!(a.lease("s").await.unwrap(), None);
+        assert_eq!(a.approval_decision("s", "c1").await.unwrap(), None);
+        assert!(!a.cancel_requested("s", "r1:t1").await.unwrap());
+        assert_eq!(
+            other.request_cancel("s").await.unwrap(),
+            None,
+            "{name}: no turn, nothing to cancel"
+        );
+        assert_eq!(other.grants("s").await.unwrap().len(), 2);
+
+        // Deleting the session deletes its state.
+        assert!(a.delete_session("s").await.unwrap());
+        assert!(other.grants("s").await.unwrap().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn session_state_on_the_memory_store() {
+    let s: Arc<dyn SessionStore> = Arc::new(omicos_sessionstore::MemoryStore::new());
+    s.put_session(&meta("s", 1)).await.unwrap();
+    let mut rx = s.notices();
+    s.add_grant("s", "shell").await.unwrap();
+    assert_eq!(s.grants("s").await.unwrap(), ["shell"]);
+    assert!(s.try_lease_turn("s", "r:t", 60_000).await.unwrap());
+    s.put_approval("s", "c", "r:t").await.unwrap();
+    assert!(s.decide_approval("s", "c", 1).await.unwrap());
+    assert!(!s.decide_approval("s", "c", 1).await.unwrap());
+    assert!(matches!(
+        next_notice(&mut rx, "s").await,
+        omicos_sessionstore::Notice::Approval { decision: 1, .. }
+    ));
+    assert_eq!(s.request_cancel("s").await.unwrap().as_deref(), Some("r:t"));
+    assert!(s.cancel_requested("s", "r:t").await.unwrap());
+    s.release_turn("s", "r:t").await.unwrap();
+    assert!(!s.cancel_requested("s", "r:t").await.unwrap());
+    assert_eq!(s.approval_decision("s", "c").await.unwrap(), None);
+}

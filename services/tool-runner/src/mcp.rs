@@ -56,6 +56,7 @@ impl omicos_mcp::ToolBackend for PipelineBackend {
         self.0
             .list_tools(toolsets, mode as i32, Legacy::default())
             .map(|(tools, _)| tools)
+            .map_err(|e| e.to_string())
     }
 
     async fn execute(

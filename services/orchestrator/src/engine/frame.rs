@@ -452,11 +452,13 @@ impl Engine {
         };
         let r = self.runner.execute(start, session, tag, cancel).await;
         if r.approval == Decision::AllowSession as i32 {
-            session.allow_for_session(if r.tool_name.is_empty() {
-                &call.name
-            } else {
-                &r.tool_name
-            });
+            session
+                .allow_for_session(if r.tool_name.is_empty() {
+                    &call.name
+                } else {
+                    &r.tool_name
+                })
+                .await;
         }
         let record = serde_json::from_str::<Value>(&r.record_json).unwrap_or_else(|_| {
             json!({"id": call.id, "name": call.name, "arguments": call.arguments, "status": r.status().as_str(), "result": r.result})

@@ -201,6 +201,7 @@ impl OrchestratorService {
         if !state.start_turn(RunningTurn {
             turn_id: turn_id.clone(),
             cancel: cancel.clone(),
+            lease_owner: owner.clone(),
         }) {
             return Err(OrchestratorError::SessionBusy(session_id));
         }
@@ -215,7 +216,14 @@ impl OrchestratorService {
                 return Err(e.into());
             }
         }
-        if let Err(e) = state.sync_seq().await {
+        // The lease may have been taken over from a lost replica: close its
+        // turn first, then read the grants made on any replica.
+        let ready = async {
+            crate::recovery::close_open_turn(&state).await?;
+            state.load_grants().await?;
+            state.sync_seq().await
+        };
+        if let Err(e) = ready.await {
             let _ = store.release_turn(&session_id, &owner).await;
             state.end_turn(&turn_id);
             return Err(e);

@@ -23,13 +23,14 @@ impl OrchestratorService {
             .ok_or_else(|| OrchestratorError::SessionNotFound(id.clone()))?;
         let state = self.hub.state(&id).await?;
         let hold = format!("compact-{}", uuid::Uuid::new_v4().simple());
+        let owner = format!("{}:{hold}", self.instance);
         if !state.start_turn(RunningTurn {
             turn_id: hold.clone(),
             cancel: CancellationToken::new(),
+            lease_owner: owner.clone(),
         }) {
             return Err(OrchestratorError::SessionBusy(id));
         }
-        let owner = format!("{}:{hold}", self.instance);
         let lease_ms = self.engine.config.turn_lease.as_millis() as i64;
         let result = match store.try_lease_turn(&id, &owner, lease_ms).await {
             Ok(true) => {

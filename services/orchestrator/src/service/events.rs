@@ -166,9 +166,12 @@ impl Pump {
     }
 
     /// Replays the log when no turn runs on this replica; while the log shows
-    /// a turn still open (another replica runs it), polls the store for more.
-    async fn replay(&mut self, since_seq: u64, lease: Duration) -> Result<(), OrchestratorError> {
-        let mut idle_since = tokio::time::Instant::now();
+    /// a turn still open (another replica runs it), follows it through the
+    /// store's notices (no polling). When that replica's lease expires, the
+    /// turn is closed here if no other replica did it first ([`crate::recovery`]).
+    async fn replay(&mut self, since_seq: u64, lost: LostTurns) -> Result<(), OrchestratorError> {
+        // Subscribe before reading, so an event written in between is not missed.
+        let mut notices = self.state.store().notices();
         // Whether the log shows a turn that has started and not finished
         // (read from the start when the client resumes mid-log).
         let mut open = false;
@@ -184,8 +187,10 @@ impl Pump {
                 }
             }
         }
+        // How often to look whether the turn's replica is still renewing its lease.
+        let check = (lost.lease / 5).max(Duration::from_millis(500));
+        let mut next_check = tokio::time::Instant::now() + check;
         loop {
-            let before = self.last_sent;
             for ev in self.stored(self.last_sent).await? {
                 match ev.kind {
                     Some(chat_event::Kind::TurnStarted(_)) => open = true,
@@ -196,17 +201,37 @@ impl Pump {
                     return Ok(());
                 }
             }
-            if self.last_sent > before {
-                idle_since = tokio::time::Instant::now();
-            } else if idle_since.elapsed() > lease * 2 {
-                return Ok(());
-            }
             if !open {
                 return Ok(());
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            loop {
+                tokio::select! {
+                    n = notices.recv() => match n {
+                        Ok(n) if n.session().is_some_and(|s| s != self.state.id) => continue,
+                        Ok(omicos_sessionstore::Notice::Approval { .. } | omicos_sessionstore::Notice::Cancel { .. }) => continue,
+                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
+                        Err(broadcast::error::RecvError::Closed) => return Ok(()),
+                    },
+                    _ = tokio::time::sleep_until(next_check) => {
+                        next_check = tokio::time::Instant::now() + check;
+                        if let Err(e) = crate::recovery::recover_if_lost(&lost.hub, &self.state.id, &lost.instance, lost.lease).await {
+                            tracing::warn!(session = %self.state.id, error = %e.report(), "lost turn not closed");
+                        }
+                        break;
+                    }
+                    _ = self.tx.closed() => return Ok(()),
+                    _ = self.stop.cancelled() => return Err(OrchestratorError::ShuttingDown),
+                }
+            }
         }
     }
+}
+
+/// What an Attach needs to close a turn whose replica was lost.
+pub(super) struct LostTurns {
+    pub(super) hub: Arc<crate::hub::Hub>,
+    pub(super) instance: String,
+    pub(super) lease: Duration,
 }
 
 impl OrchestratorService {
@@ -235,7 +260,11 @@ impl OrchestratorService {
             heartbeat: self.heartbeat(),
             stop: self.streams_stop.clone(),
         };
-        let lease = self.engine.config.turn_lease;
+        let lost = LostTurns {
+            hub: self.hub.clone(),
+            instance: self.instance.clone(),
+            lease: self.engine.config.turn_lease,
+        };
         tokio::spawn(async move {
             match running {
                 Some(t) => match pump.backfill(&t.turn_id).await {
@@ -244,7 +273,7 @@ impl OrchestratorService {
                     Err(e) => pump.fail(e).await,
                 },
                 None => {
-                    if let Err(e) = pump.replay(req.since_seq, lease).await {
+                    if let Err(e) = pump.replay(req.since_seq, lost).await {
                         pump.fail(e).await;
                     }
                 }

@@ -55,6 +55,11 @@ impl OrchestratorService {
         }
     }
 
+    /// This replica's id (the first part of its lease owners).
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
     fn heartbeat(&self) -> Duration {
         self.engine.config.heartbeat_interval
     }
@@ -90,7 +95,7 @@ impl Orchestrator for OrchestratorService {
         let who = principal::of(&req)?;
         let req = req.into_inner();
         grpc(self.owned(&who, &req.session_id).await)?;
-        Ok(Response::new(self.cancel_turn_rpc(req)))
+        grpc(self.cancel_turn_rpc(req).await).map(Response::new)
     }
 
     async fn approve_tool(
@@ -100,7 +105,7 @@ impl Orchestrator for OrchestratorService {
         let who = principal::of(&req)?;
         let req = req.into_inner();
         grpc(self.owned(&who, &req.session_id).await)?;
-        grpc(self.approve_tool_rpc(req)).map(Response::new)
+        grpc(self.approve_tool_rpc(req).await).map(Response::new)
     }
 
     async fn list_agents(

@@ -11,19 +11,26 @@ use omicos_proto::{
 use omicos_sessionstore::{SessionMeta, SessionStore};
 
 impl OrchestratorService {
-    /// CancelTurn: cancels the session's running turn on this replica, if any.
-    pub(super) fn cancel_turn_rpc(&self, req: CancelTurnRequest) -> CancelTurnResponse {
-        let cancelled = self
-            .hub
-            .existing(&req.session_id)
-            .and_then(|s| s.running())
-            .map(|t| t.cancel.cancel())
-            .is_some();
-        CancelTurnResponse { cancelled }
+    /// CancelTurn: cancels the session's running turn on this replica, or
+    /// records the request in the store, whose notice reaches the replica
+    /// running the turn.
+    pub(super) async fn cancel_turn_rpc(
+        &self,
+        req: CancelTurnRequest,
+    ) -> Result<CancelTurnResponse, OrchestratorError> {
+        if let Some(t) = self.hub.existing(&req.session_id).and_then(|s| s.running()) {
+            t.cancel.cancel();
+            return Ok(CancelTurnResponse { cancelled: true });
+        }
+        let owner = self.hub.store().request_cancel(&req.session_id).await?;
+        Ok(CancelTurnResponse {
+            cancelled: owner.is_some(),
+        })
     }
 
-    /// ApproveTool: delivers a decision to a call waiting for one.
-    pub(super) fn approve_tool_rpc(
+    /// ApproveTool: delivers a decision to a call waiting for one, on this
+    /// replica directly, or through the store to the replica running the turn.
+    pub(super) async fn approve_tool_rpc(
         &self,
         r: ApproveToolRequest,
     ) -> Result<ApproveToolResponse, OrchestratorError> {
@@ -35,10 +42,16 @@ impl OrchestratorService {
                     "decision must be ALLOW_ONCE, ALLOW_SESSION or DENY".into(),
                 )
             })?;
-        let ok = self
+        let local = self
             .hub
             .existing(&r.session_id)
             .is_some_and(|s| s.resolve_approval(&r.call_id, decision));
+        let ok = local
+            || self
+                .hub
+                .store()
+                .decide_approval(&r.session_id, &r.call_id, decision as i32)
+                .await?;
         if ok {
             Ok(ApproveToolResponse {})
         } else {
