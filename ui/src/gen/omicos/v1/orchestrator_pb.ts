@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file omicos/v1/orchestrator.proto.
  */
 export const file_omicos_v1_orchestrator: GenFile = /*@__PURE__*/
-  fileDesc("ChxvbWljb3MvdjEvb3JjaGVzdHJhdG9yLnByb3RvEglvbWljb3MudjEiogEKEUNoYXRDbGllbnRNZXNzYWdlEikKB3JlcXVlc3QYASABKAsyFi5vbWljb3MudjEuQ2hhdFJlcXVlc3RIABIvCghhcHByb3ZhbBgCIAEoCzIbLm9taWNvcy52MS5BcHByb3ZhbERlY2lzaW9uSAASKgoGY2FuY2VsGAMgASgLMhgub21pY29zLnYxLkNhbmNlbFJlcXVlc3RIAEIFCgNtc2cijAIKC0NoYXRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDwoHbWVzc2FnZRgCIAEoCRINCgVhZ2VudBgDIAEoCRIUCgx0ZWFtX21lbWJlcnMYBCADKAkSFwoPcGVybWlzc2lvbl9tb2RlGAUgASgJEhgKC2FsbG93X3NoZWxsGAYgASgISACIAQESHQoQYWxsb3dfZmlsZV93cml0ZRgHIAEoCEgBiAEBEg0KBW1vZGVsGAggASgJEhAKCHByb3ZpZGVyGAkgASgJEhsKE21heF90b29sX2l0ZXJhdGlvbnMYCiABKA1CDgoMX2FsbG93X3NoZWxsQhMKEV9hbGxvd19maWxlX3dyaXRlIkoKEEFwcHJvdmFsRGVjaXNpb24SDwoHY2FsbF9pZBgBIAEoCRIlCghkZWNpc2lvbhgCIAEoDjITLm9taWNvcy52MS5EZWNpc2lvbiIfCg1DYW5jZWxSZXF1ZXN0Eg4KBnJlYXNvbhgBIAEoCSKqBgoJQ2hhdEV2ZW50EhIKCnNlc3Npb25faWQYASABKAkSDwoHdHVybl9pZBgCIAEoCRIRCglldmVudF9zZXEYAyABKAQSHAoUZXhlY3V0aW9uX2NvbnRleHRfaWQYBCABKAkSEAoIYWdlbnRfaWQYBSABKAkSFAoMdGltZXN0YW1wX21zGAYgASgDEi4KDHR1cm5fc3RhcnRlZBgKIAEoCzIWLm9taWNvcy52MS5UdXJuU3RhcnRlZEgAEioKCnRleHRfZGVsdGEYCyABKAsyFC5vbWljb3MudjEuVGV4dERlbHRhSAASNwoRdG9vbF9jYWxsX3N0YXJ0ZWQYDCABKAsyGi5vbWljb3MudjEuVG9vbENhbGxTdGFydGVkSAASNQoNdG9vbF9wcm9ncmVzcxgNIAEoCzIcLm9taWNvcy52MS5Ub29sUHJvZ3Jlc3NFdmVudEgAEjwKEXRvb2xfb3V0cHV0X2NodW5rGA4gASgLMh8ub21pY29zLnYxLlRvb2xPdXRwdXRDaHVua0V2ZW50SAASPwoVdG9vbF9hcHByb3ZhbF9yZXF1ZXN0GA8gASgLMh4ub21pY29zLnYxLlRvb2xBcHByb3ZhbFJlcXVlc3RIABJBChZ0b29sX2FwcHJvdmFsX3Jlc29sdmVkGBAgASgLMh8ub21pY29zLnYxLlRvb2xBcHByb3ZhbFJlc29sdmVkSAASOQoSdG9vbF9jYWxsX2ZpbmlzaGVkGBEgASgLMhsub21pY29zLnYxLlRvb2xDYWxsRmluaXNoZWRIABIuCgxhZ2VudF9zd2l0Y2gYEiABKAsyFi5vbWljb3MudjEuQWdlbnRTd2l0Y2hIABIhCgV1c2FnZRgTIAEoCzIQLm9taWNvcy52MS5Vc2FnZUgAEiYKBWVycm9yGBQgASgLMhUub21pY29zLnYxLkVycm9yRXZlbnRIABIpCgloZWFydGJlYXQYFSABKAsyFC5vbWljb3MudjEuSGVhcnRiZWF0SAASKAoJdHVybl9kb25lGBYgASgLMhMub21pY29zLnYxLlR1cm5Eb25lSABCBgoEa2luZCJ3CgtUdXJuU3RhcnRlZBIPCgdtZXNzYWdlGAEgASgJEg0KBWFnZW50GAIgASgJEhQKDHRlYW1fbWVtYmVycxgDIAMoCRIyCg9wZXJtaXNzaW9uX21vZGUYBCABKA4yGS5vbWljb3MudjEuUGVybWlzc2lvbk1vZGUiGQoJVGV4dERlbHRhEgwKBHRleHQYASABKAkiQwoPVG9vbENhbGxTdGFydGVkEg8KB2NhbGxfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglhcmd1bWVudHMYAyABKAkiTwoRVG9vbFByb2dyZXNzRXZlbnQSDwoHY2FsbF9pZBgBIAEoCRIpCghwcm9ncmVzcxgCIAEoCzIXLm9taWNvcy52MS5Ub29sUHJvZ3Jlc3MiUgoUVG9vbE91dHB1dENodW5rRXZlbnQSDwoHY2FsbF9pZBgBIAEoCRIpCgVjaHVuaxgCIAEoCzIaLm9taWNvcy52MS5Ub29sT3V0cHV0Q2h1bmsifAoTVG9vbEFwcHJvdmFsUmVxdWVzdBIPCgdjYWxsX2lkGAEgASgJEhEKCXRvb2xfbmFtZRgCIAEoCRIdCgRyaXNrGAMgASgOMg8ub21pY29zLnYxLlJpc2sSDwoHc3VtbWFyeRgEIAEoCRIRCglhcmd1bWVudHMYBSABKAkiXgoUVG9vbEFwcHJvdmFsUmVzb2x2ZWQSDwoHY2FsbF9pZBgBIAEoCRIlCghkZWNpc2lvbhgCIAEoDjITLm9taWNvcy52MS5EZWNpc2lvbhIOCgZzb3VyY2UYAyABKAkikAEKEFRvb2xDYWxsRmluaXNoZWQSDwoHY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEiUKBnN0YXR1cxgDIAEoDjIVLm9taWNvcy52MS5Ub29sU3RhdHVzEg4KBnJlc3VsdBgEIAEoCRISCgpzcG9vbF9wYXRoGAUgASgJEhIKCmVsYXBzZWRfbXMYBiABKAQiUgoLQWdlbnRTd2l0Y2gSEgoKZnJvbV9hZ2VudBgBIAEoCRIQCgh0b19hZ2VudBgCIAEoCRIOCgZyZWFzb24YAyABKAkSDQoFZGVwdGgYBCABKA0iQwoFVXNhZ2USFAoMaW5wdXRfdG9rZW5zGAEgASgEEhUKDW91dHB1dF90b2tlbnMYAiABKAQSDQoFbW9kZWwYAyABKAkiKwoKRXJyb3JFdmVudBIMCgRraW5kGAEgASgJEg8KB21lc3NhZ2UYAiABKAkiCwoJSGVhcnRiZWF0IjUKCFR1cm5Eb25lEikKBnJlYXNvbhgBIAEoDjIZLm9taWNvcy52MS5UdXJuRG9uZVJlYXNvbiI2Cg1BdHRhY2hSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJc2luY2Vfc2VxGAIgASgEIicKEUNhbmNlbFR1cm5SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiJwoSQ2FuY2VsVHVyblJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCCJgChJBcHByb3ZlVG9vbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJEiUKCGRlY2lzaW9uGAMgASgOMhMub21pY29zLnYxLkRlY2lzaW9uIhUKE0FwcHJvdmVUb29sUmVzcG9uc2UiSwoRU3RhcnRUdXJuUmVzcG9uc2USEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJEhEKCXN0YXJ0X3NlcRgDIAEoBCIYChZHZXRDbGllbnRDb25maWdSZXF1ZXN0Ir0BCgxDbGllbnRDb25maWcSEQoJcHJvdmlkZXJzGAEgAygJEhUKDWRlZmF1bHRfbW9kZWwYAiABKAkSFgoObW9kZWxfb3ZlcnJpZGUYAyABKAgSOgoXZGVmYXVsdF9wZXJtaXNzaW9uX21vZGUYBCABKA4yGS5vbWljb3MudjEuUGVybWlzc2lvbk1vZGUSFwoPZGVwbG95bWVudF90aWVyGAUgASgJEhYKDmhlYXJ0YmVhdF9zZWNzGAYgASgNIhMKEUxpc3RBZ2VudHNSZXF1ZXN0Iv4BCglBZ2VudEluZm8SCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIMCgRpY29uGAMgASgJEgwKBHRpZXIYBCABKAkSEAoIY2F0ZWdvcnkYBSABKAkSFgoOY2F0ZWdvcnlfb3JkZXIYBiABKAUSDwoHc3VtbWFyeRgHIAEoCRIQCgh1c2Vfd2hlbhgIIAEoCRIXCg9leGFtcGxlX3Byb21wdHMYCSADKAkSEAoIdG9vbHNldHMYCiADKAkSDgoGc2tpbGxzGAsgAygJEhMKC2Rlc2NyaXB0aW9uGAwgASgJEg4KBmxvY2tlZBgNIAEoCBIOCgZzb3VyY2UYDiABKAkiUwoSTGlzdEFnZW50c1Jlc3BvbnNlEiQKBmFnZW50cxgBIAMoCzIULm9taWNvcy52MS5BZ2VudEluZm8SFwoPZGVwbG95bWVudF90aWVyGAIgASgJIiQKE0xpc3RTZXNzaW9uc1JlcXVlc3QSDQoFbGltaXQYASABKA0inAEKDlNlc3Npb25TdW1tYXJ5EhIKCnNlc3Npb25faWQYASABKAkSDQoFdGl0bGUYAiABKAkSDQoFYWdlbnQYAyABKAkSFAoMdGVhbV9tZW1iZXJzGAQgAygJEhIKCmNyZWF0ZWRfbXMYBSABKAMSFgoObGFzdF9hY3RpdmVfbXMYBiABKAMSFgoObGFzdF9ldmVudF9zZXEYByABKAQiQwoUTGlzdFNlc3Npb25zUmVzcG9uc2USKwoIc2Vzc2lvbnMYASADKAsyGS5vbWljb3MudjEuU2Vzc2lvblN1bW1hcnkiJwoRR2V0U2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJMCgdTZXNzaW9uEioKB3N1bW1hcnkYASABKAsyGS5vbWljb3MudjEuU2Vzc2lvblN1bW1hcnkSFQoNbWVzc2FnZXNfanNvbhgCIAMoCSIqChREZWxldGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIigKFURlbGV0ZVNlc3Npb25SZXNwb25zZRIPCgdkZWxldGVkGAEgASgIIhcKFVJlZnJlc2hDYXRhbG9nUmVxdWVzdCJKChZSZWZyZXNoQ2F0YWxvZ1Jlc3BvbnNlEg4KBmFnZW50cxgBIAEoDRIOCgZza2lsbHMYAiABKA0SEAoId2FybmluZ3MYAyADKAkiTwoVTGlzdEFnZW50VG9vbHNSZXF1ZXN0Eg0KBWFnZW50GAEgASgJEhcKD3Blcm1pc3Npb25fbW9kZRgCIAEoCRIOCgZmb3JtYXQYAyABKAkiVAoWTGlzdEFnZW50VG9vbHNSZXNwb25zZRIiCgV0b29scxgBIAMoCzITLm9taWNvcy52MS5Ub29sU3BlYxIWCg5sbG1fdG9vbHNfanNvbhgCIAEoCSr0AQoOVHVybkRvbmVSZWFzb24SIAocVFVSTl9ET05FX1JFQVNPTl9VTlNQRUNJRklFRBAAEh4KGlRVUk5fRE9ORV9SRUFTT05fQ09NUExFVEVEEAESHgoaVFVSTl9ET05FX1JFQVNPTl9DQU5DRUxMRUQQAhIaChZUVVJOX0RPTkVfUkVBU09OX0VSUk9SEAMSIwofVFVSTl9ET05FX1JFQVNPTl9NQVhfSVRFUkFUSU9OUxAEEh0KGVRVUk5fRE9ORV9SRUFTT05fREVBRExJTkUQBRIgChxUVVJOX0RPTkVfUkVBU09OX0lOVEVSUlVQVEVEEAYygQYKDE9yY2hlc3RyYXRvchI+CgRDaGF0Ehwub21pY29zLnYxLkNoYXRDbGllbnRNZXNzYWdlGhQub21pY29zLnYxLkNoYXRFdmVudCgBMAESOgoGQXR0YWNoEhgub21pY29zLnYxLkF0dGFjaFJlcXVlc3QaFC5vbWljb3MudjEuQ2hhdEV2ZW50MAESSQoKQ2FuY2VsVHVybhIcLm9taWNvcy52MS5DYW5jZWxUdXJuUmVxdWVzdBodLm9taWNvcy52MS5DYW5jZWxUdXJuUmVzcG9uc2USTAoLQXBwcm92ZVRvb2wSHS5vbWljb3MudjEuQXBwcm92ZVRvb2xSZXF1ZXN0Gh4ub21pY29zLnYxLkFwcHJvdmVUb29sUmVzcG9uc2USSQoKTGlzdEFnZW50cxIcLm9taWNvcy52MS5MaXN0QWdlbnRzUmVxdWVzdBodLm9taWNvcy52MS5MaXN0QWdlbnRzUmVzcG9uc2USTwoMTGlzdFNlc3Npb25zEh4ub21pY29zLnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaHy5vbWljb3MudjEuTGlzdFNlc3Npb25zUmVzcG9uc2USPgoKR2V0U2Vzc2lvbhIcLm9taWNvcy52MS5HZXRTZXNzaW9uUmVxdWVzdBoSLm9taWNvcy52MS5TZXNzaW9uElIKDURlbGV0ZVNlc3Npb24SHy5vbWljb3MudjEuRGVsZXRlU2Vzc2lvblJlcXVlc3QaIC5vbWljb3MudjEuRGVsZXRlU2Vzc2lvblJlc3BvbnNlElUKDlJlZnJlc2hDYXRhbG9nEiAub21pY29zLnYxLlJlZnJlc2hDYXRhbG9nUmVxdWVzdBohLm9taWNvcy52MS5SZWZyZXNoQ2F0YWxvZ1Jlc3BvbnNlElUKDkxpc3RBZ2VudFRvb2xzEiAub21pY29zLnYxLkxpc3RBZ2VudFRvb2xzUmVxdWVzdBohLm9taWNvcy52MS5MaXN0QWdlbnRUb29sc1Jlc3BvbnNlMqMBCg9PcmNoZXN0cmF0b3JXZWISQQoJU3RhcnRUdXJuEhYub21pY29zLnYxLkNoYXRSZXF1ZXN0Ghwub21pY29zLnYxLlN0YXJ0VHVyblJlc3BvbnNlEk0KD0dldENsaWVudENvbmZpZxIhLm9taWNvcy52MS5HZXRDbGllbnRDb25maWdSZXF1ZXN0Ghcub21pY29zLnYxLkNsaWVudENvbmZpZ2IGcHJvdG8z", [file_omicos_v1_common]);
+  fileDesc("ChxvbWljb3MvdjEvb3JjaGVzdHJhdG9yLnByb3RvEglvbWljb3MudjEiogEKEUNoYXRDbGllbnRNZXNzYWdlEikKB3JlcXVlc3QYASABKAsyFi5vbWljb3MudjEuQ2hhdFJlcXVlc3RIABIvCghhcHByb3ZhbBgCIAEoCzIbLm9taWNvcy52MS5BcHByb3ZhbERlY2lzaW9uSAASKgoGY2FuY2VsGAMgASgLMhgub21pY29zLnYxLkNhbmNlbFJlcXVlc3RIAEIFCgNtc2cijAIKC0NoYXRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDwoHbWVzc2FnZRgCIAEoCRINCgVhZ2VudBgDIAEoCRIUCgx0ZWFtX21lbWJlcnMYBCADKAkSFwoPcGVybWlzc2lvbl9tb2RlGAUgASgJEhgKC2FsbG93X3NoZWxsGAYgASgISACIAQESHQoQYWxsb3dfZmlsZV93cml0ZRgHIAEoCEgBiAEBEg0KBW1vZGVsGAggASgJEhAKCHByb3ZpZGVyGAkgASgJEhsKE21heF90b29sX2l0ZXJhdGlvbnMYCiABKA1CDgoMX2FsbG93X3NoZWxsQhMKEV9hbGxvd19maWxlX3dyaXRlIkoKEEFwcHJvdmFsRGVjaXNpb24SDwoHY2FsbF9pZBgBIAEoCRIlCghkZWNpc2lvbhgCIAEoDjITLm9taWNvcy52MS5EZWNpc2lvbiIfCg1DYW5jZWxSZXF1ZXN0Eg4KBnJlYXNvbhgBIAEoCSLXBgoJQ2hhdEV2ZW50EhIKCnNlc3Npb25faWQYASABKAkSDwoHdHVybl9pZBgCIAEoCRIRCglldmVudF9zZXEYAyABKAQSHAoUZXhlY3V0aW9uX2NvbnRleHRfaWQYBCABKAkSEAoIYWdlbnRfaWQYBSABKAkSFAoMdGltZXN0YW1wX21zGAYgASgDEi4KDHR1cm5fc3RhcnRlZBgKIAEoCzIWLm9taWNvcy52MS5UdXJuU3RhcnRlZEgAEioKCnRleHRfZGVsdGEYCyABKAsyFC5vbWljb3MudjEuVGV4dERlbHRhSAASNwoRdG9vbF9jYWxsX3N0YXJ0ZWQYDCABKAsyGi5vbWljb3MudjEuVG9vbENhbGxTdGFydGVkSAASNQoNdG9vbF9wcm9ncmVzcxgNIAEoCzIcLm9taWNvcy52MS5Ub29sUHJvZ3Jlc3NFdmVudEgAEjwKEXRvb2xfb3V0cHV0X2NodW5rGA4gASgLMh8ub21pY29zLnYxLlRvb2xPdXRwdXRDaHVua0V2ZW50SAASPwoVdG9vbF9hcHByb3ZhbF9yZXF1ZXN0GA8gASgLMh4ub21pY29zLnYxLlRvb2xBcHByb3ZhbFJlcXVlc3RIABJBChZ0b29sX2FwcHJvdmFsX3Jlc29sdmVkGBAgASgLMh8ub21pY29zLnYxLlRvb2xBcHByb3ZhbFJlc29sdmVkSAASOQoSdG9vbF9jYWxsX2ZpbmlzaGVkGBEgASgLMhsub21pY29zLnYxLlRvb2xDYWxsRmluaXNoZWRIABIuCgxhZ2VudF9zd2l0Y2gYEiABKAsyFi5vbWljb3MudjEuQWdlbnRTd2l0Y2hIABIhCgV1c2FnZRgTIAEoCzIQLm9taWNvcy52MS5Vc2FnZUgAEiYKBWVycm9yGBQgASgLMhUub21pY29zLnYxLkVycm9yRXZlbnRIABIpCgloZWFydGJlYXQYFSABKAsyFC5vbWljb3MudjEuSGVhcnRiZWF0SAASKAoJdHVybl9kb25lGBYgASgLMhMub21pY29zLnYxLlR1cm5Eb25lSAASKwoKY29tcGFjdGlvbhgXIAEoCzIVLm9taWNvcy52MS5Db21wYWN0aW9uSABCBgoEa2luZCKFAQoKQ29tcGFjdGlvbhIVCg10b2tlbnNfYmVmb3JlGAEgASgEEhQKDHRva2Vuc19hZnRlchgCIAEoBBIbChNtZXNzYWdlc19zdW1tYXJpemVkGAMgASgNEg8KB3RyaWdnZXIYBCABKAkSHAoUdG9vbF9yZXN1bHRzX3RyaW1tZWQYBSABKA0iJAoOQ29tcGFjdFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSI8Cg9Db21wYWN0UmVzcG9uc2USKQoKY29tcGFjdGlvbhgBIAEoCzIVLm9taWNvcy52MS5Db21wYWN0aW9uIq4BCglUdXJuVXNhZ2USFAoMaW5wdXRfdG9rZW5zGAEgASgEEhUKDW91dHB1dF90b2tlbnMYAiABKAQSDAoEY29zdBgDIAEoARITCgttb2RlbF9jYWxscxgEIAEoDRIcChRzZXNzaW9uX2lucHV0X3Rva2VucxgFIAEoBBIdChVzZXNzaW9uX291dHB1dF90b2tlbnMYBiABKAQSFAoMc2Vzc2lvbl9jb3N0GAcgASgBIncKC1R1cm5TdGFydGVkEg8KB21lc3NhZ2UYASABKAkSDQoFYWdlbnQYAiABKAkSFAoMdGVhbV9tZW1iZXJzGAMgAygJEjIKD3Blcm1pc3Npb25fbW9kZRgEIAEoDjIZLm9taWNvcy52MS5QZXJtaXNzaW9uTW9kZSIZCglUZXh0RGVsdGESDAoEdGV4dBgBIAEoCSJDCg9Ub29sQ2FsbFN0YXJ0ZWQSDwoHY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhEKCWFyZ3VtZW50cxgDIAEoCSJPChFUb29sUHJvZ3Jlc3NFdmVudBIPCgdjYWxsX2lkGAEgASgJEikKCHByb2dyZXNzGAIgASgLMhcub21pY29zLnYxLlRvb2xQcm9ncmVzcyJSChRUb29sT3V0cHV0Q2h1bmtFdmVudBIPCgdjYWxsX2lkGAEgASgJEikKBWNodW5rGAIgASgLMhoub21pY29zLnYxLlRvb2xPdXRwdXRDaHVuayJ8ChNUb29sQXBwcm92YWxSZXF1ZXN0Eg8KB2NhbGxfaWQYASABKAkSEQoJdG9vbF9uYW1lGAIgASgJEh0KBHJpc2sYAyABKA4yDy5vbWljb3MudjEuUmlzaxIPCgdzdW1tYXJ5GAQgASgJEhEKCWFyZ3VtZW50cxgFIAEoCSJeChRUb29sQXBwcm92YWxSZXNvbHZlZBIPCgdjYWxsX2lkGAEgASgJEiUKCGRlY2lzaW9uGAIgASgOMhMub21pY29zLnYxLkRlY2lzaW9uEg4KBnNvdXJjZRgDIAEoCSKQAQoQVG9vbENhbGxGaW5pc2hlZBIPCgdjYWxsX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSJQoGc3RhdHVzGAMgASgOMhUub21pY29zLnYxLlRvb2xTdGF0dXMSDgoGcmVzdWx0GAQgASgJEhIKCnNwb29sX3BhdGgYBSABKAkSEgoKZWxhcHNlZF9tcxgGIAEoBCJSCgtBZ2VudFN3aXRjaBISCgpmcm9tX2FnZW50GAEgASgJEhAKCHRvX2FnZW50GAIgASgJEg4KBnJlYXNvbhgDIAEoCRINCgVkZXB0aBgEIAEoDSJDCgVVc2FnZRIUCgxpbnB1dF90b2tlbnMYASABKAQSFQoNb3V0cHV0X3Rva2VucxgCIAEoBBINCgVtb2RlbBgDIAEoCSIrCgpFcnJvckV2ZW50EgwKBGtpbmQYASABKAkSDwoHbWVzc2FnZRgCIAEoCSILCglIZWFydGJlYXQiagoIVHVybkRvbmUSKQoGcmVhc29uGAEgASgOMhkub21pY29zLnYxLlR1cm5Eb25lUmVhc29uEiMKBXVzYWdlGAIgASgLMhQub21pY29zLnYxLlR1cm5Vc2FnZRIOCgZkZXRhaWwYAyABKAkiNgoNQXR0YWNoUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhEKCXNpbmNlX3NlcRgCIAEoBCInChFDYW5jZWxUdXJuUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIicKEkNhbmNlbFR1cm5SZXNwb25zZRIRCgljYW5jZWxsZWQYASABKAgiYAoSQXBwcm92ZVRvb2xSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDwoHY2FsbF9pZBgCIAEoCRIlCghkZWNpc2lvbhgDIAEoDjITLm9taWNvcy52MS5EZWNpc2lvbiIVChNBcHByb3ZlVG9vbFJlc3BvbnNlIksKEVN0YXJ0VHVyblJlc3BvbnNlEhIKCnNlc3Npb25faWQYASABKAkSDwoHdHVybl9pZBgCIAEoCRIRCglzdGFydF9zZXEYAyABKAQiGAoWR2V0Q2xpZW50Q29uZmlnUmVxdWVzdCK9AQoMQ2xpZW50Q29uZmlnEhEKCXByb3ZpZGVycxgBIAMoCRIVCg1kZWZhdWx0X21vZGVsGAIgASgJEhYKDm1vZGVsX292ZXJyaWRlGAMgASgIEjoKF2RlZmF1bHRfcGVybWlzc2lvbl9tb2RlGAQgASgOMhkub21pY29zLnYxLlBlcm1pc3Npb25Nb2RlEhcKD2RlcGxveW1lbnRfdGllchgFIAEoCRIWCg5oZWFydGJlYXRfc2VjcxgGIAEoDSITChFMaXN0QWdlbnRzUmVxdWVzdCL+AQoJQWdlbnRJbmZvEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSDAoEaWNvbhgDIAEoCRIMCgR0aWVyGAQgASgJEhAKCGNhdGVnb3J5GAUgASgJEhYKDmNhdGVnb3J5X29yZGVyGAYgASgFEg8KB3N1bW1hcnkYByABKAkSEAoIdXNlX3doZW4YCCABKAkSFwoPZXhhbXBsZV9wcm9tcHRzGAkgAygJEhAKCHRvb2xzZXRzGAogAygJEg4KBnNraWxscxgLIAMoCRITCgtkZXNjcmlwdGlvbhgMIAEoCRIOCgZsb2NrZWQYDSABKAgSDgoGc291cmNlGA4gASgJIlMKEkxpc3RBZ2VudHNSZXNwb25zZRIkCgZhZ2VudHMYASADKAsyFC5vbWljb3MudjEuQWdlbnRJbmZvEhcKD2RlcGxveW1lbnRfdGllchgCIAEoCSIkChNMaXN0U2Vzc2lvbnNSZXF1ZXN0Eg0KBWxpbWl0GAEgASgNIpwBCg5TZXNzaW9uU3VtbWFyeRISCgpzZXNzaW9uX2lkGAEgASgJEg0KBXRpdGxlGAIgASgJEg0KBWFnZW50GAMgASgJEhQKDHRlYW1fbWVtYmVycxgEIAMoCRISCgpjcmVhdGVkX21zGAUgASgDEhYKDmxhc3RfYWN0aXZlX21zGAYgASgDEhYKDmxhc3RfZXZlbnRfc2VxGAcgASgEIkMKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEisKCHNlc3Npb25zGAEgAygLMhkub21pY29zLnYxLlNlc3Npb25TdW1tYXJ5IicKEUdldFNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiTAoHU2Vzc2lvbhIqCgdzdW1tYXJ5GAEgASgLMhkub21pY29zLnYxLlNlc3Npb25TdW1tYXJ5EhUKDW1lc3NhZ2VzX2pzb24YAiADKAkiKgoURGVsZXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIoChVEZWxldGVTZXNzaW9uUmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoCCIXChVSZWZyZXNoQ2F0YWxvZ1JlcXVlc3QiSgoWUmVmcmVzaENhdGFsb2dSZXNwb25zZRIOCgZhZ2VudHMYASABKA0SDgoGc2tpbGxzGAIgASgNEhAKCHdhcm5pbmdzGAMgAygJIk8KFUxpc3RBZ2VudFRvb2xzUmVxdWVzdBINCgVhZ2VudBgBIAEoCRIXCg9wZXJtaXNzaW9uX21vZGUYAiABKAkSDgoGZm9ybWF0GAMgASgJIlQKFkxpc3RBZ2VudFRvb2xzUmVzcG9uc2USIgoFdG9vbHMYASADKAsyEy5vbWljb3MudjEuVG9vbFNwZWMSFgoObGxtX3Rvb2xzX2pzb24YAiABKAkqkQIKDlR1cm5Eb25lUmVhc29uEiAKHFRVUk5fRE9ORV9SRUFTT05fVU5TUEVDSUZJRUQQABIeChpUVVJOX0RPTkVfUkVBU09OX0NPTVBMRVRFRBABEh4KGlRVUk5fRE9ORV9SRUFTT05fQ0FOQ0VMTEVEEAISGgoWVFVSTl9ET05FX1JFQVNPTl9FUlJPUhADEiMKH1RVUk5fRE9ORV9SRUFTT05fTUFYX0lURVJBVElPTlMQBBIdChlUVVJOX0RPTkVfUkVBU09OX0RFQURMSU5FEAUSIAocVFVSTl9ET05FX1JFQVNPTl9JTlRFUlJVUFRFRBAGEhsKF1RVUk5fRE9ORV9SRUFTT05fQlVER0VUEAcywwYKDE9yY2hlc3RyYXRvchI+CgRDaGF0Ehwub21pY29zLnYxLkNoYXRDbGllbnRNZXNzYWdlGhQub21pY29zLnYxLkNoYXRFdmVudCgBMAESOgoGQXR0YWNoEhgub21pY29zLnYxLkF0dGFjaFJlcXVlc3QaFC5vbWljb3MudjEuQ2hhdEV2ZW50MAESSQoKQ2FuY2VsVHVybhIcLm9taWNvcy52MS5DYW5jZWxUdXJuUmVxdWVzdBodLm9taWNvcy52MS5DYW5jZWxUdXJuUmVzcG9uc2USTAoLQXBwcm92ZVRvb2wSHS5vbWljb3MudjEuQXBwcm92ZVRvb2xSZXF1ZXN0Gh4ub21pY29zLnYxLkFwcHJvdmVUb29sUmVzcG9uc2USSQoKTGlzdEFnZW50cxIcLm9taWNvcy52MS5MaXN0QWdlbnRzUmVxdWVzdBodLm9taWNvcy52MS5MaXN0QWdlbnRzUmVzcG9uc2USTwoMTGlzdFNlc3Npb25zEh4ub21pY29zLnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaHy5vbWljb3MudjEuTGlzdFNlc3Npb25zUmVzcG9uc2USPgoKR2V0U2Vzc2lvbhIcLm9taWNvcy52MS5HZXRTZXNzaW9uUmVxdWVzdBoSLm9taWNvcy52MS5TZXNzaW9uElIKDURlbGV0ZVNlc3Npb24SHy5vbWljb3MudjEuRGVsZXRlU2Vzc2lvblJlcXVlc3QaIC5vbWljb3MudjEuRGVsZXRlU2Vzc2lvblJlc3BvbnNlElUKDlJlZnJlc2hDYXRhbG9nEiAub21pY29zLnYxLlJlZnJlc2hDYXRhbG9nUmVxdWVzdBohLm9taWNvcy52MS5SZWZyZXNoQ2F0YWxvZ1Jlc3BvbnNlElUKDkxpc3RBZ2VudFRvb2xzEiAub21pY29zLnYxLkxpc3RBZ2VudFRvb2xzUmVxdWVzdBohLm9taWNvcy52MS5MaXN0QWdlbnRUb29sc1Jlc3BvbnNlEkAKB0NvbXBhY3QSGS5vbWljb3MudjEuQ29tcGFjdFJlcXVlc3QaGi5vbWljb3MudjEuQ29tcGFjdFJlc3BvbnNlMqMBCg9PcmNoZXN0cmF0b3JXZWISQQoJU3RhcnRUdXJuEhYub21pY29zLnYxLkNoYXRSZXF1ZXN0Ghwub21pY29zLnYxLlN0YXJ0VHVyblJlc3BvbnNlEk0KD0dldENsaWVudENvbmZpZxIhLm9taWNvcy52MS5HZXRDbGllbnRDb25maWdSZXF1ZXN0Ghcub21pY29zLnYxLkNsaWVudENvbmZpZ2IGcHJvdG8z", [file_omicos_v1_common]);
 
 /**
  * @generated from message omicos.v1.ChatClientMessage
@@ -283,6 +283,12 @@ export type ChatEvent = Message<"omicos.v1.ChatEvent"> & {
      */
     value: TurnDone;
     case: "turnDone";
+  } | {
+    /**
+     * @generated from field: omicos.v1.Compaction compaction = 23;
+     */
+    value: Compaction;
+    case: "compaction";
   } | { case: undefined; value?: undefined };
 };
 
@@ -292,6 +298,137 @@ export type ChatEvent = Message<"omicos.v1.ChatEvent"> & {
  */
 export const ChatEventSchema: GenMessage<ChatEvent> = /*@__PURE__*/
   messageDesc(file_omicos_v1_orchestrator, 4);
+
+/**
+ * The context was compacted before a model request (or on Compact).
+ *
+ * @generated from message omicos.v1.Compaction
+ */
+export type Compaction = Message<"omicos.v1.Compaction"> & {
+  /**
+   * Estimated tokens of the next request before and after.
+   *
+   * @generated from field: uint64 tokens_before = 1;
+   */
+  tokensBefore: bigint;
+
+  /**
+   * @generated from field: uint64 tokens_after = 2;
+   */
+  tokensAfter: bigint;
+
+  /**
+   * History messages folded into the summary.
+   *
+   * @generated from field: uint32 messages_summarized = 3;
+   */
+  messagesSummarized: number;
+
+  /**
+   * auto | manual | overflow (a 400 context overflow from the model).
+   *
+   * @generated from field: string trigger = 4;
+   */
+  trigger: string;
+
+  /**
+   * Old tool results cut to a preview (before any summary was needed).
+   *
+   * @generated from field: uint32 tool_results_trimmed = 5;
+   */
+  toolResultsTrimmed: number;
+};
+
+/**
+ * Describes the message omicos.v1.Compaction.
+ * Use `create(CompactionSchema)` to create a new message.
+ */
+export const CompactionSchema: GenMessage<Compaction> = /*@__PURE__*/
+  messageDesc(file_omicos_v1_orchestrator, 5);
+
+/**
+ * @generated from message omicos.v1.CompactRequest
+ */
+export type CompactRequest = Message<"omicos.v1.CompactRequest"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+};
+
+/**
+ * Describes the message omicos.v1.CompactRequest.
+ * Use `create(CompactRequestSchema)` to create a new message.
+ */
+export const CompactRequestSchema: GenMessage<CompactRequest> = /*@__PURE__*/
+  messageDesc(file_omicos_v1_orchestrator, 6);
+
+/**
+ * @generated from message omicos.v1.CompactResponse
+ */
+export type CompactResponse = Message<"omicos.v1.CompactResponse"> & {
+  /**
+   * @generated from field: omicos.v1.Compaction compaction = 1;
+   */
+  compaction?: Compaction | undefined;
+};
+
+/**
+ * Describes the message omicos.v1.CompactResponse.
+ * Use `create(CompactResponseSchema)` to create a new message.
+ */
+export const CompactResponseSchema: GenMessage<CompactResponse> = /*@__PURE__*/
+  messageDesc(file_omicos_v1_orchestrator, 7);
+
+/**
+ * Tokens and cost of a turn (all its model calls, sub-turns included) and of
+ * the session so far. Cost in the units of `budget.prices`; 0 without a price.
+ *
+ * @generated from message omicos.v1.TurnUsage
+ */
+export type TurnUsage = Message<"omicos.v1.TurnUsage"> & {
+  /**
+   * @generated from field: uint64 input_tokens = 1;
+   */
+  inputTokens: bigint;
+
+  /**
+   * @generated from field: uint64 output_tokens = 2;
+   */
+  outputTokens: bigint;
+
+  /**
+   * @generated from field: double cost = 3;
+   */
+  cost: number;
+
+  /**
+   * @generated from field: uint32 model_calls = 4;
+   */
+  modelCalls: number;
+
+  /**
+   * @generated from field: uint64 session_input_tokens = 5;
+   */
+  sessionInputTokens: bigint;
+
+  /**
+   * @generated from field: uint64 session_output_tokens = 6;
+   */
+  sessionOutputTokens: bigint;
+
+  /**
+   * @generated from field: double session_cost = 7;
+   */
+  sessionCost: number;
+};
+
+/**
+ * Describes the message omicos.v1.TurnUsage.
+ * Use `create(TurnUsageSchema)` to create a new message.
+ */
+export const TurnUsageSchema: GenMessage<TurnUsage> = /*@__PURE__*/
+  messageDesc(file_omicos_v1_orchestrator, 8);
 
 /**
  * @generated from message omicos.v1.TurnStarted
@@ -323,7 +460,7 @@ export type TurnStarted = Message<"omicos.v1.TurnStarted"> & {
  * Use `create(TurnStartedSchema)` to create a new message.
  */
 export const TurnStartedSchema: GenMessage<TurnStarted> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 5);
+  messageDesc(file_omicos_v1_orchestrator, 9);
 
 /**
  * @generated from message omicos.v1.TextDelta
@@ -340,7 +477,7 @@ export type TextDelta = Message<"omicos.v1.TextDelta"> & {
  * Use `create(TextDeltaSchema)` to create a new message.
  */
 export const TextDeltaSchema: GenMessage<TextDelta> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 6);
+  messageDesc(file_omicos_v1_orchestrator, 10);
 
 /**
  * @generated from message omicos.v1.ToolCallStarted
@@ -367,7 +504,7 @@ export type ToolCallStarted = Message<"omicos.v1.ToolCallStarted"> & {
  * Use `create(ToolCallStartedSchema)` to create a new message.
  */
 export const ToolCallStartedSchema: GenMessage<ToolCallStarted> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 7);
+  messageDesc(file_omicos_v1_orchestrator, 11);
 
 /**
  * @generated from message omicos.v1.ToolProgressEvent
@@ -389,7 +526,7 @@ export type ToolProgressEvent = Message<"omicos.v1.ToolProgressEvent"> & {
  * Use `create(ToolProgressEventSchema)` to create a new message.
  */
 export const ToolProgressEventSchema: GenMessage<ToolProgressEvent> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 8);
+  messageDesc(file_omicos_v1_orchestrator, 12);
 
 /**
  * @generated from message omicos.v1.ToolOutputChunkEvent
@@ -411,7 +548,7 @@ export type ToolOutputChunkEvent = Message<"omicos.v1.ToolOutputChunkEvent"> & {
  * Use `create(ToolOutputChunkEventSchema)` to create a new message.
  */
 export const ToolOutputChunkEventSchema: GenMessage<ToolOutputChunkEvent> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 9);
+  messageDesc(file_omicos_v1_orchestrator, 13);
 
 /**
  * @generated from message omicos.v1.ToolApprovalRequest
@@ -448,7 +585,7 @@ export type ToolApprovalRequest = Message<"omicos.v1.ToolApprovalRequest"> & {
  * Use `create(ToolApprovalRequestSchema)` to create a new message.
  */
 export const ToolApprovalRequestSchema: GenMessage<ToolApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 10);
+  messageDesc(file_omicos_v1_orchestrator, 14);
 
 /**
  * @generated from message omicos.v1.ToolApprovalResolved
@@ -477,7 +614,7 @@ export type ToolApprovalResolved = Message<"omicos.v1.ToolApprovalResolved"> & {
  * Use `create(ToolApprovalResolvedSchema)` to create a new message.
  */
 export const ToolApprovalResolvedSchema: GenMessage<ToolApprovalResolved> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 11);
+  messageDesc(file_omicos_v1_orchestrator, 15);
 
 /**
  * @generated from message omicos.v1.ToolCallFinished
@@ -521,7 +658,7 @@ export type ToolCallFinished = Message<"omicos.v1.ToolCallFinished"> & {
  * Use `create(ToolCallFinishedSchema)` to create a new message.
  */
 export const ToolCallFinishedSchema: GenMessage<ToolCallFinished> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 12);
+  messageDesc(file_omicos_v1_orchestrator, 16);
 
 /**
  * @generated from message omicos.v1.AgentSwitch
@@ -555,7 +692,7 @@ export type AgentSwitch = Message<"omicos.v1.AgentSwitch"> & {
  * Use `create(AgentSwitchSchema)` to create a new message.
  */
 export const AgentSwitchSchema: GenMessage<AgentSwitch> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 13);
+  messageDesc(file_omicos_v1_orchestrator, 17);
 
 /**
  * @generated from message omicos.v1.Usage
@@ -582,7 +719,7 @@ export type Usage = Message<"omicos.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 14);
+  messageDesc(file_omicos_v1_orchestrator, 18);
 
 /**
  * @generated from message omicos.v1.ErrorEvent
@@ -606,7 +743,7 @@ export type ErrorEvent = Message<"omicos.v1.ErrorEvent"> & {
  * Use `create(ErrorEventSchema)` to create a new message.
  */
 export const ErrorEventSchema: GenMessage<ErrorEvent> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 15);
+  messageDesc(file_omicos_v1_orchestrator, 19);
 
 /**
  * @generated from message omicos.v1.Heartbeat
@@ -619,7 +756,7 @@ export type Heartbeat = Message<"omicos.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 16);
+  messageDesc(file_omicos_v1_orchestrator, 20);
 
 /**
  * @generated from message omicos.v1.TurnDone
@@ -629,6 +766,20 @@ export type TurnDone = Message<"omicos.v1.TurnDone"> & {
    * @generated from field: omicos.v1.TurnDoneReason reason = 1;
    */
   reason: TurnDoneReason;
+
+  /**
+   * What the turn used.
+   *
+   * @generated from field: omicos.v1.TurnUsage usage = 2;
+   */
+  usage?: TurnUsage | undefined;
+
+  /**
+   * Why, in words, when the reason alone does not say (which budget ran out).
+   *
+   * @generated from field: string detail = 3;
+   */
+  detail: string;
 };
 
 /**
@@ -636,7 +787,7 @@ export type TurnDone = Message<"omicos.v1.TurnDone"> & {
  * Use `create(TurnDoneSchema)` to create a new message.
  */
 export const TurnDoneSchema: GenMessage<TurnDone> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 17);
+  messageDesc(file_omicos_v1_orchestrator, 21);
 
 /**
  * @generated from message omicos.v1.AttachRequest
@@ -658,7 +809,7 @@ export type AttachRequest = Message<"omicos.v1.AttachRequest"> & {
  * Use `create(AttachRequestSchema)` to create a new message.
  */
 export const AttachRequestSchema: GenMessage<AttachRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 18);
+  messageDesc(file_omicos_v1_orchestrator, 22);
 
 /**
  * @generated from message omicos.v1.CancelTurnRequest
@@ -675,7 +826,7 @@ export type CancelTurnRequest = Message<"omicos.v1.CancelTurnRequest"> & {
  * Use `create(CancelTurnRequestSchema)` to create a new message.
  */
 export const CancelTurnRequestSchema: GenMessage<CancelTurnRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 19);
+  messageDesc(file_omicos_v1_orchestrator, 23);
 
 /**
  * @generated from message omicos.v1.CancelTurnResponse
@@ -692,7 +843,7 @@ export type CancelTurnResponse = Message<"omicos.v1.CancelTurnResponse"> & {
  * Use `create(CancelTurnResponseSchema)` to create a new message.
  */
 export const CancelTurnResponseSchema: GenMessage<CancelTurnResponse> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 20);
+  messageDesc(file_omicos_v1_orchestrator, 24);
 
 /**
  * @generated from message omicos.v1.ApproveToolRequest
@@ -719,7 +870,7 @@ export type ApproveToolRequest = Message<"omicos.v1.ApproveToolRequest"> & {
  * Use `create(ApproveToolRequestSchema)` to create a new message.
  */
 export const ApproveToolRequestSchema: GenMessage<ApproveToolRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 21);
+  messageDesc(file_omicos_v1_orchestrator, 25);
 
 /**
  * @generated from message omicos.v1.ApproveToolResponse
@@ -732,7 +883,7 @@ export type ApproveToolResponse = Message<"omicos.v1.ApproveToolResponse"> & {
  * Use `create(ApproveToolResponseSchema)` to create a new message.
  */
 export const ApproveToolResponseSchema: GenMessage<ApproveToolResponse> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 22);
+  messageDesc(file_omicos_v1_orchestrator, 26);
 
 /**
  * @generated from message omicos.v1.StartTurnResponse
@@ -764,7 +915,7 @@ export type StartTurnResponse = Message<"omicos.v1.StartTurnResponse"> & {
  * Use `create(StartTurnResponseSchema)` to create a new message.
  */
 export const StartTurnResponseSchema: GenMessage<StartTurnResponse> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 23);
+  messageDesc(file_omicos_v1_orchestrator, 27);
 
 /**
  * @generated from message omicos.v1.GetClientConfigRequest
@@ -777,7 +928,7 @@ export type GetClientConfigRequest = Message<"omicos.v1.GetClientConfigRequest">
  * Use `create(GetClientConfigRequestSchema)` to create a new message.
  */
 export const GetClientConfigRequestSchema: GenMessage<GetClientConfigRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 24);
+  messageDesc(file_omicos_v1_orchestrator, 28);
 
 /**
  * @generated from message omicos.v1.ClientConfig
@@ -833,7 +984,7 @@ export type ClientConfig = Message<"omicos.v1.ClientConfig"> & {
  * Use `create(ClientConfigSchema)` to create a new message.
  */
 export const ClientConfigSchema: GenMessage<ClientConfig> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 25);
+  messageDesc(file_omicos_v1_orchestrator, 29);
 
 /**
  * @generated from message omicos.v1.ListAgentsRequest
@@ -846,7 +997,7 @@ export type ListAgentsRequest = Message<"omicos.v1.ListAgentsRequest"> & {
  * Use `create(ListAgentsRequestSchema)` to create a new message.
  */
 export const ListAgentsRequestSchema: GenMessage<ListAgentsRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 26);
+  messageDesc(file_omicos_v1_orchestrator, 30);
 
 /**
  * @generated from message omicos.v1.AgentInfo
@@ -930,7 +1081,7 @@ export type AgentInfo = Message<"omicos.v1.AgentInfo"> & {
  * Use `create(AgentInfoSchema)` to create a new message.
  */
 export const AgentInfoSchema: GenMessage<AgentInfo> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 27);
+  messageDesc(file_omicos_v1_orchestrator, 31);
 
 /**
  * @generated from message omicos.v1.ListAgentsResponse
@@ -952,7 +1103,7 @@ export type ListAgentsResponse = Message<"omicos.v1.ListAgentsResponse"> & {
  * Use `create(ListAgentsResponseSchema)` to create a new message.
  */
 export const ListAgentsResponseSchema: GenMessage<ListAgentsResponse> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 28);
+  messageDesc(file_omicos_v1_orchestrator, 32);
 
 /**
  * @generated from message omicos.v1.ListSessionsRequest
@@ -969,7 +1120,7 @@ export type ListSessionsRequest = Message<"omicos.v1.ListSessionsRequest"> & {
  * Use `create(ListSessionsRequestSchema)` to create a new message.
  */
 export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 29);
+  messageDesc(file_omicos_v1_orchestrator, 33);
 
 /**
  * @generated from message omicos.v1.SessionSummary
@@ -1016,7 +1167,7 @@ export type SessionSummary = Message<"omicos.v1.SessionSummary"> & {
  * Use `create(SessionSummarySchema)` to create a new message.
  */
 export const SessionSummarySchema: GenMessage<SessionSummary> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 30);
+  messageDesc(file_omicos_v1_orchestrator, 34);
 
 /**
  * @generated from message omicos.v1.ListSessionsResponse
@@ -1033,7 +1184,7 @@ export type ListSessionsResponse = Message<"omicos.v1.ListSessionsResponse"> & {
  * Use `create(ListSessionsResponseSchema)` to create a new message.
  */
 export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 31);
+  messageDesc(file_omicos_v1_orchestrator, 35);
 
 /**
  * @generated from message omicos.v1.GetSessionRequest
@@ -1050,7 +1201,7 @@ export type GetSessionRequest = Message<"omicos.v1.GetSessionRequest"> & {
  * Use `create(GetSessionRequestSchema)` to create a new message.
  */
 export const GetSessionRequestSchema: GenMessage<GetSessionRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 32);
+  messageDesc(file_omicos_v1_orchestrator, 36);
 
 /**
  * @generated from message omicos.v1.Session
@@ -1074,7 +1225,7 @@ export type Session = Message<"omicos.v1.Session"> & {
  * Use `create(SessionSchema)` to create a new message.
  */
 export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 33);
+  messageDesc(file_omicos_v1_orchestrator, 37);
 
 /**
  * @generated from message omicos.v1.DeleteSessionRequest
@@ -1091,7 +1242,7 @@ export type DeleteSessionRequest = Message<"omicos.v1.DeleteSessionRequest"> & {
  * Use `create(DeleteSessionRequestSchema)` to create a new message.
  */
 export const DeleteSessionRequestSchema: GenMessage<DeleteSessionRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 34);
+  messageDesc(file_omicos_v1_orchestrator, 38);
 
 /**
  * @generated from message omicos.v1.DeleteSessionResponse
@@ -1108,7 +1259,7 @@ export type DeleteSessionResponse = Message<"omicos.v1.DeleteSessionResponse"> &
  * Use `create(DeleteSessionResponseSchema)` to create a new message.
  */
 export const DeleteSessionResponseSchema: GenMessage<DeleteSessionResponse> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 35);
+  messageDesc(file_omicos_v1_orchestrator, 39);
 
 /**
  * @generated from message omicos.v1.RefreshCatalogRequest
@@ -1121,7 +1272,7 @@ export type RefreshCatalogRequest = Message<"omicos.v1.RefreshCatalogRequest"> &
  * Use `create(RefreshCatalogRequestSchema)` to create a new message.
  */
 export const RefreshCatalogRequestSchema: GenMessage<RefreshCatalogRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 36);
+  messageDesc(file_omicos_v1_orchestrator, 40);
 
 /**
  * @generated from message omicos.v1.RefreshCatalogResponse
@@ -1148,7 +1299,7 @@ export type RefreshCatalogResponse = Message<"omicos.v1.RefreshCatalogResponse">
  * Use `create(RefreshCatalogResponseSchema)` to create a new message.
  */
 export const RefreshCatalogResponseSchema: GenMessage<RefreshCatalogResponse> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 37);
+  messageDesc(file_omicos_v1_orchestrator, 41);
 
 /**
  * @generated from message omicos.v1.ListAgentToolsRequest
@@ -1177,7 +1328,7 @@ export type ListAgentToolsRequest = Message<"omicos.v1.ListAgentToolsRequest"> &
  * Use `create(ListAgentToolsRequestSchema)` to create a new message.
  */
 export const ListAgentToolsRequestSchema: GenMessage<ListAgentToolsRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 38);
+  messageDesc(file_omicos_v1_orchestrator, 42);
 
 /**
  * @generated from message omicos.v1.ListAgentToolsResponse
@@ -1201,7 +1352,7 @@ export type ListAgentToolsResponse = Message<"omicos.v1.ListAgentToolsResponse">
  * Use `create(ListAgentToolsResponseSchema)` to create a new message.
  */
 export const ListAgentToolsResponseSchema: GenMessage<ListAgentToolsResponse> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 39);
+  messageDesc(file_omicos_v1_orchestrator, 43);
 
 /**
  * Why a turn ended.
@@ -1255,6 +1406,13 @@ export enum TurnDoneReason {
    * @generated from enum value: TURN_DONE_REASON_INTERRUPTED = 6;
    */
   INTERRUPTED = 6,
+
+  /**
+   * a token or cost budget was reached (see detail)
+   *
+   * @generated from enum value: TURN_DONE_REASON_BUDGET = 7;
+   */
+  BUDGET = 7,
 }
 
 /**
@@ -1361,6 +1519,20 @@ export const Orchestrator: GenService<{
     methodKind: "unary";
     input: typeof ListAgentToolsRequestSchema;
     output: typeof ListAgentToolsResponseSchema;
+  },
+  /**
+   * Compacts a session's context now (as auto-compaction would at its
+   * threshold): the oldest part is summarized, the task-state checkpoint and
+   * the recent turns are kept verbatim. The full history stays in the store.
+   * FAILED_PRECONDITION while the session runs a turn; NOT_FOUND for an
+   * unknown session.
+   *
+   * @generated from rpc omicos.v1.Orchestrator.Compact
+   */
+  compact: {
+    methodKind: "unary";
+    input: typeof CompactRequestSchema;
+    output: typeof CompactResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_omicos_v1_orchestrator, 0);
