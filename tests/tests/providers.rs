@@ -290,7 +290,16 @@ async fn pdf_and_image_gen_through_the_pipeline() {
         .until_done()
         .await;
     let session = events[0].session_id.clone();
-    let f = finished_calls(&events);
+    // Read-only calls of one answer run side by side and finish in any
+    // order: look each up by its call id.
+    let finished = finished_calls(&events);
+    let by_id = |id: &str| {
+        finished
+            .iter()
+            .find(|c| c.call_id == id)
+            .unwrap_or_else(|| panic!("no ToolCallFinished for {id}: {finished:?}"))
+    };
+    let f = [by_id("c_info"), by_id("c_read"), by_id("c_escape"), by_id("c_img")];
     assert_eq!(f[0].status(), ToolStatus::Done, "{:?}", f[0]);
     assert!(f[0].result.contains("page"), "{}", f[0].result);
     assert_eq!(f[1].status(), ToolStatus::Done, "{:?}", f[1]);

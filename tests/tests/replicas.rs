@@ -171,6 +171,9 @@ async fn leave_a_lost_turn(store: &dyn SessionStore, session: &str) -> u64 {
         .put_session(&omicos_sessionstore::SessionMeta {
             id: session.into(),
             title: "lost".into(),
+            // The test stacks' principal (TEST_TOKEN): its owner may Attach.
+            tenant: "default".into(),
+            subject: "tester".into(),
             ..Default::default()
         })
         .await

@@ -78,6 +78,10 @@ impl GrpcWeb {
             .post(format!("{}{path}", self.base))
             .header("content-type", "application/grpc-web+proto")
             .header("x-grpc-web", "1")
+            .header(
+                "authorization",
+                format!("Bearer {}", omicos_e2e::stack::TEST_TOKEN),
+            )
             .body(framed)
             .send()
             .await
@@ -269,9 +273,7 @@ async fn the_page_and_grpc_web_share_the_orchestrators_port() {
     assert_eq!(agents.deployment_tier, cfg.deployment_tier);
 
     // The same service over native gRPC (HTTP/2) on the same port.
-    let mut native = OrchestratorWebClient::connect(stack.orchestrator.clone())
-        .await
-        .unwrap();
+    let mut native = native_web_client(&stack.orchestrator).await;
     let again = native
         .get_client_config(GetClientConfigRequest {})
         .await
@@ -331,9 +333,7 @@ async fn start_turn_returns_at_once_and_attach_follows_the_turn() {
     assert_eq!(done_of(&events), TurnDoneReason::Completed);
 
     // The next turn of the same session, over native gRPC this time.
-    let mut native = OrchestratorWebClient::connect(stack.orchestrator.clone())
-        .await
-        .unwrap();
+    let mut native = native_web_client(&stack.orchestrator).await;
     let second = native
         .start_turn(ChatRequest {
             session_id: started.session_id.clone(),
@@ -499,4 +499,20 @@ async fn start_turn_failures_are_statuses() {
         .get("grpc-status")
         .map(|v| v.to_str().unwrap().to_owned());
     assert_eq!(code.as_deref(), Some("5"), "{:?}", r.headers());
+}
+
+/// OrchestratorWeb over native gRPC (HTTP/2), with the test stacks' token.
+async fn native_web_client(
+    url: &str,
+) -> OrchestratorWebClient<omicos_auth::AuthedChannel> {
+    let ch = tonic::transport::Channel::from_shared(url.to_owned())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    OrchestratorWebClient::new(
+        omicos_auth::Credentials::bearer(omicos_e2e::TEST_TOKEN)
+            .unwrap()
+            .channel(ch),
+    )
 }

@@ -56,6 +56,13 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     let mut stack = None;
+    // A running runner takes the deployment's secret from the environment;
+    // the stack started here has its own.
+    let mut secret = env
+        .iter()
+        .find(|(k, _)| k == "OMICOS_SERVICE_SECRET")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
     let runner = match args.runner.clone() {
         Some(r) => r,
         None => {
@@ -66,6 +73,7 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
             match omicos_stack::up(opts).await {
                 Ok(s) => {
                     let r = s.runner.clone();
+                    secret = s.service_secret.clone();
                     stack = Some(s);
                     r
                 }
@@ -76,7 +84,7 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
             }
         }
     };
-    let backend = match omicos_mcp::serve::RunnerBackend::new(&runner) {
+    let backend = match omicos_mcp::serve::RunnerBackend::with_secret(&runner, &secret) {
         Ok(b) => Arc::new(b),
         Err(e) => {
             eprintln!("omicos mcp serve: {e}");

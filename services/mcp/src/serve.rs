@@ -286,20 +286,29 @@ pub async fn serve_http(
 /// A ToolRunner reached over gRPC as the backend: the same Execute stream
 /// the orchestrator uses (for `omicos mcp serve` next to a running stack).
 pub struct RunnerBackend {
-    client: omicos_proto::tool_runner_client::ToolRunnerClient<tonic::transport::Channel>,
+    client: omicos_proto::tool_runner_client::ToolRunnerClient<omicos_auth::AuthedChannel>,
 }
 
 impl RunnerBackend {
     /// A lazily connected client of the runner at `url` (`http://host:port`).
     pub fn new(url: &str) -> Result<Self, String> {
+        Self::with_secret(url, "")
+    }
+
+    /// A client whose calls carry the deployment's service secret as an
+    /// operator tool (the runner takes Execute only from the parts of the
+    /// system); empty: none.
+    pub fn with_secret(url: &str, secret: &str) -> Result<Self, String> {
+        let creds = omicos_auth::Credentials::service(secret, omicos_auth::ServiceRole::Operator)
+            .map_err(|e| format!("the service secret: {e}"))?;
         let channel = tonic::transport::Endpoint::from_shared(url.to_owned())
             .map_err(|e| format!("bad runner URL `{url}`: {e}"))?
             .tcp_nodelay(true)
             .connect_lazy();
         Ok(Self {
-            client: omicos_proto::tool_runner_client::ToolRunnerClient::new(channel)
-                .max_decoding_message_size(64 << 20)
-                .max_encoding_message_size(64 << 20),
+            client: omicos_proto::tool_runner_client::ToolRunnerClient::new(creds.channel(channel))
+                .max_decoding_message_size(omicos_proto::MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(omicos_proto::MAX_MESSAGE_BYTES),
         })
     }
 }
