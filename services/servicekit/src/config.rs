@@ -315,23 +315,11 @@ fn load_layers<T: ServiceConfig>(
 /// is otherwise ignored without a word (`tests/tests/deploy.rs` checks the
 /// manifests with it).
 pub fn unknown_env<T: ServiceConfig>(env: &[(String, String)]) -> Vec<String> {
-    fn leaves(v: &Value, prefix: &str, out: &mut HashSet<String>) {
-        match v {
-            Value::Mapping(m) => {
-                for (k, child) in m {
-                    if let Some(k) = k.as_str() {
-                        leaves(child, &format!("{prefix}_{}", k.to_ascii_uppercase()), out);
-                    }
-                }
-            }
-            _ => {
-                out.insert(prefix.to_owned());
-            }
-        }
-    }
     let mut known = HashSet::new();
-    if let Ok(tree) = serde_yaml::to_value(T::default()) {
-        leaves(&tree, "OMICOS", &mut known);
+    if let Ok(mut tree) = serde_yaml::to_value(T::default()) {
+        for_each_env_leaf(&mut tree, &mut |name, _| {
+            known.insert(name.to_owned());
+        });
     }
     known.extend(T::RENAMED.iter().map(|r| env_name(r.old)));
     env.iter()
@@ -470,24 +458,30 @@ fn merge(base: &mut Value, overlay: Value, path: &str) -> Result<(), ConfigError
 }
 
 fn apply_env(tree: &mut Value, env: &[(String, String)]) {
-    fn walk(v: &mut Value, prefix: &str, env: &[(String, String)]) {
+    for_each_env_leaf(tree, &mut |name, leaf| {
+        if let Some((_, raw)) = env.iter().find(|(k, _)| k == name) {
+            *leaf = parse_env_value(leaf, raw);
+        }
+    });
+}
+
+/// Calls `f` with each leaf of `tree` and the `OMICOS_*` variable that names
+/// it (mapping keys upper-cased, joined by `_`): the one rule both
+/// [`apply_env`] and [`unknown_env`] follow.
+fn for_each_env_leaf(tree: &mut Value, f: &mut impl FnMut(&str, &mut Value)) {
+    fn walk(v: &mut Value, prefix: &str, f: &mut impl FnMut(&str, &mut Value)) {
         match v {
             Value::Mapping(m) => {
                 for (k, child) in m.iter_mut() {
                     if let Some(k) = k.as_str() {
-                        let name = format!("{prefix}_{}", k.to_ascii_uppercase());
-                        walk(child, &name, env);
+                        walk(child, &format!("{prefix}_{}", k.to_ascii_uppercase()), f);
                     }
                 }
             }
-            leaf => {
-                if let Some((_, raw)) = env.iter().find(|(k, _)| k == prefix) {
-                    *leaf = parse_env_value(leaf, raw);
-                }
-            }
+            leaf => f(prefix, leaf),
         }
     }
-    walk(tree, "OMICOS", env);
+    walk(tree, "OMICOS", f);
 }
 
 fn parse_env_value(current: &Value, raw: &str) -> Value {
