@@ -22,6 +22,8 @@ pub struct Config {
     /// Drain grace period on SIGTERM.
     #[serde(with = "duration")]
     pub shutdown_grace: Duration,
+    /// Where `GET /metrics` (Prometheus) is served, e.g. `0.0.0.0:9464`; empty: not served.
+    pub metrics_addr: String,
     /// The kernels themselves (`OMICOS_KERNEL_*`).
     pub kernel: KernelConfig,
 }
@@ -35,6 +37,7 @@ impl Default for Config {
             workspace: ".".into(),
             registry_ttl: Duration::ZERO,
             shutdown_grace: Duration::from_secs(10),
+            metrics_addr: String::new(),
             kernel: KernelConfig::default(),
         }
     }
@@ -120,6 +123,10 @@ impl ServiceConfig for Config {
 
     fn shutdown_grace(&self) -> Duration {
         self.shutdown_grace
+    }
+
+    fn metrics_addr(&self) -> Option<&str> {
+        Some(self.metrics_addr.as_str()).filter(|a| !a.trim().is_empty())
     }
 }
 

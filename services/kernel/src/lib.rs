@@ -9,6 +9,7 @@ pub mod install;
 pub mod interpreter;
 pub mod kernel;
 pub mod lookup;
+pub mod metrics;
 pub mod notebook;
 pub mod output;
 pub mod provider;

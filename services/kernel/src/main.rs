@@ -25,6 +25,7 @@ async fn run(started: Started<Config>) -> anyhow::Result<()> {
         .with_context(|| format!("workspace {}", workspace.display()))?;
     let listener = omicos_servicekit::host::bind(&cfg.listen).await?;
     let provider = KernelProvider::new(cfg.kernel.clone(), workspace.clone(), started.env)?;
+    let _gauge = omicos_kernel::metrics::kernels_gauge(provider.kernels());
     println!("listening on http://{}", listener.local_addr()?);
     let hosting = ProviderHosting {
         registry: Some(cfg.registry.clone()).filter(|r| !r.is_empty()),

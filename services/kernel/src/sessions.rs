@@ -187,6 +187,22 @@ impl Kernels {
                 .count()
     }
 
+    /// Kernels serving a session now (started, not warm).
+    pub fn session_count(&self) -> usize {
+        self.inner
+            .lock()
+            .expect("kernels lock")
+            .sessions
+            .values()
+            .filter(|s| {
+                s.state
+                    .try_lock()
+                    .map(|st| st.kernel.is_some())
+                    .unwrap_or(true)
+            })
+            .count()
+    }
+
     /// Warm kernels ready now.
     pub fn warm_count(&self) -> usize {
         self.inner.lock().expect("kernels lock").warm.len()

@@ -118,3 +118,75 @@ async fn invalid_utf8_in_a_call_is_invalid_argument() {
         .unwrap();
     assert!(status.success(), "{status}");
 }
+
+/// GET `path` on `addr`, the whole HTTP/1.0 answer.
+async fn scrape(addr: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+/// The value of the first sample of `metric` whose labels contain `label`.
+fn sample(body: &str, metric: &str, label: &str) -> Option<f64> {
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{metric}{{")) && l.contains(label))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test]
+async fn binary_exports_kernels_by_state_on_metrics_addr() {
+    let ws = tempfile::tempdir().unwrap();
+    let metrics = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_omicos-kernel"))
+        .env("OMICOS_LISTEN", "127.0.0.1:0")
+        .env("OMICOS_WORKSPACE", ws.path())
+        .env("OMICOS_KERNEL_PYTHON", common::python())
+        .env("OMICOS_KERNEL_POOL_SIZE", "1")
+        .env("OMICOS_METRICS_ADDR", &metrics)
+        .env("OMICOS_SHUTDOWN_GRACE", "1")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let endpoint = line.strip_prefix("listening on ").unwrap().to_owned();
+    let gauge = |body: &str, state: &str| {
+        sample(body, "omicos_kernel_kernels", &format!("state=\"{state}\""))
+    };
+    // The pool fills: one warm kernel, no session kernel.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let body = scrape(&metrics, "/metrics").await;
+        if gauge(&body, "warm") == Some(1.0) {
+            assert_eq!(gauge(&body, "session"), Some(0.0), "{body}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no warm kernel reported: {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let remote = RemoteProvider::connect(&endpoint).await.unwrap();
+    remote
+        .call(
+            "run_python_code",
+            json!({"code": "1+1"}),
+            CallCtx::for_test(ws.path(), "metrics"),
+        )
+        .await
+        .unwrap();
+    let body = scrape(&metrics, "/metrics").await;
+    assert_eq!(gauge(&body, "session"), Some(1.0), "{body}");
+    let _ = child.kill().await;
+}

@@ -14,6 +14,8 @@ pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long one `tools/call` may take before it is cancelled: long enough for
 /// real work, short enough that a hung server does not hold a turn forever.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default `session_idle_timeout`.
+pub const DEFAULT_SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The `mcp` section.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -54,6 +56,10 @@ pub struct ServerConfig {
     pub call_timeout: Duration,
     /// One server process (or HTTP session) per chat session, for stateful servers.
     pub per_session: bool,
+    /// `per_session`: an instance unused this long is stopped (its session's
+    /// next call starts a fresh one); 0: kept until the runner stops.
+    #[serde(with = "duration")]
+    pub session_idle_timeout: Duration,
     /// Risk of tools not annotated `readOnlyHint: true`: `read`,
     /// `file_write` (default: asked in auto, hidden in read_only), `python`, `shell`.
     pub default_risk: String,
@@ -77,6 +83,7 @@ impl Default for ServerConfig {
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
             call_timeout: DEFAULT_CALL_TIMEOUT,
             per_session: false,
+            session_idle_timeout: DEFAULT_SESSION_IDLE_TIMEOUT,
             default_risk: "file_write".into(),
             tool_risk: BTreeMap::new(),
             disabled_tools: Vec::new(),
@@ -257,7 +264,10 @@ impl McpConfig {
                     ));
                 }
                 http::HeaderName::from_bytes(h.as_bytes()).map_err(|e| {
-                    ConfigError::key(key(&format!("headers.{h}")), format!("not a header name: {e}"))
+                    ConfigError::key(
+                        key(&format!("headers.{h}")),
+                        format!("not a header name: {e}"),
+                    )
                 })?;
             }
             require_nonzero(&key("startup_timeout"), s.startup_timeout)?;
@@ -269,7 +279,9 @@ impl McpConfig {
         }
         omicos_proto::PermissionMode::parse(&self.serve.permission_mode)
             .map_err(|e| ConfigError::key("mcp.serve.permission_mode", e.to_string()))?;
-        if !self.serve.listen.is_empty() && self.serve.listen.parse::<std::net::SocketAddr>().is_err() {
+        if !self.serve.listen.is_empty()
+            && self.serve.listen.parse::<std::net::SocketAddr>().is_err()
+        {
             return Err(ConfigError::key(
                 "mcp.serve.listen",
                 format!("expected host:port, got `{}`", self.serve.listen),
@@ -319,7 +331,12 @@ mod tests {
         assert!(e.contains("mcp.servers[1].name"), "{e}");
         let mut c = McpConfig::default();
         c.serve.permission_mode = "yolo".into();
-        assert!(c.validate().unwrap_err().to_string().contains("mcp.serve.permission_mode"));
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("mcp.serve.permission_mode")
+        );
         assert!(McpConfig::default().validate().is_ok());
     }
 
@@ -343,7 +360,16 @@ mod tests {
             ..Default::default()
         };
         s.headers.insert("Authorization".into(), "Bearer x".into());
-        let e = McpConfig { servers: vec![s], ..Default::default() }.validate().unwrap_err().to_string();
-        assert!(e.contains("mcp.servers[0].headers.Authorization") && e.contains("bearer_token"), "{e}");
+        let e = McpConfig {
+            servers: vec![s],
+            ..Default::default()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("mcp.servers[0].headers.Authorization") && e.contains("bearer_token"),
+            "{e}"
+        );
     }
 }

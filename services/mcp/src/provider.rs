@@ -31,6 +31,12 @@ struct Tools {
     specs: Vec<ToolSpec>,
 }
 
+/// A `per_session` server's instance for one session, and when it was last used.
+struct SessionSlot {
+    live: Arc<Live>,
+    last_used: std::time::Instant,
+}
+
 /// One configured server and its running instances.
 pub struct Server {
     cfg: ServerConfig,
@@ -38,7 +44,7 @@ pub struct Server {
     tools: RwLock<Tools>,
     /// The shared instance; for `per_session` servers, the one that lists tools.
     shared: Mutex<Option<Arc<Live>>>,
-    sessions: Mutex<HashMap<String, Arc<Live>>>,
+    sessions: Mutex<HashMap<String, SessionSlot>>,
     list_changed: mpsc::UnboundedSender<()>,
     status: RwLock<Result<(), String>>,
 }
@@ -51,11 +57,18 @@ impl Server {
 
     /// The last load error, if the server could not be loaded.
     pub fn status(&self) -> Result<(), String> {
-        self.status.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.status
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn specs(&self) -> Vec<ToolSpec> {
-        self.tools.read().unwrap_or_else(|e| e.into_inner()).specs.clone()
+        self.tools
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .specs
+            .clone()
     }
 
     fn own_name(&self, qualified: &str) -> Option<String> {
@@ -83,7 +96,11 @@ impl Server {
             specs.push(
                 omicos_toolkit::tool(&q, &description, Value::Object((*t.input_schema).clone()))
                     .risk(risk)
-                    .toolset(&format!("{}{}", omicos_toolkit::toolsets::MCP_SERVER_TOOLSET, self.cfg.name))
+                    .toolset(&format!(
+                        "{}{}",
+                        omicos_toolkit::toolsets::MCP_SERVER_TOOLSET,
+                        self.cfg.name
+                    ))
                     .provider(PROVIDER)
                     .build(),
             );
@@ -103,11 +120,18 @@ impl Server {
     async fn instance(&self, session: &str) -> Result<Arc<Live>, ToolError> {
         if self.cfg.per_session {
             let mut map = self.sessions.lock().await;
-            if let Some(l) = map.get(session).filter(|l| !l.is_closed()) {
-                return Ok(l.clone());
+            if let Some(slot) = map.get_mut(session).filter(|s| !s.live.is_closed()) {
+                slot.last_used = std::time::Instant::now();
+                return Ok(slot.live.clone());
             }
             let live = self.start_live().await.map_err(ToolError::Unavailable)?;
-            map.insert(session.to_owned(), live.clone());
+            map.insert(
+                session.to_owned(),
+                SessionSlot {
+                    live: live.clone(),
+                    last_used: std::time::Instant::now(),
+                },
+            );
             return Ok(live);
         }
         let mut slot = self.shared.lock().await;
@@ -126,7 +150,7 @@ impl Server {
     async fn forget(&self, live: &Arc<Live>, session: &str) {
         if self.cfg.per_session {
             let mut map = self.sessions.lock().await;
-            if map.get(session).is_some_and(|l| Arc::ptr_eq(l, live)) {
+            if map.get(session).is_some_and(|s| Arc::ptr_eq(&s.live, live)) {
                 map.remove(session);
             }
         } else {
@@ -142,9 +166,16 @@ impl Server {
         let own = self
             .own_name(qualified)
             .ok_or_else(|| ToolError::UnknownTool(qualified.to_owned()))?;
-        let session = if self.cfg.per_session { ctx.session_id.as_str() } else { SHARED };
+        let session = if self.cfg.per_session {
+            ctx.session_id.as_str()
+        } else {
+            SHARED
+        };
         let live = self.instance(session).await?;
-        match live.call(&own, args, ctx.events.clone(), ctx.cancel.clone()).await {
+        match live
+            .call(&own, args, ctx.events.clone(), ctx.cancel.clone())
+            .await
+        {
             Ok(r) => crate::result::convert(r, &ctx),
             Err(CallFailure::Dead(msg)) => {
                 self.forget(&live, session).await;
@@ -152,6 +183,32 @@ impl Server {
             }
             Err(CallFailure::Tool(e)) => Err(e),
         }
+    }
+
+    /// Stops the per-session instances unused for `session_idle_timeout` and
+    /// not in a call (a call holds its own reference); returns how many.
+    pub async fn reap_idle(&self) -> usize {
+        let idle = self.cfg.session_idle_timeout;
+        if !self.cfg.per_session || idle.is_zero() {
+            return 0;
+        }
+        let mut map = self.sessions.lock().await;
+        let before = map.len();
+        map.retain(|session, s| {
+            let keep = !s.live.is_closed()
+                && (Arc::strong_count(&s.live) > 1 || s.last_used.elapsed() < idle);
+            if !keep {
+                tracing::info!(server = %self.cfg.name, %session, "stopping an idle per-session MCP server");
+                s.live.shutdown();
+            }
+            keep
+        });
+        before - map.len()
+    }
+
+    /// Per-session instances running now.
+    pub async fn session_instances(&self) -> usize {
+        self.sessions.lock().await.len()
     }
 
     /// Re-lists the tools from the listing instance; true when they changed.
@@ -187,7 +244,10 @@ impl McpProvider {
             servers.push(Arc::new(Server {
                 cfg: cfg.clone(),
                 workspace: workspace.to_owned(),
-                tools: RwLock::new(Tools { by_name: HashMap::new(), specs: Vec::new() }),
+                tools: RwLock::new(Tools {
+                    by_name: HashMap::new(),
+                    specs: Vec::new(),
+                }),
                 shared: Mutex::new(None),
                 sessions: Mutex::new(HashMap::new()),
                 list_changed: tx,
@@ -198,6 +258,7 @@ impl McpProvider {
         futures::future::join_all(servers.iter().map(|s| load(s.clone()))).await;
         for (s, rx) in servers.iter().zip(receivers) {
             spawn_list_changed(Arc::downgrade(s), rx, on_change.clone());
+            spawn_reaper(Arc::downgrade(s));
         }
         Arc::new(Self { servers })
     }
@@ -209,13 +270,17 @@ impl McpProvider {
 
     /// Load errors, one line per server that is not serving.
     pub fn errors(&self) -> Vec<String> {
-        self.servers.iter().filter_map(|s| s.status().err()).collect()
+        self.servers
+            .iter()
+            .filter_map(|s| s.status().err())
+            .collect()
     }
 
     fn server_of(&self, qualified: &str) -> Option<&Arc<Server>> {
         let rest = qualified.strip_prefix(naming::PREFIX)?;
         self.servers.iter().find(|s| {
-            rest.strip_prefix(s.name()).is_some_and(|r| r.starts_with("__"))
+            rest.strip_prefix(s.name())
+                .is_some_and(|r| r.starts_with("__"))
         })
     }
 }
@@ -237,19 +302,46 @@ async fn load(server: Arc<Server>) {
     *server.status.write().unwrap_or_else(|e| e.into_inner()) = result;
 }
 
-fn spawn_list_changed(server: Weak<Server>, mut rx: mpsc::UnboundedReceiver<()>, on_change: OnChange) {
+/// Reaps a `per_session` server's idle instances, checking every quarter of
+/// its idle timeout (at least each second); stops with the server.
+fn spawn_reaper(server: Weak<Server>) {
+    let Some(s) = server.upgrade() else { return };
+    let idle = s.cfg.session_idle_timeout;
+    if !s.cfg.per_session || idle.is_zero() {
+        return;
+    }
+    drop(s);
+    let every = (idle / 4).max(std::time::Duration::from_secs(1));
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let Some(s) = server.upgrade() else { return };
+            s.reap_idle().await;
+        }
+    });
+}
+
+fn spawn_list_changed(
+    server: Weak<Server>,
+    mut rx: mpsc::UnboundedReceiver<()>,
+    on_change: OnChange,
+) {
     tokio::spawn(async move {
         while rx.recv().await.is_some() {
             // Several notifications in a burst make one refresh.
             while rx.try_recv().is_ok() {}
-            let Some(server) = server.upgrade() else { return };
+            let Some(server) = server.upgrade() else {
+                return;
+            };
             match server.refresh().await {
                 Ok(true) => {
                     tracing::info!(server = %server.name(), tools = server.specs().len(), "MCP tool list changed");
                     on_change();
                 }
                 Ok(false) => {}
-                Err(e) => tracing::warn!(server = %server.name(), error = %e, "MCP tools/list after list_changed failed"),
+                Err(e) => {
+                    tracing::warn!(server = %server.name(), error = %e, "MCP tools/list after list_changed failed")
+                }
             }
         }
     });

@@ -79,6 +79,8 @@ pub struct Config {
     /// Hooks the orchestrator runs itself (Claude Code's settings shape):
     /// `PreCompact`. Tool hooks (PreToolUse, ...) are the tool-runner's.
     pub hooks: HooksConfig,
+    /// Where `GET /metrics` (Prometheus) is served, e.g. `0.0.0.0:9464`; empty: not served.
+    pub metrics_addr: String,
 }
 
 impl Default for Config {
@@ -104,6 +106,7 @@ impl Default for Config {
             context: ContextConfig::default(),
             budget: BudgetConfig::default(),
             hooks: HooksConfig::default(),
+            metrics_addr: String::new(),
         }
     }
 }
@@ -453,5 +456,9 @@ impl ServiceConfig for Config {
 
     fn shutdown_grace(&self) -> Duration {
         self.shutdown_grace
+    }
+
+    fn metrics_addr(&self) -> Option<&str> {
+        Some(self.metrics_addr.as_str()).filter(|a| !a.trim().is_empty())
     }
 }

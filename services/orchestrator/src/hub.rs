@@ -262,6 +262,13 @@ impl Hub {
         self.sessions.lock().expect("sessions").get(id).cloned()
     }
 
+    /// Sessions held live, and how many of them run a turn (for the metrics).
+    pub fn counts(&self) -> (usize, usize) {
+        let map = self.sessions.lock().expect("sessions");
+        let running = map.values().filter(|s| s.running().is_some()).count();
+        (map.len(), running)
+    }
+
     /// Forgets a session's live state.
     pub fn forget(&self, id: &str) {
         self.sessions.lock().expect("sessions").remove(id);

@@ -7,6 +7,7 @@ pub mod engine;
 pub mod error;
 pub mod hub;
 pub mod llm;
+pub mod metrics;
 pub mod recovery;
 pub mod runner_client;
 pub mod service;
@@ -173,6 +174,7 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
         calibration: Default::default(),
     });
     let hub = Arc::new(Hub::new(store));
+    let _gauges = metrics::hub_gauges(&hub);
     let host = Host::new(HostOptions {
         name: "orchestrator",
         services: vec!["omicos.v1.Orchestrator", "omicos.v1.OrchestratorWeb"],

@@ -115,6 +115,16 @@ impl Engine {
                 let started = Instant::now();
                 let answer = backend.complete(&req, dtx, cancel).await;
                 let seen = forward.await.unwrap_or_default();
+                crate::metrics::get().llm_request(
+                    &model,
+                    match &answer {
+                        Ok(_) => "ok",
+                        Err(LlmError::Cancelled) => "cancelled",
+                        Err(LlmError::ContextOverflow(_)) => "context_overflow",
+                        Err(_) => "error",
+                    },
+                    started.elapsed(),
+                );
                 match answer {
                     Ok(t) => break (t, view, started),
                     Err(LlmError::Cancelled) => {
@@ -201,6 +211,7 @@ impl Engine {
             } else {
                 &turn.model
             };
+            crate::metrics::get().tokens(&model, input, output);
             let used = Meter::call(&self.config.budget, priced, input, output);
             frame.used.add(&used);
             frame.meters.turn.lock().expect("turn meter").add(&used);

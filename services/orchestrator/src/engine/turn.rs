@@ -97,6 +97,7 @@ impl Engine {
             }
         };
         let reason = outcome.reason();
+        crate::metrics::get().turn_done(reason.as_str());
         let usage = meters.summary();
         self.trajectories
             .append(

@@ -78,6 +78,11 @@ pub async fn send(
                 if status.as_u16() == 429 || status.is_server_error() {
                     last = format!("HTTP {status}: {body}");
                     tracing::warn!(%status, attempt, "LLM request failed; retrying");
+                    crate::metrics::get().llm_retry(if status.as_u16() == 429 {
+                        "http_429"
+                    } else {
+                        "http_5xx"
+                    });
                     policy.backoff(attempt, ra)
                 } else if is_context_overflow(&body) {
                     return Err(LlmError::ContextOverflow(format!("HTTP {status}: {body}")));
@@ -91,6 +96,7 @@ pub async fn send(
                     last = format!("{last}: {src}");
                 }
                 tracing::warn!(error = %last, attempt, "LLM request failed; retrying");
+                crate::metrics::get().llm_retry("connection");
                 policy.backoff(attempt, None)
             }
         };

@@ -1,0 +1,105 @@
+//! The orchestrator's metrics (through `omicos_servicekit::metrics`): turns by
+//! reason, sessions and turns live on this replica, LLM requests by model and
+//! outcome with their latency, retries, and tokens by model and direction.
+//!
+//! The instruments are made on first use, after `run_main` has installed the
+//! meter provider; before that (and in tests without one) they are no-ops.
+
+use crate::hub::Hub;
+use omicos_servicekit::metrics::{kv, latency_histogram, meter};
+use opentelemetry::metrics::{Counter, Histogram, ObservableGauge};
+use std::sync::{Arc, LazyLock, Weak};
+use std::time::Duration;
+
+/// The instruments of one orchestrator process.
+pub struct OrchestratorMetrics {
+    turns: Counter<u64>,
+    llm_requests: Counter<u64>,
+    llm_duration: Histogram<f64>,
+    llm_retries: Counter<u64>,
+    llm_tokens: Counter<u64>,
+}
+
+static METRICS: LazyLock<OrchestratorMetrics> = LazyLock::new(|| OrchestratorMetrics {
+    turns: meter()
+        .u64_counter("omicos.orchestrator.turns")
+        .with_description("Root turns finished, by reason")
+        .build(),
+    llm_requests: meter()
+        .u64_counter("omicos.orchestrator.llm.requests")
+        .with_description("Model requests, by model and outcome")
+        .build(),
+    llm_duration: latency_histogram(
+        "omicos.orchestrator.llm.duration",
+        "Model request time from send to the end of the stream, by model and outcome",
+    ),
+    llm_retries: meter()
+        .u64_counter("omicos.orchestrator.llm.retries")
+        .with_description("Model requests sent again after a 429, a 5xx or a connection error")
+        .build(),
+    llm_tokens: meter()
+        .u64_counter("omicos.orchestrator.llm.tokens")
+        .with_description("Tokens by model and direction (input, output)")
+        .build(),
+});
+
+/// The process's instruments.
+pub fn get() -> &'static OrchestratorMetrics {
+    &METRICS
+}
+
+impl OrchestratorMetrics {
+    /// A root turn ended with `reason` (`completed`, `cancelled`, …).
+    pub fn turn_done(&self, reason: &'static str) {
+        self.turns.add(1, &[kv("reason", reason)]);
+    }
+
+    /// A model request ended: `outcome` is `ok`, `cancelled`, `context_overflow` or `error`.
+    pub fn llm_request(&self, model: &str, outcome: &'static str, elapsed: Duration) {
+        let labels = [kv("model", model.to_owned()), kv("outcome", outcome)];
+        self.llm_requests.add(1, &labels);
+        self.llm_duration.record(elapsed.as_secs_f64(), &labels);
+    }
+
+    /// A model request is sent again; `why` is `http_429`, `http_5xx` or `connection`.
+    pub fn llm_retry(&self, why: &'static str) {
+        self.llm_retries.add(1, &[kv("reason", why)]);
+    }
+
+    /// Tokens one model request used, labelled with the model asked for (as the requests are).
+    pub fn tokens(&self, model: &str, input: u64, output: u64) {
+        let m = kv("model", model.to_owned());
+        self.llm_tokens
+            .add(input, &[m.clone(), kv("direction", "input")]);
+        self.llm_tokens.add(output, &[m, kv("direction", "output")]);
+    }
+}
+
+/// The `omicos.orchestrator.sessions.live` and `omicos.orchestrator.turns.running`
+/// gauges over `hub` (this replica's sessions in memory and the turns it runs).
+/// Keep the returned gauges alive.
+pub fn hub_gauges(hub: &Arc<Hub>) -> [ObservableGauge<u64>; 2] {
+    let (w1, w2): (Weak<Hub>, Weak<Hub>) = (Arc::downgrade(hub), Arc::downgrade(hub));
+    [
+        meter()
+            .u64_observable_gauge("omicos.orchestrator.sessions.live")
+            .with_description(
+                "Sessions held live by this replica (a running turn, a subscriber, or recent use)",
+            )
+            .with_callback(move |o| {
+                if let Some(h) = w1.upgrade() {
+                    o.observe(h.counts().0 as u64, &[]);
+                }
+            })
+            .build(),
+        meter()
+            .u64_observable_gauge("omicos.orchestrator.turns.running")
+            .with_description("Turns this replica is running")
+            .with_callback(move |o| {
+                if let Some(h) = w2.upgrade() {
+                    o.observe(h.counts().1 as u64, &[]);
+                }
+            })
+            .build(),
+    ]
+}
