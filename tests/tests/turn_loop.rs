@@ -406,8 +406,13 @@ async fn parallel_read_only_calls_overlap_and_return_in_call_order() {
         finished.iter().all(|f| f.status() == ToolStatus::Done),
         "{finished:#?}"
     );
-    let order: Vec<&str> = finished.iter().map(|f| f.call_id.as_str()).collect();
-    assert_eq!(order, ["p_b", "p_c", "p_a"], "finished as they came");
+    // All three started before any finished, and they finished b, c, a.
+    let first_finish = events
+        .iter()
+        .position(|e| matches!(e.kind, Some(chat_event::Kind::ToolCallFinished(_))))
+        .unwrap();
+    assert_eq!(started_ids(&events[..first_finish]), ["p_a", "p_b", "p_c"]);
+    assert_eq!(*probe.finished.borrow(), ["b", "c", "a"]);
     // Back to the model in call order.
     assert_eq!(result_ids(&llm.requests()[1].body), ["p_a", "p_b", "p_c"]);
     llm.assert_invariants();
@@ -777,9 +782,11 @@ const OVERFLOW: &str = r#"{"error":{"message":"This model's maximum context leng
 
 /// Two turns of history, then a third whose first request is refused as too long.
 async fn overflow_session(third: Vec<Reply>) -> (FakeLlm, Stack, String, Vec<ChatEvent>) {
+    // Long answers, so that folding the older one saves room.
+    let long = |what: &str| -> String { (0..300).map(|i| format!("{what}{i} ")).collect() };
     let mut script = vec![
-        Reply::Text("first answer".into()),
-        Reply::Text("second answer".into()),
+        Reply::Text(long("first")),
+        Reply::Text(long("second")),
         Reply::Status(400, OVERFLOW.into(), None),
     ];
     script.extend(third);
