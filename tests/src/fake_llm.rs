@@ -12,6 +12,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use crate::stream_shapes::{Reasoning, Shape};
+
 /// One scripted answer.
 #[derive(Clone, Debug)]
 pub enum Reply {
@@ -37,7 +39,23 @@ pub enum Reply {
         /// The tool calls after the text (none: the model is done).
         calls: Vec<(String, String, String)>,
     },
+    /// An answer streamed the way one real server streams it (OpenAI side;
+    /// the Anthropic side sends it as [`Reply::Tools`]).
+    Shaped {
+        /// The server's shape.
+        shape: Shape,
+        /// Reasoning before the answer.
+        reasoning: Option<Reasoning>,
+        /// The answer text.
+        text: String,
+        /// The tool calls (id, name, raw argument string); the id is the
+        /// server's own (see [`crate::stream_shapes::call_id`]).
+        calls: Vec<(String, String, String)>,
+    },
 }
+
+/// Decides the reply to a request from its body, once the script is used up.
+pub type Responder = Arc<dyn Fn(&Value) -> Reply + Send + Sync>;
 
 /// The replies of a script file in the format of `ui/tests/stack-script.json`:
 /// `{"replies": [{"text", "chunks", "chunk_delay_ms", "tool_calls": [{"id",
@@ -90,12 +108,30 @@ pub struct Recorded {
     pub format: &'static str,
     /// The JSON body.
     pub body: Value,
+    /// Its size in the fake's tokens ([`count_tokens`]).
+    pub tokens: u64,
+    /// Refused as longer than the window.
+    pub refused: bool,
 }
 
 #[derive(Default)]
 struct Inner {
     script: VecDeque<Reply>,
     requests: Vec<Recorded>,
+    responder: Option<Responder>,
+    window: Option<u64>,
+}
+
+/// The fake's tokenizer: one token per 3.5 bytes of the JSON of the request's
+/// system prompt, messages and tools (denser than the orchestrator's own
+/// estimate, so it must learn from the reported usage).
+pub fn count_tokens(body: &Value) -> u64 {
+    let bytes: usize = ["system", "messages", "tools"]
+        .iter()
+        .filter_map(|k| body.get(*k))
+        .map(|v| v.to_string().len())
+        .sum();
+    (bytes as u64 * 2).div_ceil(7)
 }
 
 /// The fake server.
@@ -111,7 +147,7 @@ impl FakeLlm {
     pub async fn start(script: Vec<Reply>) -> Self {
         let inner = Arc::new(Mutex::new(Inner {
             script: script.into(),
-            requests: vec![],
+            ..Default::default()
         }));
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
@@ -128,6 +164,20 @@ impl FakeLlm {
             inner,
             base: format!("http://{addr}"),
         }
+    }
+
+    /// Answers every request after the script with `f(body)`.
+    pub fn with_responder(self, f: impl Fn(&Value) -> Reply + Send + Sync + 'static) -> Self {
+        self.inner.lock().unwrap().responder = Some(Arc::new(f));
+        self
+    }
+
+    /// Refuses every request longer than `tokens` ([`count_tokens`]) with a
+    /// real 400 context-length error (OpenAI's body, or Anthropic's), and
+    /// reports each request's counted size as its usage.
+    pub fn with_window(self, tokens: u64) -> Self {
+        self.inner.lock().unwrap().window = Some(tokens);
+        self
     }
 
     /// The OpenAI base URL (`…/v1`).
@@ -200,12 +250,56 @@ fn anthropic_ids(body: &Value) -> (Vec<String>, Vec<String>) {
 
 type Shared = State<Arc<Mutex<Inner>>>;
 
-fn next(inner: &Arc<Mutex<Inner>>, format: &'static str, body: Value) -> Reply {
+/// What to answer a request with, and its counted size (a usage to report
+/// when a window is set).
+struct Next {
+    reply: Reply,
+    prompt_tokens: Option<u64>,
+}
+
+fn next(inner: &Arc<Mutex<Inner>>, format: &'static str, body: Value) -> Next {
     let mut g = inner.lock().unwrap();
-    g.requests.push(Recorded { format, body });
-    g.script
-        .pop_front()
-        .unwrap_or_else(|| Reply::Text("(fake LLM script exhausted)".into()))
+    let tokens = count_tokens(&body);
+    if let Some(w) = g.window
+        && tokens > w
+    {
+        g.requests.push(Recorded {
+            format,
+            body,
+            tokens,
+            refused: true,
+        });
+        let msg = format!(
+            "This model's maximum context length is {w} tokens. However, your messages resulted in {tokens} tokens. Please reduce the length of the messages."
+        );
+        let body = match format {
+            "openai" => json!({"error": {"message": msg, "type": "invalid_request_error",
+                                         "param": "messages", "code": "context_length_exceeded"}}),
+            _ => json!({"type": "error", "error": {"type": "invalid_request_error",
+                        "message": format!("prompt is too long: {tokens} tokens > {w} maximum")}}),
+        };
+        return Next {
+            reply: Reply::Status(400, body.to_string(), None),
+            prompt_tokens: None,
+        };
+    }
+    let reply = match g.script.pop_front() {
+        Some(r) => r,
+        None => match &g.responder {
+            Some(f) => f(&body),
+            None => Reply::Text("(fake LLM script exhausted)".into()),
+        },
+    };
+    g.requests.push(Recorded {
+        format,
+        body,
+        tokens,
+        refused: false,
+    });
+    Next {
+        reply,
+        prompt_tokens: g.window.map(|_| tokens),
+    }
 }
 
 fn sse(frames: Vec<(Option<&'static str>, Value)>, done: bool) -> Vec<String> {
@@ -276,14 +370,36 @@ fn pieces(s: &str, n: usize) -> Vec<String> {
 }
 
 async fn openai(state: Shared, body: axum::Json<Value>) -> Response {
-    let reply = next(&state.0, "openai", body.0);
+    let Next {
+        reply,
+        prompt_tokens,
+    } = next(&state.0, "openai", body.0);
     let chunk = |delta: Value, finish: Value| {
         json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "fake-gpt",
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
     };
+    let prompt = prompt_tokens.unwrap_or(11);
     let usage = json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "fake-gpt", "choices": [],
-        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}});
+        "usage": {"prompt_tokens": prompt, "completion_tokens": 7, "total_tokens": prompt + 7}});
     match reply {
+        Reply::Shaped {
+            shape,
+            reasoning,
+            text,
+            calls,
+        } => {
+            let (deltas, finish) =
+                crate::stream_shapes::deltas(shape, reasoning.as_ref(), &text, &calls);
+            let mut frames: Vec<(Option<&'static str>, Value)> = deltas
+                .into_iter()
+                .map(|d| (None, chunk(d, Value::Null)))
+                .collect();
+            frames.push((None, chunk(json!({}), json!(finish))));
+            if crate::stream_shapes::reports_usage(shape) {
+                frames.push((None, usage));
+            }
+            stream_response(sse(frames, true), Duration::ZERO)
+        }
         Reply::Text(t) => {
             let mut frames = vec![(
                 None,
@@ -399,12 +515,17 @@ async fn openai(state: Shared, body: axum::Json<Value>) -> Response {
 }
 
 async fn anthropic(state: Shared, body: axum::Json<Value>) -> Response {
-    let reply = next(&state.0, "anthropic", body.0);
+    let Next {
+        reply,
+        prompt_tokens,
+    } = next(&state.0, "anthropic", body.0);
     let start = (
         Some("message_start"),
         json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
-        "role": "assistant", "model": "fake-claude", "content": [], "usage": {"input_tokens": 13, "output_tokens": 1}}}),
+        "role": "assistant", "model": "fake-claude", "content": [],
+        "usage": {"input_tokens": prompt_tokens.unwrap_or(13), "output_tokens": 1}}}),
     );
+
     let stop = |reason: &str| {
         vec![
             (
@@ -440,8 +561,10 @@ async fn anthropic(state: Shared, body: axum::Json<Value>) -> Response {
             frames.extend(stop("end_turn"));
             stream_response(sse(frames, false), Duration::ZERO)
         }
-        // The anthropic side of Streamed is not paced: no test needs it yet.
-        Reply::Tools(text, calls) | Reply::Streamed { text, calls, .. } => {
+        // The anthropic side of Streamed is not paced, nor Shaped shaped: no test needs it yet.
+        Reply::Tools(text, calls)
+        | Reply::Streamed { text, calls, .. }
+        | Reply::Shaped { text, calls, .. } => {
             let reason = if calls.is_empty() {
                 "end_turn"
             } else {

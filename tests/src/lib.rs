@@ -5,8 +5,9 @@ pub mod fake_llm;
 pub mod flaky_store;
 pub mod idp;
 pub mod stack;
+pub mod stream_shapes;
 
-pub use fake_llm::{FakeLlm, Reply};
+pub use fake_llm::{FakeLlm, Reasoning, Reply, Shape};
 pub use flaky_store::{FlakyStore, Op};
 pub use stack::{
     ChatHandle, Client, Stack, StackOptions, TEST_TOKEN, api_key, assert_gap_free, client_at,

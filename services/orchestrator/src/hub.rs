@@ -334,14 +334,25 @@ impl Hub {
 
     /// Re-reads what this replica's turns wait for (notices may have been missed).
     async fn resync(&self) {
-        let live: Vec<Arc<SessionState>> =
-            self.sessions.lock().expect("sessions").values().cloned().collect();
+        let live: Vec<Arc<SessionState>> = self
+            .sessions
+            .lock()
+            .expect("sessions")
+            .values()
+            .cloned()
+            .collect();
         for s in live {
             let Some(t) = s.running() else { continue };
             if let Ok(true) = self.store.cancel_requested(&s.id, &t.lease_owner).await {
                 t.cancel.cancel();
             }
-            let waiting: Vec<String> = s.approvals.lock().expect("approvals").keys().cloned().collect();
+            let waiting: Vec<String> = s
+                .approvals
+                .lock()
+                .expect("approvals")
+                .keys()
+                .cloned()
+                .collect();
             for call_id in waiting {
                 if let Ok(Some(d)) = self.store.approval_decision(&s.id, &call_id).await {
                     s.resolve_approval(&call_id, Decision::try_from(d).unwrap_or(Decision::Deny));
@@ -424,7 +435,12 @@ mod tests {
         async fn put_approval(&self, id: &str, call_id: &str, owner: &str) -> StoreResult<()> {
             self.inner.put_approval(id, call_id, owner).await
         }
-        async fn decide_approval(&self, id: &str, call_id: &str, decision: i32) -> StoreResult<bool> {
+        async fn decide_approval(
+            &self,
+            id: &str,
+            call_id: &str,
+            decision: i32,
+        ) -> StoreResult<bool> {
             self.inner.decide_approval(id, call_id, decision).await
         }
         async fn approval_decision(&self, id: &str, call_id: &str) -> StoreResult<Option<i32>> {

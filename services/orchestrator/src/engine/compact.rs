@@ -213,9 +213,15 @@ impl Engine {
         cancel: &CancellationToken,
     ) -> Result<Option<Compacted>, LlmError> {
         let cfg = &self.config.context;
-        let window = cfg.window(model);
         let calibration = self.calibration_of(model);
         let before = context::view(history, fixed, cfg, calibration, u64::MAX);
+        let window = match trigger {
+            // The server refused a request of about `before.tokens`: its real
+            // window is smaller than that, whatever the config says, so the
+            // verbatim part and the summarizing request are sized from it.
+            Trigger::Overflow => cfg.window(model).min(before.tokens.max(1)),
+            _ => cfg.window(model),
+        };
         let recent = (window as f64 * cfg.keep_recent_ratio) as u64;
         let from = before.verbatim_from;
         let Some(at) = context::split_point(history, from, recent, cfg, calibration) else {

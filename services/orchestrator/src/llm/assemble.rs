@@ -8,7 +8,8 @@
 //! - a whole call in one fragment, arguments as a string or an object
 //!   (Ollama), several calls even under the same index: a fragment with a new
 //!   id for a call that is already complete starts a new call;
-//! - several calls whose fragments interleave by index;
+//! - several calls whose fragments interleave by index, even calls that start
+//!   out of index order: the calls come out in index order;
 //! - the legacy `function_call` beside `tool_calls`: the two are assembled
 //!   apart and one is taken (`tool_calls` when it named a call), never both.
 
@@ -19,6 +20,8 @@ use std::collections::HashMap;
 /// One call being assembled.
 #[derive(Default, Debug)]
 struct PartialCall {
+    /// The server's index, when it sent one.
+    index: Option<u64>,
     id: String,
     name: String,
     arguments: String,
@@ -77,7 +80,10 @@ impl Channel {
                     return at;
                 }
             }
-            self.calls.push(PartialCall::default());
+            self.calls.push(PartialCall {
+                index: Some(idx),
+                ..Default::default()
+            });
             let at = self.calls.len() - 1;
             self.by_index.insert(idx, at);
             return at;
@@ -156,11 +162,16 @@ impl ToolCallAssembler {
 
     /// The calls, in order; an id is generated for a call that had none.
     pub fn finish(self) -> Vec<ToolCall> {
-        let channel = if self.tool_calls.named() {
+        let mut channel = if self.tool_calls.named() {
             self.tool_calls
         } else {
             self.function_call
         };
+        if channel.calls.iter().all(|c| c.index.is_some()) {
+            // Index order; a stable sort keeps several calls under one index
+            // (Ollama) in the order they came.
+            channel.calls.sort_by_key(|c| c.index);
+        }
         channel
             .calls
             .into_iter()
@@ -233,6 +244,18 @@ mod tests {
             json!({"tool_calls": [{"index": 1, "function": {"arguments": ":1}"}}]}),
         ]);
         assert_eq!(got, [t("a", "x", "{}"), t("b", "y", "{\"k\":1}")]);
+    }
+
+    #[test]
+    fn calls_that_start_out_of_index_order_come_out_in_index_order() {
+        let got = run(&[
+            json!({"tool_calls": [
+                {"index": 1, "id": "b", "function": {"name": "y", "arguments": ""}},
+                {"index": 0, "id": "a", "function": {"name": "x", "arguments": ""}}]}),
+            json!({"tool_calls": [{"index": 1, "function": {"arguments": "{}"}},
+                                  {"index": 0, "function": {"arguments": "{\"k\":1}"}}]}),
+        ]);
+        assert_eq!(got, [t("a", "x", "{\"k\":1}"), t("b", "y", "{}")]);
     }
 
     #[test]
