@@ -274,6 +274,7 @@ pub async fn approve(
             session_id: session.to_owned(),
             call_id: call.to_owned(),
             decision: decision as i32,
+            rule: String::new(),
         })
         .await
         .map_err(CliError::Rpc)?;

@@ -18,6 +18,7 @@ pub mod service;
 pub mod shared_registry;
 
 pub use config::Config;
+pub use omicos_rules::RuleLists;
 pub use error::RunnerError;
 pub use pipeline::{CallIo, CallOutcome, CallRequest, Pipeline};
 pub use record::ToolCallInfo;
