@@ -658,7 +658,12 @@ fn trajectory_records(stack: &Stack, session: &str) -> std::collections::HashMap
     traj.lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|l| l["type"] == "tool_call")
-        .map(|l| (l["record"]["id"].as_str().unwrap().to_owned(), l["record"].clone()))
+        .map(|l| {
+            (
+                l["record"]["id"].as_str().unwrap().to_owned(),
+                l["record"].clone(),
+            )
+        })
         .collect()
 }
 
@@ -693,9 +698,16 @@ async fn an_approval_answered_as_a_rule_lets_matching_calls_run_and_others_still
     // A rule that does not parse, or with a decision other than ALLOW_SESSION, is refused at once.
     for (rule, decision, want) in [
         ("shell(", Decision::AllowSession, "must end with `)`"),
-        ("shell(printf *)", Decision::AllowOnce, "only come with ALLOW_SESSION"),
+        (
+            "shell(printf *)",
+            Decision::AllowOnce,
+            "only come with ALLOW_SESSION",
+        ),
     ] {
-        let e = client.approve_tool(approve(rule, decision)).await.unwrap_err();
+        let e = client
+            .approve_tool(approve(rule, decision))
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{rule}");
         assert!(e.message().contains(want), "{rule}: {}", e.message());
     }
@@ -705,7 +717,11 @@ async fn an_approval_answered_as_a_rule_lets_matching_calls_run_and_others_still
         .unwrap();
     let events = chat.until_done().await;
     let c1 = &finished_calls(&events)[0];
-    assert!(c1.status() == ToolStatus::Done && c1.result.contains("one"), "{}", c1.result);
+    assert!(
+        c1.status() == ToolStatus::Done && c1.result.contains("one"),
+        "{}",
+        c1.result
+    );
 
     // Turn 2: the matching call runs without a question; the compound one still asks.
     let mut next = req("print two", "auto");
@@ -725,9 +741,18 @@ async fn an_approval_answered_as_a_rule_lets_matching_calls_run_and_others_still
     assert_eq!(approvals, ["c3"]);
     let done = finished_calls(&events);
     let by_id = |id: &str| done.iter().find(|f| f.call_id == id).unwrap().clone();
-    assert_eq!(by_id("c2").status(), ToolStatus::Done, "{}", by_id("c2").result);
+    assert_eq!(
+        by_id("c2").status(),
+        ToolStatus::Done,
+        "{}",
+        by_id("c2").result
+    );
     assert!(by_id("c2").result.contains("two"), "{}", by_id("c2").result);
-    assert!(by_id("c3").result.contains("denied by user"), "{}", by_id("c3").result);
+    assert!(
+        by_id("c3").result.contains("denied by user"),
+        "{}",
+        by_id("c3").result
+    );
 
     // Turn 3: a ChatRequest deny rule beats the session's grant, even in full mode.
     let mut third = req("print three", "full");
@@ -739,7 +764,12 @@ async fn an_approval_answered_as_a_rule_lets_matching_calls_run_and_others_still
     let events = stack.chat(third).await.unwrap().until_done().await;
     let c4 = &finished_calls(&events)[0];
     assert_eq!(c4.status(), ToolStatus::Error);
-    assert!(c4.result.contains("deny rule `shell(printf three)` (request)"), "{}", c4.result);
+    assert!(
+        c4.result
+            .contains("deny rule `shell(printf three)` (request)"),
+        "{}",
+        c4.result
+    );
 
     // The trajectory names the rule that decided each call, and its source.
     let rec = trajectory_records(&stack, &session);
@@ -750,7 +780,11 @@ async fn an_approval_answered_as_a_rule_lets_matching_calls_run_and_others_still
     assert_eq!(rec["c2"]["permission"]["rule"]["source"], "session");
     assert_eq!(rec["c2"]["permission"]["rule"]["behavior"], "allow");
     assert_eq!(rec["c3"]["permission"]["gate"], "ask");
-    assert!(rec["c3"]["permission"].get("rule").is_none(), "{}", rec["c3"]);
+    assert!(
+        rec["c3"]["permission"].get("rule").is_none(),
+        "{}",
+        rec["c3"]
+    );
     assert_eq!(rec["c4"]["permission"]["gate"], "refuse");
     assert_eq!(rec["c4"]["permission"]["rule"]["source"], "request");
 
@@ -762,5 +796,9 @@ async fn an_approval_answered_as_a_rule_lets_matching_calls_run_and_others_still
     });
     let e = stack.chat(bad).await.err().expect("refused");
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
-    assert!(e.message().contains("web_fetch(domain:)"), "{}", e.message());
+    assert!(
+        e.message().contains("web_fetch(domain:)"),
+        "{}",
+        e.message()
+    );
 }

@@ -168,7 +168,9 @@ impl SessionState {
             {
                 // Still answerable on this replica (the Chat stream, ApproveTool here).
                 tracing::warn!(session = %self.id, call_id, error = %e, "pending approval not stored: other replicas cannot answer it");
-            } else if let Ok(Some((d, rule))) = self.store.approval_decision(&self.id, call_id).await {
+            } else if let Ok(Some((d, rule))) =
+                self.store.approval_decision(&self.id, call_id).await
+            {
                 self.resolve_approval(call_id, ApprovalAnswer::stored(d, rule));
             }
         }
@@ -389,14 +391,25 @@ impl Hub {
 
     /// Re-reads what this replica's turns wait for (notices may have been missed).
     async fn resync(&self) {
-        let live: Vec<Arc<SessionState>> =
-            self.sessions.lock().expect("sessions").values().cloned().collect();
+        let live: Vec<Arc<SessionState>> = self
+            .sessions
+            .lock()
+            .expect("sessions")
+            .values()
+            .cloned()
+            .collect();
         for s in live {
             let Some(t) = s.running() else { continue };
             if let Ok(true) = self.store.cancel_requested(&s.id, &t.lease_owner).await {
                 t.cancel.cancel();
             }
-            let waiting: Vec<String> = s.approvals.lock().expect("approvals").keys().cloned().collect();
+            let waiting: Vec<String> = s
+                .approvals
+                .lock()
+                .expect("approvals")
+                .keys()
+                .cloned()
+                .collect();
             for call_id in waiting {
                 if let Ok(Some((d, rule))) = self.store.approval_decision(&s.id, &call_id).await {
                     s.resolve_approval(&call_id, ApprovalAnswer::stored(d, rule));
@@ -479,10 +492,22 @@ mod tests {
         async fn put_approval(&self, id: &str, call_id: &str, owner: &str) -> StoreResult<()> {
             self.inner.put_approval(id, call_id, owner).await
         }
-        async fn decide_approval(&self, id: &str, call_id: &str, decision: i32, rule: &str) -> StoreResult<bool> {
-            self.inner.decide_approval(id, call_id, decision, rule).await
+        async fn decide_approval(
+            &self,
+            id: &str,
+            call_id: &str,
+            decision: i32,
+            rule: &str,
+        ) -> StoreResult<bool> {
+            self.inner
+                .decide_approval(id, call_id, decision, rule)
+                .await
         }
-        async fn approval_decision(&self, id: &str, call_id: &str) -> StoreResult<Option<(i32, String)>> {
+        async fn approval_decision(
+            &self,
+            id: &str,
+            call_id: &str,
+        ) -> StoreResult<Option<(i32, String)>> {
             self.inner.approval_decision(id, call_id).await
         }
         async fn clear_approval(&self, id: &str, call_id: &str) -> StoreResult<()> {

@@ -582,7 +582,10 @@ impl Rules {
 
     /// No rule at all.
     pub fn is_empty(&self) -> bool {
-        self.deny.is_empty() && self.ask.is_empty() && self.allow.is_empty() && self.granted.is_empty()
+        self.deny.is_empty()
+            && self.ask.is_empty()
+            && self.allow.is_empty()
+            && self.granted.is_empty()
     }
 
     /// Adds a rule to a list (an approval answered as a rule, for the session).
@@ -634,7 +637,8 @@ impl Rules {
     pub fn add_unnarrowed(&mut self, other: &Rules) {
         self.deny.extend(other.deny.iter().cloned());
         self.ask.extend(other.ask.iter().cloned());
-        self.granted.extend(other.allow.iter().chain(&other.granted).cloned());
+        self.granted
+            .extend(other.allow.iter().chain(&other.granted).cloned());
     }
 
     /// Deny, then ask, then allow; the first match wins. None: no rule decides.
@@ -659,7 +663,11 @@ impl Rules {
             None
         };
         allowed
-            .or_else(|| self.granted.iter().find(|r| r.matches(call, Behavior::Allow)))
+            .or_else(|| {
+                self.granted
+                    .iter()
+                    .find(|r| r.matches(call, Behavior::Allow))
+            })
             .map(|r| decided(r, Behavior::Allow))
     }
 }
@@ -1028,7 +1036,12 @@ mod tests {
 
     #[test]
     fn session_grants_are_not_narrowed_but_lose_to_every_deny_and_ask() {
-        let deployment = rules(&["shell(ls:*)"], &["shell(git push:*)"], &["shell(rm:*)"], Source::Deployment);
+        let deployment = rules(
+            &["shell(ls:*)"],
+            &["shell(git push:*)"],
+            &["shell(rm:*)"],
+            Source::Deployment,
+        );
         let request = rules(&["shell(ls -la)"], &[], &[], Source::Request);
         let mut r = deployment.narrowed_by(&request);
         let session = rules(

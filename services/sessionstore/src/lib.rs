@@ -151,8 +151,11 @@ pub trait SessionStore: Send + Sync + 'static {
     ) -> StoreResult<bool>;
     /// The decision recorded for a pending approval and its rule (None:
     /// pending and undecided, or unknown).
-    async fn approval_decision(&self, id: &str, call_id: &str)
-    -> StoreResult<Option<(i32, String)>>;
+    async fn approval_decision(
+        &self,
+        id: &str,
+        call_id: &str,
+    ) -> StoreResult<Option<(i32, String)>>;
     /// Forgets a pending approval (answered, or the runner stopped waiting).
     async fn clear_approval(&self, id: &str, call_id: &str) -> StoreResult<()>;
     /// Records a cancel request for the turn holding the session's live lease

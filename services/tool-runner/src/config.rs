@@ -348,7 +348,10 @@ providers:
         assert_eq!(cfg.permissions.ask, vec!["shell(git push:*)", "web_fetch"]);
         assert_eq!(cfg.permissions.deny, vec!["shell(rm:*)"]);
         let e = load("permissions:\n  deny: [ok, \"shell(\"]\n", &[]).unwrap_err();
-        assert!(e.contains("permissions.deny[1]") && e.contains("`shell(`"), "{e}");
+        assert!(
+            e.contains("permissions.deny[1]") && e.contains("`shell(`"),
+            "{e}"
+        );
         let e = load("permissions:\n  maybe: []\n", &[]).unwrap_err();
         assert!(e.contains("maybe"), "{e}");
     }

@@ -7,13 +7,12 @@
 use async_trait::async_trait;
 use omicos_proto::{
     Decision, ExecuteApproval, ExecuteClientMessage, ExecuteStart, ListToolsRequest,
-    PermissionMode, PermissionRules, Risk, ToolResult, ToolSpec,
-    execute_client_message::Msg as In, execute_server_message::Msg as Out,
-    tool_runner_client::ToolRunnerClient,
+    PermissionMode, PermissionRules, Risk, ToolResult, ToolSpec, execute_client_message::Msg as In,
+    execute_server_message::Msg as Out, tool_runner_client::ToolRunnerClient,
 };
 use omicos_servicekit::Shutdown;
-use omicos_toolkit::{CallCtx, Provider, ToolError, tool};
 use omicos_tool_runner::Config;
+use omicos_toolkit::{CallCtx, Provider, ToolError, tool};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,7 +43,10 @@ impl Provider for FakeFetch {
     }
     async fn call(&self, tool: &str, args: Value, _ctx: CallCtx) -> Result<Value, ToolError> {
         match tool {
-            "web_fetch" => Ok(json!(format!("fetched {}", args["url"].as_str().unwrap_or("")))),
+            "web_fetch" => Ok(json!(format!(
+                "fetched {}",
+                args["url"].as_str().unwrap_or("")
+            ))),
             other => Err(ToolError::UnknownTool(other.into())),
         }
     }
@@ -154,6 +156,9 @@ impl Seen {
             "run"
         }
     }
+    fn done(&self) -> bool {
+        self.result.status == omicos_proto::ToolStatus::Done as i32
+    }
     fn rule(&self) -> (String, String, String) {
         let r = &self.record["permission"]["rule"];
         let s = |k: &str| r[k].as_str().unwrap_or("").to_owned();
@@ -227,41 +232,81 @@ async fn precedence_table_through_execute() {
     // (call, gate, rule that matched: (behavior, text, source); empty: none)
     let table: Vec<(ExecuteStart, &str, (&str, &str, &str))> = vec![
         // Deny beats every mode, full included, and every piece of a compound command.
-        (shell("rm -rf x", FULL), "refuse", ("deny", "shell(rm:*)", dep)),
-        (shell("echo hi && rm x", FULL), "refuse", ("deny", "shell(rm:*)", dep)),
-        (shell("FOO=1 sudo rm x", AUTO), "refuse", ("deny", "shell(rm:*)", dep)),
+        (
+            shell("rm -rf x", FULL),
+            "refuse",
+            ("deny", "shell(rm:*)", dep),
+        ),
+        (
+            shell("echo hi && rm x", FULL),
+            "refuse",
+            ("deny", "shell(rm:*)", dep),
+        ),
+        (
+            shell("FOO=1 sudo rm x", AUTO),
+            "refuse",
+            ("deny", "shell(rm:*)", dep),
+        ),
         // Ask beats allow, and asks where the mode would run.
-        (shell("echo ask me", FULL), "ask", ("ask", "shell(echo ask:*)", dep)),
+        (
+            shell("echo ask me", FULL),
+            "ask",
+            ("ask", "shell(echo ask:*)", dep),
+        ),
         // Allow answers the question auto would ask...
-        (shell("echo hi", AUTO), "run", ("allow", "shell(echo:*)", dep)),
+        (
+            shell("echo hi", AUTO),
+            "run",
+            ("allow", "shell(echo:*)", dep),
+        ),
         // ...never for a compound command or a redirect (falls to the mode)...
         (shell("echo hi && ls", AUTO), "ask", ("", "", "")),
         (shell("echo hi > out.txt", AUTO), "ask", ("", "", "")),
         (shell("echo $(id)", AUTO), "ask", ("", "", "")),
         // ...and never above the mode's ceiling.
-        (shell("echo hi", RO), "refuse", ("allow", "shell(echo:*)", dep)),
+        (
+            shell("echo hi", RO),
+            "refuse",
+            ("allow", "shell(echo:*)", dep),
+        ),
         // No rule: the mode decides.
         (shell("ls", AUTO), "ask", ("", "", "")),
         (shell("ls", FULL), "run", ("", "", "")),
         (shell("ls", RO), "refuse", ("", "", "")),
         // Path forms, relative to the workspace.
         (
-            start("file_manager__write", json!({"path": "docs/a.md", "content": "a"}), AUTO),
+            start(
+                "file_manager__write",
+                json!({"path": "docs/a.md", "content": "a"}),
+                AUTO,
+            ),
             "run",
             ("allow", "file_manager__write(docs/**)", dep),
         ),
         (
-            start("file_manager__write", json!({"path": "./docs/../docs/b/c.md", "content": "a"}), AUTO),
+            start(
+                "file_manager__write",
+                json!({"path": "./docs/../docs/b/c.md", "content": "a"}),
+                AUTO,
+            ),
             "run",
             ("allow", "file_manager__write(docs/**)", dep),
         ),
         (
-            start("file_manager__write", json!({"path": "src/a.rs", "content": "a"}), AUTO),
+            start(
+                "file_manager__write",
+                json!({"path": "src/a.rs", "content": "a"}),
+                AUTO,
+            ),
             "ask",
             ("", "", ""),
         ),
         (
-            start("file_manager__write", json!({"path": "docs/a.md", "content": "a"}), RO),
+            start(
+                "file_manager__write",
+                json!({"path": "docs/a.md", "content": "a"}),
+                RO,
+            ),
             "refuse",
             ("allow", "file_manager__write(docs/**)", dep),
         ),
@@ -292,18 +337,31 @@ async fn precedence_table_through_execute() {
             ("deny", "web_fetch(domain:evil.test)", dep),
         ),
         (
-            start("web_fetch", json!({"url": "https://api.example.org/"}), FULL),
+            start(
+                "web_fetch",
+                json!({"url": "https://api.example.org/"}),
+                FULL,
+            ),
             "ask",
             ("ask", "web_fetch(domain:*.example.org)", dep),
         ),
         (
-            start("web_fetch", json!({"url": "https://example.org.evil.test.com/"}), RO),
+            start(
+                "web_fetch",
+                json!({"url": "https://example.org.evil.test.com/"}),
+                RO,
+            ),
             "run",
             ("", "", ""),
         ),
     ];
     for (call, gate, (behavior, rule, source)) in table {
-        let what = format!("{} {} ({:?})", call.tool_name, call.arguments, call.permission_mode());
+        let what = format!(
+            "{} {} ({:?})",
+            call.tool_name,
+            call.arguments,
+            call.permission_mode()
+        );
         let seen = r.deny_asked(call).await;
         assert_eq!(seen.gate(), gate, "{what}: {}", seen.result.result);
         assert_eq!(
@@ -326,7 +384,11 @@ async fn precedence_table_through_execute() {
     }
     // The write allowed by the rule really ran.
     let read = r
-        .deny_asked(start("file_manager__read", json!({"path": "docs/b/c.md"}), RO))
+        .deny_asked(start(
+            "file_manager__read",
+            json!({"path": "docs/b/c.md"}),
+            RO,
+        ))
         .await;
     assert_eq!(read.result.result, "a");
 
@@ -343,7 +405,10 @@ async fn precedence_table_through_execute() {
         .into_inner()
         .tools;
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-    assert!(names.contains(&"shell") && names.contains(&"file_manager__read"), "{names:?}");
+    assert!(
+        names.contains(&"shell") && names.contains(&"file_manager__read"),
+        "{names:?}"
+    );
     assert!(!names.contains(&"file_manager__glob"), "{names:?}");
 }
 
@@ -355,39 +420,116 @@ async fn the_request_only_narrows_and_the_agent_adds() {
         s.request_rules = request;
         s
     };
-    let req = wire(&["shell(echo one)", "shell(ls:*)"], &["shell(echo ask-me)"], &["shell(echo two:*)"]);
+    let req = wire(
+        &["shell(echo one)", "shell(ls:*)"],
+        &["shell(echo ask-me)"],
+        &["shell(echo two:*)"],
+    );
     let table: Vec<(ExecuteStart, &str, (&str, &str, &str))> = vec![
         // Allowed by the deployment and by the request's allow list.
-        (with(shell("echo one", AUTO), None, req.clone()), "run", ("allow", "shell(echo:*)", "deployment")),
+        (
+            with(shell("echo one", AUTO), None, req.clone()),
+            "run",
+            ("allow", "shell(echo:*)", "deployment"),
+        ),
         // The deployment allows it, the request's allow list does not: the mode asks.
-        (with(shell("echo three", AUTO), None, req.clone()), "ask", ("", "", "")),
+        (
+            with(shell("echo three", AUTO), None, req.clone()),
+            "ask",
+            ("", "", ""),
+        ),
         // The request alone allows nothing.
-        (with(shell("ls", AUTO), None, req.clone()), "ask", ("", "", "")),
+        (
+            with(shell("ls", AUTO), None, req.clone()),
+            "ask",
+            ("", "", ""),
+        ),
         // Its deny and ask rules are added, and beat the deployment's allow.
-        (with(shell("echo two x", FULL), None, req.clone()), "refuse", ("deny", "shell(echo two:*)", "request")),
-        (with(shell("echo ask-me", AUTO), None, req.clone()), "ask", ("ask", "shell(echo ask-me)", "request")),
+        (
+            with(shell("echo two x", FULL), None, req.clone()),
+            "refuse",
+            ("deny", "shell(echo two:*)", "request"),
+        ),
+        (
+            with(shell("echo ask-me", AUTO), None, req.clone()),
+            "ask",
+            ("ask", "shell(echo ask-me)", "request"),
+        ),
         // An allow list that allows nothing the deployment does not: nothing is allowed.
-        (with(shell("echo hi", AUTO), None, wire(&["shell(curl:*)"], &[], &[])), "ask", ("", "", "")),
+        (
+            with(
+                shell("echo hi", AUTO),
+                None,
+                wire(&["shell(curl:*)"], &[], &[]),
+            ),
+            "ask",
+            ("", "", ""),
+        ),
         // The agent's frontmatter adds to the deployment...
-        (with(shell("ls -la", AUTO), wire(&["shell(ls:*)"], &[], &[]), None), "run", ("allow", "shell(ls:*)", "agent")),
+        (
+            with(
+                shell("ls -la", AUTO),
+                wire(&["shell(ls:*)"], &[], &[]),
+                None,
+            ),
+            "run",
+            ("allow", "shell(ls:*)", "agent"),
+        ),
         // ...and the request narrows both.
-        (with(shell("ls -la", AUTO), wire(&["shell(ls:*)"], &[], &[]), wire(&["shell(ls)"], &[], &[])), "ask", ("", "", "")),
-        (with(shell("ls", AUTO), wire(&["shell(ls:*)"], &[], &[]), wire(&["shell(ls)"], &[], &[])), "run", ("allow", "shell(ls:*)", "agent")),
+        (
+            with(
+                shell("ls -la", AUTO),
+                wire(&["shell(ls:*)"], &[], &[]),
+                wire(&["shell(ls)"], &[], &[]),
+            ),
+            "ask",
+            ("", "", ""),
+        ),
+        (
+            with(
+                shell("ls", AUTO),
+                wire(&["shell(ls:*)"], &[], &[]),
+                wire(&["shell(ls)"], &[], &[]),
+            ),
+            "run",
+            ("allow", "shell(ls:*)", "agent"),
+        ),
         // An agent cannot lift the deployment's deny.
-        (with(shell("rm x", FULL), wire(&["shell(rm:*)"], &[], &[]), None), "refuse", ("deny", "shell(rm:*)", "deployment")),
+        (
+            with(shell("rm x", FULL), wire(&["shell(rm:*)"], &[], &[]), None),
+            "refuse",
+            ("deny", "shell(rm:*)", "deployment"),
+        ),
     ];
     for (call, gate, (behavior, rule, source)) in table {
-        let what = format!("{} agent={:?} request={:?}", call.arguments, call.agent_rules, call.request_rules);
+        let what = format!(
+            "{} agent={:?} request={:?}",
+            call.arguments, call.agent_rules, call.request_rules
+        );
         let seen = r.deny_asked(call).await;
         assert_eq!(seen.gate(), gate, "{what}: {}", seen.result.result);
-        assert_eq!(seen.rule(), (behavior.into(), rule.into(), source.into()), "{what}");
+        assert_eq!(
+            seen.rule(),
+            (behavior.into(), rule.into(), source.into()),
+            "{what}"
+        );
     }
     // A rule that does not parse is a clear error the model reads, not a crash.
     let seen = r
-        .deny_asked(with(shell("echo hi", AUTO), None, wire(&[], &[], &["shell("])))
+        .deny_asked(with(
+            shell("echo hi", AUTO),
+            None,
+            wire(&[], &[], &["shell("]),
+        ))
         .await;
     assert_eq!(seen.gate(), "refuse");
-    assert!(seen.result.result.contains("the request's permission rule `shell(`"), "{}", seen.result.result);
+    assert!(
+        seen.result
+            .result
+            .contains("the request's permission rule `shell(`"),
+        "{}",
+        seen.result.result
+    );
 }
 
 #[tokio::test]
@@ -395,10 +537,12 @@ async fn an_approval_answered_as_a_rule_is_checked_and_applies_to_later_calls() 
     let r = start_runner().await;
     // Answered with a rule that matches the call: kept.
     let seen = r
-        .run(shell("printf a", AUTO), (Decision::AllowSession, "shell(printf *)"))
+        .run(
+            shell("printf a", AUTO),
+            (Decision::AllowSession, "shell(printf *)"),
+        )
         .await;
-    assert!(seen.asked);
-    assert_eq!(seen.gate(), "run", "{}", seen.result.result);
+    assert!(seen.asked && seen.done(), "{}", seen.result.result);
     assert_eq!(seen.result.approval, Decision::AllowSession as i32);
     assert_eq!(seen.result.granted_rule, "shell(printf *)");
     assert_eq!(seen.record["approval"]["granted_rule"], "shell(printf *)");
@@ -414,10 +558,12 @@ async fn an_approval_answered_as_a_rule_is_checked_and_applies_to_later_calls() 
         let seen = r
             .run(shell("printf b", AUTO), (Decision::AllowSession, rule))
             .await;
-        assert_eq!(seen.gate(), "run", "{rule}: {}", seen.result.result);
+        assert!(seen.asked && seen.done(), "{rule}: {}", seen.result.result);
         assert_eq!(seen.result.approval, Decision::AllowOnce as i32, "{rule}");
         assert_eq!(seen.result.granted_rule, "", "{rule}");
-        let refused = seen.record["approval"]["rule_refused"].as_str().unwrap_or("");
+        let refused = seen.record["approval"]["rule_refused"]
+            .as_str()
+            .unwrap_or("");
         assert!(refused.contains(why), "{rule}: {refused}");
     }
 
@@ -425,16 +571,36 @@ async fn an_approval_answered_as_a_rule_is_checked_and_applies_to_later_calls() 
     // without a question, others still ask, deny and ask rules still win,
     // and the request's narrowing does not take back what the user granted.
     let granted = |mut s: ExecuteStart| {
-        s.session_rules = vec!["shell(printf *)".into(), "shell(echo ask *)".into(), "shell(rm *)".into()];
+        s.session_rules = vec![
+            "shell(printf *)".into(),
+            "shell(echo ask *)".into(),
+            "shell(rm *)".into(),
+        ];
         s
     };
     let table: Vec<(ExecuteStart, &str, (&str, &str, &str))> = vec![
-        (granted(shell("printf c", AUTO)), "run", ("allow", "shell(printf *)", "session")),
+        (
+            granted(shell("printf c", AUTO)),
+            "run",
+            ("allow", "shell(printf *)", "session"),
+        ),
         (granted(shell("printf c; ls", AUTO)), "ask", ("", "", "")),
         (granted(shell("ls", AUTO)), "ask", ("", "", "")),
-        (granted(shell("printf c", RO)), "refuse", ("allow", "shell(printf *)", "session")),
-        (granted(shell("echo ask x", AUTO)), "ask", ("ask", "shell(echo ask:*)", "deployment")),
-        (granted(shell("rm x", FULL)), "refuse", ("deny", "shell(rm:*)", "deployment")),
+        (
+            granted(shell("printf c", RO)),
+            "refuse",
+            ("allow", "shell(printf *)", "session"),
+        ),
+        (
+            granted(shell("echo ask x", AUTO)),
+            "ask",
+            ("ask", "shell(echo ask:*)", "deployment"),
+        ),
+        (
+            granted(shell("rm x", FULL)),
+            "refuse",
+            ("deny", "shell(rm:*)", "deployment"),
+        ),
         (
             {
                 let mut s = granted(shell("printf c", AUTO));
@@ -449,7 +615,11 @@ async fn an_approval_answered_as_a_rule_is_checked_and_applies_to_later_calls() 
         let what = call.arguments.clone();
         let seen = r.deny_asked(call).await;
         assert_eq!(seen.gate(), gate, "{what}: {}", seen.result.result);
-        assert_eq!(seen.rule(), (behavior.into(), rule.into(), source.into()), "{what}");
+        assert_eq!(
+            seen.rule(),
+            (behavior.into(), rule.into(), source.into()),
+            "{what}"
+        );
     }
     // A whole-tool grant (allow for the session without a rule) is an allow
     // rule of the session too, and names itself.
@@ -457,6 +627,9 @@ async fn an_approval_answered_as_a_rule_is_checked_and_applies_to_later_calls() 
     s.session_allowed_tools = vec!["shell".into()];
     let seen = r.deny_asked(s).await;
     assert_eq!(seen.gate(), "run");
-    assert_eq!(seen.rule(), ("allow".into(), "shell".into(), "session".into()));
+    assert_eq!(
+        seen.rule(),
+        ("allow".into(), "shell".into(), "session".into())
+    );
     assert_eq!(seen.record["approval"]["source"], "session");
 }

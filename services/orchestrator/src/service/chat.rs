@@ -120,7 +120,11 @@ impl OrchestratorService {
                             // Never wider than asked: the call runs once, nothing is kept.
                             Err(e) => {
                                 tracing::warn!(call_id = %a.call_id, error = %e, "approval rule refused; allowed once");
-                                crate::hub::ApprovalAnswer::plain(if d == Decision::Deny { d } else { Decision::AllowOnce })
+                                crate::hub::ApprovalAnswer::plain(if d == Decision::Deny {
+                                    d
+                                } else {
+                                    Decision::AllowOnce
+                                })
                             }
                         };
                         if !st.resolve_approval(&a.call_id, answer) {

@@ -189,7 +189,9 @@ impl Pipeline {
             inner: Arc::new(Inner {
                 tools: Tools::new(providers, registry),
                 rules: rules::Rules::parse(&config.permissions, rules::Source::Deployment)
-                    .map_err(|e| omicos_servicekit::ConfigError::key("permissions", e.to_string()))?,
+                    .map_err(|e| {
+                        omicos_servicekit::ConfigError::key("permissions", e.to_string())
+                    })?,
                 hooks,
                 workspace,
                 default_mode: PermissionMode::parse(&config.default_permission_mode)
@@ -642,7 +644,9 @@ impl Pipeline {
             match rules::Rule::parse(r, rules::Source::Session) {
                 Ok(rule) => session.add(rules::Behavior::Allow, rule),
                 // A grant that no longer parses only means a question again.
-                Err(e) => tracing::warn!(session = %req.session_id, error = %e, "session rule skipped"),
+                Err(e) => {
+                    tracing::warn!(session = %req.session_id, error = %e, "session rule skipped")
+                }
             }
         }
         out.add_unnarrowed(&session);

@@ -105,10 +105,7 @@ pub fn gate(
     rule: Option<&RuleDecision>,
 ) -> Gate {
     if let Some(d) = rule.filter(|d| d.behavior == Behavior::Deny) {
-        return Gate::Refuse(format!(
-            "refused: `{}` is denied by the {d}",
-            spec.name
-        ));
+        return Gate::Refuse(format!("refused: `{}` is denied by the {d}", spec.name));
     }
     let risk = Risk::try_from(spec.risk).unwrap_or(Risk::Read);
     let legacy_switch = match risk {
@@ -267,7 +264,12 @@ mod tests {
         for (mode, tool, behavior, want) in table {
             let d = behavior.map(rule);
             let g = gate(mode, Legacy::default(), tool, d.as_ref());
-            assert_eq!(g.as_str(), want, "{mode:?} {} {behavior:?}: {g:?}", tool.name);
+            assert_eq!(
+                g.as_str(),
+                want,
+                "{mode:?} {} {behavior:?}: {g:?}",
+                tool.name
+            );
         }
         // The message and the reason name the rule and its source.
         assert!(matches!(
@@ -289,12 +291,18 @@ mod tests {
             allow_shell: Some(true),
             allow_file_write: None,
         };
-        assert_eq!(gate(ro, legacy, &shell, Some(&rule(Deny))).as_str(), "refuse");
+        assert_eq!(
+            gate(ro, legacy, &shell, Some(&rule(Deny))).as_str(),
+            "refuse"
+        );
         assert_eq!(gate(ro, legacy, &shell, Some(&rule(Ask))).as_str(), "ask");
         // always_ask is not lifted by an allow rule.
         let mut plan = spec("plan", Risk::Read);
         plan.always_ask = true;
-        assert_eq!(gate(full, Legacy::default(), &plan, Some(&rule(Allow))).as_str(), "ask");
+        assert_eq!(
+            gate(full, Legacy::default(), &plan, Some(&rule(Allow))).as_str(),
+            "ask"
+        );
         assert_eq!(gate(full, Legacy::default(), &plan, None).as_str(), "ask");
     }
 
@@ -309,7 +317,12 @@ mod tests {
         )
         .unwrap();
         let full = PermissionMode::Full;
-        assert!(!visible(full, Legacy::default(), &spec("shell", Risk::Shell), &rules));
+        assert!(!visible(
+            full,
+            Legacy::default(),
+            &spec("shell", Risk::Shell),
+            &rules
+        ));
         // A deny with a specifier refuses some calls only: the tool stays.
         assert!(visible(
             full,
@@ -366,7 +379,17 @@ mod tests {
             gate(PermissionMode::Auto, only_shell, &write, None),
             Gate::Ask { .. }
         ));
-        assert!(!visible(PermissionMode::Full, deny, &shell, &Rules::default()));
-        assert!(visible(PermissionMode::ReadOnly, allow, &shell, &Rules::default()));
+        assert!(!visible(
+            PermissionMode::Full,
+            deny,
+            &shell,
+            &Rules::default()
+        ));
+        assert!(visible(
+            PermissionMode::ReadOnly,
+            allow,
+            &shell,
+            &Rules::default()
+        ));
     }
 }
