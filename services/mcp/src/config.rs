@@ -257,10 +257,7 @@ impl McpConfig {
                     ));
                 }
                 http::HeaderName::from_bytes(h.as_bytes()).map_err(|e| {
-                    ConfigError::key(
-                        key(&format!("headers.{h}")),
-                        format!("not a header name: {e}"),
-                    )
+                    ConfigError::key(key(&format!("headers.{h}")), format!("not a header name: {e}"))
                 })?;
             }
             require_nonzero(&key("startup_timeout"), s.startup_timeout)?;
@@ -272,9 +269,7 @@ impl McpConfig {
         }
         omicos_proto::PermissionMode::parse(&self.serve.permission_mode)
             .map_err(|e| ConfigError::key("mcp.serve.permission_mode", e.to_string()))?;
-        if !self.serve.listen.is_empty()
-            && self.serve.listen.parse::<std::net::SocketAddr>().is_err()
-        {
+        if !self.serve.listen.is_empty() && self.serve.listen.parse::<std::net::SocketAddr>().is_err() {
             return Err(ConfigError::key(
                 "mcp.serve.listen",
                 format!("expected host:port, got `{}`", self.serve.listen),
@@ -324,12 +319,7 @@ mod tests {
         assert!(e.contains("mcp.servers[1].name"), "{e}");
         let mut c = McpConfig::default();
         c.serve.permission_mode = "yolo".into();
-        assert!(
-            c.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("mcp.serve.permission_mode")
-        );
+        assert!(c.validate().unwrap_err().to_string().contains("mcp.serve.permission_mode"));
         assert!(McpConfig::default().validate().is_ok());
     }
 
@@ -353,16 +343,7 @@ mod tests {
             ..Default::default()
         };
         s.headers.insert("Authorization".into(), "Bearer x".into());
-        let e = McpConfig {
-            servers: vec![s],
-            ..Default::default()
-        }
-        .validate()
-        .unwrap_err()
-        .to_string();
-        assert!(
-            e.contains("mcp.servers[0].headers.Authorization") && e.contains("bearer_token"),
-            "{e}"
-        );
+        let e = McpConfig { servers: vec![s], ..Default::default() }.validate().unwrap_err().to_string();
+        assert!(e.contains("mcp.servers[0].headers.Authorization") && e.contains("bearer_token"), "{e}");
     }
 }

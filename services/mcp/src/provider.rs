@@ -51,18 +51,11 @@ impl Server {
 
     /// The last load error, if the server could not be loaded.
     pub fn status(&self) -> Result<(), String> {
-        self.status
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.status.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn specs(&self) -> Vec<ToolSpec> {
-        self.tools
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .specs
-            .clone()
+        self.tools.read().unwrap_or_else(|e| e.into_inner()).specs.clone()
     }
 
     fn own_name(&self, qualified: &str) -> Option<String> {
@@ -90,11 +83,7 @@ impl Server {
             specs.push(
                 omicos_toolkit::tool(&q, &description, Value::Object((*t.input_schema).clone()))
                     .risk(risk)
-                    .toolset(&format!(
-                        "{}{}",
-                        omicos_toolkit::toolsets::MCP_SERVER_TOOLSET,
-                        self.cfg.name
-                    ))
+                    .toolset(&format!("{}{}", omicos_toolkit::toolsets::MCP_SERVER_TOOLSET, self.cfg.name))
                     .provider(PROVIDER)
                     .build(),
             );
@@ -153,16 +142,9 @@ impl Server {
         let own = self
             .own_name(qualified)
             .ok_or_else(|| ToolError::UnknownTool(qualified.to_owned()))?;
-        let session = if self.cfg.per_session {
-            ctx.session_id.as_str()
-        } else {
-            SHARED
-        };
+        let session = if self.cfg.per_session { ctx.session_id.as_str() } else { SHARED };
         let live = self.instance(session).await?;
-        match live
-            .call(&own, args, ctx.events.clone(), ctx.cancel.clone())
-            .await
-        {
+        match live.call(&own, args, ctx.events.clone(), ctx.cancel.clone()).await {
             Ok(r) => crate::result::convert(r, &ctx),
             Err(CallFailure::Dead(msg)) => {
                 self.forget(&live, session).await;
@@ -205,10 +187,7 @@ impl McpProvider {
             servers.push(Arc::new(Server {
                 cfg: cfg.clone(),
                 workspace: workspace.to_owned(),
-                tools: RwLock::new(Tools {
-                    by_name: HashMap::new(),
-                    specs: Vec::new(),
-                }),
+                tools: RwLock::new(Tools { by_name: HashMap::new(), specs: Vec::new() }),
                 shared: Mutex::new(None),
                 sessions: Mutex::new(HashMap::new()),
                 list_changed: tx,
@@ -230,17 +209,13 @@ impl McpProvider {
 
     /// Load errors, one line per server that is not serving.
     pub fn errors(&self) -> Vec<String> {
-        self.servers
-            .iter()
-            .filter_map(|s| s.status().err())
-            .collect()
+        self.servers.iter().filter_map(|s| s.status().err()).collect()
     }
 
     fn server_of(&self, qualified: &str) -> Option<&Arc<Server>> {
         let rest = qualified.strip_prefix(naming::PREFIX)?;
         self.servers.iter().find(|s| {
-            rest.strip_prefix(s.name())
-                .is_some_and(|r| r.starts_with("__"))
+            rest.strip_prefix(s.name()).is_some_and(|r| r.starts_with("__"))
         })
     }
 }
@@ -262,27 +237,19 @@ async fn load(server: Arc<Server>) {
     *server.status.write().unwrap_or_else(|e| e.into_inner()) = result;
 }
 
-fn spawn_list_changed(
-    server: Weak<Server>,
-    mut rx: mpsc::UnboundedReceiver<()>,
-    on_change: OnChange,
-) {
+fn spawn_list_changed(server: Weak<Server>, mut rx: mpsc::UnboundedReceiver<()>, on_change: OnChange) {
     tokio::spawn(async move {
         while rx.recv().await.is_some() {
             // Several notifications in a burst make one refresh.
             while rx.try_recv().is_ok() {}
-            let Some(server) = server.upgrade() else {
-                return;
-            };
+            let Some(server) = server.upgrade() else { return };
             match server.refresh().await {
                 Ok(true) => {
                     tracing::info!(server = %server.name(), tools = server.specs().len(), "MCP tool list changed");
                     on_change();
                 }
                 Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(server = %server.name(), error = %e, "MCP tools/list after list_changed failed")
-                }
+                Err(e) => tracing::warn!(server = %server.name(), error = %e, "MCP tools/list after list_changed failed"),
             }
         }
     });

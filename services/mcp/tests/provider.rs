@@ -22,11 +22,7 @@ fn servers_dir() -> PathBuf {
 }
 
 fn bin(name: &str) -> String {
-    servers_dir()
-        .join("node_modules/.bin")
-        .join(name)
-        .display()
-        .to_string()
+    servers_dir().join("node_modules/.bin").join(name).display().to_string()
 }
 
 fn everything_stdio() -> ServerConfig {
@@ -42,40 +38,19 @@ fn misbehaving(name: &str, env: &[(&str, &str)]) -> ServerConfig {
     ServerConfig {
         name: name.into(),
         command: Some("node".into()),
-        args: vec![
-            servers_dir()
-                .join("fixtures/misbehaving.mjs")
-                .display()
-                .to_string(),
-        ],
-        env: env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
+        args: vec![servers_dir().join("fixtures/misbehaving.mjs").display().to_string()],
+        env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         startup_timeout: Duration::from_secs(20),
         ..Default::default()
     }
 }
 
-async fn provider(
-    servers: Vec<ServerConfig>,
-    dir: &std::path::Path,
-) -> (Arc<McpProvider>, Arc<AtomicUsize>) {
+async fn provider(servers: Vec<ServerConfig>, dir: &std::path::Path) -> (Arc<McpProvider>, Arc<AtomicUsize>) {
     let changes = Arc::new(AtomicUsize::new(0));
     let c = changes.clone();
-    let cfg = McpConfig {
-        servers,
-        ..Default::default()
-    };
+    let cfg = McpConfig { servers, ..Default::default() };
     cfg.validate().unwrap();
-    let p = McpProvider::start(
-        &cfg,
-        dir,
-        Arc::new(move || {
-            c.fetch_add(1, Ordering::SeqCst);
-        }),
-    )
-    .await;
+    let p = McpProvider::start(&cfg, dir, Arc::new(move || { c.fetch_add(1, Ordering::SeqCst); })).await;
     (p, changes)
 }
 
@@ -87,12 +62,7 @@ fn ctx(dir: &std::path::Path) -> (CallCtx, mpsc::Receiver<ProviderEvent>) {
 }
 
 fn spec<'a>(p: &'a [omicos_proto::ToolSpec], name: &str) -> &'a omicos_proto::ToolSpec {
-    p.iter().find(|t| t.name == name).unwrap_or_else(|| {
-        panic!(
-            "no tool {name} in {:?}",
-            p.iter().map(|t| &t.name).collect::<Vec<_>>()
-        )
-    })
+    p.iter().find(|t| t.name == name).unwrap_or_else(|| panic!("no tool {name} in {:?}", p.iter().map(|t| &t.name).collect::<Vec<_>>()))
 }
 
 #[tokio::test]
@@ -108,84 +78,33 @@ async fn everything_over_stdio_echo_sum_image_progress_and_cancel() {
     let schema: Value = serde_json::from_str(&echo.input_schema_json).unwrap();
     assert!(schema["properties"]["message"].is_object(), "{schema}");
     // A tool without readOnlyHint takes the server default (file_write).
-    assert_eq!(
-        spec(&tools, "mcp__everything__toggle-simulated-logging").risk,
-        Risk::FileWrite as i32
-    );
+    assert_eq!(spec(&tools, "mcp__everything__toggle-simulated-logging").risk, Risk::FileWrite as i32);
 
     let (c, _) = ctx(dir.path());
-    let v = p
-        .call(
-            "mcp__everything__echo",
-            json!({"message": "hello mcp"}),
-            c.clone(),
-        )
-        .await
-        .unwrap();
+    let v = p.call("mcp__everything__echo", json!({"message": "hello mcp"}), c.clone()).await.unwrap();
     assert_eq!(v, json!("Echo: hello mcp"));
-    let v = p
-        .call(
-            "mcp__everything__get-sum",
-            json!({"a": 2, "b": 40}),
-            c.clone(),
-        )
-        .await
-        .unwrap();
+    let v = p.call("mcp__everything__get-sum", json!({"a": 2, "b": 40}), c.clone()).await.unwrap();
     assert!(v.as_str().unwrap().contains("42"), "{v}");
 
     // The tiny image is saved under the session's outputs.
-    let v = p
-        .call("mcp__everything__get-tiny-image", json!({}), c.clone())
-        .await
-        .unwrap();
-    let img = v["content"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|b| b["type"] == "image")
-        .expect("an image block");
+    let v = p.call("mcp__everything__get-tiny-image", json!({}), c.clone()).await.unwrap();
+    let img = v["content"].as_array().unwrap().iter().find(|b| b["type"] == "image").expect("an image block");
     let path = img["path"].as_str().unwrap();
-    assert!(
-        path.starts_with(".omicos/outputs/sess-1/") && path.ends_with(".png"),
-        "{path}"
-    );
+    assert!(path.starts_with(".omicos/outputs/sess-1/") && path.ends_with(".png"), "{path}");
     let bytes = std::fs::read(dir.path().join(path)).unwrap();
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
 
     // Structured content and resource links are kept.
-    let v = p
-        .call(
-            "mcp__everything__get-structured-content",
-            json!({"location": "New York"}),
-            c.clone(),
-        )
-        .await
-        .unwrap();
+    let v = p.call("mcp__everything__get-structured-content", json!({"location": "New York"}), c.clone()).await.unwrap();
     assert!(v["structured_content"].is_object(), "{v}");
-    let v = p
-        .call(
-            "mcp__everything__get-resource-links",
-            json!({"count": 2}),
-            c.clone(),
-        )
-        .await
-        .unwrap();
-    let links = v["content"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|b| b["type"] == "resource_link")
-        .count();
+    let v = p.call("mcp__everything__get-resource-links", json!({"count": 2}), c.clone()).await.unwrap();
+    let links = v["content"].as_array().unwrap().iter().filter(|b| b["type"] == "resource_link").count();
     assert_eq!(links, 2, "{v}");
 
     // Progress notifications become tool_progress events.
     let (c2, mut rx) = ctx(dir.path());
     let v = p
-        .call(
-            "mcp__everything__trigger-long-running-operation",
-            json!({"duration": 1, "steps": 4}),
-            c2,
-        )
+        .call("mcp__everything__trigger-long-running-operation", json!({"duration": 1, "steps": 4}), c2)
         .await
         .unwrap();
     assert!(v.as_str().unwrap().contains("completed"), "{v}");
@@ -210,23 +129,12 @@ async fn everything_over_stdio_echo_sum_image_progress_and_cancel() {
     });
     let t = Instant::now();
     let e = p
-        .call(
-            "mcp__everything__trigger-long-running-operation",
-            json!({"duration": 20, "steps": 20}),
-            c3,
-        )
+        .call("mcp__everything__trigger-long-running-operation", json!({"duration": 20, "steps": 20}), c3)
         .await
         .unwrap_err();
     assert!(matches!(e, ToolError::Cancelled), "{e}");
-    assert!(
-        t.elapsed() < Duration::from_secs(5),
-        "cancel took {:?}",
-        t.elapsed()
-    );
-    let v = p
-        .call("mcp__everything__echo", json!({"message": "still here"}), c)
-        .await
-        .unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5), "cancel took {:?}", t.elapsed());
+    let v = p.call("mcp__everything__echo", json!({"message": "still here"}), c).await.unwrap();
     assert_eq!(v, json!("Echo: still here"));
 }
 
@@ -245,14 +153,8 @@ async fn everything_over_streamable_http() {
         .spawn()
         .unwrap();
     let t = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "server-everything (HTTP) did not listen"
-        );
+    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        assert!(t.elapsed() < Duration::from_secs(20), "server-everything (HTTP) did not listen");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let cfg = ServerConfig {
@@ -264,44 +166,18 @@ async fn everything_over_streamable_http() {
     let (p, _) = provider(vec![cfg], dir.path()).await;
     assert!(p.errors().is_empty(), "{:?}", p.errors());
     let (c, mut rx) = ctx(dir.path());
-    let v = p
-        .call(
-            "mcp__ev-http__echo",
-            json!({"message": "over http"}),
-            c.clone(),
-        )
-        .await
-        .unwrap();
+    let v = p.call("mcp__ev-http__echo", json!({"message": "over http"}), c.clone()).await.unwrap();
     assert_eq!(v, json!("Echo: over http"));
-    let v = p
-        .call("mcp__ev-http__get-sum", json!({"a": 1, "b": 2}), c.clone())
-        .await
-        .unwrap();
+    let v = p.call("mcp__ev-http__get-sum", json!({"a": 1, "b": 2}), c.clone()).await.unwrap();
     assert!(v.as_str().unwrap().contains('3'), "{v}");
+    let v = p.call("mcp__ev-http__get-tiny-image", json!({}), c.clone()).await.unwrap();
+    assert!(v["content"].as_array().unwrap().iter().any(|b| b["type"] == "image" && b["path"].is_string()), "{v}");
     let v = p
-        .call("mcp__ev-http__get-tiny-image", json!({}), c.clone())
-        .await
-        .unwrap();
-    assert!(
-        v["content"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|b| b["type"] == "image" && b["path"].is_string()),
-        "{v}"
-    );
-    let v = p
-        .call(
-            "mcp__ev-http__trigger-long-running-operation",
-            json!({"duration": 0.6, "steps": 3}),
-            c.clone(),
-        )
+        .call("mcp__ev-http__trigger-long-running-operation", json!({"duration": 0.6, "steps": 3}), c.clone())
         .await
         .unwrap();
     assert!(v.as_str().unwrap().contains("completed"));
-    let n = std::iter::from_fn(|| rx.try_recv().ok())
-        .filter(|e| matches!(e, ProviderEvent::Progress(_)))
-        .count();
+    let n = std::iter::from_fn(|| rx.try_recv().ok()).filter(|e| matches!(e, ProviderEvent::Progress(_))).count();
     assert_eq!(n, 3);
     let (c3, _) = ctx(dir.path());
     let cancel = c3.cancel.clone();
@@ -310,11 +186,7 @@ async fn everything_over_streamable_http() {
         cancel.cancel();
     });
     let e = p
-        .call(
-            "mcp__ev-http__trigger-long-running-operation",
-            json!({"duration": 20, "steps": 20}),
-            c3,
-        )
+        .call("mcp__ev-http__trigger-long-running-operation", json!({"duration": 20, "steps": 20}), c3)
         .await
         .unwrap_err();
     assert!(matches!(e, ToolError::Cancelled), "{e}");
@@ -328,15 +200,8 @@ async fn a_server_that_crashes_mid_call_fails_the_call_and_restarts() {
     assert!(p.errors().is_empty(), "{:?}", p.errors());
     let (c, _) = ctx(dir.path());
     let pid1 = p.call("mcp__bad__pid", json!({}), c.clone()).await.unwrap();
-    let e = p
-        .call("mcp__bad__crash", json!({}), c.clone())
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("`bad`") && e.contains("exited") && e.contains("restarted on the next call"),
-        "{e}"
-    );
+    let e = p.call("mcp__bad__crash", json!({}), c.clone()).await.unwrap_err().to_string();
+    assert!(e.contains("`bad`") && e.contains("exited") && e.contains("restarted on the next call"), "{e}");
     let pid2 = p.call("mcp__bad__pid", json!({}), c.clone()).await.unwrap();
     assert_ne!(pid1, pid2, "the next call runs on a new process");
 }
@@ -361,29 +226,12 @@ async fn a_server_that_never_starts_is_reported_and_the_others_serve() {
     assert!(t.elapsed() < Duration::from_secs(20));
     let errors = p.errors();
     assert_eq!(errors.len(), 2, "{errors:?}");
-    assert!(
-        errors[0].contains("`silent`") && errors[0].contains("did not start within 800ms"),
-        "{errors:?}"
-    );
-    assert!(
-        errors[1].contains("`missing`") && errors[1].contains("cannot start"),
-        "{errors:?}"
-    );
-    assert!(
-        p.tools()
-            .iter()
-            .all(|t| t.name.starts_with("mcp__everything__"))
-    );
+    assert!(errors[0].contains("`silent`") && errors[0].contains("did not start within 800ms"), "{errors:?}");
+    assert!(errors[1].contains("`missing`") && errors[1].contains("cannot start"), "{errors:?}");
+    assert!(p.tools().iter().all(|t| t.name.starts_with("mcp__everything__")));
     let (c, _) = ctx(dir.path());
-    assert!(
-        p.call("mcp__everything__echo", json!({"message": "x"}), c.clone())
-            .await
-            .is_ok()
-    );
-    let e = p
-        .call("mcp__silent__anything", json!({}), c)
-        .await
-        .unwrap_err();
+    assert!(p.call("mcp__everything__echo", json!({"message": "x"}), c.clone()).await.is_ok());
+    let e = p.call("mcp__silent__anything", json!({}), c).await.unwrap_err();
     assert!(matches!(e, ToolError::UnknownTool(_)), "{e}");
 }
 
@@ -394,9 +242,7 @@ async fn colliding_tool_names_are_refused_at_load_naming_both() {
     let errors = p.errors();
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
-        errors[0].contains("`get.sum`")
-            && errors[0].contains("`get_sum`")
-            && errors[0].contains("mcp__clash__get_sum"),
+        errors[0].contains("`get.sum`") && errors[0].contains("`get_sum`") && errors[0].contains("mcp__clash__get_sum"),
         "{errors:?}"
     );
     assert!(p.tools().is_empty());
@@ -406,10 +252,7 @@ async fn colliding_tool_names_are_refused_at_load_naming_both() {
     let (p, _) = provider(vec![cfg], dir.path()).await;
     assert!(p.errors().is_empty(), "{:?}", p.errors());
     let (c, _) = ctx(dir.path());
-    assert_eq!(
-        p.call("mcp__clash__get_sum", json!({}), c).await.unwrap(),
-        json!("b")
-    );
+    assert_eq!(p.call("mcp__clash__get_sum", json!({}), c).await.unwrap(), json!("b"));
 }
 
 #[tokio::test]
@@ -418,22 +261,14 @@ async fn tools_list_changed_refreshes_the_list_and_tells_the_runner() {
     let (p, changes) = provider(vec![misbehaving("dyn", &[])], dir.path()).await;
     assert!(p.tools().iter().all(|t| t.name != "mcp__dyn__added_1"));
     let (c, _) = ctx(dir.path());
-    p.call("mcp__dyn__add_tool", json!({}), c.clone())
-        .await
-        .unwrap();
+    p.call("mcp__dyn__add_tool", json!({}), c.clone()).await.unwrap();
     let t = Instant::now();
     while !p.tools().iter().any(|t| t.name == "mcp__dyn__added_1") {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "the new tool never appeared"
-        );
+        assert!(t.elapsed() < Duration::from_secs(10), "the new tool never appeared");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(changes.load(Ordering::SeqCst) >= 1);
-    assert_eq!(
-        p.call("mcp__dyn__added_1", json!({}), c).await.unwrap(),
-        json!("added_1 ran")
-    );
+    assert_eq!(p.call("mcp__dyn__added_1", json!({}), c).await.unwrap(), json!("added_1 ran"));
 }
 
 #[tokio::test]
@@ -460,16 +295,7 @@ async fn the_call_timeout_cancels_the_request() {
     cfg.call_timeout = Duration::from_millis(300);
     let (p, _) = provider(vec![cfg], dir.path()).await;
     let (c, _) = ctx(dir.path());
-    let e = p
-        .call("mcp__slow__wait", json!({"ms": 5000}), c.clone())
-        .await
-        .unwrap_err()
-        .to_string();
+    let e = p.call("mcp__slow__wait", json!({"ms": 5000}), c.clone()).await.unwrap_err().to_string();
     assert!(e.contains("did not answer within 300ms"), "{e}");
-    assert_eq!(
-        p.call("mcp__slow__wait", json!({"ms": 1}), c)
-            .await
-            .unwrap(),
-        json!("waited 1")
-    );
+    assert_eq!(p.call("mcp__slow__wait", json!({"ms": 1}), c).await.unwrap(), json!("waited 1"));
 }
