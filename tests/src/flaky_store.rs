@@ -106,10 +106,22 @@ impl SessionStore for FlakyStore {
     async fn put_approval(&self, id: &str, call_id: &str, owner: &str) -> StoreResult<()> {
         self.inner.put_approval(id, call_id, owner).await
     }
-    async fn decide_approval(&self, id: &str, call_id: &str, decision: i32) -> StoreResult<bool> {
-        self.inner.decide_approval(id, call_id, decision).await
+    async fn decide_approval(
+        &self,
+        id: &str,
+        call_id: &str,
+        decision: i32,
+        rule: &str,
+    ) -> StoreResult<bool> {
+        self.inner
+            .decide_approval(id, call_id, decision, rule)
+            .await
     }
-    async fn approval_decision(&self, id: &str, call_id: &str) -> StoreResult<Option<i32>> {
+    async fn approval_decision(
+        &self,
+        id: &str,
+        call_id: &str,
+    ) -> StoreResult<Option<(i32, String)>> {
         self.inner.approval_decision(id, call_id).await
     }
     async fn clear_approval(&self, id: &str, call_id: &str) -> StoreResult<()> {

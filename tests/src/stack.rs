@@ -387,6 +387,7 @@ impl ChatHandle {
                 msg: Some(chat_client_message::Msg::Approval(ApprovalDecision {
                     call_id: call_id.into(),
                     decision: decision as i32,
+                    rule: String::new(),
                 })),
             })
             .await

@@ -144,6 +144,7 @@ async fn call(url: &str, token: &str, rpc: Rpc, sid: &str) -> Outcome {
                 session_id: s,
                 call_id: "call_1".into(),
                 decision: Decision::AllowOnce as i32,
+                rule: String::new(),
             })
             .await,
         ),

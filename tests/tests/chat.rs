@@ -483,6 +483,7 @@ async fn approval_in_auto_mode_and_out_of_band() {
             session_id: "other".into(),
             call_id: call.clone(),
             decision: Decision::AllowOnce as i32,
+            ..Default::default()
         })
         .await;
     assert_eq!(wrong.unwrap_err().code(), tonic::Code::NotFound);
@@ -492,6 +493,7 @@ async fn approval_in_auto_mode_and_out_of_band() {
             session_id: session,
             call_id: call,
             decision: Decision::AllowOnce as i32,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -641,4 +643,162 @@ async fn a_deadline_that_is_not_reached_changes_nothing() {
         .await;
     assert_eq!(done_reason(&events).as_deref(), Some("completed"));
     assert_eq!(events_text(&events), "quick");
+}
+
+/// The tool_call records of a session's trajectory, by call id.
+fn trajectory_records(stack: &Stack, session: &str) -> std::collections::HashMap<String, Value> {
+    let traj = std::fs::read_to_string(
+        stack
+            .workspace
+            .join(".omicos/trajectories")
+            .join(session)
+            .join("trajectory.jsonl"),
+    )
+    .unwrap();
+    traj.lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["type"] == "tool_call")
+        .map(|l| {
+            (
+                l["record"]["id"].as_str().unwrap().to_owned(),
+                l["record"].clone(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_approval_answered_as_a_rule_lets_matching_calls_run_and_others_still_ask() {
+    let llm = FakeLlm::start(vec![
+        tools(&[("c1", "shell", r#"{"command":"printf one"}"#)]),
+        Reply::Text("one done".into()),
+        tools(&[
+            ("c2", "shell", r#"{"command":"printf two"}"#),
+            ("c3", "shell", r#"{"command":"printf two && ls"}"#),
+        ]),
+        Reply::Text("two done".into()),
+        tools(&[("c4", "shell", r#"{"command":"printf three"}"#)]),
+        Reply::Text("three refused".into()),
+    ])
+    .await;
+    let stack = Stack::start(llm.clone(), StackOptions::default()).await;
+    let mut client = stack.client().await;
+
+    // Turn 1: asked; answered out of band with a rule for the session.
+    let mut chat = stack.chat(req("print one", "auto")).await.unwrap();
+    let call = chat.until_approval().await;
+    assert_eq!(call, "c1");
+    let session = chat.events[0].session_id.clone();
+    let approve = |rule: &str, decision: Decision| omicos_proto::ApproveToolRequest {
+        session_id: session.clone(),
+        call_id: call.clone(),
+        decision: decision as i32,
+        rule: rule.into(),
+    };
+    // A rule that does not parse, or with a decision other than ALLOW_SESSION, is refused at once.
+    for (rule, decision, want) in [
+        ("shell(", Decision::AllowSession, "must end with `)`"),
+        (
+            "shell(printf *)",
+            Decision::AllowOnce,
+            "only come with ALLOW_SESSION",
+        ),
+    ] {
+        let e = client
+            .approve_tool(approve(rule, decision))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{rule}");
+        assert!(e.message().contains(want), "{rule}: {}", e.message());
+    }
+    client
+        .approve_tool(approve("shell(printf *)", Decision::AllowSession))
+        .await
+        .unwrap();
+    let events = chat.until_done().await;
+    let c1 = &finished_calls(&events)[0];
+    assert!(
+        c1.status() == ToolStatus::Done && c1.result.contains("one"),
+        "{}",
+        c1.result
+    );
+
+    // Turn 2: the matching call runs without a question; the compound one still asks.
+    let mut next = req("print two", "auto");
+    next.session_id = session.clone();
+    let mut chat = stack.chat(next).await.unwrap();
+    let asked = chat.until_approval().await;
+    assert_eq!(asked, "c3", "c2 must not ask");
+    chat.approve(&asked, Decision::Deny).await;
+    let events = chat.until_done().await;
+    let approvals: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Some(chat_event::Kind::ToolApprovalRequest(a)) => Some(a.call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(approvals, ["c3"]);
+    let done = finished_calls(&events);
+    let by_id = |id: &str| done.iter().find(|f| f.call_id == id).unwrap().clone();
+    assert_eq!(
+        by_id("c2").status(),
+        ToolStatus::Done,
+        "{}",
+        by_id("c2").result
+    );
+    assert!(by_id("c2").result.contains("two"), "{}", by_id("c2").result);
+    assert!(
+        by_id("c3").result.contains("denied by user"),
+        "{}",
+        by_id("c3").result
+    );
+
+    // Turn 3: a ChatRequest deny rule beats the session's grant, even in full mode.
+    let mut third = req("print three", "full");
+    third.session_id = session.clone();
+    third.permissions = Some(omicos_proto::PermissionRules {
+        deny: vec!["shell(printf three)".into()],
+        ..Default::default()
+    });
+    let events = stack.chat(third).await.unwrap().until_done().await;
+    let c4 = &finished_calls(&events)[0];
+    assert_eq!(c4.status(), ToolStatus::Error);
+    assert!(
+        c4.result
+            .contains("deny rule `shell(printf three)` (request)"),
+        "{}",
+        c4.result
+    );
+
+    // The trajectory names the rule that decided each call, and its source.
+    let rec = trajectory_records(&stack, &session);
+    assert_eq!(rec["c1"]["approval"]["granted_rule"], "shell(printf *)");
+    assert_eq!(rec["c1"]["permission"]["gate"], "ask");
+    assert_eq!(rec["c2"]["permission"]["gate"], "run");
+    assert_eq!(rec["c2"]["permission"]["rule"]["rule"], "shell(printf *)");
+    assert_eq!(rec["c2"]["permission"]["rule"]["source"], "session");
+    assert_eq!(rec["c2"]["permission"]["rule"]["behavior"], "allow");
+    assert_eq!(rec["c3"]["permission"]["gate"], "ask");
+    assert!(
+        rec["c3"]["permission"].get("rule").is_none(),
+        "{}",
+        rec["c3"]
+    );
+    assert_eq!(rec["c4"]["permission"]["gate"], "refuse");
+    assert_eq!(rec["c4"]["permission"]["rule"]["source"], "request");
+
+    // A ChatRequest whose rule does not parse is refused before a turn starts.
+    let mut bad = req("hi", "auto");
+    bad.permissions = Some(omicos_proto::PermissionRules {
+        allow: vec!["web_fetch(domain:)".into()],
+        ..Default::default()
+    });
+    let e = stack.chat(bad).await.err().expect("refused");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(
+        e.message().contains("web_fetch(domain:)"),
+        "{}",
+        e.message()
+    );
 }

@@ -105,6 +105,7 @@ async fn each_refusal_has_its_code_and_kind() {
             session_id: session.clone(),
             call_id: "not-waiting".into(),
             decision: Decision::AllowOnce as i32,
+            rule: String::new(),
         })
         .await
         .unwrap_err();
@@ -114,6 +115,7 @@ async fn each_refusal_has_its_code_and_kind() {
             session_id: session.clone(),
             call_id: "not-waiting".into(),
             decision: Decision::Unspecified as i32,
+            rule: String::new(),
         })
         .await
         .unwrap_err();

@@ -85,6 +85,7 @@ async fn approve_and_cancel_through_the_other_replica() {
         session_id: session.clone(),
         call_id: call.clone(),
         decision: Decision::AllowOnce as i32,
+        rule: String::new(),
     })
     .await
     .expect("the other replica accepts the decision");
@@ -106,6 +107,7 @@ async fn approve_and_cancel_through_the_other_replica() {
             session_id: session.clone(),
             call_id: call,
             decision: Decision::Deny as i32,
+            rule: String::new(),
         })
         .await
         .unwrap_err();

@@ -401,6 +401,7 @@ async fn approve_and_cancel_over_grpc_web() {
                     session_id: t.session_id.clone(),
                     call_id: "c_w".into(),
                     decision: Decision::AllowOnce as i32,
+                    rule: String::new(),
                 },
             )
             .await;

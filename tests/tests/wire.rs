@@ -73,7 +73,7 @@ fn field(number: u8, bytes: &[u8]) -> Vec<u8> {
     v
 }
 
-/// A ChatClientMessage { request: ChatRequest { message, permission_mode: "full" } }, by hand.
+/// A ChatClientMessage { request: ChatRequest { message, permission_mode: "full", permissions: None } }, by hand.
 fn chat_request_bytes(message: &[u8]) -> Vec<u8> {
     let mut request = field(2, message);
     request.extend(field(5, b"full"));

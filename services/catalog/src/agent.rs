@@ -71,6 +71,10 @@ pub struct AgentSpec {
     pub origin: String,
     /// Above the deployment's tier: listed, but cannot be made active.
     pub locked: bool,
+    /// Permission rules of the frontmatter (`permissions: {allow, ask, deny}`),
+    /// already checked to parse; the orchestrator sends them with every call
+    /// the agent makes, and the runner merges them with the deployment's.
+    pub permissions: omicos_rules::RuleLists,
 }
 
 impl AgentSpec {
@@ -101,6 +105,7 @@ impl AgentSpec {
             source: AgentSource::Placeholder,
             origin: String::new(),
             locked: false,
+            permissions: omicos_rules::RuleLists::default(),
         }
     }
 
@@ -202,6 +207,8 @@ struct Frontmatter {
     skills: OneOrMany,
     #[serde(default)]
     description: String,
+    #[serde(default)]
+    permissions: omicos_rules::RuleLists,
 }
 
 const KNOWN_KEYS: &[&str] = &[
@@ -217,6 +224,7 @@ const KNOWN_KEYS: &[&str] = &[
     "toolsets",
     "skills",
     "description",
+    "permissions",
 ];
 
 /// Whether an id is usable: it names files and travels in tool arguments.
@@ -287,6 +295,12 @@ pub fn parse_agent(
         }
         toolsets.push(t);
     }
+    // Fail closed: an agent whose rules cannot be read (a deny rule among
+    // them, perhaps) is not loaded at all.
+    if let Err(e) = omicos_rules::Rules::parse(&m.permissions, omicos_rules::Source::Agent) {
+        let line = frontmatter::line_of_key(text, "permissions");
+        return Err(format!("agent file {origin}:{line}: skipped: {e}"));
+    }
     let skills = m
         .skills
         .into_vec()
@@ -315,6 +329,7 @@ pub fn parse_agent(
             source,
             origin: origin.to_string(),
             locked: tier > deployment,
+            permissions: m.permissions,
         },
         warnings,
     ))
@@ -411,6 +426,24 @@ mod tests {
         );
         let (a, _) = parse_agent(text, "x.md", AgentSource::Cache, Tier::Lab).unwrap();
         assert!(!a.locked);
+    }
+
+    #[test]
+    fn frontmatter_permissions_are_kept_and_a_bad_rule_skips_the_agent() {
+        let text = "---\nid: git\npermissions:\n  allow: [\"shell(git status)\"]\n  deny: [\"shell(git push:*)\"]\n---\nbody";
+        let (a, w) = parse_agent(text, "g.md", AgentSource::Cache, Tier::Lab).unwrap();
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(a.permissions.allow, vec!["shell(git status)"]);
+        assert_eq!(a.permissions.deny, vec!["shell(git push:*)"]);
+        assert!(a.permissions.ask.is_empty());
+        let bad = "---\nid: git\npermissions:\n  deny: [\"shell(\"]\n---\nbody";
+        let e = parse_agent(bad, "g.md", AgentSource::Cache, Tier::Lab).unwrap_err();
+        assert!(
+            e.contains("g.md:3") && e.contains("permission rule `shell(`"),
+            "{e}"
+        );
+        let unknown = "---\nid: git\npermissions: {allow: [], maybe: []}\n---\nbody";
+        assert!(parse_agent(unknown, "g.md", AgentSource::Cache, Tier::Lab).is_err());
     }
 
     #[test]

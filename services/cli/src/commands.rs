@@ -274,6 +274,7 @@ pub async fn approve(
             session_id: session.to_owned(),
             call_id: call.to_owned(),
             decision: decision as i32,
+            rule: String::new(),
         })
         .await
         .map_err(CliError::Rpc)?;
@@ -366,7 +367,9 @@ mod tests {
 /// Asks `addr`'s grpc.health.v1 about `service` (`""`: the whole server).
 /// `SERVING` is Ok; any other answer, or no answer within 3 s, is an error.
 pub async fn health(addr: &str, service: &str) -> Result<String, CliError> {
-    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+    use tonic_health::pb::{
+        HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+    };
     let endpoint = tonic::transport::Endpoint::from_shared(addr.to_owned())
         .map_err(|e| CliError::Usage(format!("{addr} is not a URL: {e}")))?
         .connect_timeout(std::time::Duration::from_secs(3))
@@ -385,6 +388,9 @@ pub async fn health(addr: &str, service: &str) -> Result<String, CliError> {
     if status == ServingStatus::Serving {
         Ok(format!("{addr}: serving\n"))
     } else {
-        Err(CliError::NotServing(format!("{addr}: {}", status.as_str_name())))
+        Err(CliError::NotServing(format!(
+            "{addr}: {}",
+            status.as_str_name()
+        )))
     }
 }

@@ -348,6 +348,7 @@ pub async fn run_turn(
                     session_id: res.session_id.clone(),
                     call_id: a.call_id.clone(),
                     decision: decision as i32,
+                    rule: String::new(),
                 };
                 if let Err(s) = client.approve_tool(ask).await {
                     r.notice(&format!(

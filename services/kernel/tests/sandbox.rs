@@ -93,3 +93,64 @@ fn agent_policies_are_refused_for_kernels() {
         "{e}"
     );
 }
+
+/// A package index on the host's loopback that counts the requests it gets
+/// and answers each with 404 (no such package).
+fn counting_index() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            counted.fetch_add(1, Ordering::SeqCst);
+            let _ = s.write_all(
+                b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+        }
+    });
+    (port, hits)
+}
+
+#[tokio::test]
+async fn kernel_install_gets_the_network_for_the_install_only() {
+    use std::sync::atomic::Ordering;
+    let (ws, p) = provider(config(0));
+    let (port, hits) = counting_index();
+    let probe = format!(
+        "import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2).close()\n    net = 'open'\nexcept OSError as e:\n    net = type(e).__name__\nnet"
+    );
+    // Before: a cell of the session's kernel does not reach the host's index.
+    let r = run(&p, &ws, "s1", &probe).await.unwrap();
+    assert_ne!(value(&r), "'open'", "{r}");
+    assert_eq!(hits.load(Ordering::SeqCst), 0);
+
+    // The install does: pip asks the index (and gets 404, a clear failure).
+    let (c, _) = ctx(&ws, "s1");
+    let err = call(
+        &p,
+        "kernel_install",
+        serde_json::json!({
+            "packages": ["omicos-no-such-package"],
+            "index_url": format!("http://127.0.0.1:{port}/simple"),
+        }),
+        c,
+    )
+    .await
+    .expect_err("no such package");
+    assert!(err.to_string().contains("pip install failed"), "{err}");
+    let asked = hits.load(Ordering::SeqCst);
+    assert!(asked > 0, "pip never reached the index: {err}");
+
+    // After: the kernel is still confined, and lives on.
+    let r = run(&p, &ws, "s1", &probe).await.unwrap();
+    assert_ne!(value(&r), "'open'", "{r}");
+    assert_eq!(hits.load(Ordering::SeqCst), asked);
+    let r = run(&p, &ws, "s1", "1 + 1").await.unwrap();
+    assert_eq!(value(&r), "2", "{r}");
+    p.close().await;
+}

@@ -207,7 +207,7 @@ impl ServerHandler for Bridge {
                         }
                     };
                     let _ = ap_tx
-                        .send(ExecuteApproval { call_id: call_id.clone(), decision: decision as i32 })
+                        .send(ExecuteApproval { call_id: call_id.clone(), decision: decision as i32, rule: String::new() })
                         .await;
                 }
                 _ => {}

@@ -22,13 +22,64 @@ pub struct RunningTurn {
     pub lease_owner: String,
 }
 
+/// The answer to an approval request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApprovalAnswer {
+    /// Allow once, allow for the session, or deny.
+    pub decision: Decision,
+    /// With AllowSession: the allow rule to keep instead of the whole tool
+    /// (checked to parse at the edge; the runner checks it against the call).
+    pub rule: String,
+}
+
+impl ApprovalAnswer {
+    /// A decision without a rule.
+    pub fn plain(decision: Decision) -> Self {
+        Self {
+            decision,
+            rule: String::new(),
+        }
+    }
+
+    fn stored(decision: i32, rule: String) -> Self {
+        Self {
+            decision: Decision::try_from(decision).unwrap_or(Decision::Deny),
+            rule,
+        }
+    }
+}
+
+/// The longest rule an approval may carry (it travels in a NOTIFY payload).
+pub const MAX_APPROVAL_RULE_CHARS: usize = 1000;
+
+/// Checks the rule an approval was answered with: only with ALLOW_SESSION,
+/// bounded, and it must parse. The runner then checks it names the call's
+/// tool and matches the call.
+pub fn approval_rule(decision: Decision, rule: &str) -> Result<String, String> {
+    let rule = rule.trim();
+    if rule.is_empty() {
+        return Ok(String::new());
+    }
+    if decision != Decision::AllowSession {
+        return Err("a rule can only come with ALLOW_SESSION".into());
+    }
+    if rule.chars().count() > MAX_APPROVAL_RULE_CHARS {
+        return Err(format!(
+            "the rule is longer than {MAX_APPROVAL_RULE_CHARS} characters"
+        ));
+    }
+    omicos_rules::Rule::parse(rule, omicos_rules::Source::Session)
+        .map(|r| r.text().to_owned())
+        .map_err(|e| e.to_string())
+}
+
 /// One session's live state on this replica.
 pub struct SessionState {
     /// Session id.
     pub id: String,
     seq: tokio::sync::Mutex<u64>,
     tx: broadcast::Sender<ChatEvent>,
-    approvals: Mutex<HashMap<String, oneshot::Sender<Decision>>>,
+    approvals: Mutex<HashMap<String, oneshot::Sender<ApprovalAnswer>>>,
     allowed: Mutex<HashSet<String>>,
     turn: Mutex<Option<RunningTurn>>,
     store: Arc<dyn SessionStore>,
@@ -103,7 +154,7 @@ impl SessionState {
     /// Waits for the decision on `call_id`, and records the wait in the
     /// store (with the turn's lease owner) so that ApproveTool on any replica
     /// reaches it. A decision recorded meanwhile is delivered at once.
-    pub async fn wait_approval(&self, call_id: &str) -> oneshot::Receiver<Decision> {
+    pub async fn wait_approval(&self, call_id: &str) -> oneshot::Receiver<ApprovalAnswer> {
         let (tx, rx) = oneshot::channel();
         self.approvals
             .lock()
@@ -117,8 +168,10 @@ impl SessionState {
             {
                 // Still answerable on this replica (the Chat stream, ApproveTool here).
                 tracing::warn!(session = %self.id, call_id, error = %e, "pending approval not stored: other replicas cannot answer it");
-            } else if let Ok(Some(d)) = self.store.approval_decision(&self.id, call_id).await {
-                self.resolve_approval(call_id, Decision::try_from(d).unwrap_or(Decision::Deny));
+            } else if let Ok(Some((d, rule))) =
+                self.store.approval_decision(&self.id, call_id).await
+            {
+                self.resolve_approval(call_id, ApprovalAnswer::stored(d, rule));
             }
         }
         rx
@@ -132,7 +185,7 @@ impl SessionState {
     }
 
     /// Delivers a decision; false when no such call is waiting in this session.
-    pub fn resolve_approval(&self, call_id: &str, decision: Decision) -> bool {
+    pub fn resolve_approval(&self, call_id: &str, decision: ApprovalAnswer) -> bool {
         match self.approvals.lock().expect("approvals").remove(call_id) {
             Some(tx) => tx.send(decision).is_ok(),
             None => false,
@@ -148,21 +201,34 @@ impl SessionState {
             .is_some()
     }
 
-    /// Tools allowed for the rest of the session.
+    /// Tools allowed for the rest of the session (whole tools).
     pub fn allowed_tools(&self) -> Vec<String> {
+        self.grants(false)
+    }
+
+    /// Allow rules the session was granted (`shell(git *)`): approvals
+    /// answered as a rule. Kept in the same grants as whole tools; a grant
+    /// with a specifier is a rule (a tool name has no parentheses).
+    pub fn allowed_rules(&self) -> Vec<String> {
+        self.grants(true)
+    }
+
+    fn grants(&self, rules: bool) -> Vec<String> {
         let mut v: Vec<_> = self
             .allowed
             .lock()
             .expect("allowed")
             .iter()
+            .filter(|g| g.contains('(') == rules)
             .cloned()
             .collect();
         v.sort();
         v
     }
 
-    /// Remembers an allow-for-session decision, here and in the store (so
-    /// that it holds for the session's next turn on any replica).
+    /// Remembers an allow-for-session decision (a whole tool, or an allow
+    /// rule), here and in the store (so that it holds for the session's next
+    /// turn on any replica).
     pub async fn allow_for_session(&self, tool: &str) {
         self.allowed
             .lock()
@@ -311,12 +377,10 @@ impl Hub {
                     session,
                     call_id,
                     decision,
+                    rule,
                 } => {
                     if let Some(s) = self.existing(&session) {
-                        s.resolve_approval(
-                            &call_id,
-                            Decision::try_from(decision).unwrap_or(Decision::Deny),
-                        );
+                        s.resolve_approval(&call_id, ApprovalAnswer::stored(decision, rule));
                     }
                 }
                 Notice::Cancel { session, owner } => {
@@ -354,8 +418,8 @@ impl Hub {
                 .cloned()
                 .collect();
             for call_id in waiting {
-                if let Ok(Some(d)) = self.store.approval_decision(&s.id, &call_id).await {
-                    s.resolve_approval(&call_id, Decision::try_from(d).unwrap_or(Decision::Deny));
+                if let Ok(Some((d, rule))) = self.store.approval_decision(&s.id, &call_id).await {
+                    s.resolve_approval(&call_id, ApprovalAnswer::stored(d, rule));
                 }
             }
         }
@@ -440,10 +504,17 @@ mod tests {
             id: &str,
             call_id: &str,
             decision: i32,
+            rule: &str,
         ) -> StoreResult<bool> {
-            self.inner.decide_approval(id, call_id, decision).await
+            self.inner
+                .decide_approval(id, call_id, decision, rule)
+                .await
         }
-        async fn approval_decision(&self, id: &str, call_id: &str) -> StoreResult<Option<i32>> {
+        async fn approval_decision(
+            &self,
+            id: &str,
+            call_id: &str,
+        ) -> StoreResult<Option<(i32, String)>> {
             self.inner.approval_decision(id, call_id).await
         }
         async fn clear_approval(&self, id: &str, call_id: &str) -> StoreResult<()> {

@@ -197,18 +197,19 @@ impl Runner {
                 ));
             }
         };
-        let mut pending: Option<tokio::sync::oneshot::Receiver<Decision>> = None;
+        let mut pending: Option<tokio::sync::oneshot::Receiver<crate::hub::ApprovalAnswer>> = None;
         loop {
             let next = tokio::select! {
                 m = stream.message() => m,
                 d = async { pending.as_mut().expect("guarded").await }, if pending.is_some() => {
                     pending = None;
-                    let decision = d.unwrap_or(Decision::Deny);
+                    let answer = d.unwrap_or(crate::hub::ApprovalAnswer::plain(Decision::Deny));
+                    let decision = answer.decision;
                     session.clear_stored_approval(&call_id).await;
                     session.emit(tag.event(chat_event::Kind::ToolApprovalResolved(ToolApprovalResolved {
                         call_id: call_id.clone(), decision: decision as i32, source: "client".into() }))).await;
                     let _ = tx.send(ExecuteClientMessage { msg: Some(execute_client_message::Msg::Approval(
-                        ExecuteApproval { call_id: call_id.clone(), decision: decision as i32 })) }).await;
+                        ExecuteApproval { call_id: call_id.clone(), decision: decision as i32, rule: answer.rule })) }).await;
                     continue;
                 }
                 _ = cancel.cancelled() => {

@@ -139,11 +139,23 @@ pub trait SessionStore: Send + Sync + 'static {
     async fn grants(&self, id: &str) -> StoreResult<Vec<String>>;
     /// Records that the turn held by `owner` waits for a decision on `call_id`.
     async fn put_approval(&self, id: &str, call_id: &str, owner: &str) -> StoreResult<()>;
-    /// Records a decision for a pending, undecided approval and announces it
+    /// Records a decision for a pending, undecided approval, with the allow
+    /// rule it was answered with (empty: none), and announces it
     /// ([`Notice::Approval`]); false when no such approval is pending.
-    async fn decide_approval(&self, id: &str, call_id: &str, decision: i32) -> StoreResult<bool>;
-    /// The decision recorded for a pending approval (None: pending and undecided, or unknown).
-    async fn approval_decision(&self, id: &str, call_id: &str) -> StoreResult<Option<i32>>;
+    async fn decide_approval(
+        &self,
+        id: &str,
+        call_id: &str,
+        decision: i32,
+        rule: &str,
+    ) -> StoreResult<bool>;
+    /// The decision recorded for a pending approval and its rule (None:
+    /// pending and undecided, or unknown).
+    async fn approval_decision(
+        &self,
+        id: &str,
+        call_id: &str,
+    ) -> StoreResult<Option<(i32, String)>>;
     /// Forgets a pending approval (answered, or the runner stopped waiting).
     async fn clear_approval(&self, id: &str, call_id: &str) -> StoreResult<()>;
     /// Records a cancel request for the turn holding the session's live lease

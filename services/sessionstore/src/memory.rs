@@ -1,9 +1,9 @@
 //! An in-process store.
 
 use crate::{Lease, Notice, Notices, SessionMeta, SessionStore, StoreError, StoreResult, now_ms};
-use std::collections::BTreeSet;
 use async_trait::async_trait;
 use serde_json::Value;
+use std::collections::BTreeSet;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -15,7 +15,7 @@ struct Entry {
     lease: Option<(String, i64)>,
     grants: BTreeSet<String>,
     /// call id → (owner, decision).
-    approvals: HashMap<String, (String, Option<i32>)>,
+    approvals: HashMap<String, (String, Option<(i32, String)>)>,
     /// Owners of turns a cancel was requested for.
     cancels: BTreeSet<String>,
 }
@@ -40,7 +40,8 @@ impl SessionStore for MemoryStore {
         let mut s = self.sessions.lock().unwrap();
         let e = s.entry(meta.id.clone()).or_default();
         // The owner is the creator's for good.
-        let owner = (!e.meta.id.is_empty()).then(|| (e.meta.tenant.clone(), e.meta.subject.clone()));
+        let owner =
+            (!e.meta.id.is_empty()).then(|| (e.meta.tenant.clone(), e.meta.subject.clone()));
         e.meta = meta.clone();
         if let Some((tenant, subject)) = owner {
             e.meta.tenant = tenant;
@@ -187,7 +188,13 @@ impl SessionStore for MemoryStore {
         e.approvals.insert(call_id.into(), (owner.into(), None));
         Ok(())
     }
-    async fn decide_approval(&self, id: &str, call_id: &str, decision: i32) -> StoreResult<bool> {
+    async fn decide_approval(
+        &self,
+        id: &str,
+        call_id: &str,
+        decision: i32,
+        rule: &str,
+    ) -> StoreResult<bool> {
         let mut s = self.sessions.lock().unwrap();
         let Some(slot) = s.get_mut(id).and_then(|e| e.approvals.get_mut(call_id)) else {
             return Ok(false);
@@ -195,20 +202,25 @@ impl SessionStore for MemoryStore {
         if slot.1.is_some() {
             return Ok(false);
         }
-        slot.1 = Some(decision);
+        slot.1 = Some((decision, rule.to_owned()));
         drop(s);
         self.notices.publish(Notice::Approval {
             session: id.into(),
             call_id: call_id.into(),
             decision,
+            rule: rule.to_owned(),
         });
         Ok(true)
     }
-    async fn approval_decision(&self, id: &str, call_id: &str) -> StoreResult<Option<i32>> {
+    async fn approval_decision(
+        &self,
+        id: &str,
+        call_id: &str,
+    ) -> StoreResult<Option<(i32, String)>> {
         let s = self.sessions.lock().unwrap();
         Ok(s.get(id)
             .and_then(|e| e.approvals.get(call_id))
-            .and_then(|(_, d)| *d))
+            .and_then(|(_, d)| d.clone()))
     }
     async fn clear_approval(&self, id: &str, call_id: &str) -> StoreResult<()> {
         if let Some(e) = self.sessions.lock().unwrap().get_mut(id) {

@@ -37,6 +37,9 @@ pub enum Notice {
         call_id: String,
         /// The `omicos.v1.Decision` value.
         decision: i32,
+        /// With ALLOW_SESSION: the allow rule the user answered with (empty: none).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        rule: String,
     },
     /// A cancel was requested for the turn held by `owner`.
     Cancel {
@@ -130,6 +133,7 @@ mod tests {
                 session: "s".into(),
                 call_id: "c\"1".into(),
                 decision: 2,
+                rule: "shell(git *)".into(),
             },
             Notice::Cancel {
                 session: "s".into(),

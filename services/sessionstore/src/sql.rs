@@ -158,7 +158,6 @@ CREATE TABLE session_cancels (
 CREATE INDEX session_leases_expiry ON session_leases(expires_ms);
 "#;
 
-
 /// v2: each session belongs to the tenant and subject that created it;
 /// sessions from before belong to the laptop's principal (`default`, `local`).
 const SCHEMA_V2_OWNER: &str = r#"
@@ -167,9 +166,26 @@ ALTER TABLE sessions ADD COLUMN subject TEXT NOT NULL DEFAULT 'local';
 CREATE INDEX sessions_owner ON sessions(tenant, subject, last_active_ms);
 "#;
 
+/// v4 (issue 18): an approval can be answered with an allow rule to keep for
+/// the session ("shell(git *)"); the rule travels with the decision to the
+/// replica whose turn waits.
+const SCHEMA_V4_APPROVAL_RULE: &str = r#"
+ALTER TABLE session_approvals ADD COLUMN rule TEXT NOT NULL DEFAULT '';
+"#;
+
 /// Schema steps in order; index + 1 is the version.
-const SQLITE_MIGRATIONS: &[&str] = &[SQLITE_SCHEMA_V1, SCHEMA_V2_OWNER, SCHEMA_V3_STATE];
-const PG_MIGRATIONS: &[&str] = &[PG_SCHEMA_V1, SCHEMA_V2_OWNER, SCHEMA_V3_STATE];
+const SQLITE_MIGRATIONS: &[&str] = &[
+    SQLITE_SCHEMA_V1,
+    SCHEMA_V2_OWNER,
+    SCHEMA_V3_STATE,
+    SCHEMA_V4_APPROVAL_RULE,
+];
+const PG_MIGRATIONS: &[&str] = &[
+    PG_SCHEMA_V1,
+    SCHEMA_V2_OWNER,
+    SCHEMA_V3_STATE,
+    SCHEMA_V4_APPROVAL_RULE,
+];
 
 /// The columns `meta_from_row!` reads.
 macro_rules! meta_columns {
@@ -228,7 +244,12 @@ impl SqlStore {
                 let channel = pg_channel(p).await?;
                 let stop = listen(p, &channel, notices.clone()).await?;
                 let handle = stop.clone();
-                (notices, channel, Some(Arc::new(stop.drop_guard())), Some(handle))
+                (
+                    notices,
+                    channel,
+                    Some(Arc::new(stop.drop_guard())),
+                    Some(handle),
+                )
             }
         };
         let me = Self {
@@ -665,7 +686,7 @@ impl SessionStore for SqlStore {
         on_db!(&self.db, p => {
             sqlx::query(
                 "INSERT INTO session_approvals (session_id, call_id, owner, decision) VALUES ($1, $2, $3, NULL) \
-                 ON CONFLICT (session_id, call_id) DO UPDATE SET owner = excluded.owner, decision = NULL",
+                 ON CONFLICT (session_id, call_id) DO UPDATE SET owner = excluded.owner, decision = NULL, rule = ''",
             )
             .bind(id)
             .bind(call_id)
@@ -676,19 +697,27 @@ impl SessionStore for SqlStore {
         Ok(())
     }
 
-    async fn decide_approval(&self, id: &str, call_id: &str, decision: i32) -> StoreResult<bool> {
+    async fn decide_approval(
+        &self,
+        id: &str,
+        call_id: &str,
+        decision: i32,
+        rule: &str,
+    ) -> StoreResult<bool> {
         let n = Notice::Approval {
             session: id.into(),
             call_id: call_id.into(),
             decision,
+            rule: rule.into(),
         };
         let decided = in_tx!(&self.db, tx, pg => {
             let r = sqlx::query(
-                "UPDATE session_approvals SET decision = $3 WHERE session_id = $1 AND call_id = $2 AND decision IS NULL",
+                "UPDATE session_approvals SET decision = $3, rule = $4 WHERE session_id = $1 AND call_id = $2 AND decision IS NULL",
             )
             .bind(id)
             .bind(call_id)
             .bind(decision)
+            .bind(rule)
             .execute(&mut *tx)
             .await?;
             let decided = r.rows_affected() == 1;
@@ -703,15 +732,19 @@ impl SessionStore for SqlStore {
         Ok(decided)
     }
 
-    async fn approval_decision(&self, id: &str, call_id: &str) -> StoreResult<Option<i32>> {
-        let d: Option<Option<i32>> = on_db!(&self.db, p => {
-            sqlx::query_scalar("SELECT decision FROM session_approvals WHERE session_id = $1 AND call_id = $2")
+    async fn approval_decision(
+        &self,
+        id: &str,
+        call_id: &str,
+    ) -> StoreResult<Option<(i32, String)>> {
+        let d: Option<(Option<i32>, String)> = on_db!(&self.db, p => {
+            sqlx::query_as("SELECT decision, rule FROM session_approvals WHERE session_id = $1 AND call_id = $2")
                 .bind(id)
                 .bind(call_id)
                 .fetch_optional(p)
                 .await?
         });
-        Ok(d.flatten())
+        Ok(d.and_then(|(d, rule)| d.map(|d| (d, rule))))
     }
 
     async fn clear_approval(&self, id: &str, call_id: &str) -> StoreResult<()> {

@@ -425,14 +425,21 @@ async fn session_state_and_notices_cross_replicas() {
         assert!(a.try_lease_turn("s", "r1:t1", 60_000).await.unwrap());
         let mut rx_a = a.notices();
         assert!(
-            !other.decide_approval("s", "c1", 2).await.unwrap(),
+            !other.decide_approval("s", "c1", 2, "").await.unwrap(),
             "{name}: nothing pending yet"
         );
         a.put_approval("s", "c1", "r1:t1").await.unwrap();
         assert_eq!(a.approval_decision("s", "c1").await.unwrap(), None);
-        assert!(other.decide_approval("s", "c1", 2).await.unwrap(), "{name}");
+        // Answered with a rule (ALLOW_SESSION = 2): the rule travels with it.
         assert!(
-            !other.decide_approval("s", "c1", 3).await.unwrap(),
+            other
+                .decide_approval("s", "c1", 2, "shell(git *)")
+                .await
+                .unwrap(),
+            "{name}"
+        );
+        assert!(
+            !other.decide_approval("s", "c1", 3, "").await.unwrap(),
             "{name}: decided once"
         );
         assert_eq!(
@@ -440,11 +447,33 @@ async fn session_state_and_notices_cross_replicas() {
             Notice::Approval {
                 session: "s".into(),
                 call_id: "c1".into(),
-                decision: 2
+                decision: 2,
+                rule: "shell(git *)".into(),
             },
             "{name}"
         );
-        assert_eq!(a.approval_decision("s", "c1").await.unwrap(), Some(2));
+        assert_eq!(
+            a.approval_decision("s", "c1").await.unwrap(),
+            Some((2, "shell(git *)".to_owned()))
+        );
+        // Waiting again on the same call forgets the old answer and its rule.
+        a.put_approval("s", "c1", "r1:t1").await.unwrap();
+        assert_eq!(a.approval_decision("s", "c1").await.unwrap(), None);
+        assert!(other.decide_approval("s", "c1", 2, "").await.unwrap());
+        assert_eq!(
+            next_notice(&mut rx_a, "s").await,
+            Notice::Approval {
+                session: "s".into(),
+                call_id: "c1".into(),
+                decision: 2,
+                rule: String::new(),
+            },
+            "{name}"
+        );
+        assert_eq!(
+            a.approval_decision("s", "c1").await.unwrap(),
+            Some((2, String::new()))
+        );
 
         // A cancel request names the turn holding the live lease.
         assert_eq!(
@@ -497,8 +526,8 @@ async fn session_state_on_the_memory_store() {
     assert_eq!(s.grants("s").await.unwrap(), ["shell"]);
     assert!(s.try_lease_turn("s", "r:t", 60_000).await.unwrap());
     s.put_approval("s", "c", "r:t").await.unwrap();
-    assert!(s.decide_approval("s", "c", 1).await.unwrap());
-    assert!(!s.decide_approval("s", "c", 1).await.unwrap());
+    assert!(s.decide_approval("s", "c", 1, "").await.unwrap());
+    assert!(!s.decide_approval("s", "c", 1, "").await.unwrap());
     assert!(matches!(
         next_notice(&mut rx, "s").await,
         omicos_sessionstore::Notice::Approval { decision: 1, .. }

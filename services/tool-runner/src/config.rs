@@ -60,6 +60,10 @@ pub struct Config {
     pub service_secret: String,
     /// MCP servers whose tools the runner offers, and serving its tools over MCP.
     pub mcp: omicos_mcp::McpConfig,
+    /// The deployment's permission rules (`permissions: {allow, ask, deny}`,
+    /// Claude Code's syntax): deny, then ask, then allow, first match wins.
+    /// Agents' frontmatter adds to them; a ChatRequest can only narrow them.
+    pub permissions: omicos_rules::RuleLists,
 }
 
 impl Default for Config {
@@ -84,6 +88,7 @@ impl Default for Config {
             sandbox: omicos_sandbox::SandboxConfig::default(),
             service_secret: String::new(),
             mcp: omicos_mcp::McpConfig::default(),
+            permissions: omicos_rules::RuleLists::default(),
         }
     }
 }
@@ -193,6 +198,17 @@ impl ServiceConfig for Config {
             .validate()
             .map_err(|e| ConfigError::key(format!("sandbox.{}", e.key), e.reason))?;
         self.mcp.validate()?;
+        for (list, rules) in [
+            ("allow", &self.permissions.allow),
+            ("ask", &self.permissions.ask),
+            ("deny", &self.permissions.deny),
+        ] {
+            for (i, r) in rules.iter().enumerate() {
+                omicos_rules::Rule::parse(r, omicos_rules::Source::Deployment).map_err(|e| {
+                    ConfigError::key(format!("permissions.{list}[{i}]"), e.to_string())
+                })?;
+            }
+        }
         require_nonzero("registry_ttl", self.registry_ttl)?;
         require_nonzero("registry_resync", self.registry_resync)?;
         let url = self.registry_store_url.trim();
@@ -319,6 +335,25 @@ providers:
         )
         .unwrap_err();
         assert!(e.contains("only `command` hooks"), "{e}");
+    }
+
+    #[test]
+    fn permission_rules_load_from_the_file_and_the_environment() {
+        let cfg = load(
+            "permissions:\n  allow: [\"shell(git status)\"]\n  deny: [\"shell(rm:*)\"]\n",
+            &[("OMICOS_PERMISSIONS_ASK", "shell(git push:*), web_fetch")],
+        )
+        .unwrap();
+        assert_eq!(cfg.permissions.allow, vec!["shell(git status)"]);
+        assert_eq!(cfg.permissions.ask, vec!["shell(git push:*)", "web_fetch"]);
+        assert_eq!(cfg.permissions.deny, vec!["shell(rm:*)"]);
+        let e = load("permissions:\n  deny: [ok, \"shell(\"]\n", &[]).unwrap_err();
+        assert!(
+            e.contains("permissions.deny[1]") && e.contains("`shell(`"),
+            "{e}"
+        );
+        let e = load("permissions:\n  maybe: []\n", &[]).unwrap_err();
+        assert!(e.contains("maybe"), "{e}");
     }
 
     #[test]

@@ -8,8 +8,8 @@ pub mod allocator;
 pub mod catalog;
 pub mod config;
 pub mod error;
-pub mod metrics;
 pub mod mcp;
+pub mod metrics;
 pub mod pipeline;
 pub mod providers;
 pub mod record;
@@ -19,6 +19,7 @@ pub mod shared_registry;
 
 pub use config::Config;
 pub use error::RunnerError;
+pub use omicos_rules::RuleLists;
 pub use pipeline::{CallIo, CallOutcome, CallRequest, Pipeline};
 pub use record::ToolCallInfo;
 pub use registry::Registry;

@@ -66,6 +66,25 @@ pub struct ToolCallInfo {
     pub hooks: Vec<HookOutcome>,
     /// The approval, when one was needed.
     pub approval: Option<ApprovalRecord>,
+    /// What the permission stage decided and the rule that matched, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission: Option<PermissionRecord>,
+}
+
+/// The permission stage's decision (before hooks and the user): the mode,
+/// the legacy switches and the first matching rule, in that interplay
+/// (`pipeline::permission::gate`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct PermissionRecord {
+    /// `run`, `ask` or `refuse`.
+    pub gate: String,
+    /// Why: "permission mode", "allow rule", "ask rule `…` (deployment)",
+    /// or the refusal the model read.
+    pub reason: String,
+    /// The rule that matched (text, source and list), if one did; with
+    /// `gate: refuse` and an allow rule, the mode's ceiling decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<omicos_rules::Decision>,
 }
 
 /// Large arguments, kept out of the record in the workspace's spool
@@ -207,4 +226,10 @@ pub struct ApprovalRecord {
     pub source: ApprovalSource,
     /// Why approval was needed.
     pub reason: String,
+    /// The allow rule the user granted for the session with the approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub granted_rule: Option<String>,
+    /// Why the rule sent with the approval was not kept (then the call ran once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_refused: Option<String>,
 }

@@ -352,6 +352,7 @@ async fn approval_on_the_same_stream() {
                         msg: Some(In::Approval(ExecuteApproval {
                             call_id: "other".into(),
                             decision: Decision::AllowOnce as i32,
+                            rule: String::new(),
                         })),
                     })
                     .await
@@ -360,6 +361,7 @@ async fn approval_on_the_same_stream() {
                         msg: Some(In::Approval(ExecuteApproval {
                             call_id: a.call_id,
                             decision: decision as i32,
+                            rule: String::new(),
                         })),
                     })
                     .await

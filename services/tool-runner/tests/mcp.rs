@@ -69,7 +69,7 @@ async fn with_approval(p: &Pipeline, r: CallRequest, answer: Option<Decision>) -
     let mut seen = Vec::new();
     while let Some(m) = ev_rx.recv().await {
         if let (Some(Msg::ApprovalRequired(a)), Some(d)) = (&m.msg, answer) {
-            ap_tx.send(ExecuteApproval { call_id: a.call_id.clone(), decision: d as i32 }).await.unwrap();
+            ap_tx.send(ExecuteApproval { call_id: a.call_id.clone(), decision: d as i32, rule: String::new() }).await.unwrap();
         }
         seen.push(m);
     }

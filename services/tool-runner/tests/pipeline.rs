@@ -109,6 +109,7 @@ async fn with_approval(
                 .send(ExecuteApproval {
                     call_id: call_id.clone(),
                     decision: *d as i32,
+                    rule: String::new(),
                 })
                 .await
                 .unwrap();

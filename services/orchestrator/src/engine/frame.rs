@@ -460,9 +460,20 @@ impl Engine {
             session_allowed_tools: session.allowed_tools(),
             transcript_path: self.trajectories.path(&session.id).display().to_string(),
             execution_context_id: frame.context.clone(),
+            agent_rules: Some(omicos_proto::PermissionRules {
+                allow: frame.agent.permissions.allow.clone(),
+                ask: frame.agent.permissions.ask.clone(),
+                deny: frame.agent.permissions.deny.clone(),
+            }),
+            request_rules: Some(s.rules.clone()),
+            session_rules: session.allowed_rules(),
         };
         let r = self.runner.execute(start, session, tag, cancel).await;
-        if r.approval == Decision::AllowSession as i32 {
+        if !r.granted_rule.is_empty() {
+            // The runner checked the rule against the call. It is kept with
+            // the session's grants (a bare rule is a whole-tool grant).
+            session.allow_for_session(&r.granted_rule).await;
+        } else if r.approval == Decision::AllowSession as i32 {
             session
                 .allow_for_session(if r.tool_name.is_empty() {
                     &call.name

@@ -115,6 +115,8 @@ pub struct TurnSettings {
     pub team: Vec<String>,
     /// When the root turn must end (the client's `grpc-timeout`); None: no deadline.
     pub deadline: Option<tokio::time::Instant>,
+    /// The ChatRequest's permission rules (they only narrow; checked to parse).
+    pub rules: omicos_proto::PermissionRules,
 }
 
 impl TurnSettings {

@@ -115,7 +115,19 @@ impl OrchestratorService {
                 match m.msg {
                     Some(chat_client_message::Msg::Approval(a)) => {
                         let d = Decision::try_from(a.decision).unwrap_or(Decision::Deny);
-                        if !st.resolve_approval(&a.call_id, d) {
+                        let answer = match crate::hub::approval_rule(d, &a.rule) {
+                            Ok(rule) => crate::hub::ApprovalAnswer { decision: d, rule },
+                            // Never wider than asked: the call runs once, nothing is kept.
+                            Err(e) => {
+                                tracing::warn!(call_id = %a.call_id, error = %e, "approval rule refused; allowed once");
+                                crate::hub::ApprovalAnswer::plain(if d == Decision::Deny {
+                                    d
+                                } else {
+                                    Decision::AllowOnce
+                                })
+                            }
+                        };
+                        if !st.resolve_approval(&a.call_id, answer) {
                             tracing::warn!(call_id = %a.call_id, "approval for a call that is not waiting");
                         }
                     }
@@ -142,6 +154,16 @@ impl OrchestratorService {
     ) -> Result<Started, OrchestratorError> {
         // The principal's ceiling caps the mode and the legacy switches alike.
         let mode = who.ceiling_mode(PermissionMode::parse(&cr.permission_mode)?);
+        let rules = cr.permissions.clone().unwrap_or_default();
+        omicos_rules::Rules::parse(
+            &omicos_rules::RuleLists {
+                allow: rules.allow.clone(),
+                ask: rules.ask.clone(),
+                deny: rules.deny.clone(),
+            },
+            omicos_rules::Source::Request,
+        )
+        .map_err(|e| OrchestratorError::InvalidArgument(format!("permissions: {e}")))?;
         if cr.message.trim().is_empty() {
             return Err(OrchestratorError::InvalidArgument(
                 "message is empty".into(),
@@ -243,6 +265,7 @@ impl OrchestratorService {
             },
             team: team.members.clone(),
             deadline,
+            rules,
         };
         tokio::spawn(self.engine.clone().run_turn(
             state.clone(),

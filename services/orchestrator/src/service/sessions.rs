@@ -42,15 +42,21 @@ impl OrchestratorService {
                     "decision must be ALLOW_ONCE, ALLOW_SESSION or DENY".into(),
                 )
             })?;
+        let rule = crate::hub::approval_rule(decision, &r.rule)
+            .map_err(|e| OrchestratorError::InvalidArgument(format!("rule: {e}")))?;
+        let answer = crate::hub::ApprovalAnswer {
+            decision,
+            rule: rule.clone(),
+        };
         let local = self
             .hub
             .existing(&r.session_id)
-            .is_some_and(|s| s.resolve_approval(&r.call_id, decision));
+            .is_some_and(|s| s.resolve_approval(&r.call_id, answer));
         let ok = local
             || self
                 .hub
                 .store()
-                .decide_approval(&r.session_id, &r.call_id, decision as i32)
+                .decide_approval(&r.session_id, &r.call_id, decision as i32, &rule)
                 .await?;
         if ok {
             Ok(ApproveToolResponse {})

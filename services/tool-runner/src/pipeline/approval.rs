@@ -16,6 +16,9 @@ pub struct Answer {
     pub decision: Decision,
     /// What to record.
     pub record: ApprovalRecord,
+    /// With AllowSession: the allow rule to keep instead of the whole tool
+    /// (not yet validated; empty: none).
+    pub rule: String,
 }
 
 /// Sends `request` and waits for the matching decision.
@@ -29,6 +32,7 @@ pub async fn ask(
         decision: ApprovalDecision::Deny,
         source: ApprovalSource::None,
         reason: request.reason.clone(),
+        ..Default::default()
     };
     let call_id = request.call_id.clone();
     let sent = match &io.events {
@@ -99,6 +103,7 @@ pub async fn ask(
                         return Ok(Answer {
                             decision: d,
                             record,
+                            rule: a.rule.trim().to_owned(),
                         });
                     }
                     Decision::Deny => {

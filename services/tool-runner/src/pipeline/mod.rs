@@ -10,7 +10,7 @@ pub mod normalize;
 pub mod parse;
 pub mod permission;
 pub mod resolve;
-pub mod rules;
+pub use omicos_rules as rules;
 pub mod shape;
 pub mod validate;
 
@@ -18,7 +18,8 @@ use crate::catalog::Tools;
 use crate::config::Config;
 use crate::error::RunnerError;
 use crate::record::{
-    ApprovalDecision, ApprovalRecord, ApprovalSource, SpooledArguments, ToolCallInfo,
+    ApprovalDecision, ApprovalRecord, ApprovalSource, PermissionRecord, SpooledArguments,
+    ToolCallInfo,
 };
 use crate::registry::Registry;
 use hooks::{HookInput, Hooks, Verdict};
@@ -62,6 +63,22 @@ pub struct CallRequest {
     pub transcript_path: String,
     /// "root" or "root/<call_id>".
     pub execution_context_id: String,
+    /// The calling agent's rules (its frontmatter), merged with the deployment's.
+    pub agent_rules: rules::RuleLists,
+    /// The ChatRequest's rules: they only narrow.
+    pub request_rules: rules::RuleLists,
+    /// Allow rules the session was granted by approvals answered as a rule.
+    pub session_rules: Vec<String>,
+}
+
+/// The wire form of three rule lists.
+pub fn rule_lists(p: Option<omicos_proto::PermissionRules>) -> rules::RuleLists {
+    let p = p.unwrap_or_default();
+    rules::RuleLists {
+        allow: p.allow,
+        ask: p.ask,
+        deny: p.deny,
+    }
 }
 
 impl From<omicos_proto::ExecuteStart> for CallRequest {
@@ -81,6 +98,9 @@ impl From<omicos_proto::ExecuteStart> for CallRequest {
             session_allowed_tools: s.session_allowed_tools,
             transcript_path: s.transcript_path,
             execution_context_id: s.execution_context_id,
+            agent_rules: rule_lists(s.agent_rules),
+            request_rules: rule_lists(s.request_rules),
+            session_rules: s.session_rules,
         }
     }
 }
@@ -125,6 +145,8 @@ impl CallOutcome {
 
 struct Inner {
     tools: Tools,
+    /// The deployment's permission rules (config `permissions`).
+    rules: rules::Rules,
     hooks: Hooks,
     workspace: PathBuf,
     default_mode: PermissionMode,
@@ -166,6 +188,10 @@ impl Pipeline {
         Ok(Self {
             inner: Arc::new(Inner {
                 tools: Tools::new(providers, registry),
+                rules: rules::Rules::parse(&config.permissions, rules::Source::Deployment)
+                    .map_err(|e| {
+                        omicos_servicekit::ConfigError::key("permissions", e.to_string())
+                    })?,
                 hooks,
                 workspace,
                 default_mode: PermissionMode::parse(&config.default_permission_mode)
@@ -207,7 +233,7 @@ impl Pipeline {
         let tools: Vec<ToolSpec> = catalog
             .entries()
             .filter(|e| omicos_toolkit::toolsets::in_toolsets(toolsets, &e.spec.name))
-            .filter(|e| permission::visible(mode, legacy, &e.spec))
+            .filter(|e| permission::visible(mode, legacy, &e.spec, &self.inner.rules))
             .map(|e| e.spec.clone())
             .collect();
         let unknown = toolsets
@@ -300,6 +326,11 @@ impl Pipeline {
                 record_json: String::new(),
                 approval: approval as i32,
                 tool_name: rec.name.clone(),
+                granted_rule: rec
+                    .approval
+                    .as_ref()
+                    .and_then(|a| a.granted_rule.clone())
+                    .unwrap_or_default(),
             },
             record: rec,
         }
@@ -336,8 +367,15 @@ impl Pipeline {
         validate::validate(&tool, &args, &ctx, &rec.repairs).map_err(no)?;
         self.note_arguments_run(rec, &args, &req.arguments);
 
-        // 4. Risk and permission.
-        let mut gate = permission::gate(mode, req.legacy, &tool.spec, &req.session_allowed_tools);
+        // 4. Risk, permission mode and rules.
+        let rule_set = self.call_rules(req).map_err(no)?;
+        let decided = rule_set.decide(&self.rule_call(&tool.spec.name, &args));
+        let mut gate = permission::gate(mode, req.legacy, &tool.spec, decided.as_ref());
+        rec.permission = Some(PermissionRecord {
+            gate: gate.as_str().to_owned(),
+            reason: gate_reason(&gate),
+            rule: decided.clone(),
+        });
         if let Gate::Refuse(msg) = &gate {
             return Err(no(Failure::new(Stage::Permission, msg.clone())));
         }
@@ -361,6 +399,21 @@ impl Pipeline {
                     ),
                 ))
             })?;
+            // Deny rules see what will really run.
+            if let Some(d) = rule_set
+                .decide(&self.rule_call(&tool.spec.name, &updated))
+                .filter(|d| d.behavior == rules::Behavior::Deny)
+            {
+                let msg = format!(
+                    "refused: the PreToolUse hook rewrote the input into something the {d} refuses"
+                );
+                rec.permission = Some(PermissionRecord {
+                    gate: "refuse".into(),
+                    reason: msg.clone(),
+                    rule: Some(d),
+                });
+                return Err(no(Failure::new(Stage::Permission, msg)));
+            }
             args = updated;
             ctx.user_modified = true;
             rec.user_modified = true;
@@ -382,6 +435,7 @@ impl Pipeline {
                     decision: ApprovalDecision::AllowOnce,
                     source: ApprovalSource::Hook,
                     reason: "PreToolUse".into(),
+                    ..Default::default()
                 });
                 Gate::Run {
                     source: RunBecause::Hook,
@@ -401,13 +455,17 @@ impl Pipeline {
                 answer?
             }
             Gate::Run {
-                source: RunBecause::Session,
-            } => {
+                source: RunBecause::Rule,
+            } if decided
+                .as_ref()
+                .is_some_and(|d| d.source == rules::Source::Session) =>
+            {
                 rec.approval = Some(ApprovalRecord {
                     asked: false,
                     decision: ApprovalDecision::AllowSession,
                     source: ApprovalSource::Session,
-                    reason: String::new(),
+                    reason: decided.as_ref().map(|d| d.to_string()).unwrap_or_default(),
+                    ..Default::default()
                 });
                 Decision::Unspecified
             }
@@ -510,6 +568,7 @@ impl Pipeline {
                     decision: ApprovalDecision::AllowOnce,
                     source: ApprovalSource::Hook,
                     reason,
+                    ..Default::default()
                 });
                 return Ok(Decision::Unspecified);
             }
@@ -519,6 +578,7 @@ impl Pipeline {
                     decision: ApprovalDecision::Deny,
                     source: ApprovalSource::Hook,
                     reason,
+                    ..Default::default()
                 });
                 return Err((Failure::new(Stage::Permission, msg), Decision::Deny));
             }
@@ -533,7 +593,20 @@ impl Pipeline {
             reason,
         };
         match approval::ask(io, request, me.approval_timeout).await {
-            Ok(a) => {
+            Ok(mut a) => {
+                if a.decision == Decision::AllowSession && !a.rule.is_empty() {
+                    match self.session_rule(&a.rule, &spec.name, args) {
+                        Ok(text) => a.record.granted_rule = Some(text),
+                        Err(why) => {
+                            // Never wider than asked: the call the user saw
+                            // runs once, and nothing is kept for the session.
+                            tracing::warn!(call_id = %req.call_id, rule = %a.rule, %why, "approval rule refused");
+                            a.decision = Decision::AllowOnce;
+                            a.record.decision = ApprovalDecision::AllowOnce;
+                            a.record.rule_refused = Some(why);
+                        }
+                    }
+                }
                 rec.approval = Some(a.record);
                 Ok(a.decision)
             }
@@ -542,6 +615,72 @@ impl Pipeline {
                 Err((f, Decision::Deny))
             }
         }
+    }
+
+    /// The rules that decide this call: the deployment's and the agent's
+    /// (trusted alike), narrowed by the request's, then the session's grants
+    /// (whole tools and rules) as allow rules that the request does not
+    /// narrow (the user granted them) but every deny and ask rule beats.
+    fn call_rules(&self, req: &CallRequest) -> Result<rules::Rules, Failure> {
+        let bad = |what: &str, e: rules::RuleError| {
+            Failure::new(Stage::Permission, format!("the {what}'s {e}"))
+        };
+        let agent = rules::Rules::parse(&req.agent_rules, rules::Source::Agent)
+            .map_err(|e| bad("agent", e))?;
+        let request = rules::Rules::parse(&req.request_rules, rules::Source::Request)
+            .map_err(|e| bad("request", e))?;
+        let mut out = self.inner.rules.union(&agent).narrowed_by(&request);
+        if req.session_allowed_tools.is_empty() && req.session_rules.is_empty() {
+            return Ok(out);
+        }
+        let mut session = rules::Rules::default();
+        for t in &req.session_allowed_tools {
+            session.add(
+                rules::Behavior::Allow,
+                rules::Rule::whole_tool(t, rules::Source::Session),
+            );
+        }
+        for r in &req.session_rules {
+            match rules::Rule::parse(r, rules::Source::Session) {
+                Ok(rule) => session.add(rules::Behavior::Allow, rule),
+                // A grant that no longer parses only means a question again.
+                Err(e) => {
+                    tracing::warn!(session = %req.session_id, error = %e, "session rule skipped")
+                }
+            }
+        }
+        out.add_unnarrowed(&session);
+        Ok(out)
+    }
+
+    fn rule_call<'a>(&'a self, tool: &'a str, args: &'a Value) -> rules::Call<'a> {
+        rules::Call {
+            tool,
+            args,
+            workspace: &self.inner.workspace,
+        }
+    }
+
+    /// Checks an approval's rule before it is kept for the session: it
+    /// parses, names exactly the approved call's tool (no prefix reaching
+    /// other tools) and matches the approved call. Applied later, it is an
+    /// allow rule: every deny and ask rule beats it and the mode's ceiling
+    /// bounds it, so it never widens what the deployment allows.
+    fn session_rule(&self, text: &str, tool: &str, args: &Value) -> Result<String, String> {
+        let rule = rules::Rule::parse(text, rules::Source::Session).map_err(|e| e.to_string())?;
+        if !rule.names_exactly(tool) {
+            return Err(format!(
+                "the rule `{}` must name the approved tool `{tool}` exactly",
+                rule.text()
+            ));
+        }
+        if !rule.matches(&self.rule_call(tool, args), rules::Behavior::Allow) {
+            return Err(format!(
+                "the rule `{}` does not match the approved call",
+                rule.text()
+            ));
+        }
+        Ok(rule.text().to_owned())
     }
 
     /// Keeps the arguments as run in the record, unless they are large raw
@@ -635,6 +774,21 @@ impl Pipeline {
             tool_input: args,
             tool_use_id: &req.call_id,
         }
+    }
+}
+
+/// Why the gate decided as it did, for the record.
+fn gate_reason(g: &Gate) -> String {
+    match g {
+        Gate::Run { source } => match source {
+            RunBecause::Mode => "permission mode",
+            RunBecause::Legacy => "legacy switch",
+            RunBecause::Rule => "allow rule",
+            RunBecause::Hook => "hook",
+        }
+        .to_owned(),
+        Gate::Ask { reason } => reason.clone(),
+        Gate::Refuse(msg) => msg.clone(),
     }
 }
 

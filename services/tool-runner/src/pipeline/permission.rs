@@ -1,4 +1,5 @@
-//! Stage 4: risk class × permission mode, with the legacy switches.
+//! Stage 4: risk class × permission mode, with the legacy switches and the
+//! permission rules (see [`gate`] for how a rule and the mode combine).
 //!
 //! | mode      | Read | FileWrite | Python | Shell |
 //! |-----------|------|-----------|--------|-------|
@@ -9,10 +10,11 @@
 //! Legacy `allow_shell` / `allow_file_write`, when present, decide Shell /
 //! FileWrite outright (true: run, false: refuse) and win over the mode: the
 //! conservative compatibility rule of the original design. A tool marked
-//! `always_ask` is asked whatever the mode (unless refused). A tool the session
-//! already allowed runs without asking again.
+//! `always_ask` is asked whatever the mode (unless refused). A tool (or a
+//! rule) the session already allowed is an allow rule of source `session`.
 
 use super::normalize::{Failure, Stage};
+use super::rules::{Behavior, Call, Decision as RuleDecision, Rules};
 use omicos_proto::{PermissionMode, Risk, ToolSpec};
 
 /// The mode of a call: the wire value, or `default` when unspecified.
@@ -39,8 +41,9 @@ pub enum RunBecause {
     Mode,
     /// A legacy switch allows it.
     Legacy,
-    /// The session already allowed the tool.
-    Session,
+    /// An allow rule (deployment, agent, or one the session was granted)
+    /// answered the question the mode would have asked.
+    Rule,
     /// A PreToolUse hook allowed it.
     Hook,
 }
@@ -55,11 +58,22 @@ pub enum Gate {
     },
     /// Ask the user first; `reason` goes into ApprovalRequired.reason.
     Ask {
-        /// "permission_mode=auto", "always_ask", "hook".
+        /// "permission_mode=auto", "always_ask", "ask rule `…` (source)", "hook".
         reason: String,
     },
     /// Refused; the message is what the model reads.
     Refuse(String),
+}
+
+impl Gate {
+    /// `run`, `ask` or `refuse`, as in the record.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Gate::Run { .. } => "run",
+            Gate::Ask { .. } => "ask",
+            Gate::Refuse(_) => "refuse",
+        }
+    }
 }
 
 /// The risk class name used in messages and records.
@@ -72,13 +86,27 @@ pub fn risk_name(r: Risk) -> &'static str {
     }
 }
 
-/// Decides how `spec` may run under `mode` and `legacy`.
+/// Decides how `spec` may run under `mode` and `legacy`, given the rule
+/// that matched the call (deny, then ask, then allow; see [`rules`]):
+///
+/// 1. a deny rule refuses, whatever the mode (`full` too) or a legacy switch;
+/// 2. the ceiling: what the mode (or a legacy `false`) refuses stays refused:
+///    no rule makes a write run in `read_only`;
+/// 3. an ask rule asks, even where the mode (or a legacy `true`) would run;
+/// 4. a tool marked `always_ask` asks;
+/// 5. an allow rule runs what the mode would ask about (`auto`);
+/// 6. otherwise the mode table.
+///
+/// [`rules`]: super::rules
 pub fn gate(
     mode: PermissionMode,
     legacy: Legacy,
     spec: &ToolSpec,
-    session_allowed: &[String],
+    rule: Option<&RuleDecision>,
 ) -> Gate {
+    if let Some(d) = rule.filter(|d| d.behavior == Behavior::Deny) {
+        return Gate::Refuse(format!("refused: `{}` is denied by the {d}", spec.name));
+    }
     let risk = Risk::try_from(spec.risk).unwrap_or(Risk::Read);
     let legacy_switch = match risk {
         Risk::Shell => legacy.allow_shell.map(|b| (b, "allow_shell")),
@@ -113,22 +141,35 @@ pub fn gate(
             source: RunBecause::Mode,
         },
     };
+    if let Some(d) = rule.filter(|d| d.behavior == Behavior::Ask) {
+        return Gate::Ask {
+            reason: d.to_string(),
+        };
+    }
     if spec.always_ask {
         return Gate::Ask {
             reason: "always_ask".into(),
         };
     }
     match base {
-        Gate::Ask { .. } if session_allowed.iter().any(|t| t == &spec.name) => Gate::Run {
-            source: RunBecause::Session,
+        Gate::Ask { .. } if rule.is_some_and(|d| d.behavior == Behavior::Allow) => Gate::Run {
+            source: RunBecause::Rule,
         },
         other => other,
     }
 }
 
-/// Whether ListTools shows `spec` (hidden = refused if called).
-pub fn visible(mode: PermissionMode, legacy: Legacy, spec: &ToolSpec) -> bool {
-    !matches!(gate(mode, legacy, spec, &[]), Gate::Refuse(_))
+/// Whether ListTools shows `spec` (hidden = refused whatever its
+/// arguments: by the mode, a legacy switch, or a deny rule without a
+/// specifier such as `deny: [shell]`).
+pub fn visible(mode: PermissionMode, legacy: Legacy, spec: &ToolSpec, rules: &Rules) -> bool {
+    // Only a rule without a specifier matches a call without arguments.
+    let bare = rules.decide(&Call {
+        tool: &spec.name,
+        args: &serde_json::Value::Null,
+        workspace: std::path::Path::new("/"),
+    });
+    !matches!(gate(mode, legacy, spec, bare.as_ref()), Gate::Refuse(_))
 }
 
 #[cfg(test)]
@@ -166,7 +207,7 @@ mod tests {
             PermissionMode::Full,
         ] {
             for risk in risks {
-                let g = gate(mode, Legacy::default(), &spec("t", risk), &[]);
+                let g = gate(mode, Legacy::default(), &spec("t", risk), None);
                 let want = match (mode, risk) {
                     (_, Risk::Read) => "run",
                     (PermissionMode::ReadOnly, _) => "refuse",
@@ -180,47 +221,114 @@ mod tests {
                 };
                 assert_eq!(got, want, "{mode:?} × {risk:?}: {g:?}");
                 assert_eq!(
-                    visible(mode, Legacy::default(), &spec("t", risk)),
+                    visible(mode, Legacy::default(), &spec("t", risk), &Rules::default()),
                     want != "refuse"
                 );
             }
         }
     }
 
+    fn rule(behavior: Behavior) -> RuleDecision {
+        RuleDecision {
+            behavior,
+            rule: "shell(git:*)".into(),
+            source: super::super::rules::Source::Deployment,
+        }
+    }
+
     #[test]
-    fn session_allow_and_always_ask() {
+    fn rules_against_the_mode_deny_beats_all_ask_forces_allow_stays_under_the_ceiling() {
+        use Behavior::*;
         let shell = spec("shell", Risk::Shell);
+        let read = spec("file_manager__read", Risk::Read);
+        let (ro, auto, full) = (
+            PermissionMode::ReadOnly,
+            PermissionMode::Auto,
+            PermissionMode::Full,
+        );
+        let table = [
+            // (mode, tool, rule, want)
+            (full, &shell, Some(Deny), "refuse"),
+            (auto, &shell, Some(Deny), "refuse"),
+            (full, &read, Some(Deny), "refuse"),
+            (full, &shell, Some(Ask), "ask"),
+            (auto, &read, Some(Ask), "ask"),
+            (ro, &read, Some(Ask), "ask"),
+            (ro, &shell, Some(Ask), "refuse"),
+            (auto, &shell, Some(Allow), "run"),
+            (ro, &shell, Some(Allow), "refuse"),
+            (full, &shell, Some(Allow), "run"),
+            (auto, &shell, None, "ask"),
+            (ro, &shell, None, "refuse"),
+        ];
+        for (mode, tool, behavior, want) in table {
+            let d = behavior.map(rule);
+            let g = gate(mode, Legacy::default(), tool, d.as_ref());
+            assert_eq!(
+                g.as_str(),
+                want,
+                "{mode:?} {} {behavior:?}: {g:?}",
+                tool.name
+            );
+        }
+        // The message and the reason name the rule and its source.
+        assert!(matches!(
+            gate(full, Legacy::default(), &shell, Some(&rule(Deny))),
+            Gate::Refuse(m) if m.contains("deny rule `shell(git:*)` (deployment)")
+        ));
+        assert!(matches!(
+            gate(full, Legacy::default(), &shell, Some(&rule(Ask))),
+            Gate::Ask { reason } if reason == "ask rule `shell(git:*)` (deployment)"
+        ));
         assert_eq!(
-            gate(
-                PermissionMode::Auto,
-                Legacy::default(),
-                &shell,
-                &["shell".into()]
-            ),
+            gate(auto, Legacy::default(), &shell, Some(&rule(Allow))),
             Gate::Run {
-                source: RunBecause::Session
+                source: RunBecause::Rule
             }
         );
-        // Allowing another tool does not allow this one.
-        assert!(matches!(
-            gate(
-                PermissionMode::Auto,
-                Legacy::default(),
-                &shell,
-                &["other".into()]
-            ),
-            Gate::Ask { .. }
-        ));
+        // A deny beats a legacy switch; an ask rule asks where it would run.
+        let legacy = Legacy {
+            allow_shell: Some(true),
+            allow_file_write: None,
+        };
+        assert_eq!(
+            gate(ro, legacy, &shell, Some(&rule(Deny))).as_str(),
+            "refuse"
+        );
+        assert_eq!(gate(ro, legacy, &shell, Some(&rule(Ask))).as_str(), "ask");
+        // always_ask is not lifted by an allow rule.
         let mut plan = spec("plan", Risk::Read);
         plan.always_ask = true;
-        assert!(matches!(
-            gate(
-                PermissionMode::Full,
-                Legacy::default(),
-                &plan,
-                &["plan".into()]
-            ),
-            Gate::Ask { .. }
+        assert_eq!(
+            gate(full, Legacy::default(), &plan, Some(&rule(Allow))).as_str(),
+            "ask"
+        );
+        assert_eq!(gate(full, Legacy::default(), &plan, None).as_str(), "ask");
+    }
+
+    #[test]
+    fn a_bare_deny_rule_hides_the_tool() {
+        let rules = Rules::parse(
+            &super::super::rules::RuleLists {
+                deny: vec!["shell".into(), "file_manager__write(secrets/**)".into()],
+                ..Default::default()
+            },
+            super::super::rules::Source::Deployment,
+        )
+        .unwrap();
+        let full = PermissionMode::Full;
+        assert!(!visible(
+            full,
+            Legacy::default(),
+            &spec("shell", Risk::Shell),
+            &rules
+        ));
+        // A deny with a specifier refuses some calls only: the tool stays.
+        assert!(visible(
+            full,
+            Legacy::default(),
+            &spec("file_manager__write", Risk::FileWrite),
+            &rules
         ));
     }
 
@@ -239,27 +347,27 @@ mod tests {
         };
         // full + legacy false → refused.
         assert!(
-            matches!(gate(PermissionMode::Full, deny, &shell, &[]), Gate::Refuse(m) if m.contains("allow_shell=false"))
+            matches!(gate(PermissionMode::Full, deny, &shell, None), Gate::Refuse(m) if m.contains("allow_shell=false"))
         );
         assert!(
-            matches!(gate(PermissionMode::Full, deny, &write, &[]), Gate::Refuse(m) if m.contains("allow_file_write=false"))
+            matches!(gate(PermissionMode::Full, deny, &write, None), Gate::Refuse(m) if m.contains("allow_file_write=false"))
         );
         // read_only + legacy true → runs.
         assert_eq!(
-            gate(PermissionMode::ReadOnly, allow, &shell, &[]),
+            gate(PermissionMode::ReadOnly, allow, &shell, None),
             Gate::Run {
                 source: RunBecause::Legacy
             }
         );
         assert_eq!(
-            gate(PermissionMode::Auto, allow, &write, &[]),
+            gate(PermissionMode::Auto, allow, &write, None),
             Gate::Run {
                 source: RunBecause::Legacy
             }
         );
         // Python has no legacy switch: the mode decides.
         assert!(matches!(
-            gate(PermissionMode::ReadOnly, allow, &py, &[]),
+            gate(PermissionMode::ReadOnly, allow, &py, None),
             Gate::Refuse(_)
         ));
         // Only one legacy field present: the other class follows the mode.
@@ -268,10 +376,20 @@ mod tests {
             allow_file_write: None,
         };
         assert!(matches!(
-            gate(PermissionMode::Auto, only_shell, &write, &[]),
+            gate(PermissionMode::Auto, only_shell, &write, None),
             Gate::Ask { .. }
         ));
-        assert!(!visible(PermissionMode::Full, deny, &shell));
-        assert!(visible(PermissionMode::ReadOnly, allow, &shell));
+        assert!(!visible(
+            PermissionMode::Full,
+            deny,
+            &shell,
+            &Rules::default()
+        ));
+        assert!(visible(
+            PermissionMode::ReadOnly,
+            allow,
+            &shell,
+            &Rules::default()
+        ));
     }
 }

@@ -10,11 +10,41 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file omicos/v1/common.proto.
  */
 export const file_omicos_v1_common: GenFile = /*@__PURE__*/
-  fileDesc("ChZvbWljb3MvdjEvY29tbW9uLnByb3RvEglvbWljb3MudjEiyQEKCFRvb2xTcGVjEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSGQoRaW5wdXRfc2NoZW1hX2pzb24YAyABKAkSHQoEcmlzaxgEIAEoDjIPLm9taWNvcy52MS5SaXNrEg8KB2FsaWFzZXMYBSADKAkSGAoQZGVwcmVjYXRlZF9uYW1lcxgGIAMoCRIPCgd0b29sc2V0GAcgASgJEhIKCmFsd2F5c19hc2sYCCABKAgSEAoIcHJvdmlkZXIYCSABKAkirQEKDFRvb2xQcm9ncmVzcxIOCgZiYXJfaWQYASABKAkSDQoFbGFiZWwYAiABKAkSDwoHY3VycmVudBgDIAEoARINCgV0b3RhbBgEIAEoARIPCgdwZXJjZW50GAUgASgBEhEKCWVsYXBzZWRfcxgGIAEoARINCgVldGFfcxgHIAEoARIMCgR1bml0GAggASgJEgwKBGRvbmUYCSABKAgSDwoHbWVzc2FnZRgKIAEoCSIvCg9Ub29sT3V0cHV0Q2h1bmsSDgoGc3RyZWFtGAEgASgJEgwKBHRleHQYAiABKAkqSwoEUmlzaxINCglSSVNLX1JFQUQQABITCg9SSVNLX0ZJTEVfV1JJVEUQARIPCgtSSVNLX1BZVEhPThACEg4KClJJU0tfU0hFTEwQAypsCghEZWNpc2lvbhIYChRERUNJU0lPTl9VTlNQRUNJRklFRBAAEhcKE0RFQ0lTSU9OX0FMTE9XX09OQ0UQARIaChZERUNJU0lPTl9BTExPV19TRVNTSU9OEAISEQoNREVDSVNJT05fREVOWRADKlYKClRvb2xTdGF0dXMSGwoXVE9PTF9TVEFUVVNfVU5TUEVDSUZJRUQQABIUChBUT09MX1NUQVRVU19ET05FEAESFQoRVE9PTF9TVEFUVVNfRVJST1IQAiqEAQoOUGVybWlzc2lvbk1vZGUSHwobUEVSTUlTU0lPTl9NT0RFX1VOU1BFQ0lGSUVEEAASHQoZUEVSTUlTU0lPTl9NT0RFX1JFQURfT05MWRABEhgKFFBFUk1JU1NJT05fTU9ERV9BVVRPEAISGAoUUEVSTUlTU0lPTl9NT0RFX0ZVTEwQA2IGcHJvdG8z");
+  fileDesc("ChZvbWljb3MvdjEvY29tbW9uLnByb3RvEglvbWljb3MudjEiOwoPUGVybWlzc2lvblJ1bGVzEg0KBWFsbG93GAEgAygJEgsKA2FzaxgCIAMoCRIMCgRkZW55GAMgAygJIskBCghUb29sU3BlYxIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEhkKEWlucHV0X3NjaGVtYV9qc29uGAMgASgJEh0KBHJpc2sYBCABKA4yDy5vbWljb3MudjEuUmlzaxIPCgdhbGlhc2VzGAUgAygJEhgKEGRlcHJlY2F0ZWRfbmFtZXMYBiADKAkSDwoHdG9vbHNldBgHIAEoCRISCgphbHdheXNfYXNrGAggASgIEhAKCHByb3ZpZGVyGAkgASgJIq0BCgxUb29sUHJvZ3Jlc3MSDgoGYmFyX2lkGAEgASgJEg0KBWxhYmVsGAIgASgJEg8KB2N1cnJlbnQYAyABKAESDQoFdG90YWwYBCABKAESDwoHcGVyY2VudBgFIAEoARIRCgllbGFwc2VkX3MYBiABKAESDQoFZXRhX3MYByABKAESDAoEdW5pdBgIIAEoCRIMCgRkb25lGAkgASgIEg8KB21lc3NhZ2UYCiABKAkiLwoPVG9vbE91dHB1dENodW5rEg4KBnN0cmVhbRgBIAEoCRIMCgR0ZXh0GAIgASgJKksKBFJpc2sSDQoJUklTS19SRUFEEAASEwoPUklTS19GSUxFX1dSSVRFEAESDwoLUklTS19QWVRIT04QAhIOCgpSSVNLX1NIRUxMEAMqbAoIRGVjaXNpb24SGAoUREVDSVNJT05fVU5TUEVDSUZJRUQQABIXChNERUNJU0lPTl9BTExPV19PTkNFEAESGgoWREVDSVNJT05fQUxMT1dfU0VTU0lPThACEhEKDURFQ0lTSU9OX0RFTlkQAypWCgpUb29sU3RhdHVzEhsKF1RPT0xfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFAoQVE9PTF9TVEFUVVNfRE9ORRABEhUKEVRPT0xfU1RBVFVTX0VSUk9SEAIqhAEKDlBlcm1pc3Npb25Nb2RlEh8KG1BFUk1JU1NJT05fTU9ERV9VTlNQRUNJRklFRBAAEh0KGVBFUk1JU1NJT05fTU9ERV9SRUFEX09OTFkQARIYChRQRVJNSVNTSU9OX01PREVfQVVUTxACEhgKFFBFUk1JU1NJT05fTU9ERV9GVUxMEANiBnByb3RvMw");
 
 /**
  * A tool as the model and the pipeline see it.
+ * Permission rules in Claude Code's syntax (`shell(git status)`,
+ * `file_manager__write(docs/**)`, `web_fetch(domain:example.org)`): checked
+ * deny, then ask, then allow; the first match wins (docs/configuration.md).
  *
+ * @generated from message omicos.v1.PermissionRules
+ */
+export type PermissionRules = Message<"omicos.v1.PermissionRules"> & {
+  /**
+   * @generated from field: repeated string allow = 1;
+   */
+  allow: string[];
+
+  /**
+   * @generated from field: repeated string ask = 2;
+   */
+  ask: string[];
+
+  /**
+   * @generated from field: repeated string deny = 3;
+   */
+  deny: string[];
+};
+
+/**
+ * Describes the message omicos.v1.PermissionRules.
+ * Use `create(PermissionRulesSchema)` to create a new message.
+ */
+export const PermissionRulesSchema: GenMessage<PermissionRules> = /*@__PURE__*/
+  messageDesc(file_omicos_v1_common, 0);
+
+/**
  * @generated from message omicos.v1.ToolSpec
  */
 export type ToolSpec = Message<"omicos.v1.ToolSpec"> & {
@@ -81,7 +111,7 @@ export type ToolSpec = Message<"omicos.v1.ToolSpec"> & {
  * Use `create(ToolSpecSchema)` to create a new message.
  */
 export const ToolSpecSchema: GenMessage<ToolSpec> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_common, 0);
+  messageDesc(file_omicos_v1_common, 1);
 
 /**
  * Progress of a long-running tool call (a tqdm bar, a download).
@@ -145,7 +175,7 @@ export type ToolProgress = Message<"omicos.v1.ToolProgress"> & {
  * Use `create(ToolProgressSchema)` to create a new message.
  */
 export const ToolProgressSchema: GenMessage<ToolProgress> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_common, 1);
+  messageDesc(file_omicos_v1_common, 2);
 
 /**
  * A piece of output produced while a tool runs (stdout/stderr of a cell or command).
@@ -171,7 +201,7 @@ export type ToolOutputChunk = Message<"omicos.v1.ToolOutputChunk"> & {
  * Use `create(ToolOutputChunkSchema)` to create a new message.
  */
 export const ToolOutputChunkSchema: GenMessage<ToolOutputChunk> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_common, 2);
+  messageDesc(file_omicos_v1_common, 3);
 
 /**
  * Risk class of a tool. Decides how the permission mode treats it.

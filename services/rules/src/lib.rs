@@ -188,7 +188,7 @@ pub struct Call<'a> {
 }
 
 /// Which rule decided, and what it decided.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Decision {
     /// Allow, ask or deny.
     pub behavior: Behavior,
@@ -427,6 +427,23 @@ impl Rule {
         })
     }
 
+    /// The rule that matches every call of exactly `tool` (an
+    /// allow-for-session grant of a whole tool).
+    pub fn whole_tool(tool: &str, source: Source) -> Rule {
+        Rule {
+            text: tool.to_owned(),
+            source,
+            tool: ToolPattern::Exact(tool.to_owned()),
+            spec: Specifier::Any,
+        }
+    }
+
+    /// Whether the rule names exactly `tool` (not a prefix such as
+    /// `mcp__fs__*`, which could reach other tools).
+    pub fn names_exactly(&self, tool: &str) -> bool {
+        matches!(&self.tool, ToolPattern::Exact(t) if t == tool)
+    }
+
     /// The rule as written.
     pub fn text(&self) -> &str {
         &self.text
@@ -541,6 +558,9 @@ pub struct Rules {
     /// Allow lists of narrowing sources: an allow stands only if every one of
     /// them also allows the call.
     narrowing: Vec<Vec<Rule>>,
+    /// Allow rules checked after `allow` and outside the narrowing (the
+    /// session's grants: the user's own answers); deny and ask still win.
+    granted: Vec<Rule>,
 }
 
 impl Rules {
@@ -556,12 +576,16 @@ impl Rules {
             ask: parse(&lists.ask)?,
             allow: parse(&lists.allow)?,
             narrowing: Vec::new(),
+            granted: Vec::new(),
         })
     }
 
     /// No rule at all.
     pub fn is_empty(&self) -> bool {
-        self.deny.is_empty() && self.ask.is_empty() && self.allow.is_empty()
+        self.deny.is_empty()
+            && self.ask.is_empty()
+            && self.allow.is_empty()
+            && self.granted.is_empty()
     }
 
     /// Adds a rule to a list (an approval answered as a rule, for the session).
@@ -587,6 +611,7 @@ impl Rules {
                 .chain(&other.narrowing)
                 .cloned()
                 .collect(),
+            granted: cat(&self.granted, &other.granted),
         }
     }
 
@@ -606,6 +631,16 @@ impl Rules {
         out
     }
 
+    /// Adds `other`'s rules (deny, ask and allow) such that no narrowing
+    /// applies to its allow rules: for the session's grants, which the user
+    /// made by answering approvals. Every deny and ask rule still beats them.
+    pub fn add_unnarrowed(&mut self, other: &Rules) {
+        self.deny.extend(other.deny.iter().cloned());
+        self.ask.extend(other.ask.iter().cloned());
+        self.granted
+            .extend(other.allow.iter().chain(&other.granted).cloned());
+    }
+
     /// Deny, then ask, then allow; the first match wins. None: no rule decides.
     pub fn decide(&self, call: &Call<'_>) -> Option<Decision> {
         let decided = |r: &Rule, behavior| Decision {
@@ -622,12 +657,17 @@ impl Rules {
             .narrowing
             .iter()
             .all(|layer| layer.iter().any(|r| r.matches(call, Behavior::Allow)));
-        if !within {
-            return None;
-        }
-        self.allow
-            .iter()
-            .find(|r| r.matches(call, Behavior::Allow))
+        let allowed = if within {
+            self.allow.iter().find(|r| r.matches(call, Behavior::Allow))
+        } else {
+            None
+        };
+        allowed
+            .or_else(|| {
+                self.granted
+                    .iter()
+                    .find(|r| r.matches(call, Behavior::Allow))
+            })
             .map(|r| decided(r, Behavior::Allow))
     }
 }
@@ -992,6 +1032,45 @@ mod tests {
             })
             .unwrap();
         assert_eq!((dec.behavior, dec.source), (Allow, Source::Agent));
+    }
+
+    #[test]
+    fn session_grants_are_not_narrowed_but_lose_to_every_deny_and_ask() {
+        let deployment = rules(
+            &["shell(ls:*)"],
+            &["shell(git push:*)"],
+            &["shell(rm:*)"],
+            Source::Deployment,
+        );
+        let request = rules(&["shell(ls -la)"], &[], &[], Source::Request);
+        let mut r = deployment.narrowed_by(&request);
+        let session = rules(
+            &["shell(git *)", "shell(rm -f x)", "shell(cat:*)"],
+            &[],
+            &[],
+            Source::Session,
+        );
+        r.add_unnarrowed(&session);
+        assert_eq!(sh(&r, "ls -la"), d(Allow, "shell(ls:*)"));
+        // Narrowed away by the request, and no grant covers it.
+        assert_eq!(sh(&r, "ls docs"), None);
+        // A grant stands outside the narrowing...
+        assert_eq!(sh(&r, "git status"), d(Allow, "shell(git *)"));
+        assert_eq!(sh(&r, "cat a"), d(Allow, "shell(cat:*)"));
+        // ...but deny and ask rules of any source beat it.
+        assert_eq!(sh(&r, "git push"), d(Ask, "shell(git push:*)"));
+        assert_eq!(sh(&r, "rm -f x"), d(Deny, "shell(rm:*)"));
+        // A grant never allows a compound command.
+        assert_eq!(sh(&r, "git status && curl x"), None);
+        let dec = r
+            .decide(&Call {
+                tool: "shell",
+                args: &json!({"command": "git log"}),
+                workspace: Path::new(WS),
+            })
+            .unwrap();
+        assert_eq!(dec.source, Source::Session);
+        assert!(!r.is_empty());
     }
 
     #[test]
