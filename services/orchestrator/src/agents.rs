@@ -17,6 +17,8 @@ pub struct AgentProfile {
     pub system_prompt: String,
     /// Toolsets, runtime defaults (team, skill, memory) included.
     pub toolsets: Vec<String>,
+    /// The permission rules of its frontmatter, sent with each of its calls.
+    pub permissions: omicos_rules::RuleLists,
 }
 
 /// The agents of one conversation.
@@ -82,6 +84,7 @@ impl SingleAgent {
             description: SINGLE_DESCRIPTION.into(),
             system_prompt: SINGLE_PROMPT.into(),
             toolsets: vec![],
+            permissions: omicos_rules::RuleLists::default(),
         }
     }
 }
@@ -201,6 +204,7 @@ impl CatalogAgents {
             description: team.active.description.clone(),
             system_prompt: self.catalog.system_prompt(team),
             toolsets: self.catalog.runtime_toolsets(&team.active, team.len()),
+            permissions: team.active.permissions.clone(),
         }
     }
 }
