@@ -146,7 +146,10 @@ fn ev(seq: u64, kind: chat_event::Kind) -> ChatEvent {
 #[tonic::async_trait]
 impl Orchestrator for Floor {
     type ChatStream = Events;
-    async fn chat(&self, _r: Request<Streaming<ChatClientMessage>>) -> Result<Response<Events>, Status> {
+    async fn chat(
+        &self,
+        _r: Request<Streaming<ChatClientMessage>>,
+    ) -> Result<Response<Events>, Status> {
         let (tx, rx) = mpsc::channel(512);
         let pause = self.pause;
         tokio::spawn(async move {
@@ -158,7 +161,9 @@ impl Orchestrator for Floor {
             let head = [
                 next(chat_event::Kind::TurnStarted(TurnStarted::default())),
                 next(chat_event::Kind::ToolCallStarted(ToolCallStarted::default())),
-                next(chat_event::Kind::ToolCallFinished(ToolCallFinished::default())),
+                next(chat_event::Kind::ToolCallFinished(
+                    ToolCallFinished::default(),
+                )),
             ];
             for e in head {
                 let _ = tx.send(Ok(e)).await;
@@ -184,31 +189,58 @@ impl Orchestrator for Floor {
     async fn attach(&self, _r: Request<AttachRequest>) -> Result<Response<Events>, Status> {
         Err(Status::unimplemented("floor"))
     }
-    async fn cancel_turn(&self, _r: Request<CancelTurnRequest>) -> Result<Response<CancelTurnResponse>, Status> {
+    async fn cancel_turn(
+        &self,
+        _r: Request<CancelTurnRequest>,
+    ) -> Result<Response<CancelTurnResponse>, Status> {
         Err(Status::unimplemented("floor"))
     }
-    async fn approve_tool(&self, _r: Request<ApproveToolRequest>) -> Result<Response<ApproveToolResponse>, Status> {
+    async fn approve_tool(
+        &self,
+        _r: Request<ApproveToolRequest>,
+    ) -> Result<Response<ApproveToolResponse>, Status> {
         Err(Status::unimplemented("floor"))
     }
-    async fn list_agents(&self, _r: Request<ListAgentsRequest>) -> Result<Response<ListAgentsResponse>, Status> {
+    async fn list_agents(
+        &self,
+        _r: Request<ListAgentsRequest>,
+    ) -> Result<Response<ListAgentsResponse>, Status> {
         Err(Status::unimplemented("floor"))
     }
-    async fn list_sessions(&self, _r: Request<ListSessionsRequest>) -> Result<Response<ListSessionsResponse>, Status> {
+    async fn list_sessions(
+        &self,
+        _r: Request<ListSessionsRequest>,
+    ) -> Result<Response<ListSessionsResponse>, Status> {
         Err(Status::unimplemented("floor"))
     }
-    async fn get_session(&self, _r: Request<GetSessionRequest>) -> Result<Response<Session>, Status> {
+    async fn get_session(
+        &self,
+        _r: Request<GetSessionRequest>,
+    ) -> Result<Response<Session>, Status> {
         Err(Status::unimplemented("floor"))
     }
-    async fn delete_session(&self, _r: Request<DeleteSessionRequest>) -> Result<Response<DeleteSessionResponse>, Status> {
+    async fn delete_session(
+        &self,
+        _r: Request<DeleteSessionRequest>,
+    ) -> Result<Response<DeleteSessionResponse>, Status> {
         Err(Status::unimplemented("floor"))
     }
-    async fn refresh_catalog(&self, _r: Request<RefreshCatalogRequest>) -> Result<Response<RefreshCatalogResponse>, Status> {
+    async fn refresh_catalog(
+        &self,
+        _r: Request<RefreshCatalogRequest>,
+    ) -> Result<Response<RefreshCatalogResponse>, Status> {
         Err(Status::unimplemented("floor"))
     }
-    async fn list_agent_tools(&self, _r: Request<ListAgentToolsRequest>) -> Result<Response<ListAgentToolsResponse>, Status> {
+    async fn list_agent_tools(
+        &self,
+        _r: Request<ListAgentToolsRequest>,
+    ) -> Result<Response<ListAgentToolsResponse>, Status> {
         Err(Status::unimplemented("floor"))
     }
-    async fn compact(&self, _r: Request<CompactRequest>) -> Result<Response<CompactResponse>, Status> {
+    async fn compact(
+        &self,
+        _r: Request<CompactRequest>,
+    ) -> Result<Response<CompactResponse>, Status> {
         Err(Status::unimplemented("floor"))
     }
 }
@@ -220,7 +252,11 @@ impl Orchestrator for Floor {
 fn server_cpu_ms() -> u64 {
     // Clock ticks: 100 per second on Linux.
     let mut ticks = 0u64;
-    for t in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+    for t in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         let p = t.path();
         let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
         let comm = comm.trim();
@@ -229,7 +265,9 @@ fn server_cpu_ms() -> u64 {
         }
         let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
         // Fields after the `(comm)`: state is field 3, utime 14, stime 15.
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
         let f: Vec<&str> = rest.split_whitespace().collect();
         if f.len() > 12 {
             ticks += f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0);
@@ -269,7 +307,11 @@ async fn connect(url: &str) -> Client {
 }
 
 /// One turn's Chat stream, checked. Returns (session, events received, delta ages µs).
-async fn one_turn(mut c: Client, i: usize, full_check: bool) -> Result<(String, Vec<ChatEvent>, Vec<u64>), String> {
+async fn one_turn(
+    mut c: Client,
+    i: usize,
+    full_check: bool,
+) -> Result<(String, Vec<ChatEvent>, Vec<u64>), String> {
     let (tx, rx) = mpsc::channel(4);
     tx.send(ChatClientMessage {
         msg: Some(chat_client_message::Msg::Request(ChatRequest {
@@ -296,7 +338,9 @@ async fn one_turn(mut c: Client, i: usize, full_check: bool) -> Result<(String, 
         match &m.kind {
             Some(chat_event::Kind::Heartbeat(_)) => continue,
             Some(chat_event::Kind::TextDelta(t)) => {
-                ages.push(age_us(&t.text).ok_or_else(|| format!("turn {i}: delta {:?} is not one the model sent", t.text))?)
+                ages.push(age_us(&t.text).ok_or_else(|| {
+                    format!("turn {i}: delta {:?} is not one the model sent", t.text)
+                })?)
             }
             _ => {}
         }
@@ -307,15 +351,25 @@ async fn one_turn(mut c: Client, i: usize, full_check: bool) -> Result<(String, 
         }
     }
     drop(tx);
-    let session = events.first().map(|e| e.session_id.clone()).unwrap_or_default();
+    let session = events
+        .first()
+        .map(|e| e.session_id.clone())
+        .unwrap_or_default();
     // Nothing lost or doubled: seqs consecutive, TurnStarted .. TurnDone, every delta once.
     let first = events.first().map(|e| e.event_seq).unwrap_or(0);
     for (k, e) in events.iter().enumerate() {
         if e.event_seq != first + k as u64 {
-            return Err(format!("turn {i}: event {k} has seq {} (expected {})", e.event_seq, first + k as u64));
+            return Err(format!(
+                "turn {i}: event {k} has seq {} (expected {})",
+                e.event_seq,
+                first + k as u64
+            ));
         }
     }
-    if !matches!(events.first().and_then(|e| e.kind.as_ref()), Some(chat_event::Kind::TurnStarted(_))) {
+    if !matches!(
+        events.first().and_then(|e| e.kind.as_ref()),
+        Some(chat_event::Kind::TurnStarted(_))
+    ) {
         return Err(format!("turn {i}: does not start with TurnStarted"));
     }
     match events.last().and_then(|e| e.kind.as_ref()) {
@@ -330,27 +384,42 @@ async fn one_turn(mut c: Client, i: usize, full_check: bool) -> Result<(String, 
         })
         .collect();
     if full_check && (finished.len() != 1 || finished[0].status() != ToolStatus::Ok) {
-        return Err(format!("turn {i}: file_manager__list did not finish once, ok: {finished:?}"));
+        return Err(format!(
+            "turn {i}: file_manager__list did not finish once, ok: {finished:?}"
+        ));
     }
     if ages.len() != DELTAS {
-        return Err(format!("turn {i}: {} deltas, expected {DELTAS}", ages.len()));
+        return Err(format!(
+            "turn {i}: {} deltas, expected {DELTAS}",
+            ages.len()
+        ));
     }
     Ok((session, events, ages))
 }
 
 /// The client's events of a turn equal the store's log (same seqs, same bytes).
-async fn check_against_store(store: &dyn SessionStore, session: &str, events: &[ChatEvent]) -> Result<(), String> {
+async fn check_against_store(
+    store: &dyn SessionStore,
+    session: &str,
+    events: &[ChatEvent],
+) -> Result<(), String> {
     let since = events[0].event_seq - 1;
     let stored = store
         .events_since(session, since)
         .await
         .map_err(|e| format!("{session}: {e}"))?;
     if stored.len() != events.len() {
-        return Err(format!("{session}: client has {} events, store {}", events.len(), stored.len()));
+        return Err(format!(
+            "{session}: client has {} events, store {}",
+            events.len(),
+            stored.len()
+        ));
     }
     for ((seq, bytes), e) in stored.iter().zip(events) {
         if *seq != e.event_seq || *bytes != e.encode_to_vec() {
-            return Err(format!("{session}: seq {seq} differs between client and store"));
+            return Err(format!(
+                "{session}: seq {seq} differs between client and store"
+            ));
         }
     }
     Ok(())
@@ -380,7 +449,13 @@ impl Figures {
 }
 
 /// `turns` concurrent turns (at most `window` at a time), all checked.
-async fn run_turns(url: &str, store: Option<&Arc<dyn SessionStore>>, turns: usize, window: usize, full: bool) -> Figures {
+async fn run_turns(
+    url: &str,
+    store: Option<&Arc<dyn SessionStore>>,
+    turns: usize,
+    window: usize,
+    full: bool,
+) -> Figures {
     let clients: Vec<Client> = {
         let mut v = vec![];
         for _ in 0..8 {
@@ -448,10 +523,21 @@ fn list(var: &str, default: &str) -> Vec<String> {
 
 fn main() {
     EPOCH.get_or_init(Instant::now);
-    let turns: Vec<usize> = list("LOAD_TURNS", "100,1000").iter().map(|s| s.parse().expect("LOAD_TURNS")).collect();
-    let idle: usize = std::env::var("LOAD_IDLE").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
+    let turns: Vec<usize> = list("LOAD_TURNS", "100,1000")
+        .iter()
+        .map(|s| s.parse().expect("LOAD_TURNS"))
+        .collect();
+    let idle: usize = std::env::var("LOAD_IDLE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000);
     let stores = list("LOAD_STORES", "memory,sqlite,postgres");
-    let pause = Duration::from_millis(std::env::var("LOAD_DELTA_MS").ok().and_then(|s| s.parse().ok()).unwrap_or(10));
+    let pause = Duration::from_millis(
+        std::env::var("LOAD_DELTA_MS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(10),
+    );
 
     // The server side on its own runtime, so that its CPU can be told apart.
     let orch = tokio::runtime::Builder::new_multi_thread()
@@ -467,9 +553,13 @@ fn main() {
         .build()
         .unwrap();
 
-    println!("load: {DELTAS} deltas of {DELTA_CHARS} chars per turn, {pause:?} apart; idle sessions: {idle}");
+    println!(
+        "load: {DELTAS} deltas of {DELTA_CHARS} chars per turn, {pause:?} apart; idle sessions: {idle}"
+    );
     println!();
-    println!("| store | concurrent turns | orchestrator CPU ms/turn | events/s | latency p50 ms | latency p99 ms |");
+    println!(
+        "| store | concurrent turns | orchestrator CPU ms/turn | events/s | latency p50 ms | latency p99 ms |"
+    );
     println!("|---|---|---|---|---|---|");
 
     // The floor: the same events over a bare tonic stream.
@@ -590,7 +680,9 @@ fn main() {
     }
     if !idle_rows.is_empty() {
         println!();
-        println!("| store | idle sessions | resident KiB per idle session | events/s while making them | CPU ms/turn |");
+        println!(
+            "| store | idle sessions | resident KiB per idle session | events/s while making them | CPU ms/turn |"
+        );
         println!("|---|---|---|---|---|");
         for r in idle_rows {
             println!("{r}");

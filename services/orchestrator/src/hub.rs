@@ -364,7 +364,13 @@ impl Hub {
             if let Ok(true) = self.store.cancel_requested(&s.id, &t.lease_owner).await {
                 t.cancel.cancel();
             }
-            let waiting: Vec<String> = s.approvals.lock().expect("approvals").keys().cloned().collect();
+            let waiting: Vec<String> = s
+                .approvals
+                .lock()
+                .expect("approvals")
+                .keys()
+                .cloned()
+                .collect();
             for call_id in waiting {
                 if let Ok(Some(d)) = self.store.approval_decision(&s.id, &call_id).await {
                     s.resolve_approval(&call_id, Decision::try_from(d).unwrap_or(Decision::Deny));
@@ -447,7 +453,12 @@ mod tests {
         async fn put_approval(&self, id: &str, call_id: &str, owner: &str) -> StoreResult<()> {
             self.inner.put_approval(id, call_id, owner).await
         }
-        async fn decide_approval(&self, id: &str, call_id: &str, decision: i32) -> StoreResult<bool> {
+        async fn decide_approval(
+            &self,
+            id: &str,
+            call_id: &str,
+            decision: i32,
+        ) -> StoreResult<bool> {
             self.inner.decide_approval(id, call_id, decision).await
         }
         async fn approval_decision(&self, id: &str, call_id: &str) -> StoreResult<Option<i32>> {
@@ -515,6 +526,8 @@ mod tests {
             .unwrap();
         let hub = Arc::new(Hub::new(store.clone()));
         tokio::spawn(hub.clone().dispatch_notices());
+        // Let the dispatcher subscribe before anything is announced.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         let st = hub.state("s").await.unwrap();
         let rx = st.subscribe();
         // The turn task holds the session while the turn runs.
@@ -531,7 +544,12 @@ mod tests {
         assert_eq!(hub.live_sessions(), 1, "the running turn keeps it");
 
         // A decision made through the store (ApproveTool, any replica) reaches it.
-        assert!(store.decide_approval("s", "c1", Decision::AllowOnce as i32).await.unwrap());
+        assert!(
+            store
+                .decide_approval("s", "c1", Decision::AllowOnce as i32)
+                .await
+                .unwrap()
+        );
         let d = tokio::time::timeout(std::time::Duration::from_secs(5), decision)
             .await
             .expect("decided within 5 s")
@@ -571,6 +589,9 @@ mod tests {
         let mut rx = st.subscribe();
         assert_eq!(st.emit(ChatEvent::default()).await, 0);
         assert_eq!(st.last_seq().await, 0);
-        assert!(rx.try_recv().is_err(), "nothing that is not durable is published");
+        assert!(
+            rx.try_recv().is_err(),
+            "nothing that is not durable is published"
+        );
     }
 }

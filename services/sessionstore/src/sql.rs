@@ -159,7 +159,6 @@ CREATE TABLE session_cancels (
 CREATE INDEX session_leases_expiry ON session_leases(expires_ms);
 "#;
 
-
 /// v2: each session belongs to the tenant and subject that created it;
 /// sessions from before belong to the laptop's principal (`default`, `local`).
 const SCHEMA_V2_OWNER: &str = r#"
@@ -231,7 +230,12 @@ impl SqlStore {
                 let channel = pg_channel(p).await?;
                 let stop = listen(p, &channel, notices.clone()).await?;
                 let handle = stop.clone();
-                (notices, channel, Some(Arc::new(stop.drop_guard())), Some(handle))
+                (
+                    notices,
+                    channel,
+                    Some(Arc::new(stop.drop_guard())),
+                    Some(handle),
+                )
             }
         };
         let writer = group_commit::Writer::spawn(db.clone(), channel.clone(), notices.clone());

@@ -390,23 +390,36 @@ async fn kill_9_during_batched_writes_loses_nothing_committed() {
                 .unwrap();
             let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
             while seen.iter().sum::<u64>() < 800 * (round + 1) {
-                let (w, seq) = reported(&lines.next().expect("crash writer stopped early").unwrap());
+                let (w, seq) =
+                    reported(&lines.next().expect("crash writer stopped early").unwrap());
                 seen[w] = seen[w].max(seq);
             }
             child.kill().unwrap(); // SIGKILL
             child.wait().unwrap();
 
             let s = SqlStore::open(&b.url).await.expect("reopens after kill -9");
-            assert_eq!(s.integrity_check().await.unwrap(), "ok", "{} round {round}", b.name);
+            assert_eq!(
+                s.integrity_check().await.unwrap(),
+                "ok",
+                "{} round {round}",
+                b.name
+            );
             for (w, seen) in seen.iter_mut().enumerate() {
                 let id = format!("crash-{w}");
                 let last = s.last_seq(&id).await.unwrap();
-                assert!(last >= *seen, "{} {id}: every reported event committed ({last} < {seen})", b.name);
+                assert!(
+                    last >= *seen,
+                    "{} {id}: every reported event committed ({last} < {seen})",
+                    b.name
+                );
                 let events = s.events_since(&id, 0).await.unwrap();
                 assert_eq!(events.len() as u64, last, "{} {id}", b.name);
                 assert!(
-                    events.iter().enumerate().all(|(i, (seq, body))| *seq == i as u64 + 1
-                        && *body == format!("event {seq}").into_bytes()),
+                    events
+                        .iter()
+                        .enumerate()
+                        .all(|(i, (seq, body))| *seq == i as u64 + 1
+                            && *body == format!("event {seq}").into_bytes()),
                     "{} {id}: gap-free, with the content written",
                     b.name
                 );

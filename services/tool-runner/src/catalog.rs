@@ -170,15 +170,15 @@ impl Catalog {
     }
 }
 
-/// SipHash with fixed keys over the encoded specs: stable across processes
-/// of one build (a runner of another build may digest the same catalog
-/// differently, which costs its callers one full answer, never a wrong one).
+/// SipHash with fixed keys over every field of the specs (their `Debug`
+/// form names them all): stable across processes of one build (a runner of
+/// another build may digest the same catalog differently, which costs its
+/// callers one full answer, never a wrong one). Done once per rebuild.
 fn digest(entries: &[Arc<ToolEntry>]) -> u64 {
-    use prost::Message;
     use std::hash::{Hash, Hasher};
     let mut h = std::hash::DefaultHasher::new();
     for e in entries {
-        e.spec.encode_to_vec().hash(&mut h);
+        format!("{:?}", e.spec).hash(&mut h);
         matches!(e.route, Route::Local(_)).hash(&mut h);
     }
     h.finish()

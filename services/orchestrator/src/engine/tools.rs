@@ -107,7 +107,8 @@ struct ToolKey {
 /// confirms it; a runner whose tools differ answers in full and replaces it.
 #[derive(Default)]
 pub struct ToolCache {
-    entries: std::sync::Mutex<std::collections::HashMap<ToolKey, (String, std::sync::Arc<AgentTools>)>>,
+    entries:
+        std::sync::Mutex<std::collections::HashMap<ToolKey, (String, std::sync::Arc<AgentTools>)>>,
 }
 
 impl ToolCache {
