@@ -42,12 +42,7 @@ pub async fn client_at(url: &str) -> Client {
 }
 
 /// An API key entry for `token`.
-pub fn api_key(
-    token: &str,
-    principal: &str,
-    tenant: &str,
-    max_mode: &str,
-) -> omicos_auth::ApiKeyConfig {
+pub fn api_key(token: &str, principal: &str, tenant: &str, max_mode: &str) -> omicos_auth::ApiKeyConfig {
     omicos_auth::ApiKeyConfig {
         sha256: omicos_auth::sha256_hex(token),
         principal: principal.into(),
@@ -170,9 +165,7 @@ impl Stack {
         cfg.llm.retry_base_delay = Duration::from_millis(20);
         cfg.llm.retry_max_delay = Duration::from_millis(200);
         cfg.llm.idle_timeout = Duration::from_secs(5);
-        cfg.auth
-            .api_keys
-            .push(api_key(TEST_TOKEN, "tester", "default", "full"));
+        cfg.auth.api_keys.push(api_key(TEST_TOKEN, "tester", "default", "full"));
         if let Some(t) = opts.tweak {
             t(&mut cfg);
         }
@@ -238,9 +231,7 @@ impl Stack {
             {
                 // With the token: a stack may close health too.
                 let mut h = tonic_health::pb::health_client::HealthClient::new(
-                    omicos_auth::Credentials::bearer(TEST_TOKEN)
-                        .unwrap()
-                        .channel(ch),
+                    omicos_auth::Credentials::bearer(TEST_TOKEN).unwrap().channel(ch),
                 );
                 if let Ok(r) = h
                     .check(tonic_health::pb::HealthCheckRequest {
@@ -314,7 +305,10 @@ pub struct ChatHandle {
 
 impl ChatHandle {
     /// Opens a Chat.
-    pub async fn open(client: Client, req: ChatRequest) -> Result<Self, tonic::Status> {
+    pub async fn open(
+        client: Client,
+        req: ChatRequest,
+    ) -> Result<Self, tonic::Status> {
         Self::open_with(client, req, None).await
     }
 

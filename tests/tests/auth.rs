@@ -79,9 +79,7 @@ async fn chat(url: &str, token: &str, session: &str) -> Outcome {
         }
     }
     assert!(
-        events
-            .iter()
-            .any(|e| matches!(e.kind, Some(chat_event::Kind::TurnDone(_)))),
+        events.iter().any(|e| matches!(e.kind, Some(chat_event::Kind::TurnDone(_)))),
         "{events:?}"
     );
     Ok(())
@@ -126,10 +124,7 @@ async fn call(url: &str, token: &str, rpc: Rpc, sid: &str) -> Outcome {
         Rpc::ChatExisting => chat(url, token, sid).await,
         Rpc::Attach => {
             let mut stream = c
-                .attach(AttachRequest {
-                    session_id: s,
-                    since_seq: 0,
-                })
+                .attach(AttachRequest { session_id: s, since_seq: 0 })
                 .await
                 .map_err(of_status)?
                 .into_inner();
@@ -163,10 +158,7 @@ async fn call(url: &str, token: &str, rpc: Rpc, sid: &str) -> Outcome {
         Rpc::GetSession => unit(c.get_session(GetSessionRequest { session_id: s }).await),
         Rpc::RefreshCatalog => unit(c.refresh_catalog(RefreshCatalogRequest {}).await),
         Rpc::ListAgentTools => unit(c.list_agent_tools(ListAgentToolsRequest::default()).await),
-        Rpc::DeleteSession => unit(
-            c.delete_session(DeleteSessionRequest { session_id: s })
-                .await,
-        ),
+        Rpc::DeleteSession => unit(c.delete_session(DeleteSessionRequest { session_id: s }).await),
     }
 }
 
@@ -189,16 +181,12 @@ fn right_expects(rpc: Rpc) -> Outcome {
 }
 
 async fn alice_session(url: &str) -> (String, usize) {
-    let mut h = ChatHandle::open(client_with(url, ALICE).await, req(""))
-        .await
-        .unwrap();
+    let mut h = ChatHandle::open(client_with(url, ALICE).await, req("")).await.unwrap();
     let events = h.until_done().await;
     let sid = events[0].session_id.clone();
     let s = client_with(url, ALICE)
         .await
-        .get_session(GetSessionRequest {
-            session_id: sid.clone(),
-        })
+        .get_session(GetSessionRequest { session_id: sid.clone() })
         .await
         .unwrap()
         .into_inner();
@@ -213,8 +201,7 @@ async fn every_rpc_needs_the_right_credential() {
     let (sid, messages) = alice_session(&url).await;
 
     let expired = idp.expired(serde_json::json!({"sub": "alice", "tenant": "acme"}));
-    let wrong_audience =
-        idp.token(serde_json::json!({"sub": "alice", "tenant": "acme", "aud": "someone-else"}));
+    let wrong_audience = idp.token(serde_json::json!({"sub": "alice", "tenant": "acme", "aud": "someone-else"}));
     let unauth = Err((Code::Unauthenticated, String::new()));
     for rpc in RPCS {
         for (who, token) in [
@@ -224,11 +211,7 @@ async fn every_rpc_needs_the_right_credential() {
             ("JWT for another audience", wrong_audience.as_str()),
             ("bad JWT", "eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJ4In0.c2ln"),
         ] {
-            assert_eq!(
-                call(&url, token, rpc, &sid).await,
-                unauth,
-                "{rpc:?} with {who}"
-            );
+            assert_eq!(call(&url, token, rpc, &sid).await, unauth, "{rpc:?} with {who}");
         }
         assert_eq!(
             call(&url, MALLORY, rpc, &sid).await,
@@ -239,9 +222,7 @@ async fn every_rpc_needs_the_right_credential() {
     // Nothing the others did changed alice's session.
     let after = client_with(&url, ALICE)
         .await
-        .get_session(GetSessionRequest {
-            session_id: sid.clone(),
-        })
+        .get_session(GetSessionRequest { session_id: sid.clone() })
         .await
         .expect("alice's session survived")
         .into_inner();
@@ -254,11 +235,7 @@ async fn every_rpc_needs_the_right_credential() {
             continue;
         }
         for (how, token) in [("api key", ALICE), ("JWT", jwt.as_str())] {
-            assert_eq!(
-                call(&url, token, rpc, &sid).await,
-                right_expects(rpc),
-                "{rpc:?} by {how}"
-            );
+            assert_eq!(call(&url, token, rpc, &sid).await, right_expects(rpc), "{rpc:?} by {how}");
         }
     }
     // The JWKS was fetched once for all of those calls: keys and verified tokens are cached.
@@ -283,24 +260,16 @@ async fn a_jwt_without_a_tenant_is_denied_and_health_and_reflection_stay_open() 
     assert_eq!(r.map_err(|e| e.0), Err(Code::PermissionDenied));
 
     // Health and reflection answer without any credential (probes, grpcurl list).
-    let ch = tonic::transport::Channel::from_shared(url.clone())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let ch = tonic::transport::Channel::from_shared(url.clone()).unwrap().connect().await.unwrap();
     let mut h = tonic_health::pb::health_client::HealthClient::new(ch.clone());
-    h.check(tonic_health::pb::HealthCheckRequest {
-        service: String::new(),
-    })
-    .await
-    .expect("health is open");
+    h.check(tonic_health::pb::HealthCheckRequest { service: String::new() })
+        .await
+        .expect("health is open");
     let mut r = tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient::new(ch);
     let q = tonic_reflection::pb::v1::ServerReflectionRequest {
         host: String::new(),
         message_request: Some(
-            tonic_reflection::pb::v1::server_reflection_request::MessageRequest::ListServices(
-                String::new(),
-            ),
+            tonic_reflection::pb::v1::server_reflection_request::MessageRequest::ListServices(String::new()),
         ),
     };
     let mut answers = r
@@ -326,16 +295,10 @@ async fn health_can_be_closed_too() {
     )
     .await;
     // The stack's own readiness check sent its token; without one, the door is shut.
-    let ch = tonic::transport::Channel::from_shared(stack.orchestrator.clone())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let ch = tonic::transport::Channel::from_shared(stack.orchestrator.clone()).unwrap().connect().await.unwrap();
     let mut h = tonic_health::pb::health_client::HealthClient::new(ch);
     let e = h
-        .check(tonic_health::pb::HealthCheckRequest {
-            service: String::new(),
-        })
+        .check(tonic_health::pb::HealthCheckRequest { service: String::new() })
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::Unauthenticated);
@@ -367,32 +330,20 @@ async fn the_principals_ceiling_caps_the_mode_and_the_legacy_flags() {
         ..Default::default()
     };
     // A full principal asking for full with the switches: shell is offered.
-    let mut h = ChatHandle::open(client_with(&url, ALICE).await, ask.clone())
-        .await
-        .unwrap();
+    let mut h = ChatHandle::open(client_with(&url, ALICE).await, ask.clone()).await.unwrap();
     h.until_done().await;
     let full = offered_tools(&stack.llm);
     assert!(full.iter().any(|t| t == "shell"), "{full:?}");
     // A read_only principal asking the same: only read tools.
-    let mut h = ChatHandle::open(client_with(&url, READER).await, ask.clone())
-        .await
-        .unwrap();
+    let mut h = ChatHandle::open(client_with(&url, READER).await, ask.clone()).await.unwrap();
     h.until_done().await;
     let capped = offered_tools(&stack.llm);
     assert!(!capped.is_empty());
-    assert!(
-        !capped
-            .iter()
-            .any(|t| t == "shell" || t == "file_manager__write"),
-        "{capped:?}"
-    );
+    assert!(!capped.iter().any(|t| t == "shell" || t == "file_manager__write"), "{capped:?}");
     // Nor does leaving the mode empty lift it to the service default.
     let mut h = ChatHandle::open(
         client_with(&url, READER).await,
-        ChatRequest {
-            permission_mode: String::new(),
-            ..ask
-        },
+        ChatRequest { permission_mode: String::new(), ..ask },
     )
     .await
     .unwrap();
@@ -421,19 +372,8 @@ async fn channel(url: &str, creds: Credentials) -> omicos_auth::AuthedChannel {
 }
 
 async fn instances(runner: &str, secret: &str) -> Vec<ProviderInstance> {
-    let mut r = RegistryClient::new(
-        channel(
-            runner,
-            Credentials::service(secret, ServiceRole::Operator).unwrap(),
-        )
-        .await,
-    );
-    let mut v = r
-        .list(ListProvidersRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .instances;
+    let mut r = RegistryClient::new(channel(runner, Credentials::service(secret, ServiceRole::Operator).unwrap()).await);
+    let mut v = r.list(ListProvidersRequest {}).await.unwrap().into_inner().instances;
     v.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
     for i in &mut v {
         i.last_seen_ms = 0;
@@ -460,11 +400,7 @@ async fn runner_registry_and_providers_take_calls_only_from_the_system() {
         .map(|(_, u)| u.clone())
         .unwrap();
     let before = instances(&stack.runner, &secret).await;
-    let real = before
-        .iter()
-        .find(|i| i.provider == "memory")
-        .expect("memory registered")
-        .clone();
+    let real = before.iter().find(|i| i.provider == "memory").expect("memory registered").clone();
 
     let none = Credentials::none();
     let wrong = Credentials::service("not-the-secret", ServiceRole::Orchestrator).unwrap();
@@ -477,9 +413,7 @@ async fn runner_registry_and_providers_take_calls_only_from_the_system() {
         assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
     }
     let mut r = ToolRunnerClient::new(channel(&stack.runner, as_orchestrator.clone()).await);
-    r.list_tools(ListToolsRequest::default())
-        .await
-        .expect("the orchestrator may");
+    r.list_tools(ListToolsRequest::default()).await.expect("the orchestrator may");
 
     // The registry: an evil tool, a take-over of the real instance id, a
     // static entry with a 126-year TTL, a Deregister of the real kernel.
@@ -488,10 +422,7 @@ async fn runner_registry_and_providers_take_calls_only_from_the_system() {
             instance_id: id.into(),
             provider: "evil".into(),
             endpoint: "http://127.0.0.1:9".into(),
-            tools: vec![omicos_proto::ToolSpec {
-                name: "evil_tool".into(),
-                ..Default::default()
-            }],
+            tools: vec![omicos_proto::ToolSpec { name: "evil_tool".into(), ..Default::default() }],
             static_entry,
             ..Default::default()
         }),
@@ -503,27 +434,17 @@ async fn runner_registry_and_providers_take_calls_only_from_the_system() {
         (as_orchestrator.clone(), Code::PermissionDenied),
     ] {
         let mut reg = RegistryClient::new(channel(&stack.runner, creds).await);
-        for req in [
-            evil("evil-1", false),
-            evil(&real.instance_id, false),
-            evil("forever", true),
-        ] {
+        for req in [evil("evil-1", false), evil(&real.instance_id, false), evil("forever", true)] {
             let e = reg.register(req).await.unwrap_err();
             assert_eq!(e.code(), code, "{e:?}");
         }
         let e = reg
-            .deregister(DeregisterRequest {
-                instance_id: real.instance_id.clone(),
-            })
+            .deregister(DeregisterRequest { instance_id: real.instance_id.clone() })
             .await
             .unwrap_err();
         assert_eq!(e.code(), code, "{e:?}");
     }
-    assert_eq!(
-        instances(&stack.runner, &secret).await,
-        before,
-        "the registry is unchanged"
-    );
+    assert_eq!(instances(&stack.runner, &secret).await, before, "the registry is unchanged");
 
     // A provider: CallTool around the pipeline is refused, from outside and
     // from any part but a runner.
@@ -543,11 +464,7 @@ async fn runner_registry_and_providers_take_calls_only_from_the_system() {
     }
     // And the stack itself still works end to end: the runner reaches the provider.
     let mut p = ToolProviderClient::new(
-        channel(
-            &memory,
-            Credentials::service(&secret, ServiceRole::Runner).unwrap(),
-        )
-        .await,
+        channel(&memory, Credentials::service(&secret, ServiceRole::Runner).unwrap()).await,
     );
     let _ = p.call_tool(call).await.expect("a runner may call");
     stack.stop().await.unwrap();

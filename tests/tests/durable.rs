@@ -4,7 +4,9 @@
 
 use omicos_e2e::stack::{ChatHandle, assert_gap_free, done_reason};
 use omicos_e2e::{FakeLlm, Reply, Stack, StackOptions, events_text};
-use omicos_proto::{AttachRequest, ChatRequest, ListSessionsRequest, chat_event};
+use omicos_proto::{
+    AttachRequest, ChatRequest, ListSessionsRequest, chat_event,
+};
 use std::time::Duration;
 
 fn req(session: &str, message: &str) -> ChatRequest {

@@ -299,12 +299,7 @@ async fn pdf_and_image_gen_through_the_pipeline() {
             .find(|c| c.call_id == id)
             .unwrap_or_else(|| panic!("no ToolCallFinished for {id}: {finished:?}"))
     };
-    let f = [
-        by_id("c_info"),
-        by_id("c_read"),
-        by_id("c_escape"),
-        by_id("c_img"),
-    ];
+    let f = [by_id("c_info"), by_id("c_read"), by_id("c_escape"), by_id("c_img")];
     assert_eq!(f[0].status(), ToolStatus::Done, "{:?}", f[0]);
     assert!(f[0].result.contains("page"), "{}", f[0].result);
     assert_eq!(f[1].status(), ToolStatus::Done, "{:?}", f[1]);

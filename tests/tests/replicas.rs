@@ -35,10 +35,7 @@ fn write(call: &str, path: &str) -> Reply {
 }
 
 /// A stack on a fresh PostgreSQL schema plus a second orchestrator replica.
-async fn two_replicas(
-    test: &str,
-    llm: &FakeLlm,
-) -> Option<(Stack, String, omicos_testdb::Backend)> {
+async fn two_replicas(test: &str, llm: &FakeLlm) -> Option<(Stack, String, omicos_testdb::Backend)> {
     let pg = omicos_testdb::postgres(test, "orep").await?;
     let stack = Stack::start(
         llm.clone(),
@@ -62,11 +59,7 @@ async fn approve_and_cancel_through_the_other_replica() {
         Reply::Text("written".into()),
         Reply::Tools(
             String::new(),
-            vec![(
-                "c_sleep".into(),
-                "shell".into(),
-                r#"{"command":"sleep 30"}"#.into(),
-            )],
+            vec![("c_sleep".into(), "shell".into(), r#"{"command":"sleep 30"}"#.into())],
         ),
         Reply::Text("never".into()),
     ])
@@ -89,17 +82,11 @@ async fn approve_and_cancel_through_the_other_replica() {
     .await
     .expect("the other replica accepts the decision");
     let events = chat.until_done().await;
-    eprintln!(
-        "approve via the other replica → turn done: {:?}",
-        asked.elapsed()
-    );
+    eprintln!("approve via the other replica → turn done: {:?}", asked.elapsed());
     assert!(events.iter().any(|e| matches!(&e.kind,
         Some(chat_event::Kind::ToolApprovalResolved(r)) if r.decision == Decision::AllowOnce as i32)));
     assert_eq!(finished_calls(&events)[0].status(), ToolStatus::Done);
-    assert_eq!(
-        std::fs::read_to_string(stack.workspace.join("a.txt")).unwrap(),
-        "x"
-    );
+    assert_eq!(std::fs::read_to_string(stack.workspace.join("a.txt")).unwrap(), "x");
     // A second decision for the same call is refused: nothing is pending any more.
     let again = b
         .approve_tool(ApproveToolRequest {
@@ -128,20 +115,12 @@ async fn approve_and_cancel_through_the_other_replica() {
         .into_inner();
     assert!(r.cancelled, "the other replica found the turn to cancel");
     let events = chat.until_done().await;
-    eprintln!(
-        "cancel via the other replica → turn done: {:?}",
-        asked.elapsed()
-    );
-    assert!(
-        asked.elapsed() < Duration::from_secs(10),
-        "not the 30 s sleep"
-    );
+    eprintln!("cancel via the other replica → turn done: {:?}", asked.elapsed());
+    assert!(asked.elapsed() < Duration::from_secs(10), "not the 30 s sleep");
     assert_eq!(done_reason(&events).as_deref(), Some("cancelled"));
     // No turn runs now: nothing to cancel.
     let r = b
-        .cancel_turn(CancelTurnRequest {
-            session_id: session,
-        })
+        .cancel_turn(CancelTurnRequest { session_id: session })
         .await
         .unwrap()
         .into_inner();
@@ -165,10 +144,7 @@ async fn a_grant_holds_for_the_next_turn_on_the_other_replica() {
     let call = chat.until_approval().await;
     let session = chat.events[0].session_id.clone();
     chat.approve(&call, Decision::AllowSession).await;
-    assert_eq!(
-        done_reason(&chat.until_done().await).as_deref(),
-        Some("completed")
-    );
+    assert_eq!(done_reason(&chat.until_done().await).as_deref(), Some("completed"));
 
     // The next turn lands on the other replica: no approval is asked again.
     let b = omicos_e2e::client_at(&other).await;
@@ -212,18 +188,9 @@ async fn leave_a_lost_turn(store: &dyn SessionStore, session: &str) -> u64 {
         kind: Some(kind),
         ..Default::default()
     };
-    assert!(
-        store
-            .try_lease_turn(session, "dead-replica:t_lost", 5_000)
-            .await
-            .unwrap()
-    );
+    assert!(store.try_lease_turn(session, "dead-replica:t_lost", 5_000).await.unwrap());
     store
-        .append_event(
-            session,
-            1,
-            &ev(1, chat_event::Kind::TurnStarted(TurnStarted::default())).encode_to_vec(),
-        )
+        .append_event(session, 1, &ev(1, chat_event::Kind::TurnStarted(TurnStarted::default())).encode_to_vec())
         .await
         .unwrap();
     store
@@ -238,14 +205,11 @@ async fn leave_a_lost_turn(store: &dyn SessionStore, session: &str) -> u64 {
         .append_event(
             session,
             2,
-            &ev(
-                2,
-                chat_event::Kind::ToolCallStarted(ToolCallStarted {
-                    call_id: "c_lost".into(),
-                    name: "shell".into(),
-                    arguments: "{}".into(),
-                }),
-            )
+            &ev(2, chat_event::Kind::ToolCallStarted(ToolCallStarted {
+                call_id: "c_lost".into(),
+                name: "shell".into(),
+                arguments: "{}".into(),
+            }))
             .encode_to_vec(),
         )
         .await
@@ -298,44 +262,21 @@ async fn a_lost_orchestrators_turn_is_closed_once_as_interrupted() {
     for (events, took) in [&a, &b] {
         eprintln!("lost orchestrator → client saw INTERRUPTED after {took:?}");
         let seqs: Vec<u64> = events.iter().map(|e| e.event_seq).collect();
-        assert_eq!(
-            seqs,
-            [1, 2, 3, 4],
-            "no event lost or duplicated: {events:#?}"
-        );
+        assert_eq!(seqs, [1, 2, 3, 4], "no event lost or duplicated: {events:#?}");
         let f = &finished_calls(events)[0];
         assert_eq!(f.call_id, "c_lost");
         assert_eq!(f.status(), ToolStatus::Error);
-        assert!(
-            f.result.contains("orchestrator running this turn was lost"),
-            "{}",
-            f.result
-        );
+        assert!(f.result.contains("orchestrator running this turn was lost"), "{}", f.result);
         assert_eq!(done_reason(events).as_deref(), Some("interrupted"));
-        assert!(
-            *took < Duration::from_secs(5 + 5),
-            "within the lease and a few seconds"
-        );
+        assert!(*took < Duration::from_secs(5 + 5), "within the lease and a few seconds");
     }
-    assert_eq!(
-        store.last_seq(session).await.unwrap(),
-        before + 2,
-        "closed exactly once"
-    );
+    assert_eq!(store.last_seq(session).await.unwrap(), before + 2, "closed exactly once");
     assert_eq!(store.lease(session).await.unwrap(), None);
     // The history answers the interrupted call, so the next turn's request is well formed.
-    let events = stack
-        .chat(req(session, "again", "full"))
-        .await
-        .unwrap()
-        .until_done()
-        .await;
+    let events = stack.chat(req(session, "again", "full")).await.unwrap().until_done().await;
     assert_eq!(done_reason(&events).as_deref(), Some("completed"));
     let sent = llm.requests()[0].body.to_string();
-    assert!(
-        sent.contains("c_lost") && sent.contains("interrupted"),
-        "{sent}"
-    );
+    assert!(sent.contains("c_lost") && sent.contains("interrupted"), "{sent}");
     llm.assert_invariants();
 }
 
@@ -370,9 +311,7 @@ async fn cuttable(upstream: String) -> (String, tokio_util::sync::CancellationTo
             let up = up.clone();
             let token = token.clone();
             tokio::spawn(async move {
-                let Ok(mut outbound) = tokio::net::TcpStream::connect(up).await else {
-                    return;
-                };
+                let Ok(mut outbound) = tokio::net::TcpStream::connect(up).await else { return };
                 tokio::select! {
                     _ = token.cancelled() => {}
                     _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
@@ -394,19 +333,11 @@ async fn a_runner_lost_mid_call_fails_that_call_only() {
     let llm = FakeLlm::start(vec![
         Reply::Tools(
             String::new(),
-            vec![(
-                "c_long".into(),
-                "shell".into(),
-                r#"{"command":"touch here && sleep 30"}"#.into(),
-            )],
+            vec![("c_long".into(), "shell".into(), r#"{"command":"touch here && sleep 30"}"#.into())],
         ),
         Reply::Tools(
             String::new(),
-            vec![(
-                "c_next".into(),
-                "shell".into(),
-                r#"{"command":"echo next"}"#.into(),
-            )],
+            vec![("c_next".into(), "shell".into(), r#"{"command":"echo next"}"#.into())],
         ),
         Reply::Text("went on".into()),
     ])
@@ -414,56 +345,38 @@ async fn a_runner_lost_mid_call_fails_that_call_only() {
     let stack = Stack::start(
         llm.clone(),
         StackOptions {
-            tweak: Some(Box::new(
-                move |c: &mut omicos_orchestrator::config::Config| {
-                    c.tool_runner = list;
-                    c.runner_refresh = Duration::from_millis(500);
-                },
-            )),
+            tweak: Some(Box::new(move |c: &mut omicos_orchestrator::config::Config| {
+                c.tool_runner = list;
+                c.runner_refresh = Duration::from_millis(500);
+            })),
             ..Default::default()
         },
     )
     .await;
-    let mut chat = stack
-        .chat(req("", "long then short", "full"))
-        .await
-        .unwrap();
+    let mut chat = stack.chat(req("", "long then short", "full")).await.unwrap();
     // Which runner took the long call: the one whose workspace got the file.
     let t0 = Instant::now();
     let lost = loop {
         if let Some(i) = dirs.iter().position(|d| d.path().join("here").exists()) {
             break i;
         }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the long call never started"
-        );
+        assert!(t0.elapsed() < Duration::from_secs(20), "the long call never started");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let killed = Instant::now();
     [&sd_a, &sd_b][lost].cancel();
     let events = chat.until_done().await;
     let calls = finished_calls(&events);
-    eprintln!(
-        "runner lost mid-call → client saw the error after {:?}",
-        killed.elapsed()
-    );
+    eprintln!("runner lost mid-call → client saw the error after {:?}", killed.elapsed());
     assert_eq!(calls.len(), 2, "{events:#?}");
     assert_eq!(calls[0].call_id, "c_long");
     assert_eq!(calls[0].status(), ToolStatus::Error);
     assert!(
-        calls[0]
-            .result
-            .contains(omicos_orchestrator::runner_client::RUNNER_LOST),
+        calls[0].result.contains(omicos_orchestrator::runner_client::RUNNER_LOST),
         "{}",
         calls[0].result
     );
-    assert_eq!(
-        calls[1].status(),
-        ToolStatus::Done,
-        "the next call went to the live runner: {}",
-        calls[1].result
-    );
+    assert_eq!(calls[1].status(), ToolStatus::Done, "the next call went to the live runner: {}", calls[1].result);
     assert!(calls[1].result.contains("next"));
     assert_eq!(done_reason(&events).as_deref(), Some("completed"));
     omicos_e2e::assert_gap_free(&events, 0);

@@ -502,7 +502,9 @@ async fn start_turn_failures_are_statuses() {
 }
 
 /// OrchestratorWeb over native gRPC (HTTP/2), with the test stacks' token.
-async fn native_web_client(url: &str) -> OrchestratorWebClient<omicos_auth::AuthedChannel> {
+async fn native_web_client(
+    url: &str,
+) -> OrchestratorWebClient<omicos_auth::AuthedChannel> {
     let ch = tonic::transport::Channel::from_shared(url.to_owned())
         .unwrap()
         .connect()

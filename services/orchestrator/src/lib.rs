@@ -161,12 +161,8 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
     let gate: Arc<dyn omicos_auth::Gate> =
         Arc::new(omicos_auth::ClientAuth::new(&config.auth).map_err(std::io::Error::other)?);
     let (open_health, open_reflection) = (config.auth.open_health, config.auth.open_reflection);
-    let runner = runner_client::Runner::new(
-        &config.tool_runner,
-        config.runner_refresh,
-        &config.service_secret,
-    )
-    .map_err(std::io::Error::other)?;
+    let runner = runner_client::Runner::new(&config.tool_runner, config.runner_refresh, &config.service_secret)
+        .map_err(std::io::Error::other)?;
     let engine = Arc::new(Engine {
         trajectories: trajectory::Trajectories::new(&config.workspace),
         runner: runner.clone(),

@@ -272,10 +272,7 @@ mod tests {
             ev("t1", chat_event::Kind::TurnDone(TurnDone::default())),
         ];
         assert_eq!(open_turn(&log), None, "a finished turn is not open");
-        log.push(ev(
-            "t2",
-            chat_event::Kind::TurnStarted(TurnStarted::default()),
-        ));
+        log.push(ev("t2", chat_event::Kind::TurnStarted(TurnStarted::default())));
         log.push(ev("t2", started("c1")));
         log.push(ev("t2", finished("c1")));
         log.push(ev("t2", started("c2")));
@@ -302,12 +299,7 @@ mod tests {
             .map(|m| m["tool_call_id"].as_str().unwrap())
             .collect();
         assert_eq!(ids, ["c2", "c3"]);
-        assert!(
-            answers[0]["content"]
-                .as_str()
-                .unwrap()
-                .contains(INTERRUPTED)
-        );
+        assert!(answers[0]["content"].as_str().unwrap().contains(INTERRUPTED));
         assert!(unanswered_tool_messages(&history[..1]).is_empty());
     }
 }

@@ -1,9 +1,9 @@
 //! An in-process store.
 
 use crate::{Lease, Notice, Notices, SessionMeta, SessionStore, StoreError, StoreResult, now_ms};
+use std::collections::BTreeSet;
 use async_trait::async_trait;
 use serde_json::Value;
-use std::collections::BTreeSet;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -40,8 +40,7 @@ impl SessionStore for MemoryStore {
         let mut s = self.sessions.lock().unwrap();
         let e = s.entry(meta.id.clone()).or_default();
         // The owner is the creator's for good.
-        let owner =
-            (!e.meta.id.is_empty()).then(|| (e.meta.tenant.clone(), e.meta.subject.clone()));
+        let owner = (!e.meta.id.is_empty()).then(|| (e.meta.tenant.clone(), e.meta.subject.clone()));
         e.meta = meta.clone();
         if let Some((tenant, subject)) = owner {
             e.meta.tenant = tenant;

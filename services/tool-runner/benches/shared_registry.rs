@@ -48,12 +48,7 @@ async fn round(p: &Pipeline, n: usize, lat: &mut Vec<Duration>) {
         let t = Instant::now();
         let out = p.execute(request(i), CallIo::detached()).await;
         lat.push(t.elapsed());
-        assert_eq!(
-            out.result.status().as_str(),
-            "done",
-            "{}",
-            out.result.result
-        );
+        assert_eq!(out.result.status().as_str(), "done", "{}", out.result.result);
     }
 }
 
@@ -76,12 +71,7 @@ async fn main() {
         workspace: std::env::temp_dir(),
         ttl_seconds: 0,
     };
-    tokio::spawn(serve_provider(
-        Arc::new(Noop),
-        listener,
-        hosting,
-        sd.clone(),
-    ));
+    tokio::spawn(serve_provider(Arc::new(Noop), listener, hosting, sd.clone()));
     let info = ProviderInstance {
         instance_id: "bench-1".into(),
         provider: "bench".into(),

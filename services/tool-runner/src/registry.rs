@@ -142,9 +142,8 @@ impl Registry {
                 t.provider = info.provider.clone();
             }
         }
-        tonic::transport::Endpoint::from_shared(info.endpoint.clone()).map_err(|e| {
-            RunnerError::Registration(format!("bad endpoint `{}`: {e}", info.endpoint))
-        })?;
+        tonic::transport::Endpoint::from_shared(info.endpoint.clone())
+            .map_err(|e| RunnerError::Registration(format!("bad endpoint `{}`: {e}", info.endpoint)))?;
         Ok(())
     }
 
@@ -218,9 +217,10 @@ impl Registry {
         info.static_entry = false;
         info.last_seen_ms = now_ms();
         if let Some(store) = self.store.get() {
-            store.upsert(&info, ttl).await.map_err(|e| {
-                RunnerError::RegistryStore(format!("refused the registration: {e}"))
-            })?;
+            store
+                .upsert(&info, ttl)
+                .await
+                .map_err(|e| RunnerError::RegistryStore(format!("refused the registration: {e}")))?;
         }
         self.register(info, ttl)
     }
@@ -668,7 +668,10 @@ impl RegistryRpc for RegistryService {
         &self,
         req: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatResponse>, Status> {
-        let known = self.registry.refresh(&req.into_inner().instance_id).await?;
+        let known = self
+            .registry
+            .refresh(&req.into_inner().instance_id)
+            .await?;
         Ok(Response::new(HeartbeatResponse { known }))
     }
 
