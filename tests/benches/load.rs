@@ -178,7 +178,7 @@ impl Orchestrator for Floor {
                 }
             }
             let done = TurnDone {
-                reason: TurnDoneReason::Complete as i32,
+                reason: TurnDoneReason::Completed as i32,
                 ..Default::default()
             };
             let _ = tx.send(Ok(next(chat_event::Kind::TurnDone(done)))).await;
@@ -316,7 +316,7 @@ async fn one_turn(
     tx.send(ChatClientMessage {
         msg: Some(chat_client_message::Msg::Request(ChatRequest {
             message: format!("load turn {i}: list the workspace, then talk"),
-            permission_mode: "default".into(),
+            permission_mode: "auto".into(),
             ..Default::default()
         })),
     })
@@ -373,7 +373,7 @@ async fn one_turn(
         return Err(format!("turn {i}: does not start with TurnStarted"));
     }
     match events.last().and_then(|e| e.kind.as_ref()) {
-        Some(chat_event::Kind::TurnDone(d)) if d.reason() == TurnDoneReason::Complete => {}
+        Some(chat_event::Kind::TurnDone(d)) if d.reason() == TurnDoneReason::Completed => {}
         other => return Err(format!("turn {i}: ends with {other:?}")),
     }
     let finished: Vec<_> = events
@@ -383,7 +383,7 @@ async fn one_turn(
             _ => None,
         })
         .collect();
-    if full_check && (finished.len() != 1 || finished[0].status() != ToolStatus::Ok) {
+    if full_check && (finished.len() != 1 || finished[0].status() != ToolStatus::Done) {
         return Err(format!(
             "turn {i}: file_manager__list did not finish once, ok: {finished:?}"
         ));
@@ -501,8 +501,11 @@ async fn run_turns(
             }
         }
     }
-    let sessions: std::collections::HashSet<&str> = done.iter().map(|(s, _)| s.as_str()).collect();
-    assert_eq!(sessions.len(), turns, "every turn had its own session");
+    if full {
+        let sessions: std::collections::HashSet<&str> =
+            done.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(sessions.len(), turns, "every turn had its own session");
+    }
     Figures {
         turns,
         wall,
@@ -583,11 +586,13 @@ fn main() {
         let ws = tempfile::tempdir().unwrap();
         let workspace = ws.path().canonicalize().unwrap();
         std::fs::write(workspace.join("README.md"), "load bench\n").unwrap();
+        // Keeps the PostgreSQL schema until the store is done with it.
+        let mut pg = None;
         let url = match name.as_str() {
             "memory" => "memory:".to_owned(),
             "sqlite" => format!("sqlite://{}/sessions.db", workspace.display()),
             "postgres" => match load.block_on(omicos_testdb::postgres("load", "olb")) {
-                Some(b) => b.url,
+                Some(b) => pg.insert(b).url.clone(),
                 None => {
                     println!("| postgres | (skipped: PostgreSQL does not answer) | | | | |");
                     continue;
@@ -645,14 +650,16 @@ fn main() {
         });
         // Ready once a turn goes through (the runner answers ListTools).
         load.block_on(async {
-            for _ in 0..100 {
+            let mut last = String::new();
+            for _ in 0..50 {
                 let c = connect(&orch_url).await;
-                if one_turn(c, usize::MAX, true).await.is_ok() {
-                    return;
+                match one_turn(c, usize::MAX, true).await {
+                    Ok(_) => return,
+                    Err(e) => last = e,
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            panic!("{name}: the stack never completed a turn");
+            panic!("{name}: the stack never completed a turn: {last}");
         });
         for &n in &turns {
             let f = load.block_on(run_turns(&orch_url, Some(&store), n, n, true));
@@ -673,9 +680,13 @@ fn main() {
                 f.cpu_ms as f64 / f.turns as f64,
             ));
         }
-        sd.trigger();
+        {
+            let _rt = orch.enter();
+            sd.trigger();
+        }
         std::thread::sleep(Duration::from_millis(300));
         drop(store);
+        drop(pg);
         drop(ws);
     }
     if !idle_rows.is_empty() {
