@@ -55,7 +55,7 @@ fn request() -> LlmRequest {
     LlmRequest {
         system: "s".into(),
         messages: vec![],
-        tools: vec![],
+        tools: Default::default(),
         model: String::new(),
         agent_id: "a".into(),
     }

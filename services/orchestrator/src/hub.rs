@@ -1,12 +1,20 @@
 //! Live session state: the gap-free event sequence, subscribers, pending
 //! approvals, tools allowed for the rest of the session, and the running turn.
+//!
+//! The hub holds sessions weakly: a session's state lives while something
+//! uses it (its running turn, a client's event stream, a call in progress)
+//! and is dropped, with its entry, when the last user lets go. An idle
+//! session costs this replica nothing; its next use rebuilds the state from
+//! the store (the last seq, and at turn start the grants). Pending approvals
+//! belong to a running turn, which keeps its session alive, and are in the
+//! store too.
 
 use crate::error::OrchestratorError;
 use omicos_proto::{ChatEvent, Decision, chat_event};
 use omicos_sessionstore::SessionStore;
 use prost::Message;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::{broadcast, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -83,6 +91,24 @@ pub struct SessionState {
     allowed: Mutex<HashSet<String>>,
     turn: Mutex<Option<RunningTurn>>,
     store: Arc<dyn SessionStore>,
+    /// The hub's map, to take this session's entry out when it is dropped.
+    registry: Weak<Registry>,
+}
+
+/// The hub's sessions by id, held weakly.
+type Registry = Mutex<HashMap<String, Weak<SessionState>>>;
+
+impl Drop for SessionState {
+    fn drop(&mut self) {
+        // Never run while the map's lock is held: the hub drops no state under it.
+        if let Some(reg) = self.registry.upgrade() {
+            let mut map = reg.lock().expect("sessions");
+            // A newer state of the same session may have taken the entry.
+            if map.get(&self.id).is_some_and(|w| w.strong_count() == 0) {
+                map.remove(&self.id);
+            }
+        }
+    }
 }
 
 impl SessionState {
@@ -102,7 +128,9 @@ impl SessionState {
         Ok(())
     }
 
-    /// Assigns the next seq, persists and broadcasts the event. Returns the seq.
+    /// Assigns the next seq, persists and then broadcasts the event. Returns
+    /// its seq; when the store refused it, nothing is sent and the last
+    /// durable seq is returned.
     pub async fn emit(&self, ev: ChatEvent) -> u64 {
         self.emit_inner(ev, None).await
     }
@@ -125,12 +153,16 @@ impl SessionState {
         if ev.timestamp_ms == 0 {
             ev.timestamp_ms = omicos_sessionstore::now_ms();
         }
+        // Published only once durable: a client never sees an event that a
+        // crash could lose, and the seq advances only with the log.
         if let Err(e) = self
             .store
             .append_event(&self.id, *seq, &ev.encode_to_vec())
             .await
         {
-            tracing::error!(session = %self.id, error = %e, "event not persisted");
+            *seq -= 1;
+            tracing::error!(session = %self.id, error = %e, "event not persisted, not sent");
+            return *seq;
         }
         let _ = self.tx.send(ev);
         *seq
@@ -272,7 +304,7 @@ impl SessionState {
 
 /// All live sessions of this replica.
 pub struct Hub {
-    sessions: Mutex<HashMap<String, Arc<SessionState>>>,
+    sessions: Arc<Registry>,
     store: Arc<dyn SessionStore>,
 }
 
@@ -280,7 +312,7 @@ impl Hub {
     /// A hub over `store`.
     pub fn new(store: Arc<dyn SessionStore>) -> Self {
         Self {
-            sessions: Mutex::new(HashMap::new()),
+            sessions: Arc::new(Mutex::new(HashMap::new())),
             store,
         }
     }
@@ -294,8 +326,8 @@ impl Hub {
     /// first use. A seq that cannot be read is an error, never 0: a session
     /// whose sequence restarted would overwrite or skip its own events.
     pub async fn state(&self, id: &str) -> Result<Arc<SessionState>, OrchestratorError> {
-        if let Some(s) = self.sessions.lock().expect("sessions").get(id) {
-            return Ok(s.clone());
+        if let Some(s) = self.existing(id) {
+            return Ok(s);
         }
         let last = self
             .store
@@ -306,56 +338,56 @@ impl Hub {
                 source,
             })?;
         let mut map = self.sessions.lock().expect("sessions");
-        Ok(map
-            .entry(id.to_owned())
-            .or_insert_with(|| {
-                Arc::new(SessionState {
-                    id: id.to_owned(),
-                    seq: tokio::sync::Mutex::new(last),
-                    tx: // Small on purpose: a subscriber that lags re-reads the store.
-                    broadcast::channel(256).0,
-                    approvals: Mutex::new(HashMap::new()),
-                    allowed: Mutex::new(HashSet::new()),
-                    turn: Mutex::new(None),
-                    store: self.store.clone(),
-                })
-            })
-            .clone())
+        // Someone else may have built it meanwhile: theirs is the one.
+        if let Some(s) = map.get(id).and_then(Weak::upgrade) {
+            return Ok(s);
+        }
+        let s = Arc::new(SessionState {
+            id: id.to_owned(),
+            seq: tokio::sync::Mutex::new(last),
+            // Small on purpose: a subscriber that lags re-reads the store.
+            tx: broadcast::channel(256).0,
+            approvals: Mutex::new(HashMap::new()),
+            allowed: Mutex::new(HashSet::new()),
+            turn: Mutex::new(None),
+            store: self.store.clone(),
+            registry: Arc::downgrade(&self.sessions),
+        });
+        map.insert(id.to_owned(), Arc::downgrade(&s));
+        Ok(s)
     }
 
     /// The live state if this replica has it.
     pub fn existing(&self, id: &str) -> Option<Arc<SessionState>> {
-        self.sessions.lock().expect("sessions").get(id).cloned()
+        let map = self.sessions.lock().expect("sessions");
+        map.get(id).and_then(Weak::upgrade)
     }
 
     /// Sessions held live, and how many of them run a turn (for the metrics).
     pub fn counts(&self) -> (usize, usize) {
-        let map = self.sessions.lock().expect("sessions");
-        let running = map.values().filter(|s| s.running().is_some()).count();
-        (map.len(), running)
+        let live = self.live();
+        let running = live.iter().filter(|s| s.running().is_some()).count();
+        (live.len(), running)
     }
 
-    /// Forgets a session's live state.
+    /// Forgets a session's live state (it was deleted); whoever still holds
+    /// it keeps it until they let go.
     pub fn forget(&self, id: &str) {
-        self.sessions.lock().expect("sessions").remove(id);
+        let gone = self.sessions.lock().expect("sessions").remove(id);
+        drop(gone);
     }
 
-    /// Drops a session's live state when nothing needs it any more (no turn,
-    /// no subscriber; grants live in the store and are reloaded), so an orchestrator
-    /// serving many sessions does not keep them all. It is rebuilt from the
-    /// store on next use.
-    pub fn release_if_idle(&self, id: &str) {
-        let mut map = self.sessions.lock().expect("sessions");
-        // Only the map holds it: nobody can be emitting through it (a new turn
-        // takes its Arc under this same lock).
-        if let Some(s) = map.get(id)
-            && Arc::strong_count(s) == 1
-            && s.running().is_none()
-            && s.tx.receiver_count() == 0
-            && s.approvals.lock().expect("approvals").is_empty()
-        {
-            map.remove(id);
-        }
+    /// How many sessions have live state on this replica (each has a turn,
+    /// a client following it, or a call in progress).
+    pub fn live_sessions(&self) -> usize {
+        let map = self.sessions.lock().expect("sessions");
+        map.values().filter(|w| w.strong_count() > 0).count()
+    }
+
+    /// The states alive now; taken out of the lock before anyone can drop them.
+    fn live(&self) -> Vec<Arc<SessionState>> {
+        let map = self.sessions.lock().expect("sessions");
+        map.values().filter_map(Weak::upgrade).collect()
     }
 }
 
@@ -398,14 +430,7 @@ impl Hub {
 
     /// Re-reads what this replica's turns wait for (notices may have been missed).
     async fn resync(&self) {
-        let live: Vec<Arc<SessionState>> = self
-            .sessions
-            .lock()
-            .expect("sessions")
-            .values()
-            .cloned()
-            .collect();
-        for s in live {
+        for s in self.live() {
             let Some(t) = s.running() else { continue };
             if let Ok(true) = self.store.cancel_requested(&s.id, &t.lease_owner).await {
                 t.cancel.cancel();
@@ -565,5 +590,86 @@ mod tests {
         store.broken.store(false, Ordering::SeqCst);
         st.sync_seq().await.unwrap();
         assert_eq!(st.last_seq().await, 4);
+    }
+
+    #[tokio::test]
+    async fn an_idle_session_is_dropped_and_rebuilt_from_the_store() {
+        let store = Arc::new(MemoryStore::new());
+        store
+            .put_session(&SessionMeta {
+                id: "s".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let hub = Arc::new(Hub::new(store.clone()));
+        tokio::spawn(hub.clone().dispatch_notices());
+        // Let the dispatcher subscribe before anything is announced.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let st = hub.state("s").await.unwrap();
+        let rx = st.subscribe();
+        // The turn task holds the session while the turn runs.
+        let turn = st.clone();
+        assert!(turn.start_turn(RunningTurn {
+            turn_id: "t1".into(),
+            cancel: CancellationToken::new(),
+            lease_owner: "r:t1".into(),
+        }));
+        assert_eq!(turn.emit(ChatEvent::default()).await, 1);
+        turn.allow_for_session("shell").await;
+        let decision = turn.wait_approval("c1").await;
+        drop((st, rx));
+        assert_eq!(hub.live_sessions(), 1, "the running turn keeps it");
+
+        // A decision made through the store (ApproveTool, any replica) reaches it.
+        assert!(
+            store
+                .decide_approval("s", "c1", Decision::AllowOnce as i32)
+                .await
+                .unwrap()
+        );
+        let d = tokio::time::timeout(std::time::Duration::from_secs(5), decision)
+            .await
+            .expect("decided within 5 s")
+            .unwrap();
+        assert_eq!(d, Decision::AllowOnce);
+        assert_eq!(turn.emit_final(ChatEvent::default(), "t1").await, 2);
+        drop(turn);
+
+        // Idle: nothing of it is left on this replica, not even its entry.
+        assert_eq!(hub.live_sessions(), 0);
+        assert!(hub.existing("s").is_none());
+        assert!(hub.sessions.lock().unwrap().is_empty());
+
+        // Next use: rebuilt from the store, the seq continues, the grant holds.
+        let again = hub.state("s").await.unwrap();
+        assert_eq!(again.last_seq().await, 2);
+        again.load_grants().await.unwrap();
+        assert_eq!(again.allowed_tools(), ["shell"]);
+        assert!(again.running().is_none());
+        assert_eq!(again.emit(ChatEvent::default()).await, 3);
+        let seqs: Vec<u64> = store
+            .events_since("s", 0)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(seq, _)| seq)
+            .collect();
+        assert_eq!(seqs, [1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn an_event_the_store_refused_is_not_sent_and_takes_no_seq() {
+        let store = Arc::new(MemoryStore::new());
+        let hub = Hub::new(store.clone());
+        // No such session in the store: every append fails.
+        let st = hub.state("ghost").await.unwrap();
+        let mut rx = st.subscribe();
+        assert_eq!(st.emit(ChatEvent::default()).await, 0);
+        assert_eq!(st.last_seq().await, 0);
+        assert!(
+            rx.try_recv().is_err(),
+            "nothing that is not durable is published"
+        );
     }
 }

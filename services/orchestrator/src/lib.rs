@@ -176,6 +176,7 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
         agents,
         config,
         calibration: Default::default(),
+        tool_cache: Default::default(),
     });
     let hub = Arc::new(Hub::new(store));
     let _gauges = metrics::hub_gauges(&hub);

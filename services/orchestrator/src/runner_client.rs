@@ -6,8 +6,8 @@ use crate::hub::SessionState;
 use omicos_auth::AuthedChannel;
 use omicos_proto::{
     ChatEvent, Decision, ExecuteApproval, ExecuteCancel, ExecuteClientMessage, ExecuteStart,
-    ListToolsRequest, ToolApprovalRequest, ToolApprovalResolved, ToolOutputChunkEvent,
-    ToolProgressEvent, ToolResult, ToolSpec, chat_event, execute_client_message,
+    ListToolsRequest, ListToolsResponse, ToolApprovalRequest, ToolApprovalResolved, ToolOutputChunkEvent,
+    ToolProgressEvent, ToolResult, chat_event, execute_client_message,
     execute_server_message, tool_runner_client::ToolRunnerClient,
 };
 use std::collections::HashMap;
@@ -115,13 +115,13 @@ impl Runner {
     pub async fn list_tools(
         &self,
         req: ListToolsRequest,
-    ) -> Result<Vec<ToolSpec>, OrchestratorError> {
+    ) -> Result<ListToolsResponse, OrchestratorError> {
         let mut last = Status::unavailable("no tool-runner is reachable");
         for attempt in 0..LIST_ATTEMPTS {
             let mut c = self.client.clone();
             let call = c.list_tools(omicos_servicekit::telemetry::traced_request(req.clone()));
             match tokio::time::timeout(START_TIMEOUT, call).await {
-                Ok(Ok(r)) => return Ok(r.into_inner().tools),
+                Ok(Ok(r)) => return Ok(r.into_inner()),
                 Ok(Err(s)) if retriable(&s) && attempt + 1 < LIST_ATTEMPTS => last = s,
                 Ok(Err(s)) => return Err(OrchestratorError::ToolRunner(RunnerStatus(s))),
                 Err(_) => {

@@ -2,7 +2,8 @@
 //! (several orchestrator replicas sharing sessions).
 //!
 //! Every write is one transaction, so a crash loses at most the write in
-//! progress. SQLite runs in WAL mode with `BEGIN IMMEDIATE` write
+//! progress. Events and messages go through one writer task per store that
+//! commits what arrives together in one transaction ([`group_commit`]). SQLite runs in WAL mode with `BEGIN IMMEDIATE` write
 //! transactions; PostgreSQL locks the session row for appends so that two
 //! replicas never interleave one session's messages or events. The turn lease
 //! is a row (owner, expiry) taken with one atomic upsert.
@@ -205,6 +206,8 @@ pub struct SqlStore {
     _listener: Option<Arc<DropGuard>>,
     /// Stops it on [`SqlStore::close`] (its connection must go back to the pool).
     listener_stop: Option<CancellationToken>,
+    /// The group-commit writer of events and messages.
+    writer: group_commit::Writer,
 }
 
 /// `sqlite://<workspace>/.omicos/sessions.db`, the default store URL.
@@ -252,9 +255,11 @@ impl SqlStore {
                 )
             }
         };
+        let writer = group_commit::Writer::spawn(db.clone(), channel.clone(), notices.clone());
         let me = Self {
             db,
             notices,
+            writer,
             channel,
             _listener: listener,
             listener_stop,
@@ -503,30 +508,10 @@ impl SessionStore for SqlStore {
     }
 
     async fn append_messages(&self, id: &str, messages: &[Value]) -> StoreResult<()> {
-        let now = now_ms();
-        in_tx!(&self.db, tx, pg => {
-            if !lock_session!(tx, pg, id) {
-                return Err(StoreError::NotFound(id.into()));
-            }
-            let last: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(idx), 0) FROM session_messages WHERE session_id = $1")
-                .bind(id)
-                .fetch_one(&mut *tx)
-                .await?;
-            for (i, m) in messages.iter().enumerate() {
-                sqlx::query("INSERT INTO session_messages (session_id, idx, body) VALUES ($1, $2, $3)")
-                    .bind(id)
-                    .bind(last + 1 + i as i64)
-                    .bind(m.to_string())
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            sqlx::query("UPDATE sessions SET last_active_ms = $1 WHERE id = $2")
-                .bind(now)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-        });
-        Ok(())
+        let bodies = messages.iter().map(Value::to_string).collect();
+        self.writer
+            .write(id, group_commit::Rows::Messages(bodies))
+            .await
     }
 
     async fn messages(&self, id: &str) -> StoreResult<Vec<Value>> {
@@ -546,32 +531,17 @@ impl SessionStore for SqlStore {
     }
 
     async fn append_event(&self, id: &str, seq: u64, event: &[u8]) -> StoreResult<()> {
-        let seq_i = i64::try_from(seq)
+        let seq = i64::try_from(seq)
             .map_err(|_| StoreError::Backend(format!("event seq {seq} is too large")))?;
-        in_tx!(&self.db, tx, pg => {
-            if !lock_session!(tx, pg, id) {
-                return Err(StoreError::NotFound(id.into()));
-            }
-            let last: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM session_events WHERE session_id = $1")
-                .bind(id)
-                .fetch_one(&mut *tx)
-                .await?;
-            if seq_i != last + 1 {
-                return Err(StoreError::Backend(format!("event seq {seq} out of order (last {last})")));
-            }
-            sqlx::query("INSERT INTO session_events (session_id, seq, body) VALUES ($1, $2, $3)")
-                .bind(id)
-                .bind(seq_i)
-                .bind(event)
-                .execute(&mut *tx)
-                .await?;
-            notify!(self, tx, pg, Notice::Event { session: id.into(), seq });
-        });
-        self.announce_local(Notice::Event {
-            session: id.into(),
-            seq,
-        });
-        Ok(())
+        self.writer
+            .write(
+                id,
+                group_commit::Rows::Event {
+                    seq,
+                    body: event.to_vec(),
+                },
+            )
+            .await
     }
 
     async fn events_since(&self, id: &str, since: u64) -> StoreResult<Vec<(u64, Vec<u8>)>> {
@@ -802,3 +772,5 @@ impl SessionStore for SqlStore {
         self.notices.subscribe()
     }
 }
+
+mod group_commit;

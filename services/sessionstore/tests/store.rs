@@ -325,13 +325,7 @@ async fn kill_9_during_writes_loses_at_most_the_write_in_flight() {
             let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
             let mut seen = 0u64;
             while seen < 200 * (round + 1) {
-                seen = lines
-                    .next()
-                    .expect("crash writer stopped early")
-                    .unwrap()
-                    .trim()
-                    .parse()
-                    .unwrap();
+                seen = reported(&lines.next().expect("crash writer stopped early").unwrap()).1;
             }
             child.kill().unwrap(); // SIGKILL
             child.wait().unwrap();
@@ -366,6 +360,78 @@ async fn kill_9_during_writes_loses_at_most_the_write_in_flight() {
                 "{}: {n} messages for {last} events",
                 b.name
             );
+            s.close().await;
+        }
+    }
+}
+
+/// A crash writer's line: `<writer> <seq>`, both committed.
+fn reported(line: &str) -> (usize, u64) {
+    let (w, seq) = line.trim().split_once(' ').expect("`<writer> <seq>`");
+    (w.parse().unwrap(), seq.parse().unwrap())
+}
+
+/// Group commit under kill -9: eight writers whose rows the store commits
+/// together. Every event a writer was told is committed is there, each
+/// session's log is gap-free with the content written, and each kill loses
+/// at most the one write in flight per writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_batched_writes_loses_nothing_committed() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    const WRITERS: usize = 8;
+    for b in common::all("kill9batch").await {
+        let mut seen = [0u64; WRITERS];
+        for round in 0..3u64 {
+            let mut child = Command::new(env!("CARGO_BIN_EXE_omicos-sessionstore-crashwriter"))
+                .args([b.url.as_str(), "crash", &WRITERS.to_string()])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+            while seen.iter().sum::<u64>() < 800 * (round + 1) {
+                let (w, seq) =
+                    reported(&lines.next().expect("crash writer stopped early").unwrap());
+                seen[w] = seen[w].max(seq);
+            }
+            child.kill().unwrap(); // SIGKILL
+            child.wait().unwrap();
+
+            let s = SqlStore::open(&b.url).await.expect("reopens after kill -9");
+            assert_eq!(
+                s.integrity_check().await.unwrap(),
+                "ok",
+                "{} round {round}",
+                b.name
+            );
+            for (w, seen) in seen.iter_mut().enumerate() {
+                let id = format!("crash-{w}");
+                let last = s.last_seq(&id).await.unwrap();
+                assert!(
+                    last >= *seen,
+                    "{} {id}: every reported event committed ({last} < {seen})",
+                    b.name
+                );
+                let events = s.events_since(&id, 0).await.unwrap();
+                assert_eq!(events.len() as u64, last, "{} {id}", b.name);
+                assert!(
+                    events
+                        .iter()
+                        .enumerate()
+                        .all(|(i, (seq, body))| *seq == i as u64 + 1
+                            && *body == format!("event {seq}").into_bytes()),
+                    "{} {id}: gap-free, with the content written",
+                    b.name
+                );
+                let n = s.messages(&id).await.unwrap().len() as u64;
+                assert!(
+                    n >= last && n <= last + round + 1,
+                    "{} {id}: {n} messages for {last} events",
+                    b.name
+                );
+                // The next run continues from what is stored.
+                *seen = last;
+            }
             s.close().await;
         }
     }

@@ -81,6 +81,7 @@ fn compile(spec: &ToolSpec) -> Compiled {
 pub struct Catalog {
     entries: Vec<Arc<ToolEntry>>,
     names: HashMap<String, (usize, Matched)>,
+    digest: u64,
 }
 
 impl Catalog {
@@ -135,6 +136,7 @@ impl Catalog {
                 .insert(entry.spec.name.clone(), (idx, Matched::Name));
             me.entries.push(entry);
         }
+        me.digest = digest(&me.entries);
         // Aliases and deprecated names never shadow a real name.
         for (idx, e) in me.entries.iter().enumerate() {
             for a in &e.spec.aliases {
@@ -160,6 +162,26 @@ impl Catalog {
     pub fn entries(&self) -> impl Iterator<Item = &Arc<ToolEntry>> {
         self.entries.iter()
     }
+
+    /// A digest of every tool's spec and route kind, in order: the same on
+    /// every runner that serves the same tools, new when any tool changes.
+    pub fn digest(&self) -> u64 {
+        self.digest
+    }
+}
+
+/// SipHash with fixed keys over every field of the specs (their `Debug`
+/// form names them all): stable across processes of one build (a runner of
+/// another build may digest the same catalog differently, which costs its
+/// callers one full answer, never a wrong one). Done once per rebuild.
+fn digest(entries: &[Arc<ToolEntry>]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    for e in entries {
+        format!("{:?}", e.spec).hash(&mut h);
+        matches!(e.route, Route::Local(_)).hash(&mut h);
+    }
+    h.finish()
 }
 
 /// The current catalog, rebuilt when the registry changes.

@@ -137,12 +137,24 @@ impl ToolRunner for ToolRunnerService {
             allow_shell: req.allow_shell,
             allow_file_write: req.allow_file_write,
         };
+        // Read before the list: a catalog that changes in between gives a
+        // version older than the list, so the caller asks again next time.
+        let catalog_version = self.pipeline.catalog_version();
+        if !req.if_version.is_empty() && req.if_version == catalog_version {
+            return Ok(Response::new(ListToolsResponse {
+                catalog_version,
+                unchanged: true,
+                ..Default::default()
+            }));
+        }
         let (tools, unknown_toolsets) =
             self.pipeline
                 .list_tools(&req.toolsets, req.permission_mode, legacy)?;
         Ok(Response::new(ListToolsResponse {
             tools,
             unknown_toolsets,
+            catalog_version,
+            unchanged: false,
         }))
     }
 }

@@ -935,3 +935,54 @@ async fn a_write_at_the_message_limit_is_done_and_just_past_it_is_refused_before
         .await;
     assert_eq!(w.status().as_str(), "done", "{}", w.result);
 }
+
+/// ListTools' catalog_version: a caller holding the current version gets a
+/// small `unchanged` answer; a provider registering or leaving changes it,
+/// and the stale version then gets the full list; two runners with the same
+/// tools agree on it (what lets an orchestrator cache across many runners).
+#[tokio::test]
+async fn catalog_version_confirms_a_cached_list_until_the_registry_changes() {
+    let r = start_runner(|_| {}).await;
+    let other = start_runner(|_| {}).await;
+    let ask = |c: &mut ToolRunnerClient<Channel>, v: &str| {
+        let req = ListToolsRequest {
+            permission_mode: wire_mode("full"),
+            if_version: v.to_owned(),
+            ..Default::default()
+        };
+        let mut c = c.clone();
+        async move { c.list_tools(req).await.unwrap().into_inner() }
+    };
+    let mut c = r.client().await;
+    let first = ask(&mut c, "").await;
+    assert!(!first.unchanged && !first.tools.is_empty());
+    assert!(!first.catalog_version.is_empty());
+    let mut oc = other.client().await;
+    assert_eq!(
+        ask(&mut oc, "").await.catalog_version,
+        first.catalog_version,
+        "same tools, same version on another runner"
+    );
+    let same = ask(&mut c, &first.catalog_version).await;
+    assert!(same.unchanged && same.tools.is_empty() && same.unknown_toolsets.is_empty());
+    assert_eq!(same.catalog_version, first.catalog_version);
+
+    let (_paddr, psd) = start_provider(TestKit::new(), Some(r.addr.clone())).await;
+    r.wait_for_tool("echo", true).await;
+    let grown = ask(&mut c, &first.catalog_version).await;
+    assert!(
+        !grown.unchanged,
+        "a registered provider makes the cached list stale"
+    );
+    assert_ne!(grown.catalog_version, first.catalog_version);
+    assert!(grown.tools.iter().any(|t| t.name == "echo"));
+
+    psd.trigger();
+    r.wait_for_tool("echo", false).await;
+    let back = ask(&mut c, &grown.catalog_version).await;
+    assert!(!back.unchanged && back.tools.iter().all(|t| t.name != "echo"));
+    assert_eq!(
+        back.catalog_version, first.catalog_version,
+        "the same tools again"
+    );
+}

@@ -263,7 +263,7 @@ impl Engine {
             messages: vec![
                 json!({"role": "user", "content": format!("{text}\n\nWrite the summary now.")}),
             ],
-            tools: vec![],
+            tools: Default::default(),
             model: model_override.to_owned(),
             agent_id: "compaction".into(),
         };

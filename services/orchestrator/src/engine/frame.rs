@@ -63,7 +63,7 @@ impl Engine {
             {
                 Ok(t) => {
                     parallel = t.parallel_safe(&self.config.tool_calls.concurrency_safe);
-                    t.defs
+                    t.defs.clone()
                 }
                 Err(e) => {
                     emit_error(session, &tag, &e).await;

@@ -16,7 +16,7 @@ mod compact;
 pub mod context;
 mod delegate;
 mod frame;
-mod tools;
+pub mod tools;
 mod turn;
 
 pub use delegate::team_tools;
@@ -52,6 +52,8 @@ pub struct Engine {
     /// Per model: reported input tokens / estimated tokens of its last
     /// request, so estimates follow the model's own tokenizer.
     pub calibration: Mutex<HashMap<String, f64>>,
+    /// The agents' tool lists by catalog version ([`tools::ToolCache`]).
+    pub tool_cache: tools::ToolCache,
 }
 
 /// How a turn (or sub-turn) ended.

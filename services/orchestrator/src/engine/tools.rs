@@ -5,7 +5,7 @@
 
 use super::{Engine, team_tools};
 use crate::error::OrchestratorError;
-use crate::llm::ToolDef;
+use crate::llm::{ToolDef, ToolSet};
 use omicos_proto::{ListToolsRequest, PermissionMode, Risk, ToolSpec};
 use serde_json::json;
 use std::collections::HashSet;
@@ -42,8 +42,8 @@ pub fn tool_def(spec: &ToolSpec) -> ToolDef {
 pub struct AgentTools {
     /// The specs: the runner's, then the team tools.
     pub specs: Vec<ToolSpec>,
-    /// The model's definitions of the same tools.
-    pub defs: Vec<ToolDef>,
+    /// The model's definitions of the same tools (their JSON made once).
+    pub defs: std::sync::Arc<ToolSet>,
 }
 
 impl AgentTools {
@@ -64,7 +64,10 @@ impl AgentTools {
                 defs.push(d);
             }
         }
-        Self { specs, defs }
+        Self {
+            specs,
+            defs: std::sync::Arc::new(ToolSet::new(defs)),
+        }
     }
 
     /// The names (and aliases) of the tools that may run side by side with
@@ -86,6 +89,44 @@ impl AgentTools {
     }
 }
 
+/// What decides a ListTools answer besides the runner's catalog.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct ToolKey {
+    toolsets: Vec<String>,
+    mode: i32,
+    allow_shell: Option<bool>,
+    allow_file_write: Option<bool>,
+}
+
+/// The agents' tool lists, per request (toolsets, mode, switches), with the
+/// runner catalog version each came from. Every model request still asks a
+/// runner, but with `if_version`: while the catalog is unchanged the answer
+/// is one small `unchanged` message, and the cached [`AgentTools`] (specs,
+/// definitions, their pre-serialized JSON) are reused as they are. The
+/// version is a digest of the catalog, so any runner with the same tools
+/// confirms it; a runner whose tools differ answers in full and replaces it.
+#[derive(Default)]
+pub struct ToolCache {
+    entries:
+        std::sync::Mutex<std::collections::HashMap<ToolKey, (String, std::sync::Arc<AgentTools>)>>,
+}
+
+impl ToolCache {
+    fn get(&self, key: &ToolKey) -> Option<(String, std::sync::Arc<AgentTools>)> {
+        self.entries.lock().expect("tool cache").get(key).cloned()
+    }
+
+    fn put(&self, key: ToolKey, version: String, tools: std::sync::Arc<AgentTools>) {
+        let mut map = self.entries.lock().expect("tool cache");
+        // Bounded: keys come from configured agents and modes; a flood of
+        // distinct keys only costs re-listing.
+        if map.len() >= 1024 {
+            map.clear();
+        }
+        map.insert(key, (version, tools));
+    }
+}
+
 impl Engine {
     /// The tools an agent with `toolsets` sees under these permissions.
     pub async fn agent_tools(
@@ -94,17 +135,35 @@ impl Engine {
         mode: PermissionMode,
         allow_shell: Option<bool>,
         allow_file_write: Option<bool>,
-    ) -> Result<AgentTools, OrchestratorError> {
-        let specs = self
+    ) -> Result<std::sync::Arc<AgentTools>, OrchestratorError> {
+        let key = ToolKey {
+            toolsets: toolsets.to_vec(),
+            mode: mode as i32,
+            allow_shell,
+            allow_file_write,
+        };
+        let cached = self.tool_cache.get(&key);
+        let r = self
             .runner
             .list_tools(ListToolsRequest {
                 toolsets: runner_toolsets(toolsets),
-                permission_mode: mode as i32,
+                permission_mode: key.mode,
                 allow_shell,
                 allow_file_write,
+                if_version: cached.as_ref().map(|c| c.0.clone()).unwrap_or_default(),
             })
             .await?;
-        Ok(AgentTools::assemble(specs, toolsets))
+        if let Some((version, tools)) = cached
+            && r.unchanged
+            && r.catalog_version == version
+        {
+            return Ok(tools);
+        }
+        let tools = std::sync::Arc::new(AgentTools::assemble(r.tools, toolsets));
+        if !r.catalog_version.is_empty() && !r.unchanged {
+            self.tool_cache.put(key, r.catalog_version, tools.clone());
+        }
+        Ok(tools)
     }
 }
 

@@ -136,23 +136,26 @@ impl LlmBackend for AnthropicBackend {
         } else {
             req.model.clone()
         };
-        let mut body = json!({
+        let body = json!({
             "model": model,
             "max_tokens": self.max_tokens,
             "system": req.system,
             "messages": to_anthropic_messages(&req.messages),
             "stream": true,
         });
-        if !req.tools.is_empty() {
-            body["tools"] = tools_json(&req.tools);
-        }
+        let body = if req.tools.is_empty() {
+            body.to_string()
+        } else {
+            super::with_tools(&body, req.tools.anthropic_json())
+        };
         let url = self.url();
         let resp = send(&self.retry, cancel, || {
             self.http
                 .post(&url)
                 .header("x-api-key", &self.api_key)
                 .header("anthropic-version", "2023-06-01")
-                .json(&body)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone())
         })
         .await?;
         let mut reader = SseReader::new(Box::pin(resp.bytes_stream()));

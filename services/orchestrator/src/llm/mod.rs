@@ -26,6 +26,73 @@ pub struct ToolDef {
     pub parameters: Value,
 }
 
+/// The tools of a request, with their JSON for each wire format made on
+/// first use: the engine caches one set per agent tool list and catalog
+/// version, so a tool schema is serialized once, not at every model request.
+#[derive(Clone, Debug, Default)]
+pub struct ToolSet {
+    defs: Vec<ToolDef>,
+    openai: std::sync::OnceLock<String>,
+    anthropic: std::sync::OnceLock<String>,
+}
+
+impl ToolSet {
+    /// A set of `defs`.
+    pub fn new(defs: Vec<ToolDef>) -> Self {
+        Self {
+            defs,
+            ..Default::default()
+        }
+    }
+
+    /// The OpenAI `tools` array, serialized.
+    pub fn openai_json(&self) -> &str {
+        self.openai
+            .get_or_init(|| openai::tools_json(&self.defs).to_string())
+    }
+
+    /// The Anthropic `tools` array, serialized.
+    pub fn anthropic_json(&self) -> &str {
+        self.anthropic
+            .get_or_init(|| anthropic::tools_json(&self.defs).to_string())
+    }
+}
+
+impl std::ops::Deref for ToolSet {
+    type Target = [ToolDef];
+    fn deref(&self) -> &[ToolDef] {
+        &self.defs
+    }
+}
+
+impl PartialEq for ToolSet {
+    fn eq(&self, other: &Self) -> bool {
+        self.defs == other.defs
+    }
+}
+
+impl From<Vec<ToolDef>> for ToolSet {
+    fn from(defs: Vec<ToolDef>) -> Self {
+        Self::new(defs)
+    }
+}
+
+/// `body` (a JSON object) serialized with `"tools": <tools_json>` added
+/// last, without parsing or copying the pre-serialized tools again.
+pub fn with_tools(body: &Value, tools_json: &str) -> String {
+    let mut s = body.to_string();
+    if s.len() >= 2 && s.ends_with('}') {
+        s.pop();
+        if s.len() > 1 {
+            s.push(',');
+        }
+        s.push_str("\"tools\":");
+        s.push_str(tools_json);
+        s.push('}');
+    }
+    s
+}
+
 /// One request to a model.
 #[derive(Clone, Debug)]
 pub struct LlmRequest {
@@ -34,7 +101,7 @@ pub struct LlmRequest {
     /// The conversation in OpenAI chat shape (no system message).
     pub messages: Vec<Value>,
     /// Tools the model may call.
-    pub tools: Vec<ToolDef>,
+    pub tools: std::sync::Arc<ToolSet>,
     /// Model override ("" = the backend's configured model).
     pub model: String,
     /// The active agent (the replay backend uses it to pick the scripted step).

@@ -41,19 +41,29 @@ impl OpenAiBackend {
         }
     }
 
-    fn body(&self, req: &LlmRequest) -> Value {
+    /// The request body, serialized (the tools' JSON is the set's, made once).
+    fn body(&self, req: &LlmRequest) -> String {
         let mut messages = vec![json!({"role": "system", "content": req.system})];
         messages.extend(req.messages.iter().cloned());
-        let mut body = json!({
-            "model": if req.model.is_empty() { &self.model } else { &req.model },
+        let body = json!({
+            "model": self.model(req),
             "messages": messages,
             "stream": true,
             "stream_options": {"include_usage": true},
         });
-        if !req.tools.is_empty() {
-            body["tools"] = tools_json(&req.tools);
+        if req.tools.is_empty() {
+            body.to_string()
+        } else {
+            super::with_tools(&body, req.tools.openai_json())
         }
-        body
+    }
+
+    fn model<'a>(&'a self, req: &'a LlmRequest) -> &'a str {
+        if req.model.is_empty() {
+            &self.model
+        } else {
+            &req.model
+        }
     }
 }
 
@@ -81,7 +91,11 @@ impl LlmBackend for OpenAiBackend {
         let url = format!("{}/chat/completions", self.base_url);
         let body = self.body(req);
         let resp = send(&self.retry, cancel, || {
-            let mut b = self.http.post(&url).json(&body);
+            let mut b = self
+                .http
+                .post(&url)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone());
             if !self.api_key.is_empty() {
                 b = b.bearer_auth(&self.api_key);
             }
@@ -90,7 +104,7 @@ impl LlmBackend for OpenAiBackend {
         .await?;
         let mut reader = SseReader::new(Box::pin(resp.bytes_stream()));
         let mut turn = LlmTurn {
-            model: body["model"].as_str().unwrap_or_default().to_owned(),
+            model: self.model(req).to_owned(),
             ..Default::default()
         };
         // Every server shape of streamed calls is handled in one place.

@@ -39,7 +39,7 @@ impl OrchestratorService {
             crate::llm::openai::tools_json(&tools.defs)
         };
         Ok(ListAgentToolsResponse {
-            tools: tools.specs,
+            tools: tools.specs.clone(),
             llm_tools_json: llm_tools.to_string(),
         })
     }

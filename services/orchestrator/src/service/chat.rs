@@ -96,22 +96,22 @@ impl OrchestratorService {
             stop: self.streams_stop.clone(),
         };
         let t = turn_id.clone();
-        let hub = self.hub.clone();
-        let sid = state.id.clone();
+        // The pump holds the session while the client follows it; once it and
+        // the turn are done, the hub drops the session's live state.
         tokio::spawn(async move {
             match pump.backfill(&t).await {
                 Ok(Flow::Stop) => {}
                 Ok(Flow::Continue) => pump.follow(rx, t).await,
                 Err(e) => pump.fail(e).await,
             }
-            // Give the turn task a moment to let go of the session, then drop idle state.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            hub.release_if_idle(&sid);
         });
-        // Later client messages: approvals and cancel. The turn outlives the stream.
-        let st = state.clone();
+        // Later client messages: approvals and cancel. The turn outlives the
+        // stream; this task does not keep an idle session alive.
+        let st = Arc::downgrade(&state);
+        drop(state);
         tokio::spawn(async move {
             while let Ok(Some(m)) = inbound.message().await {
+                let Some(st) = st.upgrade() else { break };
                 match m.msg {
                     Some(chat_client_message::Msg::Approval(a)) => {
                         let d = Decision::try_from(a.decision).unwrap_or(Decision::Deny);

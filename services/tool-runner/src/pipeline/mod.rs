@@ -248,6 +248,13 @@ impl Pipeline {
         Ok((tools, unknown))
     }
 
+    /// The version of [`Pipeline::list_tools`]'s answers: the catalog's
+    /// digest and the default mode (what, with the request, decides them).
+    pub fn catalog_version(&self) -> String {
+        let digest = self.inner.tools.snapshot().digest();
+        format!("{digest:016x}-{}", self.inner.default_mode as i32)
+    }
+
     /// Runs one call through every stage. Never fails: any failure becomes an
     /// error result.
     pub async fn execute(&self, req: CallRequest, mut io: CallIo) -> CallOutcome {

@@ -1,0 +1,702 @@
+//! The event path at scale (issue 15): N concurrent Chat streams through the
+//! real gRPC server (orchestrator and tool-runner on 127.0.0.1) against an
+//! in-process fake OpenAI-compatible LLM. Each turn: one `file_manager__list`
+//! call, then 400 characters of text in 80 deltas. For the memory, SQLite and
+//! PostgreSQL stores it prints CPU per turn, events/s, event latency p50/p99
+//! (a delta leaving the fake server → the client receiving it) and resident
+//! memory per idle session; and, in the same run, the floor: the same events
+//! over a bare tonic stream with nothing behind it. Every turn is checked:
+//! gap-free seqs, every delta once and in order, and the client's events
+//! equal to the store's log. Any loss or doubling fails the run.
+//!
+//! `cargo bench -p omicos-e2e --bench load` (release). Settings:
+//! `LOAD_TURNS` (default `100,1000`), `LOAD_IDLE` (10000), `LOAD_STORES`
+//! (`memory,sqlite,postgres`; PostgreSQL is skipped when it does not answer),
+//! `LOAD_DELTA_MS` (pause between two deltas of one stream, default 10).
+//!
+//! CPU is the orchestrator's own: the threads of the runtime it runs on (and
+//! SQLite's worker threads), read from /proc; the client, the fake LLM and
+//! the tool-runner run on another runtime. A PostgreSQL server's CPU is not
+//! in it.
+
+use axum::body::Body;
+use bytes::Bytes;
+use omicos_orchestrator::{Parts, agents::SingleAgent, config::Config};
+use omicos_proto::orchestrator_server::{Orchestrator, OrchestratorServer};
+use omicos_proto::*;
+use omicos_servicekit::Shutdown;
+use omicos_sessionstore::SessionStore;
+use prost::Message;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+const DELTAS: usize = 80;
+const DELTA_CHARS: usize = 5;
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+/// 64^5 µs: the delta's 5 characters carry its send time modulo this (about 18 minutes).
+const WRAP: u64 = 1 << 30;
+
+static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+fn now_us() -> u64 {
+    EPOCH.get_or_init(Instant::now).elapsed().as_micros() as u64
+}
+
+/// Five characters that carry the time they were made.
+fn stamp() -> String {
+    let mut t = now_us() % WRAP;
+    let mut out = [0u8; DELTA_CHARS];
+    for c in out.iter_mut().rev() {
+        *c = ALPHABET[(t % 64) as usize];
+        t /= 64;
+    }
+    String::from_utf8(out.to_vec()).unwrap()
+}
+
+/// Microseconds since the delta `text` was made; None when it is not a stamp.
+fn age_us(text: &str) -> Option<u64> {
+    if text.len() != DELTA_CHARS {
+        return None;
+    }
+    let mut t = 0u64;
+    for b in text.bytes() {
+        t = t * 64 + ALPHABET.iter().position(|a| *a == b)? as u64;
+    }
+    Some((now_us() % WRAP + WRAP - t) % WRAP)
+}
+
+// ---------------------------------------------------------------- fake LLM
+
+fn sse(v: serde_json::Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+/// The fake model: the first request of a turn calls `file_manager__list`;
+/// the request with its result gets 80 stamped deltas, `pause` apart.
+async fn fake_llm(pause: Duration) -> String {
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move |body: Bytes| async move {
+            let req: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let after_tool = req["messages"]
+                .as_array()
+                .and_then(|m| m.last())
+                .is_some_and(|m| m["role"] == "tool");
+            let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(8);
+            tokio::spawn(async move {
+                if after_tool {
+                    for i in 0..DELTAS {
+                        if i > 0 && !pause.is_zero() {
+                            tokio::time::sleep(pause).await;
+                        }
+                        let d = serde_json::json!({"choices":[{"index":0,"delta":{"content": stamp()}}]});
+                        if tx.send(Ok(sse(d))).await.is_err() {
+                            return;
+                        }
+                    }
+                    let _ = tx.send(Ok(sse(serde_json::json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]})))).await;
+                } else {
+                    let call = serde_json::json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"file_manager__list","arguments":"{\"path\":\".\"}"}}]}}]});
+                    let _ = tx.send(Ok(sse(call))).await;
+                    let _ = tx.send(Ok(sse(serde_json::json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]})))).await;
+                }
+                let _ = tx.send(Ok(sse(serde_json::json!({"choices":[],"usage":{"prompt_tokens":100,"completion_tokens":80}})))).await;
+                let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
+            });
+            axum::response::Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(ReceiverStream::new(rx)))
+                .unwrap()
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await });
+    url
+}
+
+// ---------------------------------------------------------------- the floor
+
+/// Chat answers the turn's events (the shape the orchestrator sends: turn
+/// started, the call, 80 stamped deltas, turn done) from nothing.
+struct Floor {
+    pause: Duration,
+}
+
+type Events = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<ChatEvent, Status>> + Send>>;
+
+fn ev(seq: u64, kind: chat_event::Kind) -> ChatEvent {
+    ChatEvent {
+        session_id: "floor".into(),
+        turn_id: "t".into(),
+        event_seq: seq,
+        execution_context_id: "root".into(),
+        agent_id: "assistant".into(),
+        timestamp_ms: omicos_sessionstore::now_ms(),
+        kind: Some(kind),
+        ..Default::default()
+    }
+}
+
+#[tonic::async_trait]
+impl Orchestrator for Floor {
+    type ChatStream = Events;
+    async fn chat(
+        &self,
+        _r: Request<Streaming<ChatClientMessage>>,
+    ) -> Result<Response<Events>, Status> {
+        let (tx, rx) = mpsc::channel(512);
+        let pause = self.pause;
+        tokio::spawn(async move {
+            let mut seq = 0;
+            let mut next = |k| {
+                seq += 1;
+                ev(seq, k)
+            };
+            let head = [
+                next(chat_event::Kind::TurnStarted(TurnStarted::default())),
+                next(chat_event::Kind::ToolCallStarted(ToolCallStarted::default())),
+                next(chat_event::Kind::ToolCallFinished(
+                    ToolCallFinished::default(),
+                )),
+            ];
+            for e in head {
+                let _ = tx.send(Ok(e)).await;
+            }
+            for i in 0..DELTAS {
+                if i > 0 && !pause.is_zero() {
+                    tokio::time::sleep(pause).await;
+                }
+                let e = next(chat_event::Kind::TextDelta(TextDelta { text: stamp() }));
+                if tx.send(Ok(e)).await.is_err() {
+                    return;
+                }
+            }
+            let done = TurnDone {
+                reason: TurnDoneReason::Completed as i32,
+                ..Default::default()
+            };
+            let _ = tx.send(Ok(next(chat_event::Kind::TurnDone(done)))).await;
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+    type AttachStream = Events;
+    async fn attach(&self, _r: Request<AttachRequest>) -> Result<Response<Events>, Status> {
+        Err(Status::unimplemented("floor"))
+    }
+    async fn cancel_turn(
+        &self,
+        _r: Request<CancelTurnRequest>,
+    ) -> Result<Response<CancelTurnResponse>, Status> {
+        Err(Status::unimplemented("floor"))
+    }
+    async fn approve_tool(
+        &self,
+        _r: Request<ApproveToolRequest>,
+    ) -> Result<Response<ApproveToolResponse>, Status> {
+        Err(Status::unimplemented("floor"))
+    }
+    async fn list_agents(
+        &self,
+        _r: Request<ListAgentsRequest>,
+    ) -> Result<Response<ListAgentsResponse>, Status> {
+        Err(Status::unimplemented("floor"))
+    }
+    async fn list_sessions(
+        &self,
+        _r: Request<ListSessionsRequest>,
+    ) -> Result<Response<ListSessionsResponse>, Status> {
+        Err(Status::unimplemented("floor"))
+    }
+    async fn get_session(
+        &self,
+        _r: Request<GetSessionRequest>,
+    ) -> Result<Response<Session>, Status> {
+        Err(Status::unimplemented("floor"))
+    }
+    async fn delete_session(
+        &self,
+        _r: Request<DeleteSessionRequest>,
+    ) -> Result<Response<DeleteSessionResponse>, Status> {
+        Err(Status::unimplemented("floor"))
+    }
+    async fn refresh_catalog(
+        &self,
+        _r: Request<RefreshCatalogRequest>,
+    ) -> Result<Response<RefreshCatalogResponse>, Status> {
+        Err(Status::unimplemented("floor"))
+    }
+    async fn list_agent_tools(
+        &self,
+        _r: Request<ListAgentToolsRequest>,
+    ) -> Result<Response<ListAgentToolsResponse>, Status> {
+        Err(Status::unimplemented("floor"))
+    }
+    async fn compact(
+        &self,
+        _r: Request<CompactRequest>,
+    ) -> Result<Response<CompactResponse>, Status> {
+        Err(Status::unimplemented("floor"))
+    }
+}
+
+// ---------------------------------------------------------------- measuring
+
+/// CPU time (ms) of this process's threads that belong to the server side:
+/// named `orch` (its runtime) or `sqlx-sqlite-*` (SQLite's connection workers).
+fn server_cpu_ms() -> u64 {
+    // Clock ticks: 100 per second on Linux.
+    let mut ticks = 0u64;
+    for t in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let p = t.path();
+        let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+        let comm = comm.trim();
+        if !(comm.starts_with("orch") || comm.starts_with("sqlx-sqlite")) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
+        // Fields after the `(comm)`: state is field 3, utime 14, stime 15.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.len() > 12 {
+            ticks += f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0);
+        }
+    }
+    ticks * 10
+}
+
+fn rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn pct(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1] as f64 / 1000.0
+}
+
+type Client = OrchestratorClient<omicos_auth::AuthedChannel>;
+use omicos_proto::orchestrator_client::OrchestratorClient;
+
+const TOKEN: &str = "omicos-load-bench-token";
+
+async fn connect(url: &str) -> Client {
+    let ch = tonic::transport::Channel::from_shared(url.to_owned())
+        .unwrap()
+        .connect()
+        .await
+        .expect("connect");
+    OrchestratorClient::new(omicos_auth::Credentials::bearer(TOKEN).unwrap().channel(ch))
+        .max_decoding_message_size(omicos_proto::MAX_MESSAGE_BYTES)
+}
+
+/// One turn's Chat stream, checked. Returns (session, events received, delta ages µs).
+async fn one_turn(
+    mut c: Client,
+    i: usize,
+    full_check: bool,
+) -> Result<(String, Vec<ChatEvent>, Vec<u64>), String> {
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(ChatClientMessage {
+        msg: Some(chat_client_message::Msg::Request(ChatRequest {
+            message: format!("load turn {i}: list the workspace, then talk"),
+            permission_mode: "auto".into(),
+            ..Default::default()
+        })),
+    })
+    .await
+    .unwrap();
+    let mut s = c
+        .chat(ReceiverStream::new(rx))
+        .await
+        .map_err(|e| format!("turn {i}: {e}"))?
+        .into_inner();
+    let mut events = Vec::with_capacity(96);
+    let mut ages = Vec::with_capacity(DELTAS);
+    loop {
+        let m = tokio::time::timeout(Duration::from_secs(120), s.message())
+            .await
+            .map_err(|_| format!("turn {i}: no event within 120 s"))?
+            .map_err(|e| format!("turn {i}: {e}"))?;
+        let Some(m) = m else { break };
+        match &m.kind {
+            Some(chat_event::Kind::Heartbeat(_)) => continue,
+            Some(chat_event::Kind::TextDelta(t)) => {
+                ages.push(age_us(&t.text).ok_or_else(|| {
+                    format!("turn {i}: delta {:?} is not one the model sent", t.text)
+                })?)
+            }
+            _ => {}
+        }
+        let done = matches!(m.kind, Some(chat_event::Kind::TurnDone(_)));
+        events.push(m);
+        if done {
+            break;
+        }
+    }
+    drop(tx);
+    let session = events
+        .first()
+        .map(|e| e.session_id.clone())
+        .unwrap_or_default();
+    // Nothing lost or doubled: seqs consecutive, TurnStarted .. TurnDone, every delta once.
+    let first = events.first().map(|e| e.event_seq).unwrap_or(0);
+    for (k, e) in events.iter().enumerate() {
+        if e.event_seq != first + k as u64 {
+            return Err(format!(
+                "turn {i}: event {k} has seq {} (expected {})",
+                e.event_seq,
+                first + k as u64
+            ));
+        }
+    }
+    if !matches!(
+        events.first().and_then(|e| e.kind.as_ref()),
+        Some(chat_event::Kind::TurnStarted(_))
+    ) {
+        return Err(format!("turn {i}: does not start with TurnStarted"));
+    }
+    match events.last().and_then(|e| e.kind.as_ref()) {
+        Some(chat_event::Kind::TurnDone(d)) if d.reason() == TurnDoneReason::Completed => {}
+        other => return Err(format!("turn {i}: ends with {other:?}")),
+    }
+    let finished: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Some(chat_event::Kind::ToolCallFinished(f)) => Some(f),
+            _ => None,
+        })
+        .collect();
+    if full_check && (finished.len() != 1 || finished[0].status() != ToolStatus::Done) {
+        return Err(format!(
+            "turn {i}: file_manager__list did not finish once, ok: {finished:?}"
+        ));
+    }
+    if ages.len() != DELTAS {
+        return Err(format!(
+            "turn {i}: {} deltas, expected {DELTAS}",
+            ages.len()
+        ));
+    }
+    Ok((session, events, ages))
+}
+
+/// The client's events of a turn equal the store's log (same seqs, same bytes).
+async fn check_against_store(
+    store: &dyn SessionStore,
+    session: &str,
+    events: &[ChatEvent],
+) -> Result<(), String> {
+    let since = events[0].event_seq - 1;
+    let stored = store
+        .events_since(session, since)
+        .await
+        .map_err(|e| format!("{session}: {e}"))?;
+    if stored.len() != events.len() {
+        return Err(format!(
+            "{session}: client has {} events, store {}",
+            events.len(),
+            stored.len()
+        ));
+    }
+    for ((seq, bytes), e) in stored.iter().zip(events) {
+        if *seq != e.event_seq || *bytes != e.encode_to_vec() {
+            return Err(format!(
+                "{session}: seq {seq} differs between client and store"
+            ));
+        }
+    }
+    Ok(())
+}
+
+struct Figures {
+    turns: usize,
+    wall: Duration,
+    cpu_ms: u64,
+    events: u64,
+    ages: Vec<u64>,
+}
+
+impl Figures {
+    fn row(&self, store: &str) -> String {
+        let mut a = self.ages.clone();
+        a.sort_unstable();
+        format!(
+            "| {store} | {} | {:.2} | {:.0} | {:.1} | {:.1} |",
+            self.turns,
+            self.cpu_ms as f64 / self.turns as f64,
+            self.events as f64 / self.wall.as_secs_f64(),
+            pct(&a, 0.50),
+            pct(&a, 0.99),
+        )
+    }
+}
+
+/// `turns` concurrent turns (at most `window` at a time), all checked.
+async fn run_turns(
+    url: &str,
+    store: Option<&Arc<dyn SessionStore>>,
+    turns: usize,
+    window: usize,
+    full: bool,
+) -> Figures {
+    let clients: Vec<Client> = {
+        let mut v = vec![];
+        for _ in 0..8 {
+            v.push(connect(url).await);
+        }
+        v
+    };
+    let started = Instant::now();
+    let cpu0 = server_cpu_ms();
+    let sem = Arc::new(tokio::sync::Semaphore::new(window));
+    let events = Arc::new(AtomicU64::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..turns {
+        let c = clients[i % clients.len()].clone();
+        let permit = sem.clone().acquire_owned().await.unwrap();
+        let events = events.clone();
+        tasks.spawn(async move {
+            let r = one_turn(c, i, full).await;
+            drop(permit);
+            if let Ok((_, ev, _)) = &r {
+                events.fetch_add(ev.len() as u64, Ordering::Relaxed);
+            }
+            r
+        });
+    }
+    let mut ages = Vec::with_capacity(turns * DELTAS);
+    let mut done = Vec::with_capacity(turns);
+    while let Some(r) = tasks.join_next().await {
+        match r.expect("turn task") {
+            Ok((s, ev, a)) => {
+                ages.extend(a);
+                done.push((s, ev));
+            }
+            Err(e) => panic!("LOST OR DOUBLED: {e}"),
+        }
+    }
+    let wall = started.elapsed();
+    let cpu_ms = server_cpu_ms() - cpu0;
+    if let Some(store) = store {
+        for (s, ev) in &done {
+            if let Err(e) = check_against_store(store.as_ref(), s, ev).await {
+                panic!("LOST OR DOUBLED: {e}");
+            }
+        }
+    }
+    if full {
+        let sessions: std::collections::HashSet<&str> =
+            done.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(sessions.len(), turns, "every turn had its own session");
+    }
+    Figures {
+        turns,
+        wall,
+        cpu_ms,
+        events: events.load(Ordering::Relaxed),
+        ages,
+    }
+}
+
+fn list(var: &str, default: &str) -> Vec<String> {
+    std::env::var(var)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+fn main() {
+    EPOCH.get_or_init(Instant::now);
+    let turns: Vec<usize> = list("LOAD_TURNS", "100,1000")
+        .iter()
+        .map(|s| s.parse().expect("LOAD_TURNS"))
+        .collect();
+    let idle: usize = std::env::var("LOAD_IDLE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000);
+    let stores = list("LOAD_STORES", "memory,sqlite,postgres");
+    let pause = Duration::from_millis(
+        std::env::var("LOAD_DELTA_MS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(10),
+    );
+
+    // The server side on its own runtime, so that its CPU can be told apart.
+    let orch = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("orch")
+        .enable_all()
+        .build()
+        .unwrap();
+    let load = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("load")
+        .enable_all()
+        .build()
+        .unwrap();
+
+    println!(
+        "load: {DELTAS} deltas of {DELTA_CHARS} chars per turn, {pause:?} apart; idle sessions: {idle}"
+    );
+    println!();
+    println!(
+        "| store | concurrent turns | orchestrator CPU ms/turn | events/s | latency p50 ms | latency p99 ms |"
+    );
+    println!("|---|---|---|---|---|---|");
+
+    // The floor: the same events over a bare tonic stream.
+    let floor_url = orch.block_on(async {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(OrchestratorServer::new(Floor { pause }))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l)),
+        );
+        url
+    });
+    for &n in &turns {
+        let f = load.block_on(run_turns(&floor_url, None, n, n, false));
+        println!("{}", f.row("floor (bare tonic)"));
+    }
+
+    let mut idle_rows = vec![];
+    for name in &stores {
+        let ws = tempfile::tempdir().unwrap();
+        let workspace = ws.path().canonicalize().unwrap();
+        std::fs::write(workspace.join("README.md"), "load bench\n").unwrap();
+        // Keeps the PostgreSQL schema until the store is done with it.
+        let mut pg = None;
+        let url = match name.as_str() {
+            "memory" => "memory:".to_owned(),
+            "sqlite" => format!("sqlite://{}/sessions.db", workspace.display()),
+            "postgres" => match load.block_on(omicos_testdb::postgres("load", "olb")) {
+                Some(b) => pg.insert(b).url.clone(),
+                None => {
+                    println!("| postgres | (skipped: PostgreSQL does not answer) | | | | |");
+                    continue;
+                }
+            },
+            other => panic!("unknown store {other}"),
+        };
+        let sd = Shutdown::new(Duration::from_secs(2));
+        // The runner on the load runtime, the orchestrator (and its store) on its own.
+        let runner = load.block_on(async {
+            let rl = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let runner = format!("http://{}", rl.local_addr().unwrap());
+            let rcfg: omicos_tool_runner::Config =
+                serde_json::from_value(serde_json::json!({"workspace": workspace})).unwrap();
+            tokio::spawn(omicos_tool_runner::run(rcfg, rl, sd.clone(), vec![]));
+            runner
+        });
+        let llm = load.block_on(fake_llm(pause));
+        let (orch_url, store) = orch.block_on(async {
+            let mut cfg = Config {
+                workspace: workspace.clone(),
+                tool_runner: runner.clone(),
+                store_url: url.clone(),
+                heartbeat_interval: Duration::from_secs(30),
+                ..Default::default()
+            };
+            cfg.llm.backend = "openai".into();
+            cfg.llm.base_url = llm.clone();
+            cfg.llm.api_key = "k".into();
+            cfg.llm.model = "fake".into();
+            cfg.llm.idle_timeout = Duration::from_secs(60);
+            cfg.auth.api_keys.push(omicos_auth::ApiKeyConfig {
+                sha256: omicos_auth::sha256_hex(TOKEN),
+                principal: "bench".into(),
+                tenant: "default".into(),
+                tier: String::new(),
+                max_mode: "full".into(),
+            });
+            let store = omicos_orchestrator::open_store(&cfg).await.expect("store");
+            let agents = Arc::new(SingleAgent::from_config(&cfg).expect("agent"));
+            let backends = omicos_orchestrator::build_backends(&cfg.llm).expect("backends");
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let orch_url = format!("http://{}", l.local_addr().unwrap());
+            tokio::spawn(omicos_orchestrator::serve(
+                Parts {
+                    config: cfg,
+                    agents,
+                    store: store.clone(),
+                    backends,
+                },
+                l,
+                sd.clone(),
+            ));
+            (orch_url, store)
+        });
+        // Ready once a turn goes through (the runner answers ListTools).
+        load.block_on(async {
+            let mut last = String::new();
+            for _ in 0..50 {
+                let c = connect(&orch_url).await;
+                match one_turn(c, usize::MAX, true).await {
+                    Ok(_) => return,
+                    Err(e) => last = e,
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            panic!("{name}: the stack never completed a turn: {last}");
+        });
+        for &n in &turns {
+            let f = load.block_on(run_turns(&orch_url, Some(&store), n, n, true));
+            println!("{}", f.row(name));
+        }
+        if idle > 0 {
+            // Idle sessions: each had its turn; no turn runs and no client follows.
+            std::thread::sleep(Duration::from_millis(500));
+            let before = rss_kib();
+            let f = load.block_on(run_turns(&orch_url, None, idle, 200, false));
+            std::thread::sleep(Duration::from_secs(1));
+            let after = rss_kib();
+            let per = (after.saturating_sub(before)) as f64 * 1024.0 / idle as f64;
+            idle_rows.push(format!(
+                "| {name} | {idle} | {:.1} | {:.0} | {:.0} |",
+                per / 1024.0,
+                f.events as f64 / f.wall.as_secs_f64(),
+                f.cpu_ms as f64 / f.turns as f64,
+            ));
+        }
+        {
+            let _rt = orch.enter();
+            sd.trigger();
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        drop(store);
+        drop(pg);
+        drop(ws);
+    }
+    if !idle_rows.is_empty() {
+        println!();
+        println!(
+            "| store | idle sessions | resident KiB per idle session | events/s while making them | CPU ms/turn |"
+        );
+        println!("|---|---|---|---|---|");
+        for r in idle_rows {
+            println!("{r}");
+        }
+    }
+}
