@@ -79,7 +79,9 @@ async fn chat(url: &str, token: &str, session: &str) -> Outcome {
         }
     }
     assert!(
-        events.iter().any(|e| matches!(e.kind, Some(chat_event::Kind::TurnDone(_)))),
+        events
+            .iter()
+            .any(|e| matches!(e.kind, Some(chat_event::Kind::TurnDone(_)))),
         "{events:?}"
     );
     Ok(())
@@ -124,7 +126,10 @@ async fn call(url: &str, token: &str, rpc: Rpc, sid: &str) -> Outcome {
         Rpc::ChatExisting => chat(url, token, sid).await,
         Rpc::Attach => {
             let mut stream = c
-                .attach(AttachRequest { session_id: s, since_seq: 0 })
+                .attach(AttachRequest {
+                    session_id: s,
+                    since_seq: 0,
+                })
                 .await
                 .map_err(of_status)?
                 .into_inner();
@@ -158,7 +163,10 @@ async fn call(url: &str, token: &str, rpc: Rpc, sid: &str) -> Outcome {
         Rpc::GetSession => unit(c.get_session(GetSessionRequest { session_id: s }).await),
         Rpc::RefreshCatalog => unit(c.refresh_catalog(RefreshCatalogRequest {}).await),
         Rpc::ListAgentTools => unit(c.list_agent_tools(ListAgentToolsRequest::default()).await),
-        Rpc::DeleteSession => unit(c.delete_session(DeleteSessionRequest { session_id: s }).await),
+        Rpc::DeleteSession => unit(
+            c.delete_session(DeleteSessionRequest { session_id: s })
+                .await,
+        ),
     }
 }
 
@@ -181,12 +189,16 @@ fn right_expects(rpc: Rpc) -> Outcome {
 }
 
 async fn alice_session(url: &str) -> (String, usize) {
-    let mut h = ChatHandle::open(client_with(url, ALICE).await, req("")).await.unwrap();
+    let mut h = ChatHandle::open(client_with(url, ALICE).await, req(""))
+        .await
+        .unwrap();
     let events = h.until_done().await;
     let sid = events[0].session_id.clone();
     let s = client_with(url, ALICE)
         .await
-        .get_session(GetSessionRequest { session_id: sid.clone() })
+        .get_session(GetSessionRequest {
+            session_id: sid.clone(),
+        })
         .await
         .unwrap()
         .into_inner();
@@ -201,7 +213,8 @@ async fn every_rpc_needs_the_right_credential() {
     let (sid, messages) = alice_session(&url).await;
 
     let expired = idp.expired(serde_json::json!({"sub": "alice", "tenant": "acme"}));
-    let wrong_audience = idp.token(serde_json::json!({"sub": "alice", "tenant": "acme", "aud": "someone-else"}));
+    let wrong_audience =
+        idp.token(serde_json::json!({"sub": "alice", "tenant": "acme", "aud": "someone-else"}));
     let unauth = Err((Code::Unauthenticated, String::new()));
     for rpc in RPCS {
         for (who, token) in [
@@ -211,7 +224,11 @@ async fn every_rpc_needs_the_right_credential() {
             ("JWT for another audience", wrong_audience.as_str()),
             ("bad JWT", "eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJ4In0.c2ln"),
         ] {
-            assert_eq!(call(&url, token, rpc, &sid).await, unauth, "{rpc:?} with {who}");
+            assert_eq!(
+                call(&url, token, rpc, &sid).await,
+                unauth,
+                "{rpc:?} with {who}"
+            );
         }
         assert_eq!(
             call(&url, MALLORY, rpc, &sid).await,
@@ -222,7 +239,9 @@ async fn every_rpc_needs_the_right_credential() {
     // Nothing the others did changed alice's session.
     let after = client_with(&url, ALICE)
         .await
-        .get_session(GetSessionRequest { session_id: sid.clone() })
+        .get_session(GetSessionRequest {
+            session_id: sid.clone(),
+        })
         .await
         .expect("alice's session survived")
         .into_inner();
@@ -235,7 +254,11 @@ async fn every_rpc_needs_the_right_credential() {
             continue;
         }
         for (how, token) in [("api key", ALICE), ("JWT", jwt.as_str())] {
-            assert_eq!(call(&url, token, rpc, &sid).await, right_expects(rpc), "{rpc:?} by {how}");
+            assert_eq!(
+                call(&url, token, rpc, &sid).await,
+                right_expects(rpc),
+                "{rpc:?} by {how}"
+            );
         }
     }
     // The JWKS was fetched once for all of those calls: keys and verified tokens are cached.
@@ -260,16 +283,24 @@ async fn a_jwt_without_a_tenant_is_denied_and_health_and_reflection_stay_open() 
     assert_eq!(r.map_err(|e| e.0), Err(Code::PermissionDenied));
 
     // Health and reflection answer without any credential (probes, grpcurl list).
-    let ch = tonic::transport::Channel::from_shared(url.clone()).unwrap().connect().await.unwrap();
-    let mut h = tonic_health::pb::health_client::HealthClient::new(ch.clone());
-    h.check(tonic_health::pb::HealthCheckRequest { service: String::new() })
+    let ch = tonic::transport::Channel::from_shared(url.clone())
+        .unwrap()
+        .connect()
         .await
-        .expect("health is open");
+        .unwrap();
+    let mut h = tonic_health::pb::health_client::HealthClient::new(ch.clone());
+    h.check(tonic_health::pb::HealthCheckRequest {
+        service: String::new(),
+    })
+    .await
+    .expect("health is open");
     let mut r = tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient::new(ch);
     let q = tonic_reflection::pb::v1::ServerReflectionRequest {
         host: String::new(),
         message_request: Some(
-            tonic_reflection::pb::v1::server_reflection_request::MessageRequest::ListServices(String::new()),
+            tonic_reflection::pb::v1::server_reflection_request::MessageRequest::ListServices(
+                String::new(),
+            ),
         ),
     };
     let mut answers = r
@@ -295,10 +326,16 @@ async fn health_can_be_closed_too() {
     )
     .await;
     // The stack's own readiness check sent its token; without one, the door is shut.
-    let ch = tonic::transport::Channel::from_shared(stack.orchestrator.clone()).unwrap().connect().await.unwrap();
+    let ch = tonic::transport::Channel::from_shared(stack.orchestrator.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
     let mut h = tonic_health::pb::health_client::HealthClient::new(ch);
     let e = h
-        .check(tonic_health::pb::HealthCheckRequest { service: String::new() })
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::Unauthenticated);
@@ -330,20 +367,32 @@ async fn the_principals_ceiling_caps_the_mode_and_the_legacy_flags() {
         ..Default::default()
     };
     // A full principal asking for full with the switches: shell is offered.
-    let mut h = ChatHandle::open(client_with(&url, ALICE).await, ask.clone()).await.unwrap();
+    let mut h = ChatHandle::open(client_with(&url, ALICE).await, ask.clone())
+        .await
+        .unwrap();
     h.until_done().await;
     let full = offered_tools(&stack.llm);
     assert!(full.iter().any(|t| t == "shell"), "{full:?}");
     // A read_only principal asking the same: only read tools.
-    let mut h = ChatHandle::open(client_with(&url, READER).await, ask.clone()).await.unwrap();
+    let mut h = ChatHandle::open(client_with(&url, READER).await, ask.clone())
+        .await
+        .unwrap();
     h.until_done().await;
     let capped = offered_tools(&stack.llm);
     assert!(!capped.is_empty());
-    assert!(!capped.iter().any(|t| t == "shell" || t == "file_manager__write"), "{capped:?}");
+    assert!(
+        !capped
+            .iter()
+            .any(|t| t == "shell" || t == "file_manager__write"),
+        "{capped:?}"
+    );
     // Nor does leaving the mode empty lift it to the service default.
     let mut h = ChatHandle::open(
         client_with(&url, READER).await,
-        ChatRequest { permission_mode: String::new(), ..ask },
+        ChatRequest {
+            permission_mode: String::new(),
+            ..ask
+        },
     )
     .await
     .unwrap();
@@ -372,8 +421,19 @@ async fn channel(url: &str, creds: Credentials) -> omicos_auth::AuthedChannel {
 }
 
 async fn instances(runner: &str, secret: &str) -> Vec<ProviderInstance> {
-    let mut r = RegistryClient::new(channel(runner, Credentials::service(secret, ServiceRole::Operator).unwrap()).await);
-    let mut v = r.list(ListProvidersRequest {}).await.unwrap().into_inner().instances;
+    let mut r = RegistryClient::new(
+        channel(
+            runner,
+            Credentials::service(secret, ServiceRole::Operator).unwrap(),
+        )
+        .await,
+    );
+    let mut v = r
+        .list(ListProvidersRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .instances;
     v.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
     for i in &mut v {
         i.last_seen_ms = 0;
@@ -400,7 +460,11 @@ async fn runner_registry_and_providers_take_calls_only_from_the_system() {
         .map(|(_, u)| u.clone())
         .unwrap();
     let before = instances(&stack.runner, &secret).await;
-    let real = before.iter().find(|i| i.provider == "memory").expect("memory registered").clone();
+    let real = before
+        .iter()
+        .find(|i| i.provider == "memory")
+        .expect("memory registered")
+        .clone();
 
     let none = Credentials::none();
     let wrong = Credentials::service("not-the-secret", ServiceRole::Orchestrator).unwrap();
@@ -413,7 +477,9 @@ async fn runner_registry_and_providers_take_calls_only_from_the_system() {
         assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
     }
     let mut r = ToolRunnerClient::new(channel(&stack.runner, as_orchestrator.clone()).await);
-    r.list_tools(ListToolsRequest::default()).await.expect("the orchestrator may");
+    r.list_tools(ListToolsRequest::default())
+        .await
+        .expect("the orchestrator may");
 
     // The registry: an evil tool, a take-over of the real instance id, a
     // static entry with a 126-year TTL, a Deregister of the real kernel.
@@ -422,7 +488,10 @@ async fn runner_registry_and_providers_take_calls_only_from_the_system() {
             instance_id: id.into(),
             provider: "evil".into(),
             endpoint: "http://127.0.0.1:9".into(),
-            tools: vec![omicos_proto::ToolSpec { name: "evil_tool".into(), ..Default::default() }],
+            tools: vec![omicos_proto::ToolSpec {
+                name: "evil_tool".into(),
+                ..Default::default()
+            }],
             static_entry,
             ..Default::default()
         }),
@@ -434,17 +503,121 @@ async fn runner_registry_and_providers_take_calls_only_from_the_system() {
         (as_orchestrator.clone(), Code::PermissionDenied),
     ] {
         let mut reg = RegistryClient::new(channel(&stack.runner, creds).await);
-        for req in [evil("evil-1", false), evil(&real.instance_id, false), evil("forever", true)] {
+        for req in [
+            evil("evil-1", false),
+            evil(&real.instance_id, false),
+            evil("forever", true),
+        ] {
             let e = reg.register(req).await.unwrap_err();
             assert_eq!(e.code(), code, "{e:?}");
         }
         let e = reg
-            .deregister(DeregisterRequest { instance_id: real.instance_id.clone() })
+            .deregister(DeregisterRequest {
+                instance_id: real.instance_id.clone(),
+            })
             .await
             .unwrap_err();
         assert_eq!(e.code(), code, "{e:?}");
     }
-    assert_eq!(instances(&stack.runner, &secret).await, before, "the registry is unchanged");
+    assert_eq!(
+        instances(&stack.runner, &secret).await,
+        before,
+        "the registry is unchanged"
+    );
+
+    // The same attacks from inside (a part holding the secret, as a provider):
+    // the registry's own rules refuse each one (PERMISSION_DENIED).
+    let as_provider = Credentials::service(&secret, ServiceRole::Provider).unwrap();
+    let mut reg = RegistryClient::new(channel(&stack.runner, as_provider).await);
+    let keyed = |body, key: &str| {
+        let mut r = tonic::Request::new(body);
+        r.metadata_mut().insert(
+            omicos_auth::service::INSTANCE_KEY_HEADER,
+            key.parse().unwrap(),
+        );
+        r
+    };
+    let takeover = |tool: &str| RegisterRequest {
+        instance: Some(ProviderInstance {
+            instance_id: "evil-2".into(),
+            provider: "evil".into(),
+            endpoint: "http://127.0.0.1:9".into(),
+            tools: vec![omicos_proto::ToolSpec {
+                name: tool.into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ttl_seconds: 0,
+    };
+    let mut hijack = real.clone();
+    hijack.endpoint = "http://127.0.0.1:9".into();
+    let attacks = [
+        // A replacement for a tool another provider serves.
+        (
+            takeover(&real.tools[0].name),
+            "belongs to the provider `memory`",
+        ),
+        // A built-in tool of the runner.
+        (takeover("shell"), "built-in"),
+        // The real instance's id at another endpoint.
+        (
+            RegisterRequest {
+                instance: Some(hijack),
+                ttl_seconds: 0,
+            },
+            "belongs to another registrant",
+        ),
+        // A static entry.
+        (evil("forever", true), "static entries"),
+    ];
+    for (req, why) in attacks {
+        let e = reg.register(keyed(req, "attacker-key")).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        assert!(e.message().contains(why), "{why}: {}", e.message());
+    }
+    // The real instance's heartbeats and Deregister need its own key.
+    for key in [None, Some("attacker-key")] {
+        let hb = omicos_proto::HeartbeatRequest {
+            instance_id: real.instance_id.clone(),
+        };
+        let dr = DeregisterRequest {
+            instance_id: real.instance_id.clone(),
+        };
+        let (hb, dr) = match key {
+            Some(k) => (keyed(hb, k), keyed(dr, k)),
+            None => (tonic::Request::new(hb), tonic::Request::new(dr)),
+        };
+        let e = reg.heartbeat(hb).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        let e = reg.deregister(dr).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    }
+    assert_eq!(
+        instances(&stack.runner, &secret).await,
+        before,
+        "the registry is unchanged"
+    );
+    // A new tool of its own is a provider's right, with the TTL capped (not 126 years).
+    let r = reg
+        .register(keyed(evil("evil-3", false), "attacker-key"))
+        .await
+        .expect("a new tool name is free")
+        .into_inner();
+    assert!(r.ttl_seconds <= 300, "{r:?}");
+    reg.deregister(keyed(
+        DeregisterRequest {
+            instance_id: "evil-3".into(),
+        },
+        "attacker-key",
+    ))
+    .await
+    .expect("its own instance");
+    assert_eq!(
+        instances(&stack.runner, &secret).await,
+        before,
+        "the registry is back as it was"
+    );
 
     // A provider: CallTool around the pipeline is refused, from outside and
     // from any part but a runner.
@@ -464,8 +637,91 @@ async fn runner_registry_and_providers_take_calls_only_from_the_system() {
     }
     // And the stack itself still works end to end: the runner reaches the provider.
     let mut p = ToolProviderClient::new(
-        channel(&memory, Credentials::service(&secret, ServiceRole::Runner).unwrap()).await,
+        channel(
+            &memory,
+            Credentials::service(&secret, ServiceRole::Runner).unwrap(),
+        )
+        .await,
     );
     let _ = p.call_tool(call).await.expect("a runner may call");
     stack.stop().await.unwrap();
+}
+
+// ---- Tenants: each works in `<root>/<tenant>/`, learnt by the runner only
+// from the orchestrator it authenticated (the service secret).
+
+#[tokio::test]
+async fn each_tenant_works_in_its_own_workspace() {
+    const SECRET: &str = "tenant-test-service-secret";
+    let write = r#"{"path":"note.txt","content":"acme only"}"#;
+    let llm = FakeLlm::start(vec![
+        Reply::Tools(
+            String::new(),
+            vec![("c1".into(), "file_manager__write".into(), write.into())],
+        ),
+        Reply::Text("written".into()),
+        Reply::Tools(
+            String::new(),
+            vec![
+                (
+                    "c2".into(),
+                    "file_manager__read".into(),
+                    r#"{"path":"../acme/note.txt"}"#.into(),
+                ),
+                (
+                    "c3".into(),
+                    "file_manager__read".into(),
+                    r#"{"path":"note.txt"}"#.into(),
+                ),
+            ],
+        ),
+        Reply::Text("read".into()),
+    ])
+    .await;
+    let stack = Stack::start(
+        llm,
+        StackOptions {
+            runner_overrides: serde_json::json!({"service_secret": SECRET}),
+            tweak: Some(Box::new(|c| {
+                c.service_secret = SECRET.into();
+                c.auth.api_keys = vec![
+                    api_key(ALICE, "alice", "acme", "full"),
+                    api_key(MALLORY, "mallory", "evil", "full"),
+                ];
+            })),
+            ..Default::default()
+        },
+    )
+    .await;
+    let url = stack.orchestrator.clone();
+    chat(&url, ALICE, "").await.expect("alice's turn");
+    let ws = &stack.workspace;
+    assert_eq!(
+        std::fs::read_to_string(ws.join("acme/note.txt")).unwrap(),
+        "acme only",
+        "alice's file is in her tenant's workspace"
+    );
+    assert!(!ws.join("note.txt").exists(), "not in the root");
+
+    chat(&url, MALLORY, "").await.expect("mallory's turn");
+    let last = stack.llm.requests().pop().unwrap();
+    let results: Vec<String> = last.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool" && (m["tool_call_id"] == "c2" || m["tool_call_id"] == "c3"))
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(results.len(), 2, "{last:?}");
+    for r in &results {
+        assert!(
+            !r.contains("acme only"),
+            "another tenant's file leaked: {r}"
+        );
+        assert!(r.contains("error"), "{r}");
+    }
+    assert!(
+        ws.join("evil").is_dir(),
+        "mallory works in her own directory"
+    );
 }

@@ -5,6 +5,7 @@ pub mod agents;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod files;
 pub mod hub;
 pub mod llm;
 pub mod recovery;
@@ -161,8 +162,12 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
     let gate: Arc<dyn omicos_auth::Gate> =
         Arc::new(omicos_auth::ClientAuth::new(&config.auth).map_err(std::io::Error::other)?);
     let (open_health, open_reflection) = (config.auth.open_health, config.auth.open_reflection);
-    let runner = runner_client::Runner::new(&config.tool_runner, config.runner_refresh, &config.service_secret)
-        .map_err(std::io::Error::other)?;
+    let runner = runner_client::Runner::new(
+        &config.tool_runner,
+        config.runner_refresh,
+        &config.service_secret,
+    )
+    .map_err(std::io::Error::other)?;
     let engine = Arc::new(Engine {
         trajectories: trajectory::Trajectories::new(&config.workspace),
         runner: runner.clone(),
@@ -178,7 +183,11 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
         services: vec!["omicos.v1.Orchestrator", "omicos.v1.OrchestratorWeb"],
     })
     .await;
-    let workspace = engine.config.workspace.clone();
+    let files = Arc::new(files::FilesGate::new(
+        gate.clone(),
+        engine.config.workspace.clone(),
+        hub.clone(),
+    ));
     let lease = engine.config.turn_lease;
     let svc = Arc::new(service::OrchestratorService::new(
         engine,
@@ -196,7 +205,7 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
         shutdown.streams_token(),
     ));
     let routes = omicos_auth::guarded_routes(&host, gate.clone(), open_health, open_reflection);
-    let app = web_app(routes, svc, workspace, gate);
+    let app = web_app(routes, svc, files, gate);
     // Ready once the tool-runner answers.
     let reporter = host.reporter();
     let sd = shutdown.clone();
@@ -231,7 +240,7 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
 fn web_app(
     routes: tonic::service::Routes,
     svc: Arc<service::OrchestratorService>,
-    workspace: std::path::PathBuf,
+    files: Arc<dyn omicos_webui::FileGate>,
     gate: Arc<dyn omicos_auth::Gate>,
 ) -> axum::Router {
     let max = omicos_proto::MAX_MESSAGE_BYTES;
@@ -250,7 +259,7 @@ fn web_app(
         ))
         .into_axum_router()
         .layer(tonic_web::GrpcWebLayer::new())
-        .fallback_service(page_or_unimplemented(omicos_webui::router(workspace)))
+        .fallback_service(page_or_unimplemented(omicos_webui::router_with(files)))
 }
 
 /// The page's router for browsers; a gRPC or gRPC-web call to a method no

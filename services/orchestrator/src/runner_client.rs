@@ -70,7 +70,9 @@ pub fn parse_targets(list: &str) -> Result<Vec<RunnerTarget>, String> {
             return Err(format!("`{entry}` has no host"));
         };
         if uri.path() != "/" && !uri.path().is_empty() {
-            return Err(format!("`{entry}` has a path; give scheme://host:port only"));
+            return Err(format!(
+                "`{entry}` has a path; give scheme://host:port only"
+            ));
         }
         let port = uri
             .port_u16()
@@ -78,7 +80,10 @@ pub fn parse_targets(list: &str) -> Result<Vec<RunnerTarget>, String> {
         out.push(RunnerTarget {
             url: entry.to_owned(),
             scheme,
-            host: host.trim_start_matches('[').trim_end_matches(']').to_owned(),
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
             port,
         });
     }
@@ -159,6 +164,7 @@ impl Runner {
     pub async fn execute(
         &self,
         start: ExecuteStart,
+        principal: &omicos_auth::Principal,
         session: &SessionState,
         tag: &EventTag,
         cancel: &CancellationToken,
@@ -177,7 +183,9 @@ impl Runner {
             })
             .await;
         let mut client = self.client.clone();
-        let req = omicos_servicekit::telemetry::traced_request(ReceiverStream::new(rx));
+        let mut req = omicos_servicekit::telemetry::traced_request(ReceiverStream::new(rx));
+        // The runner believes these only with the service secret and the orchestrator role.
+        omicos_auth::credentials::forward_principal(req.metadata_mut(), principal);
         let mut stream = match tokio::time::timeout(START_TIMEOUT, client.execute(req)).await {
             Ok(Ok(r)) => r.into_inner(),
             Ok(Err(e)) => {
@@ -221,11 +229,18 @@ impl Runner {
             let msg = match next {
                 Ok(Some(m)) => m,
                 Ok(None) => {
-                    return error(format!("{RUNNER_LOST}: it closed the call without a result; the call was not re-run (it may have had side effects)"));
+                    return error(format!(
+                        "{RUNNER_LOST}: it closed the call without a result; the call was not re-run (it may have had side effects)"
+                    ));
                 }
                 // The stream broke mid-call: the runner died or its connection
                 // dropped. Never re-run: the call may have had side effects.
-                Err(e) => return error(format!("{RUNNER_LOST} ({}); the call was not re-run (it may have had side effects)", e.message())),
+                Err(e) => {
+                    return error(format!(
+                        "{RUNNER_LOST} ({}); the call was not re-run (it may have had side effects)",
+                        e.message()
+                    ));
+                }
             };
             match msg.msg {
                 Some(execute_server_message::Msg::Progress(p)) => {
@@ -314,7 +329,9 @@ async fn discover(
         for t in &targets {
             match tokio::net::lookup_host((t.host.as_str(), t.port)).await {
                 Ok(found) => addrs.extend(found.map(|a| (a, t.clone()))),
-                Err(e) => tracing::warn!(runner = %t.url, error = %e, "tool-runner name does not resolve"),
+                Err(e) => {
+                    tracing::warn!(runner = %t.url, error = %e, "tool-runner name does not resolve")
+                }
             }
         }
         for (addr, t) in &addrs {
@@ -333,7 +350,11 @@ async fn discover(
             let health = ep.connect_lazy();
             known.insert(*addr, (ep, health, false));
         }
-        let gone: Vec<SocketAddr> = known.keys().filter(|a| !addrs.contains_key(a)).copied().collect();
+        let gone: Vec<SocketAddr> = known
+            .keys()
+            .filter(|a| !addrs.contains_key(a))
+            .copied()
+            .collect();
         for a in gone {
             if let Some((_, _, true)) = known.remove(&a) {
                 let _ = changes.send(Change::Remove(a)).await;
@@ -343,7 +364,11 @@ async fn discover(
             let ok = healthy(health.clone()).await;
             if ok && !*member {
                 tracing::info!(runner = %addr, "tool-runner joins the balancer");
-                if changes.send(Change::Insert(*addr, ep.clone())).await.is_err() {
+                if changes
+                    .send(Change::Insert(*addr, ep.clone()))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
                 *member = true;
@@ -370,7 +395,9 @@ async fn discover(
 
 /// One grpc.health.v1 check of the runner as a whole.
 async fn healthy(ch: Channel) -> bool {
-    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+    use tonic_health::pb::{
+        HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+    };
     let mut c = HealthClient::new(ch);
     matches!(
         tokio::time::timeout(HEALTH_TIMEOUT, c.check(HealthCheckRequest { service: String::new() })).await,
@@ -387,7 +414,10 @@ mod tests {
         let t = parse_targets("http://a:7001, http://10.0.0.2:7001,https://[::1]").unwrap();
         assert_eq!(t.len(), 3);
         assert_eq!((t[0].host.as_str(), t[0].port), ("a", 7001));
-        assert_eq!((t[2].host.as_str(), t[2].port, t[2].scheme.as_str()), ("::1", 443, "https"));
+        assert_eq!(
+            (t[2].host.as_str(), t[2].port, t[2].scheme.as_str()),
+            ("::1", 443, "https")
+        );
         for (bad, named) in [
             ("http://a:7001,runner-b:7001", "runner-b:7001"),
             ("http://a:7001,,http://b", "empty entry"),

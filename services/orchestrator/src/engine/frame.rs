@@ -450,7 +450,10 @@ impl Engine {
             transcript_path: self.trajectories.path(&session.id).display().to_string(),
             execution_context_id: frame.context.clone(),
         };
-        let r = self.runner.execute(start, session, tag, cancel).await;
+        let r = self
+            .runner
+            .execute(start, &s.principal, session, tag, cancel)
+            .await;
         if r.approval == Decision::AllowSession as i32 {
             session
                 .allow_for_session(if r.tool_name.is_empty() {

@@ -115,6 +115,9 @@ pub struct TurnSettings {
     pub team: Vec<String>,
     /// When the root turn must end (the client's `grpc-timeout`); None: no deadline.
     pub deadline: Option<tokio::time::Instant>,
+    /// Who the turn acts for: forwarded to the runner with every call (its
+    /// tenant picks the workspace, memory scope and kernels there).
+    pub principal: omicos_auth::Principal,
 }
 
 impl TurnSettings {

@@ -243,6 +243,7 @@ impl OrchestratorService {
             },
             team: team.members.clone(),
             deadline,
+            principal: who.clone(),
         };
         tokio::spawn(self.engine.clone().run_turn(
             state.clone(),
