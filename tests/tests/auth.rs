@@ -725,3 +725,45 @@ async fn each_tenant_works_in_its_own_workspace() {
         "mallory works in her own directory"
     );
 }
+
+// ---- /files/: the page's output files need the same credential, and only
+// the session's owner gets its outputs (another owner's: 404, as missing).
+
+#[tokio::test]
+async fn files_need_the_token_and_belong_to_the_sessions_owner() {
+    let idp = Idp::start().await;
+    let stack = start(&idp, 2).await;
+    let url = stack.orchestrator.clone();
+    let (sid, _) = alice_session(&url).await;
+    // Alice's tenant is acme: her outputs are in <root>/acme/.
+    let dir = stack.workspace.join("acme/.omicos/outputs").join(&sid);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("plot.png"), b"\x89PNG\r\n\x1a\n").unwrap();
+    let http = reqwest::Client::new();
+    let get = |auth: Option<(&'static str, String)>| {
+        let mut r = http.get(format!("{url}/files/.omicos/outputs/{sid}/plot.png"));
+        if let Some((k, v)) = auth {
+            r = r.header(k, v);
+        }
+        async move { r.send().await.unwrap().status().as_u16() }
+    };
+    let bearer = |t: &str| Some(("authorization", format!("Bearer {t}")));
+    assert_eq!(get(None).await, 401, "no token");
+    assert_eq!(get(bearer("wrong-token")).await, 401, "a bad token");
+    assert_eq!(get(bearer(MALLORY)).await, 404, "another tenant");
+    assert_eq!(
+        get(bearer(READER)).await,
+        404,
+        "another subject of the same tenant"
+    );
+    assert_eq!(get(bearer(ALICE)).await, 200, "the owner");
+    assert_eq!(
+        get(Some(("cookie", format!("other=1; omicos_token={ALICE}")))).await,
+        200,
+        "the owner, through the page's cookie"
+    );
+    assert_eq!(
+        get(Some(("cookie", format!("omicos_token={MALLORY}")))).await,
+        404
+    );
+}

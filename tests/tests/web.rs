@@ -235,11 +235,15 @@ async fn the_page_and_grpc_web_share_the_orchestrators_port() {
         .send()
         .await
         .unwrap();
-    assert_eq!(img.status(), 200);
-    assert_eq!(img.headers()["content-type"], "image/png");
+    // /files/ asks the same credential as gRPC (tests/tests/auth.rs has the rest).
+    assert_eq!(img.status(), 401);
     let secret = web
         .http
         .get(format!("{}/files/.omicos/sessions.db", stack.orchestrator))
+        .header(
+            "authorization",
+            format!("Bearer {}", omicos_e2e::stack::TEST_TOKEN),
+        )
         .send()
         .await
         .unwrap();
@@ -502,9 +506,7 @@ async fn start_turn_failures_are_statuses() {
 }
 
 /// OrchestratorWeb over native gRPC (HTTP/2), with the test stacks' token.
-async fn native_web_client(
-    url: &str,
-) -> OrchestratorWebClient<omicos_auth::AuthedChannel> {
+async fn native_web_client(url: &str) -> OrchestratorWebClient<omicos_auth::AuthedChannel> {
     let ch = tonic::transport::Channel::from_shared(url.to_owned())
         .unwrap()
         .connect()
