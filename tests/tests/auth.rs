@@ -529,14 +529,14 @@ async fn runner_registry_and_providers_take_calls_only_from_the_system() {
     // the registry's own rules refuse each one (PERMISSION_DENIED).
     let as_provider = Credentials::service(&secret, ServiceRole::Provider).unwrap();
     let mut reg = RegistryClient::new(channel(&stack.runner, as_provider).await);
-    let keyed = |body, key: &str| {
+    fn keyed<T>(body: T, key: &str) -> tonic::Request<T> {
         let mut r = tonic::Request::new(body);
         r.metadata_mut().insert(
             omicos_auth::service::INSTANCE_KEY_HEADER,
             key.parse().unwrap(),
         );
         r
-    };
+    }
     let takeover = |tool: &str| RegisterRequest {
         instance: Some(ProviderInstance {
             instance_id: "evil-2".into(),
