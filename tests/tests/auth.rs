@@ -526,6 +526,100 @@ async fn runner_registry_and_providers_take_calls_only_from_the_system() {
         "the registry is unchanged"
     );
 
+    // The same attacks from inside (a part holding the secret, as a provider):
+    // the registry's own rules refuse each one (PERMISSION_DENIED).
+    let as_provider = Credentials::service(&secret, ServiceRole::Provider).unwrap();
+    let mut reg = RegistryClient::new(channel(&stack.runner, as_provider).await);
+    fn keyed<T>(body: T, key: &str) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(body);
+        r.metadata_mut().insert(
+            omicos_auth::service::INSTANCE_KEY_HEADER,
+            key.parse().unwrap(),
+        );
+        r
+    }
+    let takeover = |tool: &str| RegisterRequest {
+        instance: Some(ProviderInstance {
+            instance_id: "evil-2".into(),
+            provider: "evil".into(),
+            endpoint: "http://127.0.0.1:9".into(),
+            tools: vec![omicos_proto::ToolSpec {
+                name: tool.into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ttl_seconds: 0,
+    };
+    let mut hijack = real.clone();
+    hijack.endpoint = "http://127.0.0.1:9".into();
+    let attacks = [
+        // A replacement for a tool another provider serves.
+        (
+            takeover(&real.tools[0].name),
+            "belongs to the provider `memory`",
+        ),
+        // A built-in tool of the runner.
+        (takeover("shell"), "built-in"),
+        // The real instance's id at another endpoint.
+        (
+            RegisterRequest {
+                instance: Some(hijack),
+                ttl_seconds: 0,
+            },
+            "belongs to another registrant",
+        ),
+        // A static entry.
+        (evil("forever", true), "static entries"),
+    ];
+    for (req, why) in attacks {
+        let e = reg.register(keyed(req, "attacker-key")).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        assert!(e.message().contains(why), "{why}: {}", e.message());
+    }
+    // The real instance's heartbeats and Deregister need its own key.
+    for key in [None, Some("attacker-key")] {
+        let hb = omicos_proto::HeartbeatRequest {
+            instance_id: real.instance_id.clone(),
+        };
+        let dr = DeregisterRequest {
+            instance_id: real.instance_id.clone(),
+        };
+        let (hb, dr) = match key {
+            Some(k) => (keyed(hb, k), keyed(dr, k)),
+            None => (tonic::Request::new(hb), tonic::Request::new(dr)),
+        };
+        let e = reg.heartbeat(hb).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        let e = reg.deregister(dr).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    }
+    assert_eq!(
+        instances(&stack.runner, &secret).await,
+        before,
+        "the registry is unchanged"
+    );
+    // A new tool of its own is a provider's right, with the TTL capped (not 126 years).
+    let r = reg
+        .register(keyed(evil("evil-3", false), "attacker-key"))
+        .await
+        .expect("a new tool name is free")
+        .into_inner();
+    assert!(r.ttl_seconds <= 300, "{r:?}");
+    reg.deregister(keyed(
+        DeregisterRequest {
+            instance_id: "evil-3".into(),
+        },
+        "attacker-key",
+    ))
+    .await
+    .expect("its own instance");
+    assert_eq!(
+        instances(&stack.runner, &secret).await,
+        before,
+        "the registry is back as it was"
+    );
+
     // A provider: CallTool around the pipeline is refused, from outside and
     // from any part but a runner.
     let call = CallToolRequest {
@@ -552,4 +646,125 @@ async fn runner_registry_and_providers_take_calls_only_from_the_system() {
     );
     let _ = p.call_tool(call).await.expect("a runner may call");
     stack.stop().await.unwrap();
+}
+
+// ---- Tenants: each works in `<root>/<tenant>/`, learnt by the runner only
+// from the orchestrator it authenticated (the service secret).
+
+#[tokio::test]
+async fn each_tenant_works_in_its_own_workspace() {
+    const SECRET: &str = "tenant-test-service-secret";
+    let write = r#"{"path":"note.txt","content":"acme only"}"#;
+    let llm = FakeLlm::start(vec![
+        Reply::Tools(
+            String::new(),
+            vec![("c1".into(), "file_manager__write".into(), write.into())],
+        ),
+        Reply::Text("written".into()),
+        Reply::Tools(
+            String::new(),
+            vec![
+                (
+                    "c2".into(),
+                    "file_manager__read".into(),
+                    r#"{"path":"../acme/note.txt"}"#.into(),
+                ),
+                (
+                    "c3".into(),
+                    "file_manager__read".into(),
+                    r#"{"path":"note.txt"}"#.into(),
+                ),
+            ],
+        ),
+        Reply::Text("read".into()),
+    ])
+    .await;
+    let stack = Stack::start(
+        llm,
+        StackOptions {
+            runner_overrides: serde_json::json!({"service_secret": SECRET}),
+            tweak: Some(Box::new(|c| {
+                c.service_secret = SECRET.into();
+                c.auth.api_keys = vec![
+                    api_key(ALICE, "alice", "acme", "full"),
+                    api_key(MALLORY, "mallory", "evil", "full"),
+                ];
+            })),
+            ..Default::default()
+        },
+    )
+    .await;
+    let url = stack.orchestrator.clone();
+    chat(&url, ALICE, "").await.expect("alice's turn");
+    let ws = &stack.workspace;
+    assert_eq!(
+        std::fs::read_to_string(ws.join("acme/note.txt")).unwrap(),
+        "acme only",
+        "alice's file is in her tenant's workspace"
+    );
+    assert!(!ws.join("note.txt").exists(), "not in the root");
+
+    chat(&url, MALLORY, "").await.expect("mallory's turn");
+    let last = stack.llm.requests().pop().unwrap();
+    let results: Vec<String> = last.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool" && (m["tool_call_id"] == "c2" || m["tool_call_id"] == "c3"))
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(results.len(), 2, "{last:?}");
+    for r in &results {
+        assert!(
+            !r.contains("acme only"),
+            "another tenant's file leaked: {r}"
+        );
+        assert!(r.contains("error"), "{r}");
+    }
+    assert!(
+        ws.join("evil").is_dir(),
+        "mallory works in her own directory"
+    );
+}
+
+// ---- /files/: the page's output files need the same credential, and only
+// the session's owner gets its outputs (another owner's: 404, as missing).
+
+#[tokio::test]
+async fn files_need_the_token_and_belong_to_the_sessions_owner() {
+    let idp = Idp::start().await;
+    let stack = start(&idp, 2).await;
+    let url = stack.orchestrator.clone();
+    let (sid, _) = alice_session(&url).await;
+    // Alice's tenant is acme: her outputs are in <root>/acme/.
+    let dir = stack.workspace.join("acme/.omicos/outputs").join(&sid);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("plot.png"), b"\x89PNG\r\n\x1a\n").unwrap();
+    let http = reqwest::Client::new();
+    let get = |auth: Option<(&'static str, String)>| {
+        let mut r = http.get(format!("{url}/files/.omicos/outputs/{sid}/plot.png"));
+        if let Some((k, v)) = auth {
+            r = r.header(k, v);
+        }
+        async move { r.send().await.unwrap().status().as_u16() }
+    };
+    let bearer = |t: &str| Some(("authorization", format!("Bearer {t}")));
+    assert_eq!(get(None).await, 401, "no token");
+    assert_eq!(get(bearer("wrong-token")).await, 401, "a bad token");
+    assert_eq!(get(bearer(MALLORY)).await, 404, "another tenant");
+    assert_eq!(
+        get(bearer(READER)).await,
+        404,
+        "another subject of the same tenant"
+    );
+    assert_eq!(get(bearer(ALICE)).await, 200, "the owner");
+    assert_eq!(
+        get(Some(("cookie", format!("other=1; omicos_token={ALICE}")))).await,
+        200,
+        "the owner, through the page's cookie"
+    );
+    assert_eq!(
+        get(Some(("cookie", format!("omicos_token={MALLORY}")))).await,
+        404
+    );
 }

@@ -235,11 +235,15 @@ async fn the_page_and_grpc_web_share_the_orchestrators_port() {
         .send()
         .await
         .unwrap();
-    assert_eq!(img.status(), 200);
-    assert_eq!(img.headers()["content-type"], "image/png");
+    // /files/ asks the same credential as gRPC (tests/tests/auth.rs has the rest).
+    assert_eq!(img.status(), 401);
     let secret = web
         .http
         .get(format!("{}/files/.omicos/sessions.db", stack.orchestrator))
+        .header(
+            "authorization",
+            format!("Bearer {}", omicos_e2e::stack::TEST_TOKEN),
+        )
         .send()
         .await
         .unwrap();

@@ -28,6 +28,13 @@ function bearerToken(): string | null {
 
 const token = bearerToken();
 
+// An <img src="/files/…"> cannot send the header: the same token goes in a
+// cookie that only this origin's /files/ requests carry (SameSite=Strict).
+if (token && globalThis.document) {
+  const secure = globalThis.location?.protocol === "https:" ? "; Secure" : "";
+  globalThis.document.cookie = `omicos_token=${encodeURIComponent(token)}; Path=/files/; SameSite=Strict${secure}`;
+}
+
 const transport = createGrpcWebTransport({
   // Same origin: the orchestrator serves the page and gRPC-web on one port.
   baseUrl: globalThis.location?.origin ?? "http://127.0.0.1:7000",

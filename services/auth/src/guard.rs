@@ -39,7 +39,7 @@ impl Gate for ClientAuth {
         match self.authenticate(auth).await {
             Ok(p) => Ok(Admitted::Principal(p)),
             Err(e) => {
-                tracing::warn!(path, error = %e, "authentication failed");
+                tracing::warn!(target: "omicos::audit", event = "authentication_failed", path, principal = "-", code = ?e.status().code(), error = %e, "authentication failed");
                 Err(e)
             }
         }
@@ -69,7 +69,7 @@ impl ServiceGate {
 impl Gate for ServiceGate {
     async fn admit(&self, path: &str, headers: &http::HeaderMap) -> Result<Admitted, AuthError> {
         let caller = self.auth.check(headers).inspect_err(|e| {
-            tracing::warn!(path, error = %e, "service authentication failed");
+            tracing::warn!(target: "omicos::audit", event = "service_authentication_failed", path, principal = "-", error = %e, "service authentication failed");
         })?;
         if caller.authenticated
             && let Some((_, roles)) = self.rules.iter().find(|(p, _)| path.starts_with(p))
@@ -83,7 +83,7 @@ impl Gate for ServiceGate {
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
-            tracing::warn!(path, role = ?caller.role, "service call refused: wrong role");
+            tracing::warn!(target: "omicos::audit", event = "service_call_denied", path, role = ?caller.role, "service call refused: wrong role");
             return Err(e);
         }
         Ok(Admitted::Service(caller))

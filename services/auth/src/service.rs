@@ -16,6 +16,11 @@ use subtle::ConstantTimeEq;
 
 /// The service secret's header.
 pub const SECRET_HEADER: &str = "x-omicos-service-secret";
+/// A provider instance's own key, sent with Register, Heartbeat and
+/// Deregister: the registry binds an instance id to the key (and endpoint)
+/// that first registered it, so another holder of the service secret cannot
+/// take the id over, keep it alive or remove it.
+pub const INSTANCE_KEY_HEADER: &str = "x-omicos-instance-key";
 /// The calling part's role.
 pub const ROLE_HEADER: &str = "x-omicos-service-role";
 /// The forwarded principal's subject.

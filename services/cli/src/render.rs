@@ -390,6 +390,7 @@ pub fn risk_name(r: Risk) -> &'static str {
         Risk::FileWrite => "file write",
         Risk::Python => "python",
         Risk::Shell => "shell",
+        Risk::MemoryWrite => "memory write",
     }
 }
 

@@ -73,6 +73,11 @@ pub struct KernelConfig {
     pub install_timeout: Duration,
     /// kernel_install keeps at most this much pip output (head and tail).
     pub install_output_bytes: usize,
+    /// Hosts, IP addresses and CIDRs kernel_install's `index_url` may name
+    /// although they are loopback, private, link-local or otherwise not
+    /// public (a company's package mirror); the same rules and spelling as
+    /// `web.allow` (omicos-ssrf). Empty: only public addresses.
+    pub install_index_allow: Vec<String>,
     /// run_python_code keeps at most this much of stdout and of stderr.
     pub max_output_bytes: usize,
     /// registry_lookup's time budget.
@@ -96,6 +101,7 @@ impl Default for KernelConfig {
             heartbeat_interval: Duration::from_secs(5),
             install_timeout: Duration::from_secs(600),
             install_output_bytes: 32 * 1024,
+            install_index_allow: Vec::new(),
             max_output_bytes: 1 << 20,
             lookup_timeout: Duration::from_secs(60),
             sandbox: omicos_sandbox::SandboxConfig::for_kernels(),
@@ -131,6 +137,11 @@ impl ServiceConfig for Config {
 }
 
 impl KernelConfig {
+    /// The addresses kernel_install's `index_url` may reach.
+    pub fn index_policy(&self) -> Result<omicos_ssrf::Policy, omicos_ssrf::BadAllowEntry> {
+        omicos_ssrf::Policy::new(true, &self.install_index_allow)
+    }
+
     /// Refuses values that cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.sandbox
@@ -142,6 +153,8 @@ impl KernelConfig {
                 "a kernel belongs to a session and serves every agent in it; set kernel.sandbox.policy instead",
             ));
         }
+        self.index_policy()
+            .map_err(|e| ConfigError::key("kernel.install_index_allow", e.to_string()))?;
         if self.max_kernels == 0 {
             return Err(ConfigError::key("kernel.max_kernels", "must be at least 1"));
         }

@@ -19,9 +19,17 @@ pub struct InstallRequest {
     pub index_url: Option<String>,
 }
 
+/// File name endings of archives pip installs from a local path.
+const ARCHIVE_SUFFIXES: &[&str] = &[
+    ".whl", ".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tar.lz",
+    ".tlz", ".egg",
+];
+
 /// Parses and checks kernel_install's arguments. Refuses -r/--requirement,
-/// --target, anything that looks like an option, names with '/', and index
-/// URLs that are not http(s).
+/// --target, anything that looks like an option, names with '/' or '\\',
+/// local archives (`x.whl`, `x.tar.gz`, ...), direct references (`@`, `:`),
+/// and index URLs that are not http(s). The index URL's address is checked
+/// by [`check_index`].
 pub fn parse_request(args: &Value) -> Result<InstallRequest, ToolError> {
     let packages = match &args["packages"] {
         Value::Array(a) => a
@@ -66,6 +74,22 @@ pub fn parse_request(args: &Value) -> Result<InstallRequest, ToolError> {
                 "`{p}` refused: names with '/' (paths, URLs) are not accepted; give a package name from the index"
             )));
         }
+        if t.contains('\\') {
+            return Err(ToolError::invalid(format!(
+                "`{p}` refused: names with '\\' (paths) are not accepted; give a package name from the index"
+            )));
+        }
+        let lower = t.to_ascii_lowercase();
+        if let Some(sfx) = ARCHIVE_SUFFIXES.iter().find(|s| lower.ends_with(*s)) {
+            return Err(ToolError::invalid(format!(
+                "`{p}` refused: it names a local archive ({sfx}); give a package name from the index"
+            )));
+        }
+        if t.contains('@') || t.contains(':') {
+            return Err(ToolError::invalid(format!(
+                "`{p}` refused: direct references (`name @ url`, `file:`, URLs) are not accepted; give a package name from the index"
+            )));
+        }
         if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(ToolError::invalid(format!(
                 "`{}` refused: a package name has no spaces or control characters",
@@ -102,9 +126,46 @@ pub fn parse_request(args: &Value) -> Result<InstallRequest, ToolError> {
     })
 }
 
-/// Runs pip. Output streams to `events`; the result keeps at most `cap` bytes of it.
+/// Checks the index URL's address as web_fetch checks a URL (omicos-ssrf):
+/// an IP literal in any spelling, and every address its name resolves to,
+/// must be public unless `policy`'s allowlist names it. (pip resolves the
+/// name again itself; the sandbox's network rules are the outer fence.)
+pub async fn check_index(
+    policy: &omicos_ssrf::Policy,
+    lookup: &dyn omicos_ssrf::Lookup,
+    index_url: &str,
+) -> Result<(), ToolError> {
+    let refused = |why: String| {
+        ToolError::invalid(format!(
+            "index_url `{index_url}` refused: {why}; kernel_install keeps to web_fetch's network rules (kernel.install_index_allow allows a mirror)"
+        ))
+    };
+    let url = url::Url::parse(index_url).map_err(|e| refused(format!("not a URL ({e})")))?;
+    policy.check_url(&url).map_err(|b| refused(b.to_string()))?;
+    if let Some(url::Host::Domain(name)) = url.host()
+        && !policy.host_allowed(name)
+    {
+        let addrs = lookup
+            .lookup(name)
+            .await
+            .map_err(|e| refused(format!("its host does not resolve ({e})")))?;
+        if addrs.is_empty() {
+            return Err(refused(format!("{name} has no addresses")));
+        }
+        policy
+            .check_addrs(name, &addrs)
+            .map_err(|b| refused(b.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Runs pip in `cwd` (the workspace: a name pip would resolve as a path
+/// resolves there, never in the service's own directory). Output streams to
+/// `events`; the result keeps at most `cap` bytes of it.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     python: &Path,
+    cwd: &Path,
     req: &InstallRequest,
     timeout: Duration,
     cap: usize,
@@ -133,6 +194,7 @@ pub async fn run(
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .env("PYTHONUNBUFFERED", "1")
+        .current_dir(cwd)
         .process_group(0)
         .kill_on_drop(true);
     sandbox.apply_to(&mut cmd);
@@ -254,5 +316,64 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(msg.contains("--target"), "{msg}");
+        for local in [
+            "x.whl", "X.TAR.GZ", "x.zip", "x.tgz", "x.egg", "a\\b", "x@y", "c:x",
+        ] {
+            assert!(
+                parse_request(&json!({"packages": [local]})).is_err(),
+                "{local}"
+            );
+        }
+    }
+
+    /// Answers every name with fixed addresses.
+    struct Fixed(Vec<std::net::IpAddr>);
+
+    impl omicos_ssrf::Lookup for Fixed {
+        fn lookup(&self, _host: &str) -> omicos_ssrf::LookupFuture {
+            let a = self.0.clone();
+            Box::pin(async move { Ok(a) })
+        }
+    }
+
+    #[tokio::test]
+    async fn the_index_keeps_to_the_network_rules() {
+        let open = omicos_ssrf::Policy::new(true, &[]).unwrap();
+        let public = Fixed(vec!["151.101.0.223".parse().unwrap()]);
+        let private = Fixed(vec!["10.1.2.3".parse().unwrap()]);
+        let mixed = Fixed(vec![
+            "151.101.0.223".parse().unwrap(),
+            "127.0.0.1".parse().unwrap(),
+        ]);
+        check_index(&open, &public, "https://pypi.org/simple")
+            .await
+            .unwrap();
+        for (lookup, url, want) in [
+            (&public, "http://127.0.0.1/simple", "loopback"),
+            (&public, "http://[fd00:ec2::254]/", "unique local"),
+            (&public, "http://0x7f.1/simple", "loopback"),
+            (&private, "https://mirror.corp.example/simple", "private"),
+            (&mixed, "https://rebind.example/simple", "loopback"),
+        ] {
+            let e = check_index(&open, lookup, url)
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want) && e.contains("index_url"), "{url}: {e}");
+        }
+        // The allowlist lets a mirror in, by name or by network.
+        let by_name = omicos_ssrf::Policy::new(true, &["mirror.corp.example".into()]).unwrap();
+        check_index(&by_name, &private, "https://mirror.corp.example/simple")
+            .await
+            .unwrap();
+        let by_net = omicos_ssrf::Policy::new(true, &["10.0.0.0/8".into()]).unwrap();
+        check_index(&by_net, &private, "https://mirror.corp.example/simple")
+            .await
+            .unwrap();
+        assert!(
+            check_index(&by_net, &public, "http://127.0.0.1/simple")
+                .await
+                .is_err()
+        );
     }
 }

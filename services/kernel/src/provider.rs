@@ -20,6 +20,10 @@ const TOOLSET: &str = "integrated_notebook";
 pub struct KernelProvider {
     kernels: Arc<Kernels>,
     lookup: Lookup,
+    /// Where kernel_install's index_url may point (omicos-ssrf, as web_fetch).
+    index_policy: omicos_ssrf::Policy,
+    /// How index hosts are resolved for that check.
+    resolver: Arc<dyn omicos_ssrf::Lookup>,
 }
 
 impl KernelProvider {
@@ -31,12 +35,28 @@ impl KernelProvider {
         workspace: PathBuf,
         env: Vec<(String, String)>,
     ) -> Result<Arc<Self>, omicos_servicekit::ConfigError> {
+        Self::with_resolver(cfg, workspace, env, Arc::new(omicos_ssrf::SystemLookup))
+    }
+
+    /// [`KernelProvider::new`], resolving index_url hosts with `resolver`
+    /// (tests act out a name that resolves to a private address).
+    pub fn with_resolver(
+        cfg: KernelConfig,
+        workspace: PathBuf,
+        env: Vec<(String, String)>,
+        resolver: Arc<dyn omicos_ssrf::Lookup>,
+    ) -> Result<Arc<Self>, omicos_servicekit::ConfigError> {
         cfg.validate()?;
+        let index_policy = cfg.index_policy().map_err(|e| {
+            omicos_servicekit::ConfigError::key("kernel.install_index_allow", e.to_string())
+        })?;
         let kernels = Kernels::new(cfg, workspace, env);
         kernels.spawn_background();
         Ok(Arc::new(Self {
             kernels,
             lookup: Lookup::default(),
+            index_policy,
+            resolver,
         }))
     }
 
@@ -187,6 +207,9 @@ impl KernelProvider {
 
     async fn kernel_install(&self, args: Value, ctx: CallCtx) -> Result<Value, ToolError> {
         let req = install::parse_request(&args)?;
+        if let Some(u) = &req.index_url {
+            install::check_index(&self.index_policy, self.resolver.as_ref(), u).await?;
+        }
         let python = self.kernels.interpreter(&ctx.workspace).python;
         // The install leaves the network sandbox, for this process only.
         let sandbox = self
@@ -197,6 +220,7 @@ impl KernelProvider {
             .map_err(|e| ToolError::failed(e.to_string()))?;
         let r = install::run(
             &python,
+            &ctx.workspace,
             &req,
             self.cfg().install_timeout,
             self.cfg().install_output_bytes,

@@ -32,6 +32,37 @@ async fn kernel_install_refuses_then_installs_for_real() {
             json!({"packages": ["six"], "index_url": "file:///srv/index"}),
             "http",
         ),
+        // Local archives and direct references: pip would resolve them
+        // against its cwd (now the workspace) or fetch them around the index.
+        (
+            json!({"packages": ["six-1.16.0-py2.py3-none-any.whl"]}),
+            "local archive",
+        ),
+        (json!({"packages": ["evil.tar.gz"]}), "local archive"),
+        (json!({"packages": ["six@file:six.zip"]}), "local archive"),
+        (json!({"packages": ["six@http:x"]}), "direct references"),
+        (json!({"packages": ["..\\x"]}), "'\\'"),
+        // The index keeps to web_fetch's network rules (omicos-ssrf).
+        (
+            json!({"packages": ["six"], "index_url": "http://127.0.0.1:9/simple"}),
+            "loopback address 127.0.0.1",
+        ),
+        (
+            json!({"packages": ["six"], "index_url": "http://2130706433:9/simple"}),
+            "loopback",
+        ),
+        (
+            json!({"packages": ["six"], "index_url": "http://169.254.169.254/latest/"}),
+            "link-local address 169.254.169.254",
+        ),
+        (
+            json!({"packages": ["six"], "index_url": "http://[::ffff:10.0.0.1]/simple"}),
+            "private (RFC 1918)",
+        ),
+        (
+            json!({"packages": ["six"], "index_url": "http://localhost:9/simple"}),
+            "(host localhost)",
+        ),
     ] {
         let (c, _) = ctx(&ws, "i");
         let err = call(&p, "kernel_install", args.clone(), c)

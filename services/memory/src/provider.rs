@@ -126,10 +126,10 @@ impl Provider for MemoryProvider {
     }
 
     fn tools(&self) -> Vec<ToolSpec> {
-        // Writes are Risk::Read on purpose: they only touch this agent's own
-        // memory in its own scope, never the workspace or the outside world,
-        // and nothing is ever deleted (update and forget keep history), so
-        // asking the user before each note would only add friction.
+        // Writes (save, update, forget) are Risk::MemoryWrite: they persist
+        // beyond the session, so read_only refuses them; they only touch this
+        // agent's own memory in its tenant's scope and nothing is ever deleted
+        // (update and forget keep history), so auto runs them without asking.
         let cat = json!({"type": "string", "enum": CATEGORIES});
         vec![
             tool(
@@ -150,7 +150,7 @@ impl Provider for MemoryProvider {
                     "additionalProperties": false
                 }),
             )
-            .risk(Risk::Read)
+            .risk(Risk::MemoryWrite)
             .toolset("memory")
             .provider("memory")
             .build(),
@@ -206,7 +206,7 @@ impl Provider for MemoryProvider {
                     "additionalProperties": false
                 }),
             )
-            .risk(Risk::Read)
+            .risk(Risk::MemoryWrite)
             .toolset("memory")
             .provider("memory")
             .build(),
@@ -220,7 +220,7 @@ impl Provider for MemoryProvider {
                     "additionalProperties": false
                 }),
             )
-            .risk(Risk::Read)
+            .risk(Risk::MemoryWrite)
             .toolset("memory")
             .provider("memory")
             .build(),

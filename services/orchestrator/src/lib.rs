@@ -5,6 +5,7 @@ pub mod agents;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod files;
 pub mod hub;
 pub mod llm;
 pub mod metrics;
@@ -185,7 +186,11 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
         services: vec!["omicos.v1.Orchestrator", "omicos.v1.OrchestratorWeb"],
     })
     .await;
-    let workspace = engine.config.workspace.clone();
+    let files = Arc::new(files::FilesGate::new(
+        gate.clone(),
+        engine.config.workspace.clone(),
+        hub.clone(),
+    ));
     let lease = engine.config.turn_lease;
     let svc = Arc::new(service::OrchestratorService::new(
         engine,
@@ -203,7 +208,7 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
         shutdown.streams_token(),
     ));
     let routes = omicos_auth::guarded_routes(&host, gate.clone(), open_health, open_reflection);
-    let app = web_app(routes, svc, workspace, gate);
+    let app = web_app(routes, svc, files, gate);
     // Ready once the tool-runner answers.
     let reporter = host.reporter();
     let sd = shutdown.clone();
@@ -238,7 +243,7 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
 fn web_app(
     routes: tonic::service::Routes,
     svc: Arc<service::OrchestratorService>,
-    workspace: std::path::PathBuf,
+    files: Arc<dyn omicos_webui::FileGate>,
     gate: Arc<dyn omicos_auth::Gate>,
 ) -> axum::Router {
     let max = omicos_proto::MAX_MESSAGE_BYTES;
@@ -257,7 +262,7 @@ fn web_app(
         ))
         .into_axum_router()
         .layer(tonic_web::GrpcWebLayer::new())
-        .fallback_service(page_or_unimplemented(omicos_webui::router(workspace)))
+        .fallback_service(page_or_unimplemented(omicos_webui::router_with(files)))
 }
 
 /// The page's router for browsers; a gRPC or gRPC-web call to a method no

@@ -164,6 +164,7 @@ impl Runner {
     pub async fn execute(
         &self,
         start: ExecuteStart,
+        principal: &omicos_auth::Principal,
         session: &SessionState,
         tag: &EventTag,
         cancel: &CancellationToken,
@@ -182,7 +183,9 @@ impl Runner {
             })
             .await;
         let mut client = self.client.clone();
-        let req = omicos_servicekit::telemetry::traced_request(ReceiverStream::new(rx));
+        let mut req = omicos_servicekit::telemetry::traced_request(ReceiverStream::new(rx));
+        // The runner believes these only with the service secret and the orchestrator role.
+        omicos_auth::credentials::forward_principal(req.metadata_mut(), principal);
         let mut stream = match tokio::time::timeout(START_TIMEOUT, client.execute(req)).await {
             Ok(Ok(r)) => r.into_inner(),
             Ok(Err(e)) => {

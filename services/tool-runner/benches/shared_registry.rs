@@ -48,7 +48,12 @@ async fn round(p: &Pipeline, n: usize, lat: &mut Vec<Duration>) {
         let t = Instant::now();
         let out = p.execute(request(i), CallIo::detached()).await;
         lat.push(t.elapsed());
-        assert_eq!(out.result.status().as_str(), "done", "{}", out.result.result);
+        assert_eq!(
+            out.result.status().as_str(),
+            "done",
+            "{}",
+            out.result.result
+        );
     }
 }
 
@@ -71,7 +76,12 @@ async fn main() {
         workspace: std::env::temp_dir(),
         ttl_seconds: 0,
     };
-    tokio::spawn(serve_provider(Arc::new(Noop), listener, hosting, sd.clone()));
+    tokio::spawn(serve_provider(
+        Arc::new(Noop),
+        listener,
+        hosting,
+        sd.clone(),
+    ));
     let info = ProviderInstance {
         instance_id: "bench-1".into(),
         provider: "bench".into(),
@@ -85,7 +95,10 @@ async fn main() {
         ..Config::default()
     };
     let memory = Arc::new(Registry::new(Duration::from_secs(300)));
-    memory.announce(info.clone(), Duration::ZERO).await.unwrap();
+    memory
+        .announce(info.clone(), Duration::ZERO, None)
+        .await
+        .unwrap();
     let shared = Arc::new(Registry::new(Duration::from_secs(300)));
     let store = SharedStore::connect(&db.url).await.unwrap();
     shared.attach_store(store.clone()).unwrap();
@@ -94,7 +107,7 @@ async fn main() {
         Duration::from_secs(30),
         sd.streams_token(),
     );
-    shared.announce(info, Duration::ZERO).await.unwrap();
+    shared.announce(info, Duration::ZERO, None).await.unwrap();
     let pm = Pipeline::new(&cfg, memory, vec![]).unwrap();
     let ps = Pipeline::new(&cfg, shared, vec![]).unwrap();
     // Warm both (connections, catalogs).

@@ -27,6 +27,15 @@ pub struct Config {
     /// (when it asks for no TTL of its own).
     #[serde(with = "duration")]
     pub registry_ttl: Duration,
+    /// The longest TTL a registration may ask for; longer asks are cut to it
+    /// (a provider that stops heartbeating is gone within this).
+    #[serde(with = "duration")]
+    pub registry_max_ttl: Duration,
+    /// Tool name → the provider that may serve it, for handing a tool over
+    /// from the provider that first registered it (or claiming one before it
+    /// registers). Without an entry, a tool name belongs to the first provider
+    /// that registered it, and names served in-process are never taken.
+    pub registry_tool_owners: std::collections::BTreeMap<String, String>,
     /// Where the registry lives when several runner replicas share it:
     /// `postgres://…`. Empty (the default): in this process's memory only.
     pub registry_store_url: String,
@@ -76,6 +85,8 @@ impl Default for Config {
             pre_tool_use_timeout_blocks: true,
             providers: Vec::new(),
             registry_ttl: Duration::from_secs(30),
+            registry_max_ttl: Duration::from_secs(300),
+            registry_tool_owners: Default::default(),
             registry_store_url: String::new(),
             registry_resync: Duration::from_secs(30),
             metrics_addr: String::new(),
@@ -211,6 +222,7 @@ impl ServiceConfig for Config {
         }
         require_nonzero("registry_ttl", self.registry_ttl)?;
         require_nonzero("registry_resync", self.registry_resync)?;
+        require_nonzero("registry_max_ttl", self.registry_max_ttl)?;
         let url = self.registry_store_url.trim();
         if !(url.is_empty() || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
             return Err(ConfigError::key(

@@ -39,6 +39,10 @@ pub enum RunnerError {
     /// A provider registration is missing a field or has a bad endpoint.
     #[error("cannot register: {0}")]
     Registration(String),
+    /// A registration, heartbeat or deregistration the caller may not make
+    /// (another's instance id or tool name, a static entry).
+    #[error("registration refused: {0}")]
+    RegistrationDenied(String),
     /// The shared registry's store (PostgreSQL) did not take or give an answer.
     #[error("the shared registry store: {0}")]
     RegistryStore(String),
@@ -53,6 +57,7 @@ impl RunnerError {
             RunnerError::HookMatcher { .. } => "hook_matcher",
             RunnerError::Mode(_) => "permission_mode",
             RunnerError::Registration(_) => "registration",
+            RunnerError::RegistrationDenied(_) => "registration_denied",
             RunnerError::RegistryStore(_) => "registry_store",
         }
     }
@@ -65,6 +70,7 @@ impl RunnerError {
             RunnerError::Config(_)
             | RunnerError::Workspace { .. }
             | RunnerError::HookMatcher { .. } => Code::FailedPrecondition,
+            RunnerError::RegistrationDenied(_) => Code::PermissionDenied,
             RunnerError::RegistryStore(_) => Code::Unavailable,
         }
     }

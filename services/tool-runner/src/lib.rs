@@ -5,11 +5,13 @@
 //! `file_manager` and `shell` providers.
 
 pub mod allocator;
+pub mod audit;
 pub mod catalog;
 pub mod config;
 pub mod error;
 pub mod mcp;
 pub mod metrics;
+pub mod ownership;
 pub mod pipeline;
 pub mod providers;
 pub mod record;
@@ -50,7 +52,9 @@ pub fn build(
 ) -> Result<Pipeline, RunnerError> {
     build_on(
         config,
-        Arc::new(Registry::new(config.registry_ttl)),
+        Arc::new(
+            Registry::new(config.registry_ttl).with_policy(ownership::RegistryPolicy::of(config)),
+        ),
         extra_providers,
         stop,
     )
@@ -63,7 +67,9 @@ pub async fn open_registry(
     config: &Config,
     stop: tokio_util::sync::CancellationToken,
 ) -> Result<Arc<Registry>, shared_registry::StoreError> {
-    let registry = Arc::new(Registry::new(config.registry_ttl));
+    let registry = Arc::new(
+        Registry::new(config.registry_ttl).with_policy(ownership::RegistryPolicy::of(config)),
+    );
     let url = config.registry_store_url.trim();
     if !url.is_empty() {
         let store = shared_registry::SharedStore::connect(url).await?;
@@ -86,6 +92,15 @@ pub fn build_on(
     registry.spawn_static(config.providers.clone(), stop);
     let mut providers = builtin_providers(config);
     providers.extend(extra_providers);
+    // In-process tools win in the catalog anyway; reserving their names also
+    // refuses a registration that tries to take one over.
+    registry.reserve_builtin(providers.iter().flat_map(|p| {
+        p.tools().into_iter().flat_map(|t| {
+            std::iter::once(t.name)
+                .chain(t.aliases)
+                .chain(t.deprecated_names)
+        })
+    }));
     Pipeline::new(config, registry, providers)
 }
 

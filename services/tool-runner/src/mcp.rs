@@ -6,7 +6,9 @@
 use crate::pipeline::{CallIo, CallRequest, Pipeline, permission::Legacy};
 use crate::{Config, Registry};
 use async_trait::async_trait;
-use omicos_proto::{ExecuteApproval, ExecuteServerMessage, ExecuteStart, PermissionMode, ToolResult, ToolSpec};
+use omicos_proto::{
+    ExecuteApproval, ExecuteServerMessage, ExecuteStart, PermissionMode, ToolResult, ToolSpec,
+};
 use omicos_toolkit::Provider;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -19,7 +21,10 @@ pub async fn build_with_mcp(
     extra_providers: Vec<Arc<dyn Provider>>,
     stop: CancellationToken,
 ) -> Result<Pipeline, String> {
-    let registry = Arc::new(Registry::new(config.registry_ttl));
+    let registry = Arc::new(
+        Registry::new(config.registry_ttl)
+            .with_policy(crate::ownership::RegistryPolicy::of(config)),
+    );
     build_with_mcp_on(config, registry, extra_providers, stop).await
 }
 
@@ -32,16 +37,20 @@ pub async fn build_with_mcp_on(
     stop: CancellationToken,
 ) -> Result<Pipeline, String> {
     if !config.mcp.servers.is_empty() {
-        std::fs::create_dir_all(&config.workspace)
-            .map_err(|e| format!("config key `workspace`: cannot create {}: {e}", config.workspace.display()))?;
-        let workspace = config.workspace.canonicalize().unwrap_or_else(|_| config.workspace.clone());
+        std::fs::create_dir_all(&config.workspace).map_err(|e| {
+            format!(
+                "config key `workspace`: cannot create {}: {e}",
+                config.workspace.display()
+            )
+        })?;
+        let workspace = config
+            .workspace
+            .canonicalize()
+            .unwrap_or_else(|_| config.workspace.clone());
         let late = registry.clone();
-        let provider = omicos_mcp::McpProvider::start(
-            &config.mcp,
-            &workspace,
-            Arc::new(move || late.touch()),
-        )
-        .await;
+        let provider =
+            omicos_mcp::McpProvider::start(&config.mcp, &workspace, Arc::new(move || late.touch()))
+                .await;
         extra_providers.push(provider);
     }
     crate::build_on(config, registry, extra_providers, stop).map_err(|e| e.to_string())
@@ -52,7 +61,11 @@ pub struct PipelineBackend(pub Pipeline);
 
 #[async_trait]
 impl omicos_mcp::ToolBackend for PipelineBackend {
-    async fn list_tools(&self, toolsets: &[String], mode: PermissionMode) -> Result<Vec<ToolSpec>, String> {
+    async fn list_tools(
+        &self,
+        toolsets: &[String],
+        mode: PermissionMode,
+    ) -> Result<Vec<ToolSpec>, String> {
         self.0
             .list_tools(toolsets, mode as i32, Legacy::default())
             .map(|(tools, _)| tools)
@@ -71,6 +84,9 @@ impl omicos_mcp::ToolBackend for PipelineBackend {
             approvals: Some(approvals),
             cancel,
         };
-        self.0.execute(CallRequest::from(start), io).await.into_result()
+        self.0
+            .execute(CallRequest::from(start), io)
+            .await
+            .into_result()
     }
 }

@@ -19,6 +19,10 @@ pub struct ToolCallInfo {
     pub session_id: String,
     /// The agent that made the call.
     pub agent_id: String,
+    /// Who the call acted for (`subject@tenant`), as an authenticated
+    /// orchestrator forwarded it; empty when none was.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub principal: String,
     /// "root" or "root/<call_id>" for a delegation.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub execution_context_id: String,

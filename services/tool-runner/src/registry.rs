@@ -6,6 +6,7 @@
 
 use crate::config::StaticProvider;
 use crate::error::RunnerError;
+use crate::ownership::{KeyCheck, Owners, RegistryPolicy, key_digest};
 use crate::shared_registry::SharedStore;
 use omicos_proto::{
     DeregisterRequest, DeregisterResponse, HeartbeatRequest, HeartbeatResponse,
@@ -63,6 +64,11 @@ pub struct Registry {
     /// The shared store (PostgreSQL) when replicas share the registry; the
     /// state above is then its cached view, refreshed by notifications.
     store: OnceLock<Arc<SharedStore>>,
+    /// What config allows (TTL cap, tool owners).
+    policy: RegistryPolicy,
+    /// Who owns which instance id and tool name (in memory; the shared store
+    /// keeps its own), and the built-in names.
+    owners: Mutex<Owners>,
 }
 
 /// Why a remote tool cannot be routed. The message is what the model reads.
@@ -79,7 +85,29 @@ impl Registry {
             ttl,
             round_robin: AtomicUsize::new(0),
             store: OnceLock::new(),
+            policy: RegistryPolicy::default(),
+            owners: Mutex::new(Owners::default()),
         }
+    }
+
+    /// This registry under `policy` (TTL cap, tool owners from config).
+    pub fn with_policy(mut self, policy: RegistryPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &RegistryPolicy {
+        &self.policy
+    }
+
+    /// Names served in-process: no provider may register them.
+    pub fn reserve_builtin(&self, names: impl IntoIterator<Item = String>) {
+        self.owners().reserve_builtin(names);
+    }
+
+    fn owners(&self) -> std::sync::MutexGuard<'_, Owners> {
+        self.owners.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Shares this registry through `store`: registrations, heartbeats,
@@ -142,8 +170,9 @@ impl Registry {
                 t.provider = info.provider.clone();
             }
         }
-        tonic::transport::Endpoint::from_shared(info.endpoint.clone())
-            .map_err(|e| RunnerError::Registration(format!("bad endpoint `{}`: {e}", info.endpoint)))?;
+        tonic::transport::Endpoint::from_shared(info.endpoint.clone()).map_err(|e| {
+            RunnerError::Registration(format!("bad endpoint `{}`: {e}", info.endpoint))
+        })?;
         Ok(())
     }
 
@@ -205,55 +234,93 @@ impl Registry {
         Ok(())
     }
 
-    /// Register through the gRPC face: writes the shared store (which tells
-    /// every replica) when there is one, then this process's view.
+    /// Register through the gRPC face, as the holder of `key` (the
+    /// instance key header; None when the caller sent none): checks the
+    /// claims ([`crate::ownership`]), writes the shared store (which tells
+    /// every replica) when there is one, then this process's view. The TTL
+    /// is capped; static entries come from config only.
     pub async fn announce(
         &self,
         mut info: ProviderInstance,
         ttl: Duration,
+        key: Option<&str>,
     ) -> Result<Duration, RunnerError> {
+        if info.static_entry {
+            return Err(RunnerError::RegistrationDenied(
+                "static entries come from the runner's config (`providers`), not from Register"
+                    .into(),
+            ));
+        }
         self.prepare(&mut info)?;
-        let ttl = if ttl.is_zero() { self.ttl } else { ttl };
-        info.static_entry = false;
+        let ttl = self.policy.cap_ttl(ttl, self.ttl);
         info.last_seen_ms = now_ms();
+        let claims = self.owners().check_claims(&self.policy, &info)?;
+        let key = key_digest(key);
         if let Some(store) = self.store.get() {
             store
-                .upsert(&info, ttl)
+                .upsert(&info, ttl, &key, &claims)
                 .await
-                .map_err(|e| RunnerError::RegistryStore(format!("refused the registration: {e}")))?;
+                .map_err(|e| RunnerError::RegistryStore(format!("refused the registration: {e}")))?
+                .map_err(RunnerError::RegistrationDenied)?;
+        } else {
+            self.owners().claim(&info, &key, &claims)?;
         }
         self.register(info, ttl)
     }
 
-    /// Heartbeat through the gRPC face: false when the instance is unknown
-    /// (expired or never registered), so the provider registers again.
-    pub async fn refresh(&self, instance_id: &str) -> Result<bool, RunnerError> {
+    /// Heartbeat through the gRPC face, as the holder of `key`: false when
+    /// the instance is unknown (expired or never registered), so the
+    /// provider registers again; refused for another's instance.
+    pub async fn refresh(&self, instance_id: &str, key: Option<&str>) -> Result<bool, RunnerError> {
+        let key = key_digest(key);
         let Some(store) = self.store.get() else {
-            return Ok(self.heartbeat(instance_id));
+            return match self.owners().check(instance_id, &key) {
+                KeyCheck::NotOwner => Err(not_yours(instance_id)),
+                KeyCheck::Owner => Ok(self.heartbeat(instance_id)),
+                // Nobody registered it through Register: nothing to keep alive.
+                KeyCheck::Unknown => Ok(false),
+            };
         };
         match store
-            .heartbeat(instance_id)
+            .heartbeat(instance_id, &key)
             .await
             .map_err(|e| RunnerError::RegistryStore(format!("did not answer: {e}")))?
         {
-            Some(ttl) => {
+            (KeyCheck::Owner, Some(ttl)) => {
                 if !self.apply_heartbeat(instance_id, ttl) {
                     // Registered through another replica and not seen here yet.
                     store.reload_soon();
                 }
                 Ok(true)
             }
-            None => Ok(false),
+            (KeyCheck::NotOwner, _) => Err(not_yours(instance_id)),
+            _ => Ok(false),
         }
     }
 
-    /// Deregister through the gRPC face.
-    pub async fn withdraw(&self, instance_id: &str) -> Result<(), RunnerError> {
+    /// Deregister through the gRPC face, as the holder of `key`: only one's
+    /// own instance (an id nobody holds is already gone: nothing to do).
+    pub async fn withdraw(&self, instance_id: &str, key: Option<&str>) -> Result<(), RunnerError> {
+        let key = key_digest(key);
         if let Some(store) = self.store.get() {
-            store
-                .delete(instance_id)
+            if !store
+                .delete_owned(instance_id, &key)
                 .await
-                .map_err(|e| RunnerError::RegistryStore(format!("did not answer: {e}")))?;
+                .map_err(|e| RunnerError::RegistryStore(format!("did not answer: {e}")))?
+            {
+                return Err(not_yours(instance_id));
+            }
+        } else {
+            let mut owners = self.owners();
+            match owners.check(instance_id, &key) {
+                KeyCheck::Owner => owners.forget(instance_id),
+                KeyCheck::NotOwner => return Err(not_yours(instance_id)),
+                // Known here without an owner: a static entry, from config.
+                KeyCheck::Unknown if self.lock().instances.contains_key(instance_id) => {
+                    return Err(not_yours(instance_id));
+                }
+                KeyCheck::Unknown => return Ok(()),
+            }
         }
         self.deregister(instance_id);
         Ok(())
@@ -377,7 +444,9 @@ impl Registry {
             keep
         });
         let changed = st.instances.len() != before;
+        let live: std::collections::HashSet<String> = st.instances.keys().cloned().collect();
         drop(st);
+        self.owners().prune(&|id| live.contains(id));
         if changed {
             self.bump();
         }
@@ -401,11 +470,20 @@ impl Registry {
         v
     }
 
-    /// The tools of live instances, one spec per tool name (the newest registration's).
+    /// The tools of live instances, one spec per tool name (the newest
+    /// registration's; the provider config names, when it names one).
     pub fn live_tools(&self) -> Vec<ToolSpec> {
         let mut by_name: HashMap<String, (i64, ToolSpec)> = HashMap::new();
         for inst in self.list() {
             for t in inst.tools {
+                if self
+                    .policy
+                    .tool_owners
+                    .get(&t.name)
+                    .is_some_and(|p| *p != inst.provider)
+                {
+                    continue;
+                }
                 match by_name.get(&t.name) {
                     Some((seen, _)) if *seen >= inst.last_seen_ms => {}
                     _ => {
@@ -627,6 +705,20 @@ pub fn rendezvous_score(session: &str, instance_id: &str) -> u64 {
 
 use omicos_proto::now_ms;
 
+fn not_yours(instance_id: &str) -> RunnerError {
+    RunnerError::RegistrationDenied(format!(
+        "the instance `{instance_id}` is not yours: it was registered with another instance key"
+    ))
+}
+
+/// The instance key a registry call carries (`x-omicos-instance-key`).
+fn instance_key<T>(req: &Request<T>) -> Option<String> {
+    req.metadata()
+        .get(omicos_auth::service::INSTANCE_KEY_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
 /// The `omicos.v1.Registry` gRPC face of a [`Registry`].
 pub struct RegistryService {
     registry: Arc<Registry>,
@@ -649,14 +741,21 @@ impl RegistryRpc for RegistryService {
         &self,
         req: Request<RegisterRequest>,
     ) -> Result<Response<RegisterResponse>, Status> {
+        let key = instance_key(&req);
         let req = req.into_inner();
         let info = req.instance.ok_or_else(|| {
             RunnerError::Registration("RegisterRequest.instance is missing".into())
         })?;
+        let (provider, id) = (info.provider.clone(), info.instance_id.clone());
         let ttl = self
             .registry
-            .announce(info, Duration::from_secs(req.ttl_seconds as u64))
-            .await?;
+            .announce(info, Duration::from_secs(req.ttl_seconds as u64), key.as_deref())
+            .await
+            .inspect_err(|e| {
+                if matches!(e, RunnerError::RegistrationDenied(_)) {
+                    tracing::warn!(target: "omicos::audit", event = "registration_denied", provider = %provider, instance = %id, error = %e, "registration refused");
+                }
+            })?;
         let secs = ttl.as_secs().max(1) as u32;
         Ok(Response::new(RegisterResponse {
             ttl_seconds: secs,
@@ -668,10 +767,15 @@ impl RegistryRpc for RegistryService {
         &self,
         req: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatResponse>, Status> {
+        let key = instance_key(&req);
+        let id = req.into_inner().instance_id;
         let known = self
             .registry
-            .refresh(&req.into_inner().instance_id)
-            .await?;
+            .refresh(&id, key.as_deref())
+            .await
+            .inspect_err(|e| {
+                tracing::warn!(target: "omicos::audit", event = "heartbeat_denied", instance = %id, error = %e, "heartbeat refused");
+            })?;
         Ok(Response::new(HeartbeatResponse { known }))
     }
 
@@ -679,9 +783,14 @@ impl RegistryRpc for RegistryService {
         &self,
         req: Request<DeregisterRequest>,
     ) -> Result<Response<DeregisterResponse>, Status> {
+        let key = instance_key(&req);
+        let id = req.into_inner().instance_id;
         self.registry
-            .withdraw(&req.into_inner().instance_id)
-            .await?;
+            .withdraw(&id, key.as_deref())
+            .await
+            .inspect_err(|e| {
+                tracing::warn!(target: "omicos::audit", event = "deregister_denied", instance = %id, error = %e, "deregistration refused");
+            })?;
         Ok(Response::new(DeregisterResponse {}))
     }
 

@@ -47,6 +47,8 @@ impl ToolRunner for ToolRunnerService {
     ) -> Result<Response<OutStream>, Status> {
         let span = tracing::info_span!("ToolRunner.Execute", call_id = tracing::field::Empty);
         omicos_servicekit::telemetry::set_parent_from(&span, req.metadata());
+        // Set by the guard only for an authenticated orchestrator's forward.
+        let principal = req.extensions().get::<omicos_auth::Principal>().cloned();
         let mut inbound = req.into_inner();
         let start = match inbound.message().await? {
             Some(ExecuteClientMessage {
@@ -114,7 +116,12 @@ impl ToolRunner for ToolRunnerService {
         };
         tokio::spawn(
             async move {
-                let outcome = pipeline.execute(CallRequest::from(start), io).await;
+                let mut call = CallRequest::from(start);
+                if let Some(p) = &principal {
+                    call.tenant = p.tenant.clone();
+                    call.principal = p.label();
+                }
+                let outcome = pipeline.execute(call, io).await;
                 done.cancel();
                 let result = outcome.into_result();
                 let _ = out_tx

@@ -18,6 +18,7 @@
 //!   and the row lets a replica that never saw the session tell the model that
 //!   its kernel state was lost.
 
+use crate::ownership::{Claim, KeyCheck};
 use crate::registry::Registry;
 use omicos_proto::{ProviderInstance, ToolSpec};
 use serde_json::{Value, json};
@@ -31,7 +32,8 @@ use tokio_util::sync::CancellationToken;
 /// The notification channel.
 pub const CHANNEL: &str = "omicos_registry";
 
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE omicos_registry_instances (
     instance_id TEXT PRIMARY KEY,
     provider TEXT NOT NULL,
@@ -50,7 +52,21 @@ CREATE TABLE omicos_registry_pins (
     pinned_at TIMESTAMPTZ NOT NULL DEFAULT now(),
     PRIMARY KEY (provider, session_id)
 );
-"#];
+"#,
+    r#"
+CREATE TABLE omicos_registry_owners (
+    instance_id TEXT PRIMARY KEY,
+    owner_key TEXT NOT NULL,
+    endpoint TEXT NOT NULL,
+    seen_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE TABLE omicos_registry_tools (
+    tool TEXT PRIMARY KEY,
+    provider TEXT NOT NULL,
+    claimed_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+"#,
+];
 
 /// How long a pin to an instance that is no longer live is kept, so that a
 /// session coming back still hears that its state was lost.
@@ -112,10 +128,62 @@ impl SharedStore {
         }))
     }
 
-    /// Writes (or replaces) an instance, live for `ttl`, and tells every replica.
-    pub async fn upsert(&self, info: &ProviderInstance, ttl: Duration) -> Result<(), sqlx::Error> {
+    /// Writes (or replaces) an instance, live for `ttl`, and tells every
+    /// replica, if the instance id is free or `owner_key`'s at the same
+    /// endpoint, and every claimed tool name is free or this provider's (or
+    /// config hands it over): all in one transaction, so replicas agree.
+    /// `Ok(Err(why))`: refused, nothing written.
+    pub async fn upsert(
+        &self,
+        info: &ProviderInstance,
+        ttl: Duration,
+        owner_key: &str,
+        claims: &[Claim],
+    ) -> Result<Result<(), String>, sqlx::Error> {
         let tools = Value::Array(info.tools.iter().map(tool_json).collect()).to_string();
         let mut tx = self.pool.begin().await?;
+        let owned: Option<String> = sqlx::query_scalar(
+            "INSERT INTO omicos_registry_owners (instance_id, owner_key, endpoint) VALUES ($1, $2, $3)
+             ON CONFLICT (instance_id) DO UPDATE SET seen_at = now()
+              WHERE omicos_registry_owners.owner_key = EXCLUDED.owner_key
+                AND omicos_registry_owners.endpoint = EXCLUDED.endpoint
+             RETURNING instance_id",
+        )
+        .bind(&info.instance_id)
+        .bind(owner_key)
+        .bind(&info.endpoint)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if owned.is_none() {
+            return Ok(Err(format!(
+                "the instance id `{}` belongs to another registrant (its key or endpoint differs)",
+                info.instance_id
+            )));
+        }
+        for c in claims {
+            let sql = if c.by_config {
+                "INSERT INTO omicos_registry_tools (tool, provider) VALUES ($1, $2)
+                 ON CONFLICT (tool) DO UPDATE SET provider = EXCLUDED.provider, claimed_at = now()"
+            } else {
+                "INSERT INTO omicos_registry_tools (tool, provider) VALUES ($1, $2) ON CONFLICT (tool) DO NOTHING"
+            };
+            sqlx::query(sql)
+                .bind(&c.name)
+                .bind(&info.provider)
+                .execute(&mut *tx)
+                .await?;
+            let owner: String =
+                sqlx::query_scalar("SELECT provider FROM omicos_registry_tools WHERE tool = $1")
+                    .bind(&c.name)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            if owner != info.provider {
+                return Ok(Err(format!(
+                    "`{}` belongs to the provider `{owner}` that registered it first; `{}` cannot take it over (registry_tool_owners can hand it over)",
+                    c.name, info.provider
+                )));
+            }
+        }
         sqlx::query(
             "INSERT INTO omicos_registry_instances
                  (instance_id, provider, endpoint, session_affinity, tools, ttl_ms, last_seen_ms, expires_at)
@@ -136,12 +204,44 @@ impl SharedStore {
         .execute(&mut *tx)
         .await?;
         notify(&mut tx, json!({"k": "set"})).await?;
-        tx.commit().await
+        tx.commit().await.map(Ok)
     }
 
-    /// Extends a live instance by its TTL; `None` when it is unknown or expired.
-    pub async fn heartbeat(&self, instance_id: &str) -> Result<Option<Duration>, sqlx::Error> {
+    /// Whether `owner_key` owns `instance_id`.
+    async fn owner_check(
+        tx: &mut sqlx::PgConnection,
+        instance_id: &str,
+        owner_key: &str,
+    ) -> Result<KeyCheck, sqlx::Error> {
+        let key: Option<String> = sqlx::query_scalar(
+            "SELECT owner_key FROM omicos_registry_owners WHERE instance_id = $1",
+        )
+        .bind(instance_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        Ok(match key {
+            Some(k) if k == owner_key => KeyCheck::Owner,
+            Some(_) => KeyCheck::NotOwner,
+            None => KeyCheck::Unknown,
+        })
+    }
+
+    /// Extends a live instance by its TTL if `owner_key` owns it: the
+    /// ownership, and the TTL (`None` when it is unknown or expired).
+    pub async fn heartbeat(
+        &self,
+        instance_id: &str,
+        owner_key: &str,
+    ) -> Result<(KeyCheck, Option<Duration>), sqlx::Error> {
         let mut tx = self.pool.begin().await?;
+        let check = Self::owner_check(&mut tx, instance_id, owner_key).await?;
+        if check != KeyCheck::Owner {
+            return Ok((check, None));
+        }
+        sqlx::query("UPDATE omicos_registry_owners SET seen_at = now() WHERE instance_id = $1")
+            .bind(instance_id)
+            .execute(&mut *tx)
+            .await?;
         let ttl: Option<i64> = sqlx::query_scalar(
             "UPDATE omicos_registry_instances
                 SET expires_at = now() + ttl_ms * interval '1 millisecond', last_seen_ms = $2
@@ -156,7 +256,45 @@ impl SharedStore {
             notify(&mut tx, json!({"k": "hb", "i": instance_id, "ttl": ttl})).await?;
         }
         tx.commit().await?;
-        Ok(ttl.map(|ms| Duration::from_millis(ms.max(0) as u64)))
+        Ok((check, ttl.map(|ms| Duration::from_millis(ms.max(0) as u64))))
+    }
+
+    /// Removes an instance that `owner_key` owns (and its owner) and tells
+    /// every replica; false when it is another's. An id nobody holds is
+    /// already gone: true.
+    pub async fn delete_owned(
+        &self,
+        instance_id: &str,
+        owner_key: &str,
+    ) -> Result<bool, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        match Self::owner_check(&mut tx, instance_id, owner_key).await? {
+            KeyCheck::NotOwner => return Ok(false),
+            KeyCheck::Unknown => {
+                let exists: Option<i32> = sqlx::query_scalar(
+                    "SELECT 1 FROM omicos_registry_instances WHERE instance_id = $1",
+                )
+                .bind(instance_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                return Ok(exists.is_none());
+            }
+            KeyCheck::Owner => {}
+        }
+        sqlx::query("DELETE FROM omicos_registry_owners WHERE instance_id = $1")
+            .bind(instance_id)
+            .execute(&mut *tx)
+            .await?;
+        let n = sqlx::query("DELETE FROM omicos_registry_instances WHERE instance_id = $1")
+            .bind(instance_id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if n > 0 {
+            notify(&mut tx, json!({"k": "set"})).await?;
+        }
+        tx.commit().await?;
+        Ok(true)
     }
 
     /// Removes an instance and tells every replica.
@@ -292,6 +430,12 @@ impl SharedStore {
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "DELETE FROM omicos_registry_pins p WHERE pinned_at < now() - interval '{STALE_PIN_KEEP}'
                AND NOT EXISTS (SELECT 1 FROM omicos_registry_instances i WHERE i.instance_id = p.instance_id)"
+        )))
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DELETE FROM omicos_registry_owners o WHERE seen_at < now() - interval '{STALE_PIN_KEEP}'
+               AND NOT EXISTS (SELECT 1 FROM omicos_registry_instances i WHERE i.instance_id = o.instance_id)"
         )))
         .execute(&mut *tx)
         .await?;

@@ -11,6 +11,7 @@ pub mod registration;
 pub mod remote;
 pub mod server;
 pub mod spec;
+pub mod tenancy;
 pub mod toolsets;
 
 pub use confine::{ConfineError, confine_path};

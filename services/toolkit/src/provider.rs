@@ -85,8 +85,12 @@ pub struct CallCtx {
     pub user_modified: bool,
     /// Memory scope, set by the runner from the deployment, never by the model.
     pub scope: String,
-    /// Workspace root.
+    /// The workspace this call works in: the provider's own (configured)
+    /// root, or its tenant's directory under it ([`crate::tenancy`]).
     pub workspace: PathBuf,
+    /// The tenant the call acts for (empty: the root tenant), as the runner
+    /// learnt it from an authenticated orchestrator.
+    pub tenant: String,
     /// Progress and output.
     pub events: EventSink,
     /// Cancelled when the client cancels or the stream drops.
@@ -103,6 +107,7 @@ impl CallCtx {
             user_modified: false,
             scope: "workspace".into(),
             workspace: workspace.into(),
+            tenant: String::new(),
             events: EventSink::discard(),
             cancel: CancellationToken::new(),
         }

@@ -1,11 +1,11 @@
 //! Self-registration of a provider instance with the registry: register,
 //! heartbeat, register again when forgotten, deregister on shutdown.
 
+use omicos_auth::Credentials;
 use omicos_proto::{
     DeregisterRequest, HeartbeatRequest, ProviderInstance, RegisterRequest,
     registry_client::RegistryClient,
 };
-use omicos_auth::Credentials;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -16,7 +16,14 @@ pub async fn keep_registered(
     ttl_seconds: u32,
     shutdown: CancellationToken,
 ) {
-    keep_registered_with(registry, instance, ttl_seconds, Credentials::none(), shutdown).await
+    keep_registered_with(
+        registry,
+        instance,
+        ttl_seconds,
+        Credentials::none(),
+        shutdown,
+    )
+    .await
 }
 
 /// [`keep_registered`], each call carrying `creds` (the service secret, role provider).
@@ -27,6 +34,9 @@ pub async fn keep_registered_with(
     creds: Credentials,
     shutdown: CancellationToken,
 ) {
+    // This process's proof that the instance id is its own (see
+    // `omicos_auth::service::INSTANCE_KEY_HEADER`); never leaves the process otherwise.
+    let key = uuid::Uuid::new_v4().simple().to_string();
     let mut registered = false;
     let mut interval = Duration::from_secs(1);
     loop {
@@ -41,9 +51,12 @@ pub async fn keep_registered_with(
             loop {
                 let ok = if registered {
                     match c
-                        .heartbeat(HeartbeatRequest {
-                            instance_id: instance.instance_id.clone(),
-                        })
+                        .heartbeat(keyed(
+                            &key,
+                            HeartbeatRequest {
+                                instance_id: instance.instance_id.clone(),
+                            },
+                        ))
                         .await
                     {
                         Ok(r) => {
@@ -54,10 +67,13 @@ pub async fn keep_registered_with(
                     }
                 } else {
                     match c
-                        .register(RegisterRequest {
-                            instance: Some(instance.clone()),
-                            ttl_seconds,
-                        })
+                        .register(keyed(
+                            &key,
+                            RegisterRequest {
+                                instance: Some(instance.clone()),
+                                ttl_seconds,
+                            },
+                        ))
                         .await
                     {
                         Ok(r) => {
@@ -79,7 +95,7 @@ pub async fn keep_registered_with(
                 tokio::select! {
                     _ = tokio::time::sleep(interval) => {}
                     _ = shutdown.cancelled() => {
-                        let _ = c.deregister(DeregisterRequest { instance_id: instance.instance_id.clone() }).await;
+                        let _ = c.deregister(keyed(&key, DeregisterRequest { instance_id: instance.instance_id.clone() })).await;
                         return;
                     }
                 }
@@ -90,4 +106,14 @@ pub async fn keep_registered_with(
             _ = shutdown.cancelled() => return,
         }
     }
+}
+
+/// `body` carrying this instance's key.
+fn keyed<T>(key: &str, body: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(body);
+    if let Ok(v) = key.parse() {
+        r.metadata_mut()
+            .insert(omicos_auth::service::INSTANCE_KEY_HEADER, v);
+    }
+    r
 }

@@ -2,12 +2,12 @@
 
 use crate::provider::{CallCtx, Provider, ToolError};
 use async_trait::async_trait;
+use omicos_auth::{AuthedChannel, Credentials};
 use omicos_proto::{
     CallContext, CallToolRequest, DescribeRequest, ToolSpec, call_tool_event,
     tool_provider_client::ToolProviderClient,
 };
 use serde_json::Value;
-use omicos_auth::{AuthedChannel, Credentials};
 use std::sync::RwLock;
 use tonic::transport::Endpoint;
 
@@ -106,7 +106,9 @@ impl Provider for RemoteProvider {
                 agent_id: ctx.agent_id.clone(),
                 user_modified: ctx.user_modified,
                 scope: ctx.scope.clone(),
+                // Informational only: the provider works in its own workspace.
                 workspace: ctx.workspace.display().to_string(),
+                tenant: ctx.tenant.clone(),
             }),
         });
         let unavailable = |e: tonic::Status| {

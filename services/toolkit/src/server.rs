@@ -21,7 +21,8 @@ pub struct ProviderService<P: Provider> {
 }
 
 impl<P: Provider> ProviderService<P> {
-    /// Wraps `provider`. `workspace` is used when a call carries none;
+    /// Wraps `provider`, confined to `workspace` (each tenant to its
+    /// directory under it; a caller never names the workspace);
     /// `shutdown` cancels running calls when the service stops.
     pub fn new(provider: Arc<P>, workspace: PathBuf, shutdown: CancellationToken) -> Self {
         Self {
@@ -97,6 +98,9 @@ impl<P: Provider> ToolProvider for ProviderService<P> {
         let args: serde_json::Value = serde_json::from_str(&req.arguments_json)
             .map_err(|e| Status::invalid_argument(format!("arguments_json is not JSON: {e}")))?;
         let c = req.context.unwrap_or_default();
+        // The provider's own workspace, never the one the call names.
+        let workspace = crate::tenancy::tenant_workspace(&self.workspace, &c.tenant)
+            .map_err(Status::invalid_argument)?;
         let cancel = self.shutdown.child_token();
         let (ev_tx, mut ev_rx) = mpsc::channel::<ProviderEvent>(256);
         let ctx = CallCtx {
@@ -104,16 +108,14 @@ impl<P: Provider> ToolProvider for ProviderService<P> {
             session_id: c.session_id,
             agent_id: c.agent_id,
             user_modified: c.user_modified,
+            // Set by the runner, already within the call's tenant (tenancy::tenant_scope).
             scope: if c.scope.is_empty() {
                 "workspace".into()
             } else {
                 c.scope
             },
-            workspace: if c.workspace.is_empty() {
-                self.workspace.clone()
-            } else {
-                PathBuf::from(c.workspace)
-            },
+            workspace,
+            tenant: c.tenant,
             events: EventSink::new(ev_tx),
             cancel: cancel.clone(),
         };

@@ -9,7 +9,10 @@
 //! - `GET /files/<workspace-relative path>`: a workspace file under
 //!   `.omicos/outputs/` (images a kernel drew, generated images) or
 //!   `.omicos/tool_outputs/` (spooled large results), read-only, with Range
-//!   support for previews; anything else is 404.
+//!   support for previews; anything else is 404. Behind a [`FileGate`]
+//!   (the orchestrator's: the same bearer token as gRPC, in `Authorization`
+//!   or the page's `omicos_token` cookie, and only the caller's own
+//!   sessions' outputs, in its tenant's workspace).
 //!
 //! The orchestrator serves this beside its gRPC and gRPC-web services on one
 //! port: `routes.into_axum_router().fallback_service(omicos_webui::router(ws))`.
@@ -44,8 +47,60 @@ const FILE_CSP: &str = "sandbox; default-src 'none'; img-src 'self'; style-src '
 /// Hashed assets never change under their name.
 const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 
-/// The page and the workspace output files, for the workspace at `workspace`.
+/// The cookie the page sets (path `/files/`, SameSite=Strict) so that an
+/// `<img src="/files/…">` carries its bearer token: an image request cannot
+/// send an `Authorization` header.
+pub const TOKEN_COOKIE: &str = "omicos_token";
+
+/// The future a [`FileGate`] answers with.
+pub type GateFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<PathBuf, StatusCode>> + Send + 'a>>;
+
+/// Who may read which `/files/` path: answers the workspace root to serve
+/// `rel` (workspace-relative) from, or the status to answer instead
+/// (401 without a valid credential, 404 for what is not the caller's).
+pub trait FileGate: Send + Sync + 'static {
+    /// Decides one request.
+    fn workspace<'a>(&'a self, headers: &'a HeaderMap, rel: &'a str) -> GateFuture<'a>;
+}
+
+/// No gate: every request is served from one workspace (tests, and a page
+/// served without an orchestrator).
+struct Open(PathBuf);
+
+impl FileGate for Open {
+    fn workspace<'a>(&'a self, _headers: &'a HeaderMap, _rel: &'a str) -> GateFuture<'a> {
+        Box::pin(async move { Ok(self.0.clone()) })
+    }
+}
+
+/// The bearer token a request carries: `Authorization`, else the page's cookie.
+pub fn bearer_token(headers: &HeaderMap) -> Option<String> {
+    if let Some(v) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    {
+        return Some(v.to_owned());
+    }
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|kv| {
+            let (k, v) = kv.trim().split_once('=')?;
+            (k == TOKEN_COOKIE && !v.is_empty()).then(|| format!("Bearer {v}"))
+        })
+}
+
+/// The page and the workspace output files, for the workspace at `workspace`
+/// (no credential asked: see [`router_with`]).
 pub fn router(workspace: impl Into<PathBuf>) -> Router {
+    router_with(Arc::new(Open(workspace.into())))
+}
+
+/// The page, and the output files behind `gate`.
+pub fn router_with(gate: Arc<dyn FileGate>) -> Router {
     // The page's script is ~300 KB and ~95 KB gzipped; workspace files are
     // sent as they are (images are compressed already, and Range needs the bytes).
     let page = Router::new()
@@ -53,7 +108,7 @@ pub fn router(workspace: impl Into<PathBuf>) -> Router {
         .layer(tower_http::compression::CompressionLayer::new().gzip(true));
     Router::new()
         .route("/files/{*path}", get(workspace_file))
-        .with_state(Arc::new(workspace.into()))
+        .with_state(gate)
         .merge(page)
 }
 
@@ -168,10 +223,14 @@ pub fn resolve_workspace_file(workspace: &std::path::Path, rel: &str) -> Option<
 }
 
 async fn workspace_file(
-    State(workspace): State<Arc<PathBuf>>,
+    State(gate): State<Arc<dyn FileGate>>,
     UrlPath(rel): UrlPath<String>,
     req: Request,
 ) -> Response {
+    let workspace = match gate.workspace(req.headers(), &rel).await {
+        Ok(w) => w,
+        Err(code) => return code.into_response(),
+    };
     let Some(full) = resolve_workspace_file(&workspace, &rel) else {
         return StatusCode::NOT_FOUND.into_response();
     };

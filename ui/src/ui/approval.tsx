@@ -9,6 +9,7 @@ const RISK_TEXT: Record<number, string> = {
   [Risk.FILE_WRITE]: "writes workspace files",
   [Risk.PYTHON]: "runs Python code",
   [Risk.SHELL]: "runs shell commands",
+  [Risk.MEMORY_WRITE]: "writes its long-term memory",
 };
 
 function pretty(args: string): string {

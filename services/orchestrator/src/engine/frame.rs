@@ -468,7 +468,10 @@ impl Engine {
             request_rules: Some(s.rules.clone()),
             session_rules: session.allowed_rules(),
         };
-        let r = self.runner.execute(start, session, tag, cancel).await;
+        let r = self
+            .runner
+            .execute(start, &s.principal, session, tag, cancel)
+            .await;
         if !r.granted_rule.is_empty() {
             // The runner checked the rule against the call. It is kept with
             // the session's grants (a bare rule is a whole-tool grant).

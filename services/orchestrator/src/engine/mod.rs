@@ -119,6 +119,9 @@ pub struct TurnSettings {
     pub deadline: Option<tokio::time::Instant>,
     /// The ChatRequest's permission rules (they only narrow; checked to parse).
     pub rules: omicos_proto::PermissionRules,
+    /// Who the turn acts for: forwarded to the runner with every call (its
+    /// tenant picks the workspace, memory scope and kernels there).
+    pub principal: omicos_auth::Principal,
 }
 
 impl TurnSettings {

@@ -266,6 +266,7 @@ impl OrchestratorService {
             team: team.members.clone(),
             deadline,
             rules,
+            principal: who.clone(),
         };
         tokio::spawn(self.engine.clone().run_turn(
             state.clone(),

@@ -105,7 +105,21 @@ impl Orchestrator for OrchestratorService {
         let who = principal::of(&req)?;
         let req = req.into_inner();
         grpc(self.owned(&who, &req.session_id).await)?;
-        grpc(self.approve_tool_rpc(req).await).map(Response::new)
+        let (session, call, decision) = (req.session_id.clone(), req.call_id.clone(), req.decision);
+        let r = self.approve_tool_rpc(req).await;
+        tracing::info!(
+            target: "omicos::audit",
+            event = "approval",
+            principal = %who.label(),
+            session = %session,
+            call_id = %call,
+            decision = omicos_proto::Decision::try_from(decision)
+                .map(|d| d.as_str_name())
+                .unwrap_or("UNKNOWN"),
+            accepted = r.is_ok(),
+            "approval answered"
+        );
+        grpc(r).map(Response::new)
     }
 
     async fn list_agents(

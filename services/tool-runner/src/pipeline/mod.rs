@@ -69,6 +69,13 @@ pub struct CallRequest {
     pub request_rules: rules::RuleLists,
     /// Allow rules the session was granted by approvals answered as a rule.
     pub session_rules: Vec<String>,
+    /// The tenant the call acts for, from the principal an authenticated
+    /// orchestrator forwarded (never from the request body); empty: the root
+    /// tenant. Picks the workspace, memory scope and kernels.
+    pub tenant: String,
+    /// The principal (`subject@tenant`) the call acts for, for the audit log
+    /// and the trajectory record; empty when none was forwarded.
+    pub principal: String,
 }
 
 /// The wire form of three rule lists.
@@ -101,6 +108,8 @@ impl From<omicos_proto::ExecuteStart> for CallRequest {
             agent_rules: rule_lists(s.agent_rules),
             request_rules: rule_lists(s.request_rules),
             session_rules: s.session_rules,
+            tenant: String::new(),
+            principal: String::new(),
         }
     }
 }
@@ -274,6 +283,7 @@ impl Pipeline {
             requested_name: req.tool_name.clone(),
             session_id: req.session_id.clone(),
             agent_id: req.agent_id.clone(),
+            principal: req.principal.clone(),
             execution_context_id: req.execution_context_id.clone(),
             started_at_ms: omicos_proto::now_ms(),
             ..Default::default()
@@ -290,7 +300,7 @@ impl Pipeline {
                 // A long error (a timed-out command's output) is bounded like any result.
                 match shape::shape(
                     f.message.clone(),
-                    &self.inner.workspace,
+                    &self.workspace_of(&req.tenant),
                     &req.call_id,
                     self.inner.spool_threshold,
                 ) {
@@ -300,6 +310,7 @@ impl Pipeline {
             }
         };
         let status = ToolStatus::from_ok(ok);
+        crate::audit::call(&rec);
         let elapsed_ms = started.elapsed().as_millis() as u64;
         let result_chars = text.chars().count();
         span.record("status", status.as_str());
@@ -370,7 +381,8 @@ impl Pipeline {
         let mut args = parsed.value;
 
         // 3. Validate.
-        let mut ctx = self.call_ctx(req, io.cancel.child_token());
+        let mut ctx = self.call_ctx(req, io.cancel.child_token()).map_err(no)?;
+        let call_workspace = ctx.workspace.clone();
         validate::validate(&tool, &args, &ctx, &rec.repairs).map_err(no)?;
         self.note_arguments_run(rec, &args, &req.arguments);
 
@@ -525,7 +537,7 @@ impl Pipeline {
         }
         let text = with_context(text, &context);
         let shaped =
-            shape::shape(text, &me.workspace, &req.call_id, me.spool_threshold).map_err(keep)?;
+            shape::shape(text, &call_workspace, &req.call_id, me.spool_threshold).map_err(keep)?;
 
         // 8. Normalize happens in `execute`: Ok → "done".
         Ok(Ran {
@@ -753,17 +765,29 @@ impl Pipeline {
         }
     }
 
-    fn call_ctx(&self, req: &CallRequest, cancel: CancellationToken) -> CallCtx {
-        CallCtx {
+    /// The workspace of `tenant` (the root when it cannot be made: the call
+    /// itself was refused then, in [`Pipeline::call_ctx`]).
+    fn workspace_of(&self, tenant: &str) -> PathBuf {
+        omicos_toolkit::tenancy::tenant_workspace(&self.inner.workspace, tenant)
+            .unwrap_or_else(|_| self.inner.workspace.clone())
+    }
+
+    /// The call's context: its tenant's workspace and memory scope.
+    fn call_ctx(&self, req: &CallRequest, cancel: CancellationToken) -> Result<CallCtx, Failure> {
+        use omicos_toolkit::tenancy::{tenant_scope, tenant_workspace};
+        let workspace = tenant_workspace(&self.inner.workspace, &req.tenant)
+            .map_err(|e| Failure::new(Stage::Validate, e))?;
+        Ok(CallCtx {
             call_id: req.call_id.clone(),
             session_id: req.session_id.clone(),
             agent_id: req.agent_id.clone(),
             user_modified: false,
-            scope: self.inner.memory_scope.clone(),
-            workspace: self.inner.workspace.clone(),
+            scope: tenant_scope(&self.inner.memory_scope, &req.tenant),
+            workspace,
+            tenant: req.tenant.clone(),
             events: EventSink::discard(),
             cancel,
-        }
+        })
     }
 
     fn hook_input<'a>(

@@ -83,6 +83,7 @@ pub fn risk_name(r: Risk) -> &'static str {
         Risk::FileWrite => "file_write",
         Risk::Python => "python",
         Risk::Shell => "shell",
+        Risk::MemoryWrite => "memory_write",
     }
 }
 
@@ -134,6 +135,11 @@ pub fn gate(
                 risk_name(risk)
             ));
         }
+        // A memory write stays in the agent's own scope and keeps history:
+        // auto runs it without asking, read_only refuses it (below).
+        (None, Risk::MemoryWrite, PermissionMode::Auto) => Gate::Run {
+            source: RunBecause::Mode,
+        },
         (None, _, PermissionMode::Auto) => Gate::Ask {
             reason: "permission_mode=auto".into(),
         },
@@ -391,5 +397,24 @@ mod tests {
             &shell,
             &Rules::default()
         ));
+    }
+
+    #[test]
+    fn memory_writes_run_in_auto_and_full_never_in_read_only() {
+        let save = spec("memory__save", Risk::MemoryWrite);
+        let legacy = Legacy {
+            allow_shell: Some(true),
+            allow_file_write: Some(true),
+        };
+        for l in [Legacy::default(), legacy] {
+            assert!(matches!(
+                gate(PermissionMode::ReadOnly, l, &save, &[]),
+                Gate::Refuse(m) if m.contains("memory_write")
+            ));
+            assert!(!visible(PermissionMode::ReadOnly, l, &save));
+            for mode in [PermissionMode::Auto, PermissionMode::Full] {
+                assert!(matches!(gate(mode, l, &save, &[]), Gate::Run { .. }));
+            }
+        }
     }
 }
