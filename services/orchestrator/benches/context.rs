@@ -68,7 +68,10 @@ fn history() -> Vec<Value> {
             1 => ("task__update", json!({"id": call % 7, "status": "done"})),
             _ => (
                 "run_python_code",
-                json!({"code": text(&mut rng, 120 + (rng.next() % 400) as usize)}),
+                {
+                let len = 120 + (rng.next() % 400) as usize;
+                json!({"code": text(&mut rng, len)})
+            },
             ),
         };
         h.push(json!({"role": "assistant", "content": text(&mut rng, 80), "tool_calls": [
