@@ -14,9 +14,9 @@
 
 use async_trait::async_trait;
 use omicos_e2e::idp::Idp;
-use omicos_orchestrator::config::Config;
 use omicos_e2e::stack::ChatHandle;
 use omicos_e2e::{FakeLlm, Reply, Stack, StackOptions, TEST_TOKEN, client_with, finished_calls};
+use omicos_orchestrator::config::Config;
 use omicos_proto::{ChatRequest, ToolSpec, ToolStatus};
 use omicos_toolkit::{CallCtx, Provider, ToolError, tool};
 use serde_json::{Value, json};
@@ -182,7 +182,6 @@ async fn main() {
         auth.authenticate(Some(&h)).await.unwrap();
         m_fresh.push(t.elapsed().as_secs_f64() * 1e6);
     }
-
 
     println!(
         "A Chat turn with one tool call (no-op read tool through the runner's pipeline), {turns} turns per stack, interleaved, ms:"

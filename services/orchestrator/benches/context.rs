@@ -66,13 +66,10 @@ fn history() -> Vec<Value> {
                 json!({"path": format!("out/part_{call}.py"), "content": text(&mut rng, 300)}),
             ),
             1 => ("task__update", json!({"id": call % 7, "status": "done"})),
-            _ => (
-                "run_python_code",
-                {
+            _ => ("run_python_code", {
                 let len = 120 + (rng.next() % 400) as usize;
                 json!({"code": text(&mut rng, len)})
-            },
-            ),
+            }),
         };
         h.push(json!({"role": "assistant", "content": text(&mut rng, 80), "tool_calls": [
             {"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}}]}));
