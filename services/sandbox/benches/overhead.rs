@@ -132,9 +132,17 @@ fn main() {
         drop(s.prepare(SandboxPolicy::WorkspaceWrite, &roots).unwrap());
         prep.push(t.elapsed());
     }
+    // As root the default config's process limit is a pids cgroup per call
+    // (the kernel never applies RLIMIT_NPROC to uid 0); otherwise RLIMIT_NPROC.
+    let root = unsafe { libc::geteuid() } == 0;
     println!(
-        "sandbox overhead per shell call (bash -lc true), {iters} iterations, shuffled; pids cgroup in the default config: {}",
-        if cgroup_in_use { "yes" } else { "no" }
+        "sandbox overhead per shell call (bash -lc true), {iters} iterations, shuffled; euid {}; default config's process limit: {}",
+        unsafe { libc::geteuid() },
+        match (cgroup_in_use, root) {
+            (true, true) => "a pids cgroup per call",
+            (true, false) => "RLIMIT_NPROC",
+            (false, _) => "none (no writable pids cgroup found)",
+        }
     );
     let base = pct(&mut variants[0].times, 0.5);
     for v in &mut variants {
