@@ -144,6 +144,7 @@ async fn main() {
                 session_id: session.clone(),
                 call_id: call,
                 decision: Decision::AllowOnce as i32,
+                ..Default::default()
             })
             .await
             .expect("ApproveTool");

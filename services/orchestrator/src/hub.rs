@@ -624,7 +624,7 @@ mod tests {
         // A decision made through the store (ApproveTool, any replica) reaches it.
         assert!(
             store
-                .decide_approval("s", "c1", Decision::AllowOnce as i32)
+                .decide_approval("s", "c1", Decision::AllowOnce as i32, "")
                 .await
                 .unwrap()
         );
@@ -632,7 +632,7 @@ mod tests {
             .await
             .expect("decided within 5 s")
             .unwrap();
-        assert_eq!(d, Decision::AllowOnce);
+        assert_eq!(d.decision, Decision::AllowOnce);
         assert_eq!(turn.emit_final(ChatEvent::default(), "t1").await, 2);
         drop(turn);
 

@@ -408,12 +408,12 @@ mod tests {
         };
         for l in [Legacy::default(), legacy] {
             assert!(matches!(
-                gate(PermissionMode::ReadOnly, l, &save, &[]),
+                gate(PermissionMode::ReadOnly, l, &save, None),
                 Gate::Refuse(m) if m.contains("memory_write")
             ));
-            assert!(!visible(PermissionMode::ReadOnly, l, &save));
+            assert!(!visible(PermissionMode::ReadOnly, l, &save, &Rules::default()));
             for mode in [PermissionMode::Auto, PermissionMode::Full] {
-                assert!(matches!(gate(mode, l, &save, &[]), Gate::Run { .. }));
+                assert!(matches!(gate(mode, l, &save, None), Gate::Run { .. }));
             }
         }
     }
