@@ -22,6 +22,10 @@ use tonic::transport::{Channel, Endpoint, channel::Change};
 /// The message of a call whose runner went away after it had started.
 pub const RUNNER_LOST: &str = "the tool-runner running this call was lost";
 
+/// The response metadata key a runner names itself under (the tool-runner's
+/// `service::RUNNER_NAME_KEY`).
+pub const RUNNER_NAME_KEY: &str = "omicos-runner";
+
 /// How long a call waits for a runner to take it (none healthy: an error after this).
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// Attempts of ListTools over the runners (it has no side effects).
@@ -70,7 +74,9 @@ pub fn parse_targets(list: &str) -> Result<Vec<RunnerTarget>, String> {
             return Err(format!("`{entry}` has no host"));
         };
         if uri.path() != "/" && !uri.path().is_empty() {
-            return Err(format!("`{entry}` has a path; give scheme://host:port only"));
+            return Err(format!(
+                "`{entry}` has a path; give scheme://host:port only"
+            ));
         }
         let port = uri
             .port_u16()
@@ -78,7 +84,10 @@ pub fn parse_targets(list: &str) -> Result<Vec<RunnerTarget>, String> {
         out.push(RunnerTarget {
             url: entry.to_owned(),
             scheme,
-            host: host.trim_start_matches('[').trim_end_matches(']').to_owned(),
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
             port,
         });
     }
@@ -178,8 +187,20 @@ impl Runner {
             .await;
         let mut client = self.client.clone();
         let req = omicos_servicekit::telemetry::traced_request(ReceiverStream::new(rx));
+        // Which runner took the call (the balancer does not say): the runner
+        // names itself in the response metadata, so a loss can name it.
+        let mut runner = String::from("unnamed");
         let mut stream = match tokio::time::timeout(START_TIMEOUT, client.execute(req)).await {
-            Ok(Ok(r)) => r.into_inner(),
+            Ok(Ok(r)) => {
+                if let Some(n) = r
+                    .metadata()
+                    .get(RUNNER_NAME_KEY)
+                    .and_then(|v| v.to_str().ok())
+                {
+                    runner = n.to_owned();
+                }
+                r.into_inner()
+            }
             Ok(Err(e)) => {
                 return error(format!(
                     "the tool-runner is unreachable: {} (the call was not run again)",
@@ -221,11 +242,18 @@ impl Runner {
             let msg = match next {
                 Ok(Some(m)) => m,
                 Ok(None) => {
-                    return error(format!("{RUNNER_LOST}: it closed the call without a result; the call was not re-run (it may have had side effects)"));
+                    return error(format!(
+                        "{RUNNER_LOST} ({runner}): it closed the call without a result; the call was not re-run (it may have had side effects)"
+                    ));
                 }
                 // The stream broke mid-call: the runner died or its connection
                 // dropped. Never re-run: the call may have had side effects.
-                Err(e) => return error(format!("{RUNNER_LOST} ({}); the call was not re-run (it may have had side effects)", e.message())),
+                Err(e) => {
+                    return error(format!(
+                        "{RUNNER_LOST} ({runner}: {}); the call was not re-run (it may have had side effects)",
+                        e.message()
+                    ));
+                }
             };
             match msg.msg {
                 Some(execute_server_message::Msg::Progress(p)) => {
@@ -314,7 +342,9 @@ async fn discover(
         for t in &targets {
             match tokio::net::lookup_host((t.host.as_str(), t.port)).await {
                 Ok(found) => addrs.extend(found.map(|a| (a, t.clone()))),
-                Err(e) => tracing::warn!(runner = %t.url, error = %e, "tool-runner name does not resolve"),
+                Err(e) => {
+                    tracing::warn!(runner = %t.url, error = %e, "tool-runner name does not resolve")
+                }
             }
         }
         for (addr, t) in &addrs {
@@ -333,7 +363,11 @@ async fn discover(
             let health = ep.connect_lazy();
             known.insert(*addr, (ep, health, false));
         }
-        let gone: Vec<SocketAddr> = known.keys().filter(|a| !addrs.contains_key(a)).copied().collect();
+        let gone: Vec<SocketAddr> = known
+            .keys()
+            .filter(|a| !addrs.contains_key(a))
+            .copied()
+            .collect();
         for a in gone {
             if let Some((_, _, true)) = known.remove(&a) {
                 let _ = changes.send(Change::Remove(a)).await;
@@ -343,7 +377,11 @@ async fn discover(
             let ok = healthy(health.clone()).await;
             if ok && !*member {
                 tracing::info!(runner = %addr, "tool-runner joins the balancer");
-                if changes.send(Change::Insert(*addr, ep.clone())).await.is_err() {
+                if changes
+                    .send(Change::Insert(*addr, ep.clone()))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
                 *member = true;
@@ -370,7 +408,9 @@ async fn discover(
 
 /// One grpc.health.v1 check of the runner as a whole.
 async fn healthy(ch: Channel) -> bool {
-    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+    use tonic_health::pb::{
+        HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+    };
     let mut c = HealthClient::new(ch);
     matches!(
         tokio::time::timeout(HEALTH_TIMEOUT, c.check(HealthCheckRequest { service: String::new() })).await,
@@ -387,7 +427,10 @@ mod tests {
         let t = parse_targets("http://a:7001, http://10.0.0.2:7001,https://[::1]").unwrap();
         assert_eq!(t.len(), 3);
         assert_eq!((t[0].host.as_str(), t[0].port), ("a", 7001));
-        assert_eq!((t[2].host.as_str(), t[2].port, t[2].scheme.as_str()), ("::1", 443, "https"));
+        assert_eq!(
+            (t[2].host.as_str(), t[2].port, t[2].scheme.as_str()),
+            ("::1", 443, "https")
+        );
         for (bad, named) in [
             ("http://a:7001,runner-b:7001", "runner-b:7001"),
             ("http://a:7001,,http://b", "empty entry"),

@@ -8,8 +8,8 @@ pub mod allocator;
 pub mod catalog;
 pub mod config;
 pub mod error;
-pub mod metrics;
 pub mod mcp;
+pub mod metrics;
 pub mod pipeline;
 pub mod providers;
 pub mod record;
@@ -97,6 +97,7 @@ pub async fn run(
     extra_providers: Vec<Arc<dyn Provider>>,
 ) -> std::io::Result<()> {
     let stop = shutdown.streams_token();
+    let name = service::runner_name(listener.local_addr()?);
     let registry = open_registry(&config, stop.clone())
         .await
         .map_err(std::io::Error::other)?;
@@ -141,7 +142,9 @@ pub async fn run(
     let router = host
         .router()
         .add_service(omicos_auth::Guard::new(
-            service::ToolRunnerService::new(pipeline, stop).into_server(),
+            service::ToolRunnerService::new(pipeline, stop)
+                .named(&name)
+                .into_server(),
             gate.clone(),
         ))
         .add_service(omicos_auth::Guard::new(registry.into_server(), gate));

@@ -142,8 +142,9 @@ impl Registry {
                 t.provider = info.provider.clone();
             }
         }
-        tonic::transport::Endpoint::from_shared(info.endpoint.clone())
-            .map_err(|e| RunnerError::Registration(format!("bad endpoint `{}`: {e}", info.endpoint)))?;
+        tonic::transport::Endpoint::from_shared(info.endpoint.clone()).map_err(|e| {
+            RunnerError::Registration(format!("bad endpoint `{}`: {e}", info.endpoint))
+        })?;
         Ok(())
     }
 
@@ -217,10 +218,9 @@ impl Registry {
         info.static_entry = false;
         info.last_seen_ms = now_ms();
         if let Some(store) = self.store.get() {
-            store
-                .upsert(&info, ttl)
-                .await
-                .map_err(|e| RunnerError::RegistryStore(format!("refused the registration: {e}")))?;
+            store.upsert(&info, ttl).await.map_err(|e| {
+                RunnerError::RegistryStore(format!("refused the registration: {e}"))
+            })?;
         }
         self.register(info, ttl)
     }
@@ -502,28 +502,42 @@ impl Registry {
     /// sessions pinned there hear it on their next call. A provider that was
     /// only briefly unreachable is told `known: false` on its next heartbeat
     /// and registers again. Returns what the model reads.
-    pub fn instance_lost(
+    ///
+    /// With a shared store the two writes (instance gone, pin dropped) are
+    /// awaited, bounded by [`LOSS_WRITE_WAIT`], before the caller hears of the
+    /// loss: the session's next call may land on another replica at once, and
+    /// that replica must already be hearing that the instance is gone, or it
+    /// would route there again and report the same loss a second time.
+    pub async fn instance_lost(
         &self,
         provider: &str,
         instance_id: &str,
         session: &str,
         why: &str,
     ) -> String {
-        let mut st = self.lock();
-        let removed = match st.instances.get(instance_id) {
-            Some(i) if !i.info.static_entry => st.instances.remove(instance_id).is_some(),
-            _ => false,
+        let removed = {
+            let mut st = self.lock();
+            let removed = match st.instances.get(instance_id) {
+                Some(i) if !i.info.static_entry => st.instances.remove(instance_id).is_some(),
+                _ => false,
+            };
+            st.pins.remove(&(provider.to_owned(), session.to_owned()));
+            removed
         };
-        st.pins.remove(&(provider.to_owned(), session.to_owned()));
-        drop(st);
         if removed {
             tracing::warn!(instance = %instance_id, provider, error = why, "provider instance lost: dropped from the live set");
             self.bump();
         }
         if let Some(store) = self.store.get() {
-            store.spawn_pin(provider, session, None);
-            if removed {
-                store.spawn_delete(instance_id);
+            let writes = store.lost(instance_id, provider, session);
+            match tokio::time::timeout(LOSS_WRITE_WAIT, writes).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(instance = %instance_id, error = %e, "shared registry: the lost instance could not be dropped for the other replicas")
+                }
+                Err(_) => {
+                    tracing::warn!(instance = %instance_id, "shared registry: dropping the lost instance takes over {LOSS_WRITE_WAIT:?}; the call's result goes out first")
+                }
             }
         }
         lost_message(
@@ -605,6 +619,11 @@ impl Registry {
 
 use omicos_toolkit::Provider as _;
 
+/// How long the loss of an instance waits for the shared store to record it
+/// before the call's result goes out anyway (the store may be the thing that
+/// is slow; the replicas' periodic re-read catches up then).
+pub const LOSS_WRITE_WAIT: Duration = Duration::from_secs(3);
+
 /// What the model reads when the instance holding its session's state is gone.
 pub fn lost_message(provider: &str, instance_id: &str, session: &str, what: &str) -> String {
     format!(
@@ -668,10 +687,7 @@ impl RegistryRpc for RegistryService {
         &self,
         req: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatResponse>, Status> {
-        let known = self
-            .registry
-            .refresh(&req.into_inner().instance_id)
-            .await?;
+        let known = self.registry.refresh(&req.into_inner().instance_id).await?;
         Ok(Response::new(HeartbeatResponse { known }))
     }
 

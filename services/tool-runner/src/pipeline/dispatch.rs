@@ -79,7 +79,9 @@ pub async fn dispatch(
             let (provider, instance) = affine_instance.unwrap_or_default();
             Err(Failure::new(
                 Stage::Dispatch,
-                registry.instance_lost(&provider, &instance, &session, &why),
+                registry
+                    .instance_lost(&provider, &instance, &session, &why)
+                    .await,
             ))
         }
         Ok(Err(e)) => Err(Failure::new(Stage::Dispatch, e.to_string())),
