@@ -939,7 +939,7 @@ async fn the_cluster_as_processes_survives_kill_9_of_each_part() {
         {
             let v = cell_value(f.status(), &f.result);
             let nums: Vec<i32> = v
-                .trim_matches(|ch| ch == '(' || ch == ')')
+                .trim_matches(|ch: char| ch == '(' || ch == ')')
                 .split(',')
                 .map(|s| s.trim().parse().unwrap())
                 .collect();
