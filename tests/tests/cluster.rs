@@ -41,6 +41,8 @@ use tokio_stream::wrappers::ReceiverStream;
 /// The turn lease of the orchestrators: the shortest allowed, so a lost
 /// orchestrator's turn is closed within seconds.
 const LEASE: Duration = Duration::from_secs(5);
+/// The workspace agent every turn of the test runs as.
+const AGENT: &str = "cluster_tester";
 /// Generous bound on any wait for a condition (a loaded 2-core machine).
 const WAIT: Duration = Duration::from_secs(45);
 
@@ -191,6 +193,45 @@ struct Cluster {
     _web: Proc,
 }
 
+impl Drop for Cluster {
+    /// Whatever still runs in the test's workspace (kernels and shells of
+    /// killed providers and runners, or of every part after a failed
+    /// assertion, when kill_on_drop SIGKILLs the services): not the test's
+    /// to leave behind. Found by working directory, killed by pid.
+    fn drop(&mut self) {
+        for p in self
+            .orchestrators
+            .iter()
+            .chain(&self.runners)
+            .chain(&self.kernels)
+        {
+            p.signal(libc::SIGKILL);
+        }
+        let ws = self.sh.ws.path().to_path_buf();
+        for pid in pids_in(&ws) {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Pids of the processes whose working directory is `dir`.
+fn pids_in(dir: &Path) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        if std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|c| c.starts_with(dir)) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
 impl Shared {
     fn runner_env(&self, listen: &str) -> Vec<(&'static str, String)> {
         vec![
@@ -233,6 +274,15 @@ impl Shared {
             ("OMICOS_HEARTBEAT_INTERVAL", "2s".into()),
             ("OMICOS_SERVICE_SECRET", self.secret.clone()),
             ("OMICOS_SHUTDOWN_GRACE", "1s".into()),
+            // Only the workspace's agents, not the user's catalog cache.
+            (
+                "OMICOS_AGENT_CACHE_DIR",
+                self.ws
+                    .path()
+                    .join(".omicos/no-agent-cache")
+                    .display()
+                    .to_string(),
+            ),
         ];
         let args = vec![
             "--config".to_owned(),
@@ -298,6 +348,19 @@ impl Cluster {
         std::fs::write(
             &script,
             script_json(page, &ws.path().join(CELL_MARKER)).to_string(),
+        )
+        .unwrap();
+        // The agent the test's turns name: every toolset the scenarios
+        // call (the default agent has no kernel, shell or web tools).
+        let agents = ws.path().join(".omicos/agents");
+        std::fs::create_dir_all(&agents).unwrap();
+        std::fs::write(
+            agents.join(format!("{AGENT}.md")),
+            format!(
+                "---\nid: {AGENT}\nname: Cluster tester\ndescription: runs the cluster test's tools\n\
+                 toolsets: [integrated_notebook, shell, web, file_manager, think]\n---\n\
+                 You run the tools the test asks for.\n"
+            ),
         )
         .unwrap();
         let sh = Shared {
@@ -485,6 +548,7 @@ fn req(session: &str, message: &str, mode: &str) -> ChatRequest {
     ChatRequest {
         session_id: session.into(),
         message: message.into(),
+        agent: AGENT.into(),
         permission_mode: mode.into(),
         ..Default::default()
     }
