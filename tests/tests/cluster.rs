@@ -941,6 +941,15 @@ async fn the_cluster_as_processes_survives_kill_9_of_each_part() {
             .await;
     c.runners[victim] = r;
     wait_instances(&c.runners[victim], &secret, 2, 1).await;
+    // It reaches the providers it found in the shared store at start (their
+    // clients carry the service secret: they are built before it serves).
+    let res = direct_call(&c.runners[victim], &secret, "direct-restarted", "6 * 7").await;
+    assert_eq!(
+        cell_value(res.status(), &res.result),
+        "42",
+        "the restarted runner runs a kernel registered before it started: {}",
+        res.result
+    );
 
     // --- 5. kill -9 of the orchestrator running a turn.
     let mut chat = ChatHandle::open(client_at(&o1).await, req("", "sleep long", "full"))
