@@ -548,6 +548,35 @@ impl Registry {
         )
     }
 
+    /// A call to `instance_id` could not connect (it never reached the
+    /// provider). When another replica already dropped that instance from the
+    /// shared store — it reported the loss to the session, and this replica
+    /// has not applied the notification yet — drops it here too and returns
+    /// true: the call may be routed again instead of reporting the same loss
+    /// a second time. Without a shared store, or when the store still lists
+    /// it: false.
+    pub async fn lost_elsewhere(&self, provider: &str, instance_id: &str, session: &str) -> bool {
+        let Some(store) = self.store.get() else {
+            return false;
+        };
+        match tokio::time::timeout(LOSS_WRITE_WAIT, store.instance_listed(instance_id)).await {
+            Ok(Ok(false)) => {
+                let mut st = self.lock();
+                let removed = match st.instances.get(instance_id) {
+                    Some(i) if !i.info.static_entry => st.instances.remove(instance_id).is_some(),
+                    _ => false,
+                };
+                st.pins.remove(&(provider.to_owned(), session.to_owned()));
+                drop(st);
+                if removed {
+                    self.bump();
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The instance a session is pinned to, if any.
     pub fn pinned(&self, provider: &str, session: &str) -> Option<String> {
         self.lock()

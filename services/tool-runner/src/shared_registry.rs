@@ -173,6 +173,17 @@ impl SharedStore {
         tx.commit().await
     }
 
+    /// Whether the store still lists `instance_id` (another replica drops a
+    /// lost instance here before this one hears of it).
+    pub async fn instance_listed(&self, instance_id: &str) -> Result<bool, sqlx::Error> {
+        let row: Option<(i32,)> =
+            sqlx::query_as("SELECT 1 FROM omicos_registry_instances WHERE instance_id = $1")
+                .bind(instance_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.is_some())
+    }
+
     /// A session-affine instance stopped answering during `session`'s call:
     /// removes it and the session's pin in one transaction with one
     /// notification, so every replica re-reads both at once (two separate
