@@ -119,7 +119,11 @@ fn counting_index() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
 #[tokio::test]
 async fn kernel_install_gets_the_network_for_the_install_only() {
     use std::sync::atomic::Ordering;
-    let (ws, p) = provider(config(0));
+    // The index is on the host's loopback: a mirror the operator allowed.
+    let (ws, p) = provider(KernelConfig {
+        install_index_allow: vec!["127.0.0.1".into()],
+        ..config(0)
+    });
     let (port, hits) = counting_index();
     let probe = format!(
         "import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2).close()\n    net = 'open'\nexcept OSError as e:\n    net = type(e).__name__\nnet"

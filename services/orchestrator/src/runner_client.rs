@@ -22,8 +22,15 @@ use tonic::transport::{Channel, Endpoint, channel::Change};
 /// The message of a call whose runner went away after it had started.
 pub const RUNNER_LOST: &str = "the tool-runner running this call was lost";
 
+/// The response metadata key a runner names itself under (the tool-runner's
+/// `service::RUNNER_NAME_KEY`).
+pub const RUNNER_NAME_KEY: &str = "omicos-runner";
+
 /// How long a call waits for a runner to take it (none healthy: an error after this).
 const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// Attempts of Execute over the runners while no connection is made (the
+/// call cannot have run), all within [`START_TIMEOUT`].
+const START_ATTEMPTS: u32 = 4;
 /// Attempts of ListTools over the runners (it has no side effects).
 const LIST_ATTEMPTS: u32 = 3;
 /// How long one runner health check may take.
@@ -176,28 +183,53 @@ impl Runner {
             result: msg,
             ..Default::default()
         };
-        let (tx, rx) = mpsc::channel::<ExecuteClientMessage>(8);
-        let _ = tx
-            .send(ExecuteClientMessage {
-                msg: Some(execute_client_message::Msg::Start(start.clone())),
-            })
-            .await;
-        let mut client = self.client.clone();
-        let mut req = omicos_servicekit::telemetry::traced_request(ReceiverStream::new(rx));
-        // The runner believes these only with the service secret and the orchestrator role.
-        omicos_auth::credentials::forward_principal(req.metadata_mut(), principal);
-        let mut stream = match tokio::time::timeout(START_TIMEOUT, client.execute(req)).await {
-            Ok(Ok(r)) => r.into_inner(),
-            Ok(Err(e)) => {
-                return error(format!(
-                    "the tool-runner is unreachable: {} (the call was not run again)",
-                    e.message()
-                ));
-            }
-            Err(_) => {
-                return error(format!(
-                    "no tool-runner took the call within {START_TIMEOUT:?}"
-                ));
+        // Which runner took the call (the balancer does not say): the runner
+        // names itself in the response metadata, so a loss can name it.
+        let mut runner = String::from("unnamed");
+        let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+        let mut attempt = 0;
+        let (tx, mut stream) = loop {
+            attempt += 1;
+            let (tx, rx) = mpsc::channel::<ExecuteClientMessage>(8);
+            let _ = tx
+                .send(ExecuteClientMessage {
+                    msg: Some(execute_client_message::Msg::Start(start.clone())),
+                })
+                .await;
+            let mut client = self.client.clone();
+            let mut req = omicos_servicekit::telemetry::traced_request(ReceiverStream::new(rx));
+            // The runner believes these only with the service secret and the orchestrator role.
+            omicos_auth::credentials::forward_principal(req.metadata_mut(), principal);
+            match tokio::time::timeout_at(deadline, client.execute(req)).await {
+                Ok(Ok(r)) => {
+                    if let Some(n) = r
+                        .metadata()
+                        .get(RUNNER_NAME_KEY)
+                        .and_then(|v| v.to_str().ok())
+                    {
+                        runner = n.to_owned();
+                    }
+                    break (tx, r.into_inner());
+                }
+                // No connection was made: no runner saw the call, so another
+                // may take it. (A runner that died, or died and came back,
+                // between two health checks is still in the balancer, and its
+                // connection reports the failed connect once.)
+                Ok(Err(e)) if never_sent(&e) && attempt < START_ATTEMPTS => {
+                    tracing::debug!(error = %e, attempt, "no connection to a tool-runner; trying another");
+                    continue;
+                }
+                Ok(Err(e)) => {
+                    return error(format!(
+                        "the tool-runner is unreachable: {} (the call was not run again)",
+                        e.message()
+                    ));
+                }
+                Err(_) => {
+                    return error(format!(
+                        "no tool-runner took the call within {START_TIMEOUT:?}"
+                    ));
+                }
             }
         };
         let mut pending: Option<tokio::sync::oneshot::Receiver<crate::hub::ApprovalAnswer>> = None;
@@ -231,14 +263,14 @@ impl Runner {
                 Ok(Some(m)) => m,
                 Ok(None) => {
                     return error(format!(
-                        "{RUNNER_LOST}: it closed the call without a result; the call was not re-run (it may have had side effects)"
+                        "{RUNNER_LOST} ({runner}): it closed the call without a result; the call was not re-run (it may have had side effects)"
                     ));
                 }
                 // The stream broke mid-call: the runner died or its connection
                 // dropped. Never re-run: the call may have had side effects.
                 Err(e) => {
                     return error(format!(
-                        "{RUNNER_LOST} ({}); the call was not re-run (it may have had side effects)",
+                        "{RUNNER_LOST} ({runner}: {}); the call was not re-run (it may have had side effects)",
                         e.message()
                     ));
                 }
@@ -307,6 +339,20 @@ async fn drain_result(
         }
     }
     None
+}
+
+/// Whether an Execute failed before any runner could have seen it: the
+/// connection to the chosen runner was never made.
+fn never_sent(s: &Status) -> bool {
+    s.code() == tonic::Code::Unavailable && {
+        let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(s);
+        let mut connect = s.message().contains("connect error");
+        while let Some(e) = src {
+            connect |= e.to_string().contains("connect error");
+            src = e.source();
+        }
+        connect
+    }
 }
 
 /// Whether a ListTools failure is the runner's absence rather than its answer.

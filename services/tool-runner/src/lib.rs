@@ -113,6 +113,14 @@ pub async fn run(
     extra_providers: Vec<Arc<dyn Provider>>,
 ) -> std::io::Result<()> {
     let stop = shutdown.streams_token();
+    let name = service::runner_name(listener.local_addr()?);
+    // Before the registry opens: the shared store may already list providers
+    // (a replaced runner), and their clients take the credentials they are
+    // built with — set later, those calls went out with none.
+    omicos_toolkit::remote::set_service_credentials(
+        omicos_auth::Credentials::service(&config.service_secret, omicos_auth::ServiceRole::Runner)
+            .map_err(std::io::Error::other)?,
+    );
     let registry = open_registry(&config, stop.clone())
         .await
         .map_err(std::io::Error::other)?;
@@ -150,14 +158,12 @@ pub async fn run(
             ("/omicos.v1.Registry/Deregister", &[ProviderRole]),
         ],
     ));
-    omicos_toolkit::remote::set_service_credentials(
-        omicos_auth::Credentials::service(&config.service_secret, omicos_auth::ServiceRole::Runner)
-            .map_err(std::io::Error::other)?,
-    );
     let router = host
         .router()
         .add_service(omicos_auth::Guard::new(
-            service::ToolRunnerService::new(pipeline, stop).into_server(),
+            service::ToolRunnerService::new(pipeline, stop)
+                .named(&name)
+                .into_server(),
             gate.clone(),
         ))
         .add_service(omicos_auth::Guard::new(registry.into_server(), gate));

@@ -580,28 +580,42 @@ impl Registry {
     /// sessions pinned there hear it on their next call. A provider that was
     /// only briefly unreachable is told `known: false` on its next heartbeat
     /// and registers again. Returns what the model reads.
-    pub fn instance_lost(
+    ///
+    /// With a shared store the two writes (instance gone, pin dropped) are
+    /// awaited, bounded by [`LOSS_WRITE_WAIT`], before the caller hears of the
+    /// loss: the session's next call may land on another replica at once, and
+    /// that replica must already be hearing that the instance is gone, or it
+    /// would route there again and report the same loss a second time.
+    pub async fn instance_lost(
         &self,
         provider: &str,
         instance_id: &str,
         session: &str,
         why: &str,
     ) -> String {
-        let mut st = self.lock();
-        let removed = match st.instances.get(instance_id) {
-            Some(i) if !i.info.static_entry => st.instances.remove(instance_id).is_some(),
-            _ => false,
+        let removed = {
+            let mut st = self.lock();
+            let removed = match st.instances.get(instance_id) {
+                Some(i) if !i.info.static_entry => st.instances.remove(instance_id).is_some(),
+                _ => false,
+            };
+            st.pins.remove(&(provider.to_owned(), session.to_owned()));
+            removed
         };
-        st.pins.remove(&(provider.to_owned(), session.to_owned()));
-        drop(st);
         if removed {
             tracing::warn!(instance = %instance_id, provider, error = why, "provider instance lost: dropped from the live set");
             self.bump();
         }
         if let Some(store) = self.store.get() {
-            store.spawn_pin(provider, session, None);
-            if removed {
-                store.spawn_delete(instance_id);
+            let writes = store.lost(instance_id, provider, session);
+            match tokio::time::timeout(LOSS_WRITE_WAIT, writes).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(instance = %instance_id, error = %e, "shared registry: the lost instance could not be dropped for the other replicas")
+                }
+                Err(_) => {
+                    tracing::warn!(instance = %instance_id, "shared registry: dropping the lost instance takes over {LOSS_WRITE_WAIT:?}; the call's result goes out first")
+                }
             }
         }
         lost_message(
@@ -610,6 +624,35 @@ impl Registry {
             session,
             &format!("stopped answering ({why})"),
         )
+    }
+
+    /// A call to `instance_id` could not connect (it never reached the
+    /// provider). When another replica already dropped that instance from the
+    /// shared store — it reported the loss to the session, and this replica
+    /// has not applied the notification yet — drops it here too and returns
+    /// true: the call may be routed again instead of reporting the same loss
+    /// a second time. Without a shared store, or when the store still lists
+    /// it: false.
+    pub async fn lost_elsewhere(&self, provider: &str, instance_id: &str, session: &str) -> bool {
+        let Some(store) = self.store.get() else {
+            return false;
+        };
+        match tokio::time::timeout(LOSS_WRITE_WAIT, store.instance_listed(instance_id)).await {
+            Ok(Ok(false)) => {
+                let mut st = self.lock();
+                let removed = match st.instances.get(instance_id) {
+                    Some(i) if !i.info.static_entry => st.instances.remove(instance_id).is_some(),
+                    _ => false,
+                };
+                st.pins.remove(&(provider.to_owned(), session.to_owned()));
+                drop(st);
+                if removed {
+                    self.bump();
+                }
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The instance a session is pinned to, if any.
@@ -682,6 +725,11 @@ impl Registry {
 }
 
 use omicos_toolkit::Provider as _;
+
+/// How long the loss of an instance waits for the shared store to record it
+/// before the call's result goes out anyway (the store may be the thing that
+/// is slow; the replicas' periodic re-read catches up then).
+pub const LOSS_WRITE_WAIT: Duration = Duration::from_secs(3);
 
 /// What the model reads when the instance holding its session's state is gone.
 pub fn lost_message(provider: &str, instance_id: &str, session: &str, what: &str) -> String {

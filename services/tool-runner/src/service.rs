@@ -15,16 +15,43 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
+/// The response metadata key that names the runner serving an Execute
+/// stream ([`runner_name`]).
+pub const RUNNER_NAME_KEY: &str = "omicos-runner";
+
 /// The ToolRunner service over a [`Pipeline`].
 pub struct ToolRunnerService {
     pipeline: Pipeline,
     streams: CancellationToken,
+    name: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
 }
 
 impl ToolRunnerService {
     /// Serves `pipeline`; `streams` cancels running calls when the drain's grace period ends.
     pub fn new(pipeline: Pipeline, streams: CancellationToken) -> Self {
-        Self { pipeline, streams }
+        Self {
+            pipeline,
+            streams,
+            name: None,
+        }
+    }
+
+    /// Names this runner on every Execute stream's response metadata
+    /// ([`RUNNER_NAME_KEY`]), so that a caller that loses it mid-call can
+    /// say which runner was lost (behind a balancer it cannot tell).
+    pub fn named(mut self, name: &str) -> Self {
+        let ascii: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_graphic() || c == ' ' {
+                    c
+                } else {
+                    '?'
+                }
+            })
+            .collect();
+        self.name = ascii.parse().ok();
+        self
     }
 
     /// The tonic server (64 MiB messages: arguments may carry whole files).
@@ -32,6 +59,19 @@ impl ToolRunnerService {
         ToolRunnerServer::new(self)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+}
+
+/// This runner's name for callers: the host name (the pod's, in
+/// Kubernetes) and the address it listens on.
+pub fn runner_name(addr: std::net::SocketAddr) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_default();
+    match host.trim() {
+        "" => format!("tool-runner {addr}"),
+        h => format!("tool-runner {h} {addr}"),
     }
 }
 
@@ -132,7 +172,12 @@ impl ToolRunner for ToolRunnerService {
             }
             .instrument(span),
         );
-        Ok(Response::new(Box::pin(ReceiverStream::new(out_rx).map(Ok))))
+        let mut resp: Response<OutStream> =
+            Response::new(Box::pin(ReceiverStream::new(out_rx).map(Ok)));
+        if let Some(name) = &self.name {
+            resp.metadata_mut().insert(RUNNER_NAME_KEY, name.clone());
+        }
+        Ok(resp)
     }
 
     async fn list_tools(

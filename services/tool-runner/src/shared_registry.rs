@@ -311,15 +311,40 @@ impl SharedStore {
         tx.commit().await
     }
 
-    /// [`SharedStore::delete`] in the background (from the routing path, which never waits on the database).
-    pub fn spawn_delete(self: &Arc<Self>, instance_id: &str) {
-        let me = self.clone();
-        let id = instance_id.to_owned();
-        tokio::spawn(async move {
-            if let Err(e) = me.delete(&id).await {
-                tracing::warn!(instance = %id, error = %e, "shared registry: cannot drop a lost instance");
-            }
-        });
+    /// Whether the store still lists `instance_id` (another replica drops a
+    /// lost instance here before this one hears of it).
+    pub async fn instance_listed(&self, instance_id: &str) -> Result<bool, sqlx::Error> {
+        let row: Option<(i32,)> =
+            sqlx::query_as("SELECT 1 FROM omicos_registry_instances WHERE instance_id = $1")
+                .bind(instance_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.is_some())
+    }
+
+    /// A session-affine instance stopped answering during `session`'s call:
+    /// removes it and the session's pin in one transaction with one
+    /// notification, so every replica re-reads both at once (two separate
+    /// notifications would leave a moment in which a replica has dropped one
+    /// and not the other, and reports the same loss to the session again).
+    pub async fn lost(
+        &self,
+        instance_id: &str,
+        provider: &str,
+        session: &str,
+    ) -> Result<(), sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM omicos_registry_instances WHERE instance_id = $1")
+            .bind(instance_id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM omicos_registry_pins WHERE provider = $1 AND session_id = $2")
+            .bind(provider)
+            .bind(session)
+            .execute(&mut *tx)
+            .await?;
+        notify(&mut tx, json!({"k": "set"})).await?;
+        tx.commit().await
     }
 
     /// Pins `session` to `instance` (`None`: drops the pin) and tells every replica.

@@ -23,9 +23,30 @@ pub async fn dispatch(
     tool: &ToolEntry,
     registry: &Registry,
     args: Value,
-    mut ctx: CallCtx,
+    ctx: CallCtx,
     out: Option<&mpsc::Sender<ExecuteServerMessage>>,
 ) -> Result<Value, Failure> {
+    match dispatch_once(tool, registry, args.clone(), ctx.clone(), out, true).await {
+        // The session's instance was already reported lost by another
+        // replica and the call never reached it: route it again, once.
+        Err(None) => dispatch_once(tool, registry, args, ctx, out, false)
+            .await
+            .map_err(|f| {
+                f.unwrap_or_else(|| Failure::new(Stage::Dispatch, "the call could not be routed"))
+            }),
+        r => r.map_err(|f| f.expect("a failure unless routed again")),
+    }
+}
+
+/// One attempt; `Err(None)`: route again (only when `may_reroute`).
+async fn dispatch_once(
+    tool: &ToolEntry,
+    registry: &Registry,
+    args: Value,
+    mut ctx: CallCtx,
+    out: Option<&mpsc::Sender<ExecuteServerMessage>>,
+    may_reroute: bool,
+) -> Result<Value, Option<Failure>> {
     // For a session-affine instance (the kernel): where the session's state lives.
     let mut affine_instance: Option<(String, String)> = None;
     let provider: Arc<dyn Provider> = match &tool.route {
@@ -33,7 +54,7 @@ pub async fn dispatch(
         Route::Remote(name) => {
             let routed = registry
                 .route(name, &tool.spec.name, &ctx.session_id)
-                .map_err(|e| Failure::new(Stage::Dispatch, e.0))?;
+                .map_err(|e| Some(Failure::new(Stage::Dispatch, e.0)))?;
             if routed.affine {
                 affine_instance = Some((name.clone(), routed.instance_id.clone()));
             }
@@ -62,7 +83,7 @@ pub async fn dispatch(
             _ = cancel.cancelled() => {
                 // The provider sees the same token; give it a moment to clean up (kill its processes).
                 let _ = tokio::time::timeout(CANCEL_GRACE, &mut call).await;
-                return Err(Failure::new(Stage::Dispatch, "cancelled"));
+                return Err(Some(Failure::new(Stage::Dispatch, "cancelled")));
             }
         }
     };
@@ -70,27 +91,44 @@ pub async fn dispatch(
     while let Ok(ev) = ev_rx.try_recv() {
         forward(out, ev).await;
     }
-    match joined {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(ToolError::Cancelled)) => Err(Failure::new(Stage::Dispatch, "cancelled")),
+    let joined = match joined {
+        Ok(Err(ToolError::Unavailable(why)))
+            if may_reroute && why.contains("connect error") && affine_instance.is_some() =>
+        {
+            let (provider, instance) = affine_instance.clone().unwrap_or_default();
+            if registry
+                .lost_elsewhere(&provider, &instance, &session)
+                .await
+            {
+                return Err(None);
+            }
+            Ok(Err(ToolError::Unavailable(why)))
+        }
+        j => j,
+    };
+    Err(Some(match joined {
+        Ok(Ok(v)) => return Ok(v),
+        Ok(Err(ToolError::Cancelled)) => Failure::new(Stage::Dispatch, "cancelled"),
         // The instance holding the session's state stopped answering (killed
         // mid-cell, unreachable): say the state is lost and re-pin the session.
         Ok(Err(ToolError::Unavailable(why))) if affine_instance.is_some() => {
             let (provider, instance) = affine_instance.unwrap_or_default();
-            Err(Failure::new(
+            Failure::new(
                 Stage::Dispatch,
-                registry.instance_lost(&provider, &instance, &session, &why),
-            ))
+                registry
+                    .instance_lost(&provider, &instance, &session, &why)
+                    .await,
+            )
         }
-        Ok(Err(e)) => Err(Failure::new(Stage::Dispatch, e.to_string())),
-        Err(_panic) => Err(Failure::new(
+        Ok(Err(e)) => Failure::new(Stage::Dispatch, e.to_string()),
+        Err(_panic) => Failure::new(
             Stage::Dispatch,
             format!(
                 "the `{}` tool crashed (panic) in the `{}` provider; the runner is still serving",
                 tool.spec.name, tool.spec.provider
             ),
-        )),
-    }
+        ),
+    }))
 }
 
 async fn forward(out: Option<&mpsc::Sender<ExecuteServerMessage>>, ev: ProviderEvent) {
