@@ -82,11 +82,10 @@ struct Bins {
 fn binaries() -> Bins {
     let llm = PathBuf::from(env!("CARGO_BIN_EXE_omicos-fake-llm"));
     let status = std::process::Command::new(env!("CARGO"))
-        .args(["build", "-q"])
-        .args(["--bin", "omicos-orchestrator", "-p", "omicos-orchestrator"])
-        .args(["--bin", "omicos-tool-runner", "-p", "omicos-tool-runner"])
-        .args(["--bin", "omicos-kernel", "-p", "omicos-kernel"])
-        .args(["--bin", "omicos-web", "-p", "omicos-web"])
+        // The whole workspace's tests, as `cargo nextest run --workspace` builds
+        // them: the same feature set, so nothing is rebuilt when it is fresh
+        // (a `-p` build unifies features differently and rebuilds the deps).
+        .args(["build", "-q", "--workspace", "--tests"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
         .expect("cargo runs");

@@ -50,14 +50,10 @@ fn python() -> String {
 fn kernel_binary() -> PathBuf {
     let runner = Path::new(env!("CARGO_BIN_EXE_omicos-tool-runner"));
     let status = std::process::Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "-q",
-            "-p",
-            "omicos-kernel",
-            "--bin",
-            "omicos-kernel",
-        ])
+        // The whole workspace's tests, as `cargo nextest run --workspace` builds
+        // them: the same feature set, so nothing is rebuilt when it is fresh
+        // (a `-p` build unifies features differently and rebuilds the deps).
+        .args(["build", "-q", "--workspace", "--tests"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
         .expect("cargo runs");
