@@ -792,6 +792,7 @@ async fn the_cluster_as_processes_survives_kill_9_of_each_part() {
             session_id: session.clone(),
             call_id: call_id.clone(),
             decision: Decision::AllowSession as i32,
+            ..Default::default()
         })
         .await
         .expect("the other orchestrator accepts the decision");
