@@ -40,6 +40,21 @@ struct Inner {
     starting: usize,
 }
 
+impl Inner {
+    /// Sessions with a kernel; a slot in use (its state locked) counts as one.
+    fn session_kernels(&self) -> usize {
+        self.sessions
+            .values()
+            .filter(|s| {
+                s.state
+                    .try_lock()
+                    .map(|st| st.kernel.is_some())
+                    .unwrap_or(true)
+            })
+            .count()
+    }
+}
+
 /// All kernels of this instance.
 pub struct Kernels {
     cfg: KernelConfig,
@@ -173,34 +188,12 @@ impl Kernels {
     /// Kernels running or starting, warm ones included.
     pub fn count(&self) -> usize {
         let inner = self.inner.lock().expect("kernels lock");
-        inner.warm.len()
-            + inner.starting
-            + inner
-                .sessions
-                .values()
-                .filter(|s| {
-                    s.state
-                        .try_lock()
-                        .map(|st| st.kernel.is_some())
-                        .unwrap_or(true)
-                })
-                .count()
+        inner.warm.len() + inner.starting + inner.session_kernels()
     }
 
     /// Kernels serving a session now (started, not warm).
     pub fn session_count(&self) -> usize {
-        self.inner
-            .lock()
-            .expect("kernels lock")
-            .sessions
-            .values()
-            .filter(|s| {
-                s.state
-                    .try_lock()
-                    .map(|st| st.kernel.is_some())
-                    .unwrap_or(true)
-            })
-            .count()
+        self.inner.lock().expect("kernels lock").session_kernels()
     }
 
     /// Warm kernels ready now.

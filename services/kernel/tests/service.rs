@@ -8,15 +8,20 @@ use serde_json::json;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-#[tokio::test]
-async fn binary_serves_and_stops_its_kernels() {
-    let ws = tempfile::tempdir().unwrap();
+/// Starts the `omicos-kernel` binary on a free port over `ws` with a pool of
+/// `pool` kernels and `extra` variables; the child and the endpoint it printed.
+async fn spawn_kernel(
+    ws: &std::path::Path,
+    pool: &str,
+    extra: &[(&str, &str)],
+) -> (tokio::process::Child, String) {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_omicos-kernel"))
         .env("OMICOS_LISTEN", "127.0.0.1:0")
-        .env("OMICOS_WORKSPACE", ws.path())
+        .env("OMICOS_WORKSPACE", ws)
         .env("OMICOS_KERNEL_PYTHON", common::python())
-        .env("OMICOS_KERNEL_POOL_SIZE", "0")
+        .env("OMICOS_KERNEL_POOL_SIZE", pool)
         .env("OMICOS_SHUTDOWN_GRACE", "1")
+        .envs(extra.iter().copied())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -31,6 +36,13 @@ async fn binary_serves_and_stops_its_kernels() {
         .strip_prefix("listening on ")
         .unwrap_or_else(|| panic!("{line}"))
         .to_owned();
+    (child, endpoint)
+}
+
+#[tokio::test]
+async fn binary_serves_and_stops_its_kernels() {
+    let ws = tempfile::tempdir().unwrap();
+    let (mut child, endpoint) = spawn_kernel(ws.path(), "0", &[]).await;
     let remote = RemoteProvider::connect(&endpoint).await.unwrap();
     let r = remote
         .call(
@@ -73,26 +85,7 @@ mod raw_wire;
 async fn invalid_utf8_in_a_call_is_invalid_argument() {
     use raw_wire::{NOT_UTF8, field};
     let ws = tempfile::tempdir().unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_omicos-kernel"))
-        .env("OMICOS_LISTEN", "127.0.0.1:0")
-        .env("OMICOS_WORKSPACE", ws.path())
-        .env("OMICOS_KERNEL_PYTHON", common::python())
-        .env("OMICOS_KERNEL_POOL_SIZE", "0")
-        .env("OMICOS_SHUTDOWN_GRACE", "1")
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let endpoint = line
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("{line}"))
-        .to_owned();
+    let (mut child, endpoint) = spawn_kernel(ws.path(), "0", &[]).await;
     // CallToolRequest { tool: "run_python_code", arguments_json: <code that is not UTF-8> }.
     let code = [br#"{"code":"print('"#.as_slice(), NOT_UTF8, br#"')"}"#].concat();
     let body = [field(1, b"run_python_code"), field(2, &code)].concat();
@@ -145,24 +138,8 @@ async fn binary_exports_kernels_by_state_on_metrics_addr() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().to_string()
     };
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_omicos-kernel"))
-        .env("OMICOS_LISTEN", "127.0.0.1:0")
-        .env("OMICOS_WORKSPACE", ws.path())
-        .env("OMICOS_KERNEL_PYTHON", common::python())
-        .env("OMICOS_KERNEL_POOL_SIZE", "1")
-        .env("OMICOS_METRICS_ADDR", &metrics)
-        .env("OMICOS_SHUTDOWN_GRACE", "1")
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let endpoint = line.strip_prefix("listening on ").unwrap().to_owned();
+    let (mut child, endpoint) =
+        spawn_kernel(ws.path(), "1", &[("OMICOS_METRICS_ADDR", metrics.as_str())]).await;
     let gauge = |body: &str, state: &str| {
         sample(body, "omicos_kernel_kernels", &format!("state=\"{state}\""))
     };

@@ -363,11 +363,9 @@ impl Hub {
         map.get(id).and_then(Weak::upgrade)
     }
 
-    /// Sessions held live, and how many of them run a turn (for the metrics).
-    pub fn counts(&self) -> (usize, usize) {
-        let live = self.live();
-        let running = live.iter().filter(|s| s.running().is_some()).count();
-        (live.len(), running)
+    /// How many of the live sessions run a turn (for the metrics).
+    pub fn running_turns(&self) -> usize {
+        self.live().iter().filter(|s| s.running().is_some()).count()
     }
 
     /// Forgets a session's live state (it was deleted); whoever still holds

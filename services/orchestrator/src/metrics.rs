@@ -88,7 +88,7 @@ pub fn hub_gauges(hub: &Arc<Hub>) -> [ObservableGauge<u64>; 2] {
             )
             .with_callback(move |o| {
                 if let Some(h) = w1.upgrade() {
-                    o.observe(h.counts().0 as u64, &[]);
+                    o.observe(h.live_sessions() as u64, &[]);
                 }
             })
             .build(),
@@ -97,7 +97,7 @@ pub fn hub_gauges(hub: &Arc<Hub>) -> [ObservableGauge<u64>; 2] {
             .with_description("Turns this replica is running")
             .with_callback(move |o| {
                 if let Some(h) = w2.upgrade() {
-                    o.observe(h.counts().1 as u64, &[]);
+                    o.observe(h.running_turns() as u64, &[]);
                 }
             })
             .build(),
