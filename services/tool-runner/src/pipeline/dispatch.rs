@@ -27,18 +27,29 @@ pub async fn dispatch(
     out: Option<&mpsc::Sender<ExecuteServerMessage>>,
 ) -> Result<Value, Failure> {
     match dispatch_once(tool, registry, args.clone(), ctx.clone(), out, true).await {
+        Attempt::Done(r) => r,
         // The session's instance was already reported lost by another
         // replica and the call never reached it: route it again, once.
-        Err(None) => dispatch_once(tool, registry, args, ctx, out, false)
-            .await
-            .map_err(|f| {
-                f.unwrap_or_else(|| Failure::new(Stage::Dispatch, "the call could not be routed"))
-            }),
-        r => r.map_err(|f| f.expect("a failure unless routed again")),
+        Attempt::Reroute => match dispatch_once(tool, registry, args, ctx, out, false).await {
+            Attempt::Done(r) => r,
+            Attempt::Reroute => Err(Failure::new(
+                Stage::Dispatch,
+                "the call could not be routed",
+            )),
+        },
     }
 }
 
-/// One attempt; `Err(None)`: route again (only when `may_reroute`).
+/// What one routing of a call came to.
+enum Attempt {
+    /// The call's outcome.
+    Done(Result<Value, Failure>),
+    /// The call never reached the instance, which another replica already
+    /// reported lost: route it again (only offered when `may_reroute`).
+    Reroute,
+}
+
+/// One attempt at routing and running the call.
 async fn dispatch_once(
     tool: &ToolEntry,
     registry: &Registry,
@@ -46,15 +57,16 @@ async fn dispatch_once(
     mut ctx: CallCtx,
     out: Option<&mpsc::Sender<ExecuteServerMessage>>,
     may_reroute: bool,
-) -> Result<Value, Option<Failure>> {
+) -> Attempt {
     // For a session-affine instance (the kernel): where the session's state lives.
     let mut affine_instance: Option<(String, String)> = None;
     let provider: Arc<dyn Provider> = match &tool.route {
         Route::Local(p) => p.clone(),
         Route::Remote(name) => {
-            let routed = registry
-                .route(name, &tool.spec.name, &ctx.session_id)
-                .map_err(|e| Some(Failure::new(Stage::Dispatch, e.0)))?;
+            let routed = match registry.route(name, &tool.spec.name, &ctx.session_id) {
+                Ok(r) => r,
+                Err(e) => return Attempt::Done(Err(Failure::new(Stage::Dispatch, e.0))),
+            };
             if routed.affine {
                 affine_instance = Some((name.clone(), routed.instance_id.clone()));
             }
@@ -83,7 +95,7 @@ async fn dispatch_once(
             _ = cancel.cancelled() => {
                 // The provider sees the same token; give it a moment to clean up (kill its processes).
                 let _ = tokio::time::timeout(CANCEL_GRACE, &mut call).await;
-                return Err(Some(Failure::new(Stage::Dispatch, "cancelled")));
+                return Attempt::Done(Err(Failure::new(Stage::Dispatch, "cancelled")));
             }
         }
     };
@@ -100,14 +112,14 @@ async fn dispatch_once(
                 .lost_elsewhere(&provider, &instance, &session)
                 .await
             {
-                return Err(None);
+                return Attempt::Reroute;
             }
             Ok(Err(ToolError::Unavailable(why)))
         }
         j => j,
     };
-    Err(Some(match joined {
-        Ok(Ok(v)) => return Ok(v),
+    Attempt::Done(Err(match joined {
+        Ok(Ok(v)) => return Attempt::Done(Ok(v)),
         Ok(Err(ToolError::Cancelled)) => Failure::new(Stage::Dispatch, "cancelled"),
         // The instance holding the session's state stopped answering (killed
         // mid-cell, unreachable): say the state is lost and re-pin the session.
