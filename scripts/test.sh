@@ -29,6 +29,9 @@ else
 fi
 "$root/scripts/mcp-servers.sh"  # MCP reference servers + TS SDK client for services/mcp's tests
 status=0
+# The service binaries the cluster tests start as processes, built with the
+# tests' feature set (the tests build them too; this keeps that a no-op).
+cargo build --workspace --bins --tests
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@" || status=$?
 else

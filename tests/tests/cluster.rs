@@ -85,7 +85,9 @@ fn binaries() -> Bins {
         // The whole workspace's tests, as `cargo nextest run --workspace` builds
         // them: the same feature set, so nothing is rebuilt when it is fresh
         // (a `-p` build unifies features differently and rebuilds the deps).
-        .args(["build", "-q", "--workspace", "--tests"])
+        // `--bins` too: `--tests` builds a package's binaries only when it has
+        // integration tests, and the orchestrator has none.
+        .args(["build", "-q", "--workspace", "--bins", "--tests"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
         .expect("cargo runs");

@@ -37,7 +37,10 @@ struct Slot {
 struct Inner {
     sessions: HashMap<String, Arc<Slot>>,
     warm: Vec<Arc<Kernel>>,
+    /// Kernels starting, for the pool or for a session.
     starting: usize,
+    /// Of `starting`, those the pool is starting (they will be warm).
+    pool_starting: usize,
 }
 
 impl Inner {
@@ -63,6 +66,8 @@ pub struct Kernels {
     instance_id: String,
     inner: Mutex<Inner>,
     refill: Notify,
+    /// Woken when a pool start ends (a warm kernel is ready, or the start failed).
+    pool_started: Notify,
     stop: CancellationToken,
     sandbox: Arc<KernelSandbox>,
 }
@@ -120,6 +125,7 @@ impl Kernels {
             ),
             inner: Mutex::new(Inner::default()),
             refill: Notify::new(),
+            pool_started: Notify::new(),
             stop: CancellationToken::new(),
         })
     }
@@ -206,17 +212,7 @@ impl Kernels {
             {
                 let mut inner = self.inner.lock().expect("kernels lock");
                 inner.warm.retain(|k| k.death().is_none());
-                let busy = inner
-                    .sessions
-                    .values()
-                    .filter(|s| {
-                        s.state
-                            .try_lock()
-                            .map(|st| st.kernel.is_some())
-                            .unwrap_or(true)
-                    })
-                    .count();
-                let total = inner.warm.len() + inner.starting + busy;
+                let total = inner.warm.len() + inner.starting + inner.session_kernels();
                 if inner.warm.len() + inner.starting >= self.cfg.pool_size
                     || total >= self.cfg.max_kernels
                     || self.stop.is_cancelled()
@@ -224,17 +220,28 @@ impl Kernels {
                     return;
                 }
                 inner.starting += 1;
+                inner.pool_starting += 1;
             }
             let py = self.interpreter(&self.workspace);
             let r = Kernel::start(&py, &self.workspace, &self.start_options()).await;
-            let mut inner = self.inner.lock().expect("kernels lock");
-            inner.starting -= 1;
-            match r {
-                Ok(k) => inner.warm.push(k),
-                Err(e) => {
-                    tracing::warn!(error = %e, "warm kernel did not start; the pool stays short");
-                    return;
+            let ok = {
+                let mut inner = self.inner.lock().expect("kernels lock");
+                inner.starting -= 1;
+                inner.pool_starting -= 1;
+                match r {
+                    Ok(k) => {
+                        inner.warm.push(k);
+                        true
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "warm kernel did not start; the pool stays short");
+                        false
+                    }
                 }
+            };
+            self.pool_started.notify_waiters();
+            if !ok {
+                return;
             }
         }
     }
@@ -363,37 +370,40 @@ impl Kernels {
 
     async fn obtain(&self, workspace: &Path) -> Result<Arc<Kernel>, ToolError> {
         let py = self.interpreter(workspace);
-        {
-            let mut inner = self.inner.lock().expect("kernels lock");
-            inner.warm.retain(|k| k.death().is_none());
-            if let Some(i) = inner
-                .warm
-                .iter()
-                // The sandbox's roots were fixed at start: only a kernel of this workspace fits.
-                .position(|k| k.interpreter.python == py.python && k.workspace() == workspace)
+        loop {
+            // Registered before the lock is released, so a pool start that ends
+            // in between still wakes this call.
+            let pool_started = self.pool_started.notified();
+            tokio::pin!(pool_started);
+            pool_started.as_mut().enable();
             {
-                let k = inner.warm.remove(i);
-                drop(inner);
-                self.refill.notify_one();
-                return Ok(k);
-            }
-            let busy = inner
-                .sessions
-                .values()
-                .filter(|s| {
-                    s.state
-                        .try_lock()
-                        .map(|st| st.kernel.is_some())
-                        .unwrap_or(true)
-                })
-                .count();
-            // The session asking holds its own (kernel-less) lock: it counts as busy.
-            let total = inner.warm.len() + inner.starting + busy.saturating_sub(1);
-            if total >= self.cfg.max_kernels {
-                // A warm kernel of another interpreter gives way to a session.
+                let mut inner = self.inner.lock().expect("kernels lock");
+                inner.warm.retain(|k| k.death().is_none());
+                if let Some(i) = inner
+                    .warm
+                    .iter()
+                    // The sandbox's roots were fixed at start: only a kernel of this workspace fits.
+                    .position(|k| k.interpreter.python == py.python && k.workspace() == workspace)
+                {
+                    let k = inner.warm.remove(i);
+                    drop(inner);
+                    self.refill.notify_one();
+                    return Ok(k);
+                }
+                // The session asking holds its own (kernel-less) lock: it counts as busy.
+                let busy = inner.session_kernels().saturating_sub(1);
+                let total = inner.warm.len() + inner.starting + busy;
+                if total < self.cfg.max_kernels {
+                    inner.starting += 1;
+                    break;
+                }
                 if !inner.warm.is_empty() {
+                    // A warm kernel of another interpreter or workspace gives way to a session.
                     inner.warm.remove(0);
-                } else {
+                    inner.starting += 1;
+                    break;
+                }
+                if inner.pool_starting == 0 {
                     return Err(ToolError::Unavailable(format!(
                         "this kernel instance already runs {total} kernels, its cap (kernel.max_kernels = {}); \
                          wait for idle sessions to be culled, or raise kernel.max_kernels",
@@ -401,7 +411,9 @@ impl Kernels {
                     )));
                 }
             }
-            inner.starting += 1;
+            // At the cap, but the pool is starting a kernel: it serves this
+            // session (or gives way to it) once it is up.
+            pool_started.await;
         }
         // Counted down even when the caller is cancelled mid-start.
         let _counted = StartingGuard(self);
