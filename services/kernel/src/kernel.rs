@@ -203,6 +203,10 @@ impl Kernel {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .env("PYTHONUNBUFFERED", "1")
+            // ipykernel's parent poller: the kernel exits within a second once
+            // this process is gone, even after a SIGKILL that runs no cleanup
+            // (the way jupyter_client's kernels follow their manager).
+            .env("JPY_PARENT_PID", std::process::id().to_string())
             // Its own process group: interrupts and kills reach its children too.
             .process_group(0)
             .kill_on_drop(true);

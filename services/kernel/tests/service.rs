@@ -78,6 +78,80 @@ async fn binary_serves_and_stops_its_kernels() {
     }
 }
 
+/// A provider killed with SIGKILL runs no cleanup: its kernels notice their
+/// parent is gone and exit by themselves, leaving no orphan ipykernel.
+#[tokio::test]
+async fn kernels_exit_when_the_service_is_killed_9() {
+    let ws = tempfile::tempdir().unwrap();
+    // A warm kernel too: pooled kernels must not outlive the service either.
+    let (mut child, endpoint) = spawn_kernel(ws.path(), "1", &[]).await;
+    let remote = RemoteProvider::connect(&endpoint).await.unwrap();
+    let r = remote
+        .call(
+            "run_python_code",
+            json!({"code": "import os\nos.getpid()"}),
+            CallCtx::for_test(ws.path(), "killed"),
+        )
+        .await
+        .unwrap();
+    let kernel_pid: i32 = r["execute_result"]["text/plain"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let service_pid = child.id().unwrap() as i32;
+    // Every ipykernel this service started, warm ones included (their parent is the service).
+    let kernels = || -> Vec<i32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                // pid (comm) state ppid ...
+                let after = stat.rsplit_once(')').map(|(_, a)| a).unwrap_or("");
+                after.split_whitespace().nth(1) == Some(service_pid.to_string().as_str())
+            })
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while kernels().len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the warm kernel never started: {:?}",
+            kernels()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let started = kernels();
+    assert!(started.contains(&kernel_pid), "{started:?} / {kernel_pid}");
+    unsafe { libc::kill(service_pid, libc::SIGKILL) };
+    let _ = child.wait().await;
+    let alive = |pid: i32| {
+        // A zombie is gone for our purpose: it runs nothing (its parent, init, reaps it).
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                !s.rsplit_once(')')
+                    .map(|(_, a)| a.trim_start().starts_with('Z'))
+                    .unwrap_or(false)
+            })
+            .unwrap_or(false)
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let left: Vec<i32> = started.iter().copied().filter(|p| alive(*p)).collect();
+        if left.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            for p in &left {
+                unsafe { libc::kill(*p, libc::SIGKILL) };
+            }
+            panic!("ipykernels {left:?} outlived the killed service by 15 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[path = "../../toolkit/tests/support/raw_wire.rs"]
 mod raw_wire;
 
