@@ -84,9 +84,10 @@ impl Engine {
             u64::MAX
         };
         let calibration = self.calibration_of(model);
-        let v = context::view(&frame.messages, fixed, cfg, calibration, limit);
-        if v.tokens <= limit {
-            return Ok(v);
+        // The decision costs a walk over lengths; the messages are built only for the request.
+        let m = context::measure(&frame.messages, fixed, cfg, calibration, limit);
+        if m.tokens <= limit {
+            return Ok(m.view(&frame.messages));
         }
         match self
             .compact_frame(
@@ -110,7 +111,7 @@ impl Engine {
                 limit,
             )),
             // Nothing older to fold: send it and let the server decide.
-            false => Ok(v),
+            false => Ok(m.view(&frame.messages)),
         }
     }
 
@@ -214,7 +215,7 @@ impl Engine {
     ) -> Result<Option<Compacted>, LlmError> {
         let cfg = &self.config.context;
         let calibration = self.calibration_of(model);
-        let before = context::view(history, fixed, cfg, calibration, u64::MAX);
+        let before = context::measure(history, fixed, cfg, calibration, u64::MAX);
         let window = match trigger {
             // The server refused a request of about `before.tokens`: its real
             // window is smaller than that, whatever the config says, so the
@@ -316,7 +317,7 @@ impl Engine {
         let mut after_history = Vec::with_capacity(history.len() + 1);
         after_history.extend_from_slice(history);
         after_history.push(marker.clone());
-        let after = context::view(&after_history, fixed, cfg, calibration, u64::MAX);
+        let after = context::measure(&after_history, fixed, cfg, calibration, u64::MAX);
         marker["tokens_after"] = json!(after.tokens);
         Ok(Some(Compacted {
             marker,

@@ -95,9 +95,12 @@ fn latest_marker(history: &[Value]) -> Option<(usize, usize)> {
 }
 
 /// A message as the model reads it: only the fields of the chat format.
+/// The fields of the chat format a view carries.
+const CHAT_FIELDS: [&str; 5] = ["role", "content", "tool_calls", "tool_call_id", "name"];
+
 fn clean(m: &Value) -> Value {
     let mut out = serde_json::Map::new();
-    for k in ["role", "content", "tool_calls", "tool_call_id", "name"] {
+    for k in CHAT_FIELDS {
         if let Some(v) = m.get(k) {
             out.insert(k.into(), v.clone());
         }
@@ -216,10 +219,126 @@ impl Checkpoint {
     }
 }
 
-/// The model's view of `history`: after the latest marker, the checkpoint
-/// and its summary, then the verbatim part; old tool results trimmed
-/// (oldest first, never the last `keep_recent_messages`) while the estimate
-/// passes `limit` tokens.
+/// What a request of `history` would cost, and what its view would change:
+/// the decision whether to compact, made without building the messages (one
+/// walk over the strings' lengths, no copies). [`Measure::view`] builds them.
+#[derive(Clone, Debug, Default)]
+pub struct Measure {
+    /// Estimated tokens of the view, the system prompt and the tools.
+    pub tokens: u64,
+    /// The same before calibration.
+    pub raw_tokens: u64,
+    /// History index where the verbatim part starts.
+    pub verbatim_from: usize,
+    /// The checkpoint-and-summary message the view starts with after a marker.
+    head: Option<Value>,
+    /// Old tool results cut to a preview: history index → the preview.
+    cuts: Vec<(usize, String)>,
+}
+
+/// Measures the model's view of `history`: after the latest marker, the
+/// checkpoint and its summary, then the verbatim part; old tool results
+/// trimmed (oldest first, never the last `keep_recent_messages`) while the
+/// estimate passes `limit` tokens.
+pub fn measure(
+    history: &[Value],
+    fixed: usize,
+    cfg: &ContextConfig,
+    calibration: f64,
+    limit: u64,
+) -> Measure {
+    let ratio = cfg.chars_per_token;
+    let mut out = Measure::default();
+    let from = match latest_marker(history) {
+        Some((at, kept)) => {
+            let summary = history[at]["summary"].as_str().unwrap_or_default();
+            let text = format!(
+                "{}\n## Summary of the earlier conversation\n{summary}",
+                Checkpoint::of(history).render()
+            );
+            out.head = Some(json!({"role": "user", "content": text}));
+            kept
+        }
+        None => 0,
+    };
+    out.verbatim_from = from;
+    let mut total = fixed + out.head.as_ref().map_or(0, message_chars);
+    // (history index, estimated characters) of each message the view carries.
+    let mut sizes = Vec::with_capacity(history.len().saturating_sub(from));
+    for (at, m) in history.iter().enumerate().skip(from) {
+        if m["role"] == COMPACTION_ROLE {
+            continue;
+        }
+        let c = view_chars(m);
+        total += c;
+        sizes.push((at, c));
+    }
+    // Trim old tool results, oldest first, until the view fits.
+    let protected = sizes.len().saturating_sub(cfg.keep_recent_messages);
+    for &(at, size) in &sizes[..protected] {
+        if tokens(total, ratio, calibration) <= limit {
+            break;
+        }
+        let m = &history[at];
+        if m["role"] == "tool"
+            && m["content"].as_str().is_some_and(|c| {
+                c.len() > cfg.tool_result_preview_chars * 2 && !c.contains(TRIMMED_MARK)
+            })
+        {
+            let cut = trimmed_content(m, cfg.tool_result_preview_chars);
+            // What the trimmed message adds: its content replaced, its other chat fields kept.
+            let c = size - chars(&m["content"]) + cut.len() + 2;
+            total = total - size + c;
+            out.cuts.push((at, cut));
+        }
+    }
+    out.tokens = tokens(total, ratio, calibration);
+    out.raw_tokens = tokens(total, ratio, 1.0);
+    out
+}
+
+/// Estimated characters of a message as the view carries it (its chat fields only).
+fn view_chars(m: &Value) -> usize {
+    let fields: usize = CHAT_FIELDS
+        .iter()
+        .filter_map(|k| m.get(*k).map(|v| k.len() + 3 + chars(v)))
+        .sum();
+    fields + 2 + MESSAGE_OVERHEAD_CHARS
+}
+
+impl Measure {
+    /// Old tool results this view cuts to a preview.
+    pub fn trimmed(&self) -> u32 {
+        self.cuts.len() as u32
+    }
+
+    /// The view itself: the messages in chat shape.
+    pub fn view(self, history: &[Value]) -> View {
+        let mut messages = Vec::with_capacity(history.len().saturating_sub(self.verbatim_from) + 1);
+        messages.extend(self.head);
+        let trimmed = self.cuts.len() as u32;
+        let mut cuts = self.cuts.into_iter().peekable();
+        for (at, m) in history.iter().enumerate().skip(self.verbatim_from) {
+            if m["role"] == COMPACTION_ROLE {
+                continue;
+            }
+            let mut c = clean(m);
+            if let Some((_, cut)) = cuts.next_if(|(i, _)| *i == at) {
+                c["content"] = Value::String(cut);
+            }
+            messages.push(c);
+        }
+        View {
+            messages,
+            tokens: self.tokens,
+            raw_tokens: self.raw_tokens,
+            trimmed,
+            verbatim_from: self.verbatim_from,
+        }
+    }
+}
+
+/// The model's view of `history` (see [`measure`]), built.
 pub fn view(
     history: &[Value],
     fixed: usize,
@@ -227,65 +346,7 @@ pub fn view(
     calibration: f64,
     limit: u64,
 ) -> View {
-    let ratio = cfg.chars_per_token;
-    let mut out = View::default();
-    let (head, from) = match latest_marker(history) {
-        Some((at, kept)) => {
-            let summary = history[at]["summary"].as_str().unwrap_or_default();
-            let text = format!(
-                "{}\n## Summary of the earlier conversation\n{summary}",
-                Checkpoint::of(history).render()
-            );
-            (Some(json!({"role": "user", "content": text})), kept)
-        }
-        None => (None, 0),
-    };
-    out.verbatim_from = from;
-    let mut total = fixed;
-    if let Some(h) = head {
-        total += message_chars(&h);
-        out.messages.push(h);
-    }
-    let first = out.messages.len();
-    let mut sizes = Vec::with_capacity(history.len().saturating_sub(from));
-    let mut src = Vec::with_capacity(sizes.capacity());
-    for (at, m) in history.iter().enumerate().skip(from) {
-        if m["role"] == COMPACTION_ROLE {
-            continue;
-        }
-        let c = message_chars(m);
-        total += c;
-        sizes.push(c);
-        src.push(at);
-        out.messages.push(clean(m));
-    }
-    // Trim old tool results, oldest first, until the view fits.
-    let protected = out.messages.len().saturating_sub(cfg.keep_recent_messages);
-    let mut i = first;
-    while tokens(total, ratio, calibration) > limit && i < protected {
-        let m = &out.messages[i];
-        if m["role"] == "tool"
-            && m["content"]
-                .as_str()
-                .is_some_and(|c| c.len() > cfg.tool_result_preview_chars * 2)
-            && !m["content"]
-                .as_str()
-                .is_some_and(|c| c.contains(TRIMMED_MARK))
-        {
-            // The history's message holds the spool path.
-            let cut = trimmed_content(&history[src[i - first]], cfg.tool_result_preview_chars);
-            let new = json!({"role": "tool", "tool_call_id": m["tool_call_id"], "content": cut});
-            let c = message_chars(&new);
-            total = total - sizes[i - first] + c;
-            sizes[i - first] = c;
-            out.messages[i] = new;
-            out.trimmed += 1;
-        }
-        i += 1;
-    }
-    out.tokens = tokens(total, ratio, calibration);
-    out.raw_tokens = tokens(total, ratio, 1.0);
-    out
+    measure(history, fixed, cfg, calibration, limit).view(history)
 }
 
 /// Where to cut the history for a compaction: the verbatim part starts at the
@@ -434,6 +495,37 @@ mod tests {
         assert!(tight.tokens < roomy.tokens);
         // The call itself is kept.
         assert_eq!(tight.messages[1]["tool_calls"][2]["id"], "w1");
+    }
+
+    /// The decision is made on lengths alone: it must count exactly what the
+    /// built view carries, trimmed results and the checkpoint included.
+    #[test]
+    fn the_measure_counts_what_the_view_carries() {
+        let mut marked = history();
+        marked.push(marker("they loaded data", 5, 100, 40, 5, "auto"));
+        marked.push(json!({"role": "assistant", "content": "plotted"}));
+        for (h, limit) in [
+            (history(), u64::MAX),
+            (history(), 1),
+            (marked.clone(), u64::MAX),
+            (marked, 1),
+        ] {
+            let m = measure(&h, 123, &cfg(), 1.0, limit);
+            let (tokens, trimmed) = (m.tokens, m.trimmed());
+            let v = m.view(&h);
+            let carried: usize = 123 + v.messages.iter().map(message_chars).sum::<usize>();
+            assert_eq!(tokens, super::tokens(carried, cfg().chars_per_token, 1.0));
+            assert_eq!(trimmed, v.trimmed);
+            assert_eq!(
+                v.messages
+                    .iter()
+                    .filter(|m| m["content"]
+                        .as_str()
+                        .is_some_and(|c| c.contains(TRIMMED_MARK)))
+                    .count() as u32,
+                trimmed
+            );
+        }
     }
 
     #[test]

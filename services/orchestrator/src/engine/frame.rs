@@ -82,7 +82,7 @@ impl Engine {
             let fixed = context::fixed_chars(&system, &tools);
             let mut overflow_retried = false;
             let (turn, view, started) = loop {
-                let view = match self
+                let mut view = match self
                     .prepare_context(session, s, frame, &tag, &*backend, &model, fixed, cancel)
                     .await
                 {
@@ -91,7 +91,8 @@ impl Engine {
                 };
                 let req = LlmRequest {
                     system: system.clone(),
-                    messages: view.messages.clone(),
+                    // Moved: only the view's figures are read after the request.
+                    messages: std::mem::take(&mut view.messages),
                     tools: tools.clone(),
                     model: s.model.clone(),
                     agent_id: frame.agent.id.clone(),
