@@ -488,15 +488,43 @@ fn parse_env_value(current: &Value, raw: &str) -> Value {
     match current {
         // Strings stay strings even when they look like numbers.
         Value::String(_) => Value::String(raw.to_owned()),
-        Value::Sequence(_) => Value::Sequence(
-            raw.split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(|s| serde_yaml::from_str(s).unwrap_or_else(|_| Value::String(s.to_owned())))
-                .collect(),
-        ),
+        // A YAML flow sequence as it is (`[a, "b, c"]`).
+        Value::Sequence(_) if raw.trim_start().starts_with('[') => serde_yaml::from_str(raw)
+            .ok()
+            .filter(Value::is_sequence)
+            .unwrap_or_else(|| Value::Sequence(list_items(raw))),
+        Value::Sequence(_) => Value::Sequence(list_items(raw)),
         _ => serde_yaml::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned())),
     }
+}
+
+/// The items of a comma-separated list: commas inside brackets, or inside an
+/// item quoted as a whole, belong to the item (`shell(git log
+/// --format=%h,%s)` is one rule; an apostrophe inside an item is a letter).
+fn list_items(raw: &str) -> Vec<Value> {
+    let mut items = Vec::new();
+    let (mut depth, mut quote, mut start) = (0usize, None::<char>, 0usize);
+    for (i, c) in raw.char_indices() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '"' | '\'') if raw[start..i].trim().is_empty() => quote = Some(c),
+            (None, '(' | '[' | '{') => depth += 1,
+            (None, ')' | ']' | '}') => depth = depth.saturating_sub(1),
+            (None, ',') if depth == 0 => {
+                items.push(&raw[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&raw[start..]);
+    items
+        .into_iter()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| serde_yaml::from_str(s).unwrap_or_else(|_| Value::String(s.to_owned())))
+        .collect()
 }
 
 /// Expands `${VAR}` and `${VAR:-default}` in a config file's text.
@@ -753,6 +781,30 @@ mod tests {
         let c: Cfg = load_config(Some(&f.0), &e).unwrap();
         assert_eq!(c.llm.base_url, "http://from-env");
         assert_eq!(c.toolsets, vec!["web", "shell"]);
+    }
+
+    #[test]
+    fn env_lists_keep_commas_inside_rules_and_quotes() {
+        let list = |raw: &str| -> Vec<String> {
+            match parse_env_value(&Value::Sequence(vec![]), raw) {
+                Value::Sequence(v) => v.iter().map(|v| v.as_str().unwrap().to_owned()).collect(),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(
+            list(
+                "shell(git log --format=%h,%s), web_fetch(domain:example.org),file_manager__write(docs/{a,b}/**)"
+            ),
+            [
+                "shell(git log --format=%h,%s)",
+                "web_fetch(domain:example.org)",
+                "file_manager__write(docs/{a,b}/**)"
+            ]
+        );
+        assert_eq!(list(r#""a, b", c"#), ["a, b", "c"]);
+        assert_eq!(list("shell(echo it's), web"), ["shell(echo it's)", "web"]);
+        assert_eq!(list(r#"["x, y", z]"#), ["x, y", "z"]);
+        assert_eq!(list(" , web,, "), ["web"]);
     }
 
     #[test]
