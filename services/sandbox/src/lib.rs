@@ -6,8 +6,10 @@
 //! and processes per call.
 //!
 //! Everything is computed in the parent ([`Sandbox::prepare`]); the child only
-//! applies it between fork and exec ([`Prepared::apply_to`]), with raw,
-//! async-signal-safe syscalls.
+//! applies it between fork and exec ([`Prepared::spawn`]), with raw,
+//! async-signal-safe syscalls. As root on cgroup v1 the fork happens on a
+//! launcher thread parked in the call's pids cgroup, so that the child is
+//! born there instead of migrating into it (see `launcher`).
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
@@ -17,8 +19,7 @@
 //! let prepared = sandbox.prepare(SandboxPolicy::WorkspaceWrite, &roots)?;
 //! let mut cmd = tokio::process::Command::new("bash");
 //! cmd.arg("-c").arg("echo hi > out.txt");
-//! prepared.apply_to(&mut cmd);
-//! let status = cmd.status().await?;
+//! let status = prepared.spawn(&mut cmd)?.wait().await?;
 //! drop(prepared); // kills what the command left behind
 //! # Ok(()) }
 //! ```
