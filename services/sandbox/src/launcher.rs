@@ -191,11 +191,14 @@ fn refill(shared: &Arc<Shared>, st: &mut State) {
 /// A launcher's life: into a fresh cgroup (the slow migration, off the call
 /// path), park, run at most one job, lower the limit to the call's, exit.
 fn launcher_main(shared: Arc<Shared>, id: u64) {
-    let moved = shared.base.create(shared.max + 1).and_then(|cg| {
-        // On failure the empty cgroup is removed as `cg` drops.
-        cg.move_this_thread_in()?;
-        Ok(cg)
-    });
+    let moved = shared
+        .base
+        .create(shared.max.saturating_add(1))
+        .and_then(|cg| {
+            // On failure the empty cgroup is removed as `cg` drops.
+            cg.move_this_thread_in()?;
+            Ok(cg)
+        });
     let (tx, rx) = mpsc::channel::<Job>();
     let pids_max: PathBuf;
     {
