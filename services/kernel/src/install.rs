@@ -197,9 +197,8 @@ pub async fn run(
         .current_dir(cwd)
         .process_group(0)
         .kill_on_drop(true);
-    sandbox.apply_to(&mut cmd);
-    let mut child = cmd
-        .spawn()
+    let mut child = sandbox
+        .spawn(&mut cmd)
         .map_err(|e| ToolError::failed(format!("cannot run {} -m pip: {e}", python.display())))?;
     let pid = child.id().unwrap_or(0) as i32;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(&'static str, String)>(64);

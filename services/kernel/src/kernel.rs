@@ -219,10 +219,11 @@ impl Kernel {
             ),
             None => None,
         };
-        if let Some(p) = &sandboxed {
-            p.apply_to(&mut cmd);
-        }
-        let mut child = cmd.spawn().map_err(|e| match e.kind() {
+        let spawned = match &sandboxed {
+            Some(p) => p.spawn(&mut cmd),
+            None => cmd.spawn(),
+        };
+        let mut child = spawned.map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => KernelError::Start(format!(
                 "the interpreter {} (chosen by {}) does not exist; {SETUP_HINT}",
                 interpreter.python.display(),

@@ -28,8 +28,8 @@ fn command(ws: &Path, tmp: &Path) -> Command {
     cmd
 }
 
-fn run(mut cmd: Command) {
-    let status = cmd.status().expect("bash runs");
+fn check(status: std::io::Result<std::process::ExitStatus>) {
+    let status = status.expect("bash runs");
     assert!(status.success(), "bash -lc true failed: {status}");
 }
 
@@ -46,6 +46,8 @@ struct Variant {
     name: &'static str,
     sandbox: Option<Sandbox>,
     times: Vec<Duration>,
+    /// Calls whose process a parked launcher forked inside its cgroup.
+    launched: usize,
 }
 
 fn main() {
@@ -71,11 +73,22 @@ fn main() {
             name: "unsandboxed",
             sandbox: None,
             times: vec![],
+            launched: 0,
         },
         Variant {
             name: "workspace-write (default config)",
             sandbox: default,
             times: vec![],
+            launched: 0,
+        },
+        Variant {
+            name: "workspace-write, launchers: 0 (old path)",
+            sandbox: make(SandboxConfig {
+                process_cgroup_launchers: 0,
+                ..config.clone()
+            }),
+            times: vec![],
+            launched: 0,
         },
         Variant {
             name: "workspace-write, process_cgroup: off",
@@ -84,6 +97,7 @@ fn main() {
                 ..config.clone()
             }),
             times: vec![],
+            launched: 0,
         },
         Variant {
             name: "workspace-write, private_loopback",
@@ -92,21 +106,32 @@ fn main() {
                 ..config.clone()
             }),
             times: vec![],
+            launched: 0,
         },
     ];
+    // True when a parked launcher forked the process.
     let call = |sandbox: &Option<Sandbox>| match sandbox {
-        None => run(command(&ws, &tmp)),
+        None => {
+            check(command(&ws, &tmp).status());
+            false
+        }
         Some(s) => {
             let prepared = s.prepare(SandboxPolicy::WorkspaceWrite, &roots).unwrap();
+            let launched = prepared.has_launcher();
             let mut cmd = command(&ws, &tmp);
-            prepared.apply_to_std(&mut cmd);
-            run(cmd);
+            check(prepared.spawn_std(&mut cmd).and_then(|mut c| c.wait()));
             drop(prepared);
+            launched
         }
     };
     for _ in 0..20 {
         for v in &variants {
             call(&v.sandbox);
+        }
+    }
+    for v in &variants {
+        if let Some(s) = &v.sandbox {
+            s.wait_for_launchers(Duration::from_secs(5));
         }
     }
     let mut order: Vec<usize> = (0..variants.len()).collect();
@@ -121,8 +146,9 @@ fn main() {
         }
         for &i in &order {
             let t = Instant::now();
-            call(&variants[i].sandbox);
+            let launched = call(&variants[i].sandbox);
             variants[i].times.push(t.elapsed());
+            variants[i].launched += usize::from(launched);
         }
     }
     let mut prep = Vec::new();
@@ -149,15 +175,16 @@ fn main() {
         let p50 = pct(&mut v.times, 0.5);
         let p90 = pct(&mut v.times, 0.9);
         println!(
-            "  {:<38} p50 {:7.3} ms  p90 {:7.3} ms  overhead p50 {:+7.3} ms",
+            "  {:<42} p50 {:7.3} ms  p90 {:7.3} ms  overhead p50 {:+7.3} ms  launcher {}/{iters}",
             v.name,
             ms(p50),
             ms(p90),
-            ms(p50) - ms(base)
+            ms(p50) - ms(base),
+            v.launched
         );
     }
     println!(
-        "  {:<38} p50 {:7.3} ms  p90 {:7.3} ms",
+        "  {:<42} p50 {:7.3} ms  p90 {:7.3} ms",
         "prepare + drop alone (default config)",
         ms(pct(&mut prep, 0.5)),
         ms(pct(&mut prep, 0.9))

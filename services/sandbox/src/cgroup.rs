@@ -119,9 +119,13 @@ impl CgroupBase {
         &self.dir
     }
 
-    /// Makes a cgroup for one call with `pids.max = max` and opens its
-    /// `cgroup.procs` for the child to join (writing "0" moves the writer).
-    pub fn create_call(&self, max: u64) -> io::Result<(CallCgroup, OwnedFd)> {
+    /// Which interface the base speaks.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// Makes an empty cgroup for one call with `pids.max = max`.
+    pub fn create(&self, max: u64) -> io::Result<CallCgroup> {
         let dir = self
             .dir
             .join(format!("c-{}", uuid::Uuid::new_v4().simple()));
@@ -130,16 +134,16 @@ impl CgroupBase {
             dir,
             version: self.version,
         };
-        std::fs::write(call.dir.join("pids.max"), max.to_string())?;
-        let procs = CString::new(call.dir.join("cgroup.procs").as_os_str().as_bytes())
-            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        // SAFETY: open(2) on a NUL-terminated path; the fd is owned below.
-        let fd = unsafe { libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd was just opened and is owned by nobody else.
-        Ok((call, unsafe { OwnedFd::from_raw_fd(fd) }))
+        call.set_max(max)?;
+        Ok(call)
+    }
+
+    /// Makes a cgroup for one call with `pids.max = max` and opens its
+    /// `cgroup.procs` for the child to join (writing "0" moves the writer).
+    pub fn create_call(&self, max: u64) -> io::Result<(CallCgroup, OwnedFd)> {
+        let call = self.create(max)?;
+        let procs = call.open_procs()?;
+        Ok((call, procs))
     }
 }
 
@@ -165,9 +169,54 @@ impl CallCgroup {
             .ok()
     }
 
-    /// Kills every process in the cgroup.
+    /// Kills every process in the cgroup (never this one: on cgroup v1 a
+    /// launcher thread of ours may still be inside).
     pub fn kill_all(&self) {
         kill_all(&self.dir, self.version);
+    }
+
+    /// Sets `pids.max`.
+    pub fn set_max(&self, max: u64) -> io::Result<()> {
+        std::fs::write(self.dir.join("pids.max"), max.to_string())
+    }
+
+    /// Opens `cgroup.procs` for writing (a child writes "0" to join).
+    pub fn open_procs(&self) -> io::Result<OwnedFd> {
+        let procs = CString::new(self.dir.join("cgroup.procs").as_os_str().as_bytes())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: open(2) on a NUL-terminated path; the fd is owned below.
+        let fd = unsafe { libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd was just opened and is owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// Moves the calling thread, and only it, into the cgroup (cgroup v1:
+    /// membership is per thread there). A process it forks is born inside.
+    pub fn move_this_thread_in(&self) -> io::Result<()> {
+        if self.version != Version::V1 {
+            return Err(io::Error::from(io::ErrorKind::Unsupported));
+        }
+        // "0" in `tasks` is the writing thread.
+        std::fs::write(self.dir.join("tasks"), "0")
+    }
+
+    /// Removes the cgroup, waiting up to `patience` for exiting tasks to
+    /// leave; false when it is still there (Drop then keeps trying).
+    pub fn remove_within(&self, patience: Duration) -> bool {
+        let start = std::time::Instant::now();
+        loop {
+            if try_remove(&self.dir) {
+                return true;
+            }
+            if start.elapsed() >= patience {
+                return false;
+            }
+            kill_all(&self.dir, self.version);
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
 
@@ -188,8 +237,11 @@ fn kill_all(dir: &Path, version: Version) {
         return;
     }
     // v1 has no cgroup.kill: kill until empty (pids.max bounds the population).
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
     for _ in 0..64 {
-        let pids = pids(dir);
+        // v1 lists a process when any of its threads is inside: ours may be.
+        let pids: Vec<i32> = pids(dir).into_iter().filter(|&p| p != me).collect();
         if pids.is_empty() {
             return;
         }

@@ -30,7 +30,8 @@ pub struct NetNs {
 /// Everything the child applies, in order.
 #[derive(Debug, Default)]
 pub struct ChildSetup {
-    /// `cgroup.procs` of the call's cgroup, opened for writing.
+    /// `cgroup.procs` of the call's cgroup, opened for writing: the child
+    /// joins it unless it was born inside (forked by a parked launcher).
     pub cgroup_procs: Option<OwnedFd>,
     /// rlimits.
     pub limits: Vec<Limit>,
@@ -123,8 +124,10 @@ fn enter_netns(ns: &NetNs) -> io::Result<()> {
 
 impl ChildSetup {
     /// Applies the setup to the calling process. Async-signal-safe.
-    pub fn enter(&self) -> io::Result<()> {
-        if let Some(fd) = &self.cgroup_procs {
+    /// `join_cgroup`: write to `cgroup_procs` (false when the process was
+    /// born in the cgroup: the write would be a migration, an RCU grace period).
+    pub fn enter(&self, join_cgroup: bool) -> io::Result<()> {
+        if let Some(fd) = self.cgroup_procs.as_ref().filter(|_| join_cgroup) {
             // SAFETY: write(2) of a static buffer to an fd we own.
             let n = unsafe { libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) };
             check(n as libc::c_long)?;

@@ -14,6 +14,11 @@ pub const DEFAULT_ADDRESS_SPACE_BYTES: u64 = 8 << 30;
 /// Default number of processes (threads count too) of one call or kernel.
 pub const DEFAULT_PROCESSES: u64 = 512;
 
+/// Default launcher threads parked in fresh call cgroups (root on cgroup v1):
+/// enough for a few calls starting at once; each is a sleeping thread and an
+/// empty cgroup. A call that finds none parked still gets its cgroup, slower.
+pub const DEFAULT_PROCESS_CGROUP_LAUNCHERS: usize = 4;
+
 /// System directories readable (and executable) under every confined policy.
 /// `/etc` minus [`DEFAULT_HIDDEN`]; `/proc` is safe to read because Landlock
 /// denies ptrace-class access (`/proc/<pid>/environ`, `mem`) to processes
@@ -140,6 +145,11 @@ pub struct SandboxConfig {
     pub rlimits: Rlimits,
     /// Where the process-count cgroups go.
     pub process_cgroup: ProcessCgroup,
+    /// Threads kept parked, each in a fresh call cgroup, to fork calls'
+    /// processes inside their cgroups (cgroup v1, where the pids cgroup is in
+    /// use): a process that joins its cgroup instead waits for an RCU grace
+    /// period. 0: every call's process joins its cgroup itself.
+    pub process_cgroup_launchers: usize,
     /// Refuse or warn when the kernel has no Landlock.
     pub when_landlock_missing: WhenLandlockMissing,
     /// Without the network, give commands a private network namespace whose
@@ -168,6 +178,7 @@ impl Default for SandboxConfig {
             tmp_root: None,
             rlimits: Rlimits::default(),
             process_cgroup: ProcessCgroup::default(),
+            process_cgroup_launchers: DEFAULT_PROCESS_CGROUP_LAUNCHERS,
             when_landlock_missing: WhenLandlockMissing::default(),
             private_loopback: false,
             simulate_landlock_missing: false,

@@ -6,8 +6,10 @@
 //! and processes per call.
 //!
 //! Everything is computed in the parent ([`Sandbox::prepare`]); the child only
-//! applies it between fork and exec ([`Prepared::apply_to`]), with raw,
-//! async-signal-safe syscalls.
+//! applies it between fork and exec ([`Prepared::spawn`]), with raw,
+//! async-signal-safe syscalls. As root on cgroup v1 the fork happens on a
+//! launcher thread parked in the call's pids cgroup, so that the child is
+//! born there instead of migrating into it (see `launcher`).
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
@@ -17,8 +19,7 @@
 //! let prepared = sandbox.prepare(SandboxPolicy::WorkspaceWrite, &roots)?;
 //! let mut cmd = tokio::process::Command::new("bash");
 //! cmd.arg("-c").arg("echo hi > out.txt");
-//! prepared.apply_to(&mut cmd);
-//! let status = cmd.status().await?;
+//! let status = prepared.spawn(&mut cmd)?.wait().await?;
 //! drop(prepared); // kills what the command left behind
 //! # Ok(()) }
 //! ```
@@ -27,6 +28,7 @@ mod cgroup;
 mod child;
 pub mod config;
 mod filesystem;
+mod launcher;
 pub mod policy;
 pub mod run;
 mod syscalls;
@@ -42,7 +44,7 @@ use seccompiler::BpfProgram;
 use std::ffi::OsString;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Why a command cannot be sandboxed.
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +134,7 @@ pub struct Sandbox {
     seccomp_loopback: Arc<BpfProgram>,
     netns: Option<NetNs>,
     cgroup: Option<CgroupBase>,
+    launchers: Option<launcher::Pool>,
     drop_caps_upto: Option<u32>,
     root: bool,
     tmp_root: PathBuf,
@@ -147,6 +150,7 @@ impl std::fmt::Debug for Sandbox {
                 "cgroup",
                 &self.cgroup.as_ref().map(|c| c.dir().to_path_buf()),
             )
+            .field("parked_launchers", &self.parked_launchers())
             .finish()
     }
 }
@@ -187,7 +191,7 @@ fn probe_netns(root: bool) -> Option<NetNs> {
         use std::os::unix::process::CommandExt;
         // SAFETY: ChildSetup::enter is async-signal-safe.
         unsafe {
-            cmd.pre_exec(move || setup.enter());
+            cmd.pre_exec(move || setup.enter(true));
         }
     }
     match cmd.status() {
@@ -274,6 +278,19 @@ impl Sandbox {
         let tmp_root = config.tmp_root.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!("omicos-sandbox-{}", unsafe { libc::geteuid() }))
         });
+        // cgroup v1 only: v2 has no per-thread membership outside threaded subtrees.
+        let launchers = match (&cgroup, config.rlimits.processes) {
+            (Some(base), Some(max))
+                if base.version() == cgroup::Version::V1 && config.process_cgroup_launchers > 0 =>
+            {
+                Some(launcher::Pool::new(
+                    base.clone(),
+                    max,
+                    config.process_cgroup_launchers,
+                ))
+            }
+            _ => None,
+        };
         let netns = if config.private_loopback {
             probe_netns(root)
         } else {
@@ -288,6 +305,7 @@ impl Sandbox {
             landlock,
             system,
             cgroup,
+            launchers,
             root,
             tmp_root,
             config,
@@ -331,6 +349,21 @@ impl Sandbox {
         self.config.rlimits.processes.is_some() && (self.cgroup.is_some() || !self.root)
     }
 
+    /// Launcher threads parked in fresh call cgroups now, ready to fork a
+    /// call's process inside its cgroup (see [`Prepared::spawn`]); 0 when
+    /// the pool is off (not root, cgroup v2, `process_cgroup_launchers: 0`).
+    pub fn parked_launchers(&self) -> usize {
+        self.launchers.as_ref().map_or(0, launcher::Pool::parked)
+    }
+
+    /// Waits up to `timeout` for the launcher pool to be full (or to give
+    /// up); returns the launchers parked. For tests and benchmarks.
+    pub fn wait_for_launchers(&self, timeout: std::time::Duration) -> usize {
+        self.launchers
+            .as_ref()
+            .map_or(0, |p| p.wait_filled(timeout))
+    }
+
     /// The per-session temporary directory (made 0700 if missing), under `sandbox.tmp_root`.
     pub fn session_tmp_dir(&self, session: &str) -> Result<PathBuf, SandboxError> {
         private_dir(&self.tmp_root)?;
@@ -345,7 +378,7 @@ impl Sandbox {
     pub fn prepare(&self, policy: SandboxPolicy, roots: &Roots) -> Result<Prepared, SandboxError> {
         let mut warnings = Vec::new();
         let mut setup = ChildSetup::default();
-        let (cgroup, procs) = self.process_cgroup(&mut warnings);
+        let (cgroup, procs, launcher) = self.process_cgroup(&mut warnings);
         setup.cgroup_procs = procs;
         setup.limits = self.limits();
         if policy.is_confined() {
@@ -399,20 +432,37 @@ impl Sandbox {
             policy,
             setup: Arc::new(setup),
             cgroup,
+            launcher: Mutex::new(launcher),
             env,
             warnings,
         })
     }
 
+    /// The call's cgroup, the fd by which its child joins it, and a launcher
+    /// parked inside it when the pool has one (the child is then born inside).
     fn process_cgroup(
         &self,
         warnings: &mut Vec<String>,
-    ) -> (Option<CallCgroup>, Option<std::os::fd::OwnedFd>) {
+    ) -> (
+        Option<CallCgroup>,
+        Option<std::os::fd::OwnedFd>,
+        Option<launcher::Launcher>,
+    ) {
         let (Some(base), Some(max)) = (&self.cgroup, self.config.rlimits.processes) else {
-            return (None, None);
+            return (None, None, None);
         };
+        if let Some((c, l)) = self.launchers.as_ref().and_then(launcher::Pool::take) {
+            // The fd is for apply_to, whose child is not forked by the launcher.
+            match c.open_procs() {
+                Ok(fd) => return (Some(c), Some(fd), Some(l)),
+                Err(e) => {
+                    tracing::warn!(dir = %c.dir().display(), error = %e, "cannot open a parked call cgroup; making another");
+                    drop(l);
+                }
+            }
+        }
         match base.create_call(max) {
-            Ok((c, fd)) => (Some(c), Some(fd)),
+            Ok((c, fd)) => (Some(c), Some(fd), None),
             Err(e) => {
                 tracing::warn!(dir = %base.dir().display(), error = %e, "cannot make a pids cgroup for this call");
                 if self.root {
@@ -420,7 +470,7 @@ impl Sandbox {
                         "sandbox: no pids cgroup for this call ({e}); the process limit is not enforced for root"
                     ));
                 }
-                (None, None)
+                (None, None, None)
             }
         }
     }
@@ -493,14 +543,33 @@ impl Sandbox {
     }
 }
 
-/// A sandbox ready for one process (and what it starts). Apply it to a
-/// command, spawn, and keep it until the process ends.
+/// A sandbox ready for one process (and what it starts). Spawn a command
+/// with it ([`Prepared::spawn`]) and keep it until the process ends.
 pub struct Prepared {
     policy: SandboxPolicy,
     setup: Arc<ChildSetup>,
     cgroup: Option<CallCgroup>,
+    /// A thread parked in `cgroup` that forks the call's process there.
+    launcher: Mutex<Option<launcher::Launcher>>,
     env: Vec<(OsString, OsString)>,
     warnings: Vec<String>,
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        // The launcher leaves the cgroup before the cgroup is removed.
+        drop(
+            self.launcher
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
+    }
+}
+
+/// Why a job on a launcher did not come back (its thread died).
+fn launcher_gone() -> std::io::Error {
+    std::io::Error::other("the sandbox's launcher thread ended before spawning the command")
 }
 
 impl std::fmt::Debug for Prepared {
@@ -513,6 +582,7 @@ impl std::fmt::Debug for Prepared {
                 "cgroup",
                 &self.cgroup.as_ref().map(|c| c.dir().to_path_buf()),
             )
+            .field("launcher", &self.has_launcher())
             .field("warnings", &self.warnings)
             .finish()
     }
@@ -547,30 +617,155 @@ impl Prepared {
         }
     }
 
-    /// Applies the sandbox to a tokio command: environment now, confinement
-    /// in the child after fork, before exec.
-    pub fn apply_to(&self, cmd: &mut tokio::process::Command) {
+    /// The call's pids cgroup (None: no cgroup).
+    pub fn cgroup_dir(&self) -> Option<&Path> {
+        self.cgroup.as_ref().map(CallCgroup::dir)
+    }
+
+    /// A launcher parked in the call's cgroup is waiting to fork the
+    /// command there ([`Prepared::spawn`] uses it).
+    pub fn has_launcher(&self) -> bool {
+        self.launcher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(launcher::Launcher::ready)
+    }
+
+    /// Applies the sandbox to `cmd` and spawns it: the way to start a call's
+    /// process. Where a launcher is parked in the call's cgroup (root on
+    /// cgroup v1), that thread forks the process, so it is born in its
+    /// cgroup instead of joining it, which costs a migration and an RCU grace
+    /// period (milliseconds); this thread waits meanwhile, as for any spawn.
+    /// Otherwise the same as [`Prepared::apply_to`] then `cmd.spawn()`.
+    /// Call it instead of `apply_to`, once per `Prepared`.
+    pub fn spawn(
+        &self,
+        cmd: &mut tokio::process::Command,
+    ) -> std::io::Result<tokio::process::Child> {
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            for (k, v) in &self.env {
+                cmd.env(k, v);
+            }
+            let on_launcher = self.on_launcher(cmd, tokio::process::Command::new("/"), |cmd| {
+                self.hook(cmd.as_std_mut(), false);
+                move |mut cmd: tokio::process::Command| {
+                    // tokio registers the child with the caller's runtime.
+                    let _in_runtime = rt.enter();
+                    let child = cmd.spawn();
+                    (cmd, child)
+                }
+            });
+            if let Some(spawned) = on_launcher {
+                return spawned;
+            }
+            // Without a launcher: the environment is set; add the confinement.
+            self.release_launcher();
+            self.hook(cmd.as_std_mut(), true);
+            return cmd.spawn();
+        }
+        self.apply_to(cmd);
+        cmd.spawn()
+    }
+
+    /// [`Prepared::spawn`] for a std command.
+    pub fn spawn_std(
+        &self,
+        cmd: &mut std::process::Command,
+    ) -> std::io::Result<std::process::Child> {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
+        let on_launcher = self.on_launcher(cmd, std::process::Command::new("/"), |cmd| {
+            self.hook(cmd, false);
+            |mut cmd: std::process::Command| {
+                let child = cmd.spawn();
+                (cmd, child)
+            }
+        });
+        if let Some(spawned) = on_launcher {
+            return spawned;
+        }
+        self.release_launcher();
+        self.hook(cmd, true);
+        cmd.spawn()
+    }
+
+    /// Runs the spawn on the parked launcher: `prepare` adds the child hook
+    /// to `cmd` and returns the spawn, which gets `cmd` by value (swapped for
+    /// `placeholder` meanwhile) and gives it back. None when there is no
+    /// launcher; `prepare` is then not called.
+    fn on_launcher<C, R, S>(
+        &self,
+        cmd: &mut C,
+        placeholder: C,
+        prepare: impl FnOnce(&mut C) -> S,
+    ) -> Option<std::io::Result<R>>
+    where
+        C: Send + 'static,
+        R: Send + 'static,
+        S: FnOnce(C) -> (C, std::io::Result<R>) + Send + 'static,
+    {
+        let mut guard = self.launcher.lock().unwrap_or_else(|e| e.into_inner());
+        let launcher = guard.as_mut().filter(|l| l.ready())?;
+        let spawn = prepare(cmd);
+        let owned = std::mem::replace(cmd, placeholder);
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let job: launcher::Job = Box::new(move || {
+            let _ = tx.send(spawn(owned));
+        });
+        if launcher.run(job).is_err() {
+            return Some(Err(launcher_gone()));
+        }
+        Some(match rx.recv() {
+            Ok((back, spawned)) => {
+                *cmd = back;
+                spawned
+            }
+            Err(_) => Err(launcher_gone()),
+        })
+    }
+
+    /// Lets an unused launcher go: the child will join the cgroup itself,
+    /// and the launcher must not count in the cgroup's pids meanwhile.
+    fn release_launcher(&self) {
+        if let Some(l) = self
+            .launcher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            l.release();
+        }
+    }
+
+    fn hook(&self, cmd: &mut std::process::Command, join_cgroup: bool) {
+        use std::os::unix::process::CommandExt;
         let setup = self.setup.clone();
         // SAFETY: ChildSetup::enter only makes async-signal-safe syscalls on
         // data prepared before the fork.
         unsafe {
-            cmd.pre_exec(move || setup.enter());
+            cmd.pre_exec(move || setup.enter(join_cgroup));
         }
+    }
+
+    /// Applies the sandbox to a tokio command: environment now, confinement
+    /// in the child after fork, before exec; the child joins the call's
+    /// cgroup itself. Prefer [`Prepared::spawn`], which spares it that.
+    pub fn apply_to(&self, cmd: &mut tokio::process::Command) {
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        self.release_launcher();
+        self.hook(cmd.as_std_mut(), true);
     }
 
     /// [`Prepared::apply_to`] for a std command.
     pub fn apply_to_std(&self, cmd: &mut std::process::Command) {
-        use std::os::unix::process::CommandExt;
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        let setup = self.setup.clone();
-        // SAFETY: as in apply_to.
-        unsafe {
-            cmd.pre_exec(move || setup.enter());
-        }
+        self.release_launcher();
+        self.hook(cmd, true);
     }
 }

@@ -56,8 +56,7 @@ pub fn run(sandbox: &Sandbox, req: &RunRequest) -> Result<i32, RunError> {
     }
     let mut cmd = std::process::Command::new(program);
     cmd.args(args).current_dir(&req.workspace);
-    prepared.apply_to_std(&mut cmd);
-    let spawned = cmd.spawn();
+    let spawned = prepared.spawn_std(&mut cmd);
     let result = match spawned {
         Ok(mut child) => {
             // Like system(3): ^C and ^\ are for the child; we wait and clean up.

@@ -162,8 +162,8 @@ impl Provider for Shell {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        sandboxed.apply_to(&mut cmd);
-        let mut child = cmd.spawn().map_err(|e| {
+        // Forked inside the call's cgroup when a launcher is parked there.
+        let mut child = sandboxed.spawn(&mut cmd).map_err(|e| {
             ToolError::failed(format!("cannot start bash in the {policy} sandbox: {e}"))
         })?;
         let pid = child.id();
