@@ -10,6 +10,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// How old an empty call cgroup must be before a new instance removes it.
+const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Which cgroup interface a directory speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Version {
@@ -111,7 +114,39 @@ impl CgroupBase {
         if base.version == Version::V2 && !enable_pids_v2(&base.dir) {
             return None;
         }
-        writable_dir(&base.dir).then_some(base)
+        if !writable_dir(&base.dir) {
+            return None;
+        }
+        base.sweep_stale(STALE_AFTER);
+        Some(base)
+    }
+
+    /// Removes the call cgroups a process killed without cleanup left behind
+    /// (SIGKILL, OOM): empty ones older than `age`. A cgroup that still holds
+    /// a process refuses the rmdir (EBUSY) and is kept; the age spares one
+    /// another live instance made an instant ago for a child about to join.
+    pub fn sweep_stale(&self, age: std::time::Duration) -> usize {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let mut removed = 0;
+        for e in entries.flatten() {
+            let path = e.path();
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|a| a >= age);
+            let ours = e.file_name().to_str().is_some_and(|n| n.starts_with("c-"));
+            if ours && old && std::fs::remove_dir(&path).is_ok() {
+                removed += 1;
+            }
+        }
+        if removed > 0 {
+            tracing::info!(removed, dir = %self.dir.display(), "removed call cgroups left by killed processes");
+        }
+        removed
     }
 
     /// The base directory.

@@ -251,3 +251,57 @@ fn the_pools_cgroups_are_removed_when_the_sandbox_is_dropped() {
     }
     assert!(cgroups_with_our_threads(&base).is_empty());
 }
+
+/// Sets a directory's modification time `ago` in the past.
+fn age(dir: &Path, ago: Duration) {
+    let then = std::time::SystemTime::now() - ago;
+    let secs = then
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let t = libc::timespec {
+        tv_sec: secs,
+        tv_nsec: 0,
+    };
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: utimensat(2) on a NUL-terminated path with two valid timespecs.
+    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), [t, t].as_ptr(), 0) };
+    assert_eq!(rc, 0, "utimensat: {}", std::io::Error::last_os_error());
+}
+
+/// A process killed with SIGKILL leaves its call cgroups behind: the next
+/// sandbox on the host removes the empty ones older than a minute, and keeps
+/// a fresh one (another instance's, about to be joined) and a busy one.
+#[test]
+fn a_new_sandbox_removes_the_empty_cgroups_killed_processes_left() {
+    let Some(f) = fixture() else { return };
+    let base = f
+        .prepare()
+        .cgroup_dir()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let stale = base.join("c-stale-left-by-a-killed-process");
+    let fresh = base.join("c-fresh-made-an-instant-ago");
+    let busy = base.join("c-stale-but-still-running");
+    for d in [&stale, &fresh, &busy] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    std::fs::write(busy.join("cgroup.procs"), sleeper.id().to_string()).unwrap();
+    age(&stale, Duration::from_secs(120));
+    age(&busy, Duration::from_secs(120));
+    // A new sandbox (a restarted service) sweeps at start.
+    let again = Sandbox::new(SandboxConfig::default()).unwrap();
+    let (gone_stale, kept_fresh, kept_busy) = (!stale.exists(), fresh.exists(), busy.exists());
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    for d in [&fresh, &busy] {
+        let _ = std::fs::remove_dir(d);
+    }
+    drop(again);
+    assert!(gone_stale, "the stale empty cgroup is still there");
+    assert!(kept_fresh, "a fresh empty cgroup was removed");
+    assert!(kept_busy, "a cgroup with a process in it was removed");
+}
