@@ -372,7 +372,8 @@ pub async fn health(addr: &str, service: &str) -> Result<String, CliError> {
     };
     let channel =
         crate::turn::channel(addr, None, "the service", std::time::Duration::from_secs(3)).await?;
-    let check = HealthClient::new(channel).check(HealthCheckRequest {
+    let mut client = HealthClient::new(channel);
+    let check = client.check(HealthCheckRequest {
         service: service.to_owned(),
     });
     let reply = tokio::time::timeout(std::time::Duration::from_secs(3), check)

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::Status;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint, channel::Change};
+use tower::discover::Change as TowerChange;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The balanced channel over the runners: tonic's own for plain HTTP, one
@@ -27,8 +28,28 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type RunnerChannel = tower::util::BoxCloneSyncService<
     http::Request<tonic::body::Body>,
     http::Response<tonic::body::Body>,
-    BoxError,
+    ChannelError,
 >;
+
+/// A failure of the runner channel: the error as it came, under a concrete
+/// type (a boxed `dyn Error` as the service's error trips rustc's
+/// higher-ranked `Send` check of the futures that call through it).
+#[derive(Debug)]
+pub struct ChannelError(BoxError);
+
+impl std::fmt::Display for ChannelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for ChannelError {
+    // The error itself is the source, so tonic still finds a connect error
+    // (UNAVAILABLE) or a Status down the chain.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.0.as_ref())
+    }
+}
 
 /// The message of a call whose runner went away after it had started.
 pub const RUNNER_LOST: &str = "the tool-runner running this call was lost";
@@ -142,14 +163,20 @@ impl Runner {
             None => {
                 let (ch, changes) = Channel::balance_channel::<SocketAddr>(64);
                 tokio::spawn(discover(targets, refresh, Balancer::Plain(changes)));
-                RunnerChannel::new(tower::ServiceExt::map_err(ch, BoxError::from))
+                RunnerChannel::new(tower::ServiceExt::map_err(
+                    ch,
+                    transport_error as fn(_) -> _,
+                ))
             }
             Some(tls) => {
                 let (changes, rx) = mpsc::channel(64);
                 tokio::spawn(discover(targets, refresh, Balancer::Tls(changes, tls)));
-                RunnerChannel::new(tower::buffer::Buffer::new(
-                    tower::balance::p2c::Balance::new(tls_members(rx)),
-                    1024,
+                RunnerChannel::new(tower::ServiceExt::map_err(
+                    tower::buffer::Buffer::new(
+                        tower::balance::p2c::Balance::new(tls_members(rx)),
+                        1024,
+                    ),
+                    ChannelError as fn(_) -> _,
                 ))
             }
         };
@@ -411,7 +438,7 @@ enum Balancer {
     /// tonic's balanced channel, which connects each endpoint itself.
     Plain(mpsc::Sender<Change<SocketAddr, Endpoint>>),
     /// [`tls_members`]: channels over the TLS connector.
-    Tls(mpsc::Sender<Change<SocketAddr, Channel>>, ClientTls),
+    Tls(mpsc::Sender<TowerChange<SocketAddr, Channel>>, ClientTls),
 }
 
 impl Balancer {
@@ -433,7 +460,7 @@ impl Balancer {
         match self {
             Self::Plain(tx) => tx.send(Change::Insert(addr, ep.clone())).await.is_ok(),
             Self::Tls(tx, _) => tx
-                .send(Change::Insert(addr, self.channel(ep, host)))
+                .send(TowerChange::Insert(addr, self.channel(ep, host)))
                 .await
                 .is_ok(),
         }
@@ -443,7 +470,7 @@ impl Balancer {
     async fn remove(&self, addr: SocketAddr) -> bool {
         match self {
             Self::Plain(tx) => tx.send(Change::Remove(addr)).await.is_ok(),
-            Self::Tls(tx, _) => tx.send(Change::Remove(addr)).await.is_ok(),
+            Self::Tls(tx, _) => tx.send(TowerChange::Remove(addr)).await.is_ok(),
         }
     }
 
@@ -457,25 +484,33 @@ impl Balancer {
 
 /// The runners as tower's power-of-two-choices balancer takes them (the
 /// load of each is its requests in flight), as tonic's balanced channel does.
-fn tls_members(
-    rx: mpsc::Receiver<Change<SocketAddr, Channel>>,
-) -> impl tower::discover::Discover<
-    Key = SocketAddr,
-    Service = tower::load::PendingRequests<Channel>,
-    Error = std::convert::Infallible,
-> + Unpin
-+ Send
-+ 'static {
-    use tokio_stream::StreamExt;
-    ReceiverStream::new(rx).map(|c| {
-        Ok(match c {
-            Change::Insert(k, ch) => Change::Insert(
-                k,
-                tower::load::PendingRequests::new(ch, tower::load::CompleteOnResponse::default()),
-            ),
-            Change::Remove(k) => Change::Remove(k),
-        })
+fn tls_members(rx: mpsc::Receiver<TowerChange<SocketAddr, Channel>>) -> TlsMembers {
+    use futures::StreamExt;
+    ReceiverStream::new(rx).map(member as fn(_) -> _)
+}
+
+type Member = tower::load::PendingRequests<Channel>;
+type TlsMembers = futures::stream::Map<
+    ReceiverStream<TowerChange<SocketAddr, Channel>>,
+    fn(
+        TowerChange<SocketAddr, Channel>,
+    ) -> Result<TowerChange<SocketAddr, Member>, std::convert::Infallible>,
+>;
+
+fn member(
+    c: TowerChange<SocketAddr, Channel>,
+) -> Result<TowerChange<SocketAddr, Member>, std::convert::Infallible> {
+    Ok(match c {
+        TowerChange::Insert(k, ch) => TowerChange::Insert(
+            k,
+            tower::load::PendingRequests::new(ch, tower::load::CompleteOnResponse::default()),
+        ),
+        TowerChange::Remove(k) => TowerChange::Remove(k),
     })
+}
+
+fn transport_error(e: tonic::transport::Error) -> ChannelError {
+    ChannelError(Box::new(e))
 }
 
 /// Keeps the balancer's set equal to the healthy runner addresses.
