@@ -1,9 +1,11 @@
 //! Test support for omicos end-to-end tests: a scripted fake LLM, an
-//! in-process stack of real services on loopback ports, and a Chat client.
+//! in-process stack of real services on loopback ports, a Chat client, and
+//! certificates for TLS tests ([`pki`]).
 
 pub mod fake_llm;
 pub mod flaky_store;
 pub mod idp;
+pub mod pki;
 pub mod stack;
 pub mod stream_shapes;
 

@@ -52,10 +52,23 @@ impl Credentials {
 
     /// The service secret and the caller's role; an empty secret adds nothing.
     pub fn service(secret: &str, role: ServiceRole) -> Result<Self, BadCredential> {
+        Self::service_over(secret, role, false)
+    }
+
+    /// [`Credentials::service`] for a part whose calls may go over mutual
+    /// TLS (`client_cert`: it presents a client certificate): the role then
+    /// travels even without a secret, since the certificate is the proof.
+    pub fn service_over(
+        secret: &str,
+        role: ServiceRole,
+        client_cert: bool,
+    ) -> Result<Self, BadCredential> {
         let mut c = Self::default();
         if !secret.is_empty() {
             c.headers
                 .push((MetadataKey::from_static(SECRET_HEADER), value(secret)?));
+        }
+        if !secret.is_empty() || client_cert {
             c.headers.push((
                 MetadataKey::from_static(ROLE_HEADER),
                 AsciiMetadataValue::from_static(role.as_str()),

@@ -28,6 +28,17 @@ pub enum Admitted {
 pub trait Gate: Send + Sync + 'static {
     /// `path` is the gRPC method path (`/omicos.v1.Orchestrator/Chat`).
     async fn admit(&self, path: &str, headers: &http::HeaderMap) -> Result<Admitted, AuthError>;
+
+    /// [`Gate::admit`] knowing the connection's peer (its verified client
+    /// certificate under mutual TLS); by default the peer does not matter.
+    async fn admit_peer(
+        &self,
+        path: &str,
+        headers: &http::HeaderMap,
+        _peer: Option<&omicos_servicekit::PeerInfo>,
+    ) -> Result<Admitted, AuthError> {
+        self.admit(path, headers).await
+    }
 }
 
 #[async_trait::async_trait]
@@ -46,8 +57,9 @@ impl Gate for ClientAuth {
     }
 }
 
-/// The service secret, with the roles each method path allows (first
-/// matching prefix wins; no match: any authenticated part).
+/// The service secret (or, under mutual TLS, the peer's verified client
+/// certificate), with the roles each method path allows (first matching
+/// prefix wins; no match: any authenticated part).
 pub struct ServiceGate {
     auth: ServiceAuth,
     rules: Vec<(&'static str, &'static [ServiceRole])>,
@@ -56,9 +68,20 @@ pub struct ServiceGate {
 impl ServiceGate {
     /// A gate over `auth`; `rules` pair a method-path prefix with the roles it allows.
     pub fn new(auth: ServiceAuth, rules: Vec<(&'static str, &'static [ServiceRole])>) -> Self {
-        if !auth.required() {
+        Self::with_mutual_tls(auth, rules, false)
+    }
+
+    /// [`ServiceGate::new`] on a server whose TLS asks every client for a
+    /// certificate from its `client_ca` (`mutual_tls`): the handshake has
+    /// already refused anyone else, so no secret is needed.
+    pub fn with_mutual_tls(
+        auth: ServiceAuth,
+        rules: Vec<(&'static str, &'static [ServiceRole])>,
+        mutual_tls: bool,
+    ) -> Self {
+        if !auth.required() && !mutual_tls {
             tracing::warn!(
-                "no service secret is configured (service_secret / OMICOS_SERVICE_SECRET): this service trusts any caller"
+                "neither a service secret (service_secret / OMICOS_SERVICE_SECRET) nor mutual TLS (tls.client_ca) is configured: this service trusts any caller"
             );
         }
         Self { auth, rules }
@@ -68,7 +91,17 @@ impl ServiceGate {
 #[async_trait::async_trait]
 impl Gate for ServiceGate {
     async fn admit(&self, path: &str, headers: &http::HeaderMap) -> Result<Admitted, AuthError> {
-        let caller = self.auth.check(headers).inspect_err(|e| {
+        self.admit_peer(path, headers, None).await
+    }
+
+    async fn admit_peer(
+        &self,
+        path: &str,
+        headers: &http::HeaderMap,
+        peer: Option<&omicos_servicekit::PeerInfo>,
+    ) -> Result<Admitted, AuthError> {
+        let verified = peer.is_some_and(|p| p.verified_client());
+        let caller = self.auth.check_peer(headers, verified).inspect_err(|e| {
             tracing::warn!(target: "omicos::audit", event = "service_authentication_failed", path, principal = "-", error = %e, "service authentication failed");
         })?;
         if caller.authenticated
@@ -140,7 +173,8 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let gate = self.gate.clone();
         Box::pin(async move {
-            match gate.admit(req.uri().path(), req.headers()).await {
+            let peer = omicos_servicekit::PeerInfo::of(&req);
+            match gate.admit_peer(req.uri().path(), req.headers(), peer).await {
                 Ok(Admitted::Open) => {}
                 Ok(Admitted::Principal(p)) => {
                     req.extensions_mut().insert(p);

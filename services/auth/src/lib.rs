@@ -7,8 +7,10 @@
 //!   tokens are cached until they expire). The result is a [`Principal`]:
 //!   subject, tenant, tier and the most permissive mode it may use.
 //! - Between services: a shared service secret in metadata ([`ServiceAuth`]),
-//!   with the caller's role; the orchestrator forwards the principal it
-//!   authenticated, and only a caller holding the secret is believed.
+//!   or, under mutual TLS, a client certificate the handshake verified
+//!   (`omicos_servicekit::tls`), with the caller's role; the orchestrator
+//!   forwards the principal it authenticated, and only a caller holding the
+//!   secret or such a certificate is believed.
 //! - [`Guard`] wraps one tonic service (a tower `Service` that keeps the
 //!   service's name) and puts what it admitted into the request's extensions;
 //!   [`Credentials`] is the client side, a tonic interceptor.

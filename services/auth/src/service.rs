@@ -71,7 +71,8 @@ impl ServiceRole {
 /// What a service call proved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceCaller {
-    /// The caller held the secret (always false when no secret is configured).
+    /// The caller held the secret or a verified client certificate (always
+    /// false when neither a secret nor mutual TLS is configured).
     pub authenticated: bool,
     /// The role it said, believed only when authenticated.
     pub role: Option<ServiceRole>,
@@ -129,6 +130,23 @@ impl ServiceAuth {
     /// What the headers prove. Without a configured secret nothing is proved
     /// and nothing refused; with one, a missing or wrong secret is UNAUTHENTICATED.
     pub fn check(&self, headers: &HeaderMap) -> Result<ServiceCaller, AuthError> {
+        self.check_peer(headers, false)
+    }
+
+    /// [`ServiceAuth::check`], for a connection whose peer may have proved
+    /// itself at the TLS handshake: `verified_client_cert` is true when it
+    /// presented a client certificate from the server's `client_ca` (mutual
+    /// TLS). Such a peer is a part of the system without the secret; its role
+    /// header is then believed as it is with the secret (one CA, one trust
+    /// domain).
+    pub fn check_peer(
+        &self,
+        headers: &HeaderMap,
+        verified_client_cert: bool,
+    ) -> Result<ServiceCaller, AuthError> {
+        if verified_client_cert {
+            return Ok(proven(headers));
+        }
         let Some(want) = &self.digest else {
             return Ok(ServiceCaller {
                 authenticated: false,
@@ -144,30 +162,36 @@ impl ServiceAuth {
         if !bool::from(got.ct_eq(want)) {
             return Err(AuthError::Invalid("wrong service secret".into()));
         }
-        let text = |h: &str| {
-            headers
-                .get(h)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
-        let role = text(ROLE_HEADER).as_deref().and_then(ServiceRole::parse);
-        let principal = match (role, text(TENANT_HEADER), text(SUBJECT_HEADER)) {
-            (Some(ServiceRole::Orchestrator), Some(tenant), Some(subject)) => Some(Principal {
-                subject,
-                tenant,
-                tier: text(TIER_HEADER).unwrap_or_default(),
-                max_mode: text(MAX_MODE_HEADER)
-                    .and_then(|m| omicos_proto::PermissionMode::parse(&m).ok())
-                    // A ceiling that does not parse is the lowest one.
-                    .unwrap_or(omicos_proto::PermissionMode::ReadOnly),
-                via: Via::Forwarded,
-            }),
-            _ => None,
-        };
-        Ok(ServiceCaller {
-            authenticated: true,
-            role,
-            principal,
-        })
+        Ok(proven(headers))
+    }
+}
+
+/// The caller of a request that proved it is a part of the system (the
+/// secret, or a client certificate): its role and forwarded principal.
+fn proven(headers: &HeaderMap) -> ServiceCaller {
+    let text = |h: &str| {
+        headers
+            .get(h)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let role = text(ROLE_HEADER).as_deref().and_then(ServiceRole::parse);
+    let principal = match (role, text(TENANT_HEADER), text(SUBJECT_HEADER)) {
+        (Some(ServiceRole::Orchestrator), Some(tenant), Some(subject)) => Some(Principal {
+            subject,
+            tenant,
+            tier: text(TIER_HEADER).unwrap_or_default(),
+            max_mode: text(MAX_MODE_HEADER)
+                .and_then(|m| omicos_proto::PermissionMode::parse(&m).ok())
+                // A ceiling that does not parse is the lowest one.
+                .unwrap_or(omicos_proto::PermissionMode::ReadOnly),
+            via: Via::Forwarded,
+        }),
+        _ => None,
+    };
+    ServiceCaller {
+        authenticated: true,
+        role,
+        principal,
     }
 }

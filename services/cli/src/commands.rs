@@ -370,19 +370,15 @@ pub async fn health(addr: &str, service: &str) -> Result<String, CliError> {
     use tonic_health::pb::{
         HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
     };
-    let endpoint = tonic::transport::Endpoint::from_shared(addr.to_owned())
-        .map_err(|e| CliError::Usage(format!("{addr} is not a URL: {e}")))?
-        .connect_timeout(std::time::Duration::from_secs(3))
-        .timeout(std::time::Duration::from_secs(3));
-    let channel = endpoint
-        .connect()
+    let channel =
+        crate::turn::channel(addr, None, "the service", std::time::Duration::from_secs(3)).await?;
+    let mut client = HealthClient::new(channel);
+    let check = client.check(HealthCheckRequest {
+        service: service.to_owned(),
+    });
+    let reply = tokio::time::timeout(std::time::Duration::from_secs(3), check)
         .await
-        .map_err(|e| CliError::Connect(format!("nothing answers at {addr}: {e}")))?;
-    let reply = HealthClient::new(channel)
-        .check(HealthCheckRequest {
-            service: service.to_owned(),
-        })
-        .await?
+        .map_err(|_| CliError::Connect(format!("{addr} did not answer within 3 s")))??
         .into_inner();
     let status = ServingStatus::try_from(reply.status).unwrap_or(ServingStatus::Unknown);
     if status == ServingStatus::Serving {

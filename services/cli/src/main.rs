@@ -32,6 +32,10 @@ struct Cli {
         default_value = "omicos-workspace/.omicos/token"
     )]
     token_file: PathBuf,
+    /// The CA bundle (PEM) that an `https://` --server's certificate must
+    /// chain to (default: the system's roots).
+    #[arg(long, global = true, env = "OMICOS_CA", value_name = "FILE")]
+    ca: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -184,6 +188,12 @@ async fn main() -> ExitCode {
     let st = Style::for_stdout();
     let server = cli.server;
     turn::set_token(turn::find_token(cli.token.as_deref(), &[cli.token_file]));
+    turn::set_ca(
+        cli.ca
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+    );
     match cli.command {
         Command::Up {
             workspace,

@@ -42,6 +42,52 @@ pub fn find_token(explicit: Option<&str>, files: &[std::path::PathBuf]) -> Strin
     String::new()
 }
 
+/// The CA file `--ca` named (empty: the system's roots for `https://`).
+static CA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets the CA bundle every later `https://` connection verifies the server
+/// with (`--ca`, `OMICOS_CA`); empty: the system's roots.
+pub fn set_ca(path: String) {
+    let _ = CA.set(path);
+}
+
+/// A channel to `url`: plain for `http://`; for `https://`, TLS verified
+/// with the `--ca` file ([`set_ca`]), or with `ca` when given. Errors say
+/// what to do, a certificate from an unknown CA among them; `what` names
+/// the server in them (`the orchestrator`).
+pub async fn channel(
+    url: &str,
+    ca: Option<&str>,
+    what: &str,
+    connect_timeout: Duration,
+) -> Result<tonic::transport::Channel, CliError> {
+    let ep = Endpoint::from_shared(url.to_owned())
+        .map_err(|e| CliError::Usage(format!("`{url}` is not a valid server URL: {e}")))?
+        .connect_timeout(connect_timeout);
+    let connected = if ep.uri().scheme_str() == Some("https") {
+        let ca = ca
+            .map(str::to_owned)
+            .unwrap_or_else(|| CA.get().cloned().unwrap_or_default());
+        let tls = omicos_servicekit::tls::client_with_ca(&ca, "--ca")
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+        let connector = tls.connector().with_connect_timeout(connect_timeout);
+        tonic::transport::Channel::connect(connector, ep).await
+    } else {
+        ep.connect().await
+    };
+    connected.map_err(|e| {
+        let chain = error_chain(&e);
+        let hint = if chain.contains("UnknownIssuer") || chain.contains("invalid peer certificate") {
+            "the server's certificate is not signed by a CA this client trusts: pass --ca <file> (OMICOS_CA) with the CA that signed it"
+        } else if chain.contains("TLS handshake") || chain.contains("InvalidContentType") {
+            "the TLS handshake failed: check that the server speaks https and --ca names its CA"
+        } else {
+            "start it with `omicos up`, or point --server / OMICOS_SERVER at it"
+        };
+        CliError::Connect(format!("cannot reach {what} at {url}: {chain} ({hint})"))
+    })
+}
+
 /// Connects to the orchestrator at `url` with the token [`set_token`] gave.
 pub async fn connect(url: &str) -> Result<Client, CliError> {
     let token = TOKEN.get().cloned().unwrap_or_default();
@@ -51,17 +97,15 @@ pub async fn connect(url: &str) -> Result<Client, CliError> {
 /// Connects to the orchestrator at `url`, sending `token` (empty: none), with
 /// a message that says what to do when nothing answers there.
 pub async fn connect_with(url: &str, token: &str) -> Result<Client, CliError> {
+    connect_with_ca(url, token, None).await
+}
+
+/// [`connect_with`], an `https://` server verified with the CA bundle in
+/// the file `ca` (None: the one `--ca` set; `Some("")`: the system's roots).
+pub async fn connect_with_ca(url: &str, token: &str, ca: Option<&str>) -> Result<Client, CliError> {
     let creds = omicos_auth::Credentials::bearer(token)
         .map_err(|e| CliError::Usage(format!("the token: {e}")))?;
-    let ep = Endpoint::from_shared(url.to_owned())
-        .map_err(|e| CliError::Usage(format!("`{url}` is not a valid server URL: {e}")))?
-        .connect_timeout(Duration::from_secs(5));
-    let ch = ep.connect().await.map_err(|e| {
-        CliError::Connect(format!(
-            "cannot reach the orchestrator at {url}: {} (start it with `omicos up`, or point --server / OMICOS_SERVER at it)",
-            error_chain(&e)
-        ))
-    })?;
+    let ch = channel(url, ca, "the orchestrator", Duration::from_secs(5)).await?;
     Ok(OrchestratorClient::new(creds.channel(ch)))
 }
 

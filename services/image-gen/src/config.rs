@@ -15,6 +15,11 @@ pub struct Config {
     pub registry: String,
     /// Endpoint to announce; empty: `http://<bound address>`.
     pub advertise: String,
+    /// TLS (`tls.cert`, `tls.key`, `tls.client_ca`, `tls.ca`): the port
+    /// serves TLS with `cert`/`key`; with `client_ca` only peers presenting a
+    /// certificate from that CA get in (mutual TLS); `ca` verifies an
+    /// `https://` registry, `cert`/`key` is also the client certificate to it.
+    pub tls: omicos_servicekit::TlsConfig,
     /// The TTL asked of the registry (whole seconds; 0: the registry's default).
     #[serde(with = "duration")]
     pub registry_ttl: Duration,
@@ -33,6 +38,7 @@ impl Default for Config {
             listen: "127.0.0.1:0".into(),
             registry: String::new(),
             advertise: String::new(),
+            tls: Default::default(),
             registry_ttl: Duration::ZERO,
             shutdown_grace: Duration::from_secs(10),
             workspace: String::new(),
@@ -103,6 +109,8 @@ impl ServiceConfig for Config {
     ];
 
     fn validate(&self) -> Result<(), ConfigError> {
+        // The files are read now, so a missing or garbled one stops the start.
+        self.tls.load("tls")?;
         omicos_servicekit::config::require_registry_ttl("registry_ttl", self.registry_ttl)?;
         self.image_gen.validate()
     }

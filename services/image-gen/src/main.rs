@@ -4,7 +4,7 @@
 use omicos_image_gen::{Config, ImageGenProvider};
 use omicos_servicekit::config::whole_secs_u32;
 use omicos_servicekit::{Binary, Started, run_main};
-use omicos_toolkit::{ProviderHosting, serve_provider};
+use omicos_toolkit::{ProviderHosting, serve_provider_tls};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -20,6 +20,8 @@ fn main() -> ExitCode {
 
 async fn run(started: Started<Config>) -> anyhow::Result<()> {
     let cfg = started.config;
+    // Read before anything starts: a bad file is a config error naming its key.
+    let tls = cfg.tls.load("tls")?;
     let image_cfg = cfg.image_gen.clone().with_env_fallbacks(&started.env);
     if image_cfg.endpoint().is_none() {
         // Still serve: the tool then answers with how to configure it, which
@@ -42,6 +44,6 @@ async fn run(started: Started<Config>) -> anyhow::Result<()> {
         workspace,
         ttl_seconds: whole_secs_u32(cfg.registry_ttl),
     };
-    serve_provider(Arc::new(provider), listener, hosting, started.shutdown).await?;
+    serve_provider_tls(Arc::new(provider), listener, hosting, tls, started.shutdown).await?;
     Ok(())
 }

@@ -14,6 +14,11 @@ pub struct Config {
     pub registry: String,
     /// Endpoint to announce (`OMICOS_ADVERTISE`); empty: `http://<bound address>`.
     pub advertise: String,
+    /// TLS (`tls.cert`, `tls.key`, `tls.client_ca`, `tls.ca`): the port
+    /// serves TLS with `cert`/`key`; with `client_ca` only peers presenting a
+    /// certificate from that CA get in (mutual TLS); `ca` verifies an
+    /// `https://` registry, `cert`/`key` is also the client certificate to it.
+    pub tls: omicos_servicekit::TlsConfig,
     /// Workspace root used when a call carries none (`OMICOS_WORKSPACE`).
     pub workspace: String,
     /// The TTL asked of the registry (whole seconds); 0: the registry's default.
@@ -34,6 +39,7 @@ impl Default for Config {
             listen: "127.0.0.1:0".into(),
             registry: String::new(),
             advertise: String::new(),
+            tls: Default::default(),
             workspace: ".".into(),
             registry_ttl: Duration::ZERO,
             shutdown_grace: Duration::from_secs(10),
@@ -123,6 +129,8 @@ impl ServiceConfig for Config {
     ];
 
     fn validate(&self) -> Result<(), ConfigError> {
+        // The files are read now, so a missing or garbled one stops the start.
+        self.tls.load("tls")?;
         omicos_servicekit::config::require_registry_ttl("registry_ttl", self.registry_ttl)?;
         self.kernel.validate()
     }

@@ -4,7 +4,7 @@ use anyhow::Context;
 use omicos_kernel::{Config, KernelProvider};
 use omicos_servicekit::config::whole_secs_u32;
 use omicos_servicekit::{Binary, Started, run_main};
-use omicos_toolkit::{ProviderHosting, serve_provider};
+use omicos_toolkit::{ProviderHosting, serve_provider_tls};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -19,6 +19,8 @@ fn main() -> ExitCode {
 
 async fn run(started: Started<Config>) -> anyhow::Result<()> {
     let cfg = started.config;
+    // Read before anything starts: a bad file is a config error naming its key.
+    let tls = cfg.tls.load("tls")?;
     let workspace = PathBuf::from(&cfg.workspace);
     let workspace = workspace
         .canonicalize()
@@ -33,7 +35,8 @@ async fn run(started: Started<Config>) -> anyhow::Result<()> {
         workspace,
         ttl_seconds: whole_secs_u32(cfg.registry_ttl),
     };
-    let served = serve_provider(provider.clone(), listener, hosting, started.shutdown).await;
+    let served =
+        serve_provider_tls(provider.clone(), listener, hosting, tls, started.shutdown).await;
     // Kernels are separate process groups: stop them before exiting.
     provider.close().await;
     served?;

@@ -17,6 +17,11 @@ pub struct Config {
     pub registry: String,
     /// Endpoint announced to the registry; empty: `http://<bound address>` (`OMICOS_ADVERTISE`).
     pub advertise: String,
+    /// TLS (`tls.cert`, `tls.key`, `tls.client_ca`, `tls.ca`): the port
+    /// serves TLS with `cert`/`key`; with `client_ca` only peers presenting a
+    /// certificate from that CA get in (mutual TLS); `ca` verifies an
+    /// `https://` registry, `cert`/`key` is also the client certificate to it.
+    pub tls: omicos_servicekit::TlsConfig,
     /// The TTL asked of the registry, whole seconds (0: the registry's default).
     #[serde(with = "duration")]
     pub registry_ttl: Duration,
@@ -46,6 +51,7 @@ impl Default for Config {
             listen: "127.0.0.1:0".into(),
             registry: String::new(),
             advertise: String::new(),
+            tls: Default::default(),
             registry_ttl: Duration::ZERO,
             workspace: PathBuf::from("."),
             shutdown_grace: Duration::from_secs(10),
@@ -59,6 +65,8 @@ impl ServiceConfig for Config {
     const RENAMED: &'static [Renamed] = &[Renamed::to("grace_seconds", "shutdown_grace")];
 
     fn validate(&self) -> Result<(), ConfigError> {
+        // The files are read now, so a missing or garbled one stops the start.
+        self.tls.load("tls")?;
         omicos_servicekit::config::require_registry_ttl("registry_ttl", self.registry_ttl)
     }
 

@@ -4,7 +4,7 @@ use anyhow::Context;
 use omicos_memory::{Config, MemoryProvider, MemoryStore};
 use omicos_servicekit::config::whole_secs_u32;
 use omicos_servicekit::{Binary, Started, run_main};
-use omicos_toolkit::{ProviderHosting, serve_provider};
+use omicos_toolkit::{ProviderHosting, serve_provider_tls};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -19,6 +19,8 @@ fn main() -> ExitCode {
 
 async fn run(started: Started<Config>) -> anyhow::Result<()> {
     let cfg = started.config;
+    // Read before anything starts: a bad file is a config error naming its key.
+    let tls = cfg.tls.load("tls")?;
     let url = cfg.store_url();
     let store = MemoryStore::open(&url)
         .await
@@ -32,10 +34,11 @@ async fn run(started: Started<Config>) -> anyhow::Result<()> {
         workspace: cfg.workspace.clone(),
         ttl_seconds: whole_secs_u32(cfg.registry_ttl),
     };
-    serve_provider(
+    serve_provider_tls(
         Arc::new(MemoryProvider::new(store.clone())),
         listener,
         hosting,
+        tls,
         started.shutdown,
     )
     .await?;

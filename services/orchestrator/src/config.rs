@@ -70,6 +70,15 @@ pub struct Config {
     /// The secret every part of this deployment sends to the others
     /// (`OMICOS_SERVICE_SECRET`); empty: calls to the runner carry none.
     pub service_secret: String,
+    /// TLS on the public port (`tls.cert`, `tls.key`; with `tls.client_ca`,
+    /// clients must present a certificate from that CA too). gRPC, gRPC-web
+    /// and the page still share the one port. Empty: plain HTTP.
+    pub tls: omicos_servicekit::TlsConfig,
+    /// TLS of the calls to the tool-runners (`https://` entries of
+    /// `tool_runner`): `runner_tls.ca` verifies the runners,
+    /// `runner_tls.cert`/`key` is the orchestrator's client certificate for
+    /// runners that require mutual TLS.
+    pub runner_tls: omicos_servicekit::TlsConfig,
     /// How the tool calls of one model answer run.
     pub tool_calls: ToolCallsConfig,
     /// Context windows and compaction.
@@ -102,6 +111,8 @@ impl Default for Config {
             turn_lease: Duration::from_secs(60),
             auth: omicos_auth::ClientAuthConfig::default(),
             service_secret: String::new(),
+            tls: Default::default(),
+            runner_tls: Default::default(),
             tool_calls: ToolCallsConfig::default(),
             context: ContextConfig::default(),
             budget: BudgetConfig::default(),
@@ -330,6 +341,9 @@ impl ServiceConfig for Config {
 
     /// Checks values that serde cannot; the error names the key.
     fn validate(&self) -> Result<(), ConfigError> {
+        // The files are read now, so a missing or garbled one stops the start.
+        self.tls.load("tls")?;
+        self.runner_tls.load("runner_tls")?;
         if self.max_tool_iterations == 0 {
             return Err(ConfigError::key(
                 "max_tool_iterations",

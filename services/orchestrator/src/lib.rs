@@ -163,10 +163,19 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
     let gate: Arc<dyn omicos_auth::Gate> =
         Arc::new(omicos_auth::ClientAuth::new(&config.auth).map_err(std::io::Error::other)?);
     let (open_health, open_reflection) = (config.auth.open_health, config.auth.open_reflection);
+    let edge_tls = config
+        .tls
+        .server("tls")
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let runner_tls = config
+        .runner_tls
+        .client("runner_tls")
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let runner = runner_client::Runner::new(
         &config.tool_runner,
         config.runner_refresh,
         &config.service_secret,
+        runner_tls,
     )
     .map_err(std::io::Error::other)?;
     let engine = Arc::new(Engine {
@@ -185,7 +194,8 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
         name: "orchestrator",
         services: vec!["omicos.v1.Orchestrator", "omicos.v1.OrchestratorWeb"],
     })
-    .await;
+    .await
+    .tls(edge_tls);
     let files = Arc::new(files::FilesGate::new(
         gate.clone(),
         engine.config.workspace.clone(),

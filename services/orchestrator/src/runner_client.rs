@@ -3,13 +3,14 @@
 
 use crate::error::{OrchestratorError, RunnerStatus};
 use crate::hub::SessionState;
-use omicos_auth::AuthedChannel;
+use omicos_auth::Credentials;
 use omicos_proto::{
     ChatEvent, Decision, ExecuteApproval, ExecuteCancel, ExecuteClientMessage, ExecuteStart,
-    ListToolsRequest, ListToolsResponse, ToolApprovalRequest, ToolApprovalResolved, ToolOutputChunkEvent,
-    ToolProgressEvent, ToolResult, chat_event, execute_client_message,
+    ListToolsRequest, ListToolsResponse, ToolApprovalRequest, ToolApprovalResolved,
+    ToolOutputChunkEvent, ToolProgressEvent, ToolResult, chat_event, execute_client_message,
     execute_server_message, tool_runner_client::ToolRunnerClient,
 };
+use omicos_servicekit::ClientTls;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -17,7 +18,38 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint, channel::Change};
+use tower::discover::Change as TowerChange;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The balanced channel over the runners: tonic's own for plain HTTP, one
+/// over [`omicos_servicekit::TlsConnector`] connections when TLS is configured.
+type RunnerChannel = tower::util::BoxCloneSyncService<
+    http::Request<tonic::body::Body>,
+    http::Response<tonic::body::Body>,
+    ChannelError,
+>;
+
+/// A failure of the runner channel: the error as it came, under a concrete
+/// type (a boxed `dyn Error` as the service's error trips rustc's
+/// higher-ranked `Send` check of the futures that call through it).
+#[derive(Debug)]
+pub struct ChannelError(BoxError);
+
+impl std::fmt::Display for ChannelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for ChannelError {
+    // The error itself is the source, so tonic still finds a connect error
+    // (UNAVAILABLE) or a Status down the chain.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.0.as_ref())
+    }
+}
 
 /// The message of a call whose runner went away after it had started.
 pub const RUNNER_LOST: &str = "the tool-runner running this call was lost";
@@ -40,7 +72,7 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 /// (tower's power-of-two-choices balancer inside tonic's balanced channel).
 #[derive(Clone)]
 pub struct Runner {
-    client: ToolRunnerClient<AuthedChannel>,
+    client: ToolRunnerClient<InterceptedService<RunnerChannel, Credentials>>,
 }
 
 /// One configured runner entry: `http(s)://host:port`. Its host is resolved
@@ -102,16 +134,54 @@ impl Runner {
     /// resolves every entry and health-checks (grpc.health.v1) every address
     /// each `refresh`: healthy addresses join the balancer, others leave it.
     /// Every call carries the service secret (role orchestrator); empty: none.
-    pub fn new(list: &str, refresh: Duration, secret: &str) -> Result<Self, OrchestratorError> {
+    /// With `tls` (`runner_tls`), `https://` runners are reached over TLS,
+    /// each verified as its configured host name, the client certificate of
+    /// the moment presented on every new connection.
+    pub fn new(
+        list: &str,
+        refresh: Duration,
+        secret: &str,
+        tls: Option<ClientTls>,
+    ) -> Result<Self, OrchestratorError> {
         let targets =
             parse_targets(list).map_err(|m| OrchestratorError::config("tool_runner", m))?;
-        let creds =
-            omicos_auth::Credentials::service(secret, omicos_auth::ServiceRole::Orchestrator)
-                .map_err(|e| OrchestratorError::config("service_secret", e.to_string()))?;
-        let (ch, changes) = Channel::balance_channel::<SocketAddr>(64);
-        tokio::spawn(discover(targets, refresh, changes));
+        if tls.is_none()
+            && let Some(t) = targets.iter().find(|t| t.scheme == "https")
+        {
+            return Err(OrchestratorError::config(
+                "tool_runner",
+                format!("`{}` is https but `runner_tls` is not configured", t.url),
+            ));
+        }
+        let creds = Credentials::service_over(
+            secret,
+            omicos_auth::ServiceRole::Orchestrator,
+            tls.as_ref().is_some_and(ClientTls::has_cert),
+        )
+        .map_err(|e| OrchestratorError::config("service_secret", e.to_string()))?;
+        let ch: RunnerChannel = match tls {
+            None => {
+                let (ch, changes) = Channel::balance_channel::<SocketAddr>(64);
+                tokio::spawn(discover(targets, refresh, Balancer::Plain(changes)));
+                RunnerChannel::new(tower::ServiceExt::map_err(
+                    ch,
+                    transport_error as fn(_) -> _,
+                ))
+            }
+            Some(tls) => {
+                let (changes, rx) = mpsc::channel(64);
+                tokio::spawn(discover(targets, refresh, Balancer::Tls(changes, tls)));
+                RunnerChannel::new(tower::ServiceExt::map_err(
+                    tower::buffer::Buffer::new(
+                        tower::balance::p2c::Balance::new(tls_members(rx)),
+                        1024,
+                    ),
+                    ChannelError as fn(_) -> _,
+                ))
+            }
+        };
         Ok(Self {
-            client: ToolRunnerClient::new(creds.channel(ch))
+            client: ToolRunnerClient::new(InterceptedService::new(ch, creds))
                 .max_decoding_message_size(omicos_proto::MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(omicos_proto::MAX_MESSAGE_BYTES),
         })
@@ -363,14 +433,90 @@ fn retriable(s: &Status) -> bool {
     )
 }
 
+/// Where discovery sends the healthy runners.
+enum Balancer {
+    /// tonic's balanced channel, which connects each endpoint itself.
+    Plain(mpsc::Sender<Change<SocketAddr, Endpoint>>),
+    /// [`tls_members`]: channels over the TLS connector.
+    Tls(mpsc::Sender<TowerChange<SocketAddr, Channel>>, ClientTls),
+}
+
+impl Balancer {
+    /// A channel to `ep`, verified as `host` over TLS.
+    fn channel(&self, ep: &Endpoint, host: &str) -> Channel {
+        match self {
+            Self::Plain(_) => ep.connect_lazy(),
+            Self::Tls(_, tls) => Channel::new(
+                tls.connector()
+                    .with_server_name(host)
+                    .with_connect_timeout(Duration::from_secs(3)),
+                ep.clone(),
+            ),
+        }
+    }
+
+    /// Adds a runner; false once the balancer is gone.
+    async fn insert(&self, addr: SocketAddr, ep: &Endpoint, host: &str) -> bool {
+        match self {
+            Self::Plain(tx) => tx.send(Change::Insert(addr, ep.clone())).await.is_ok(),
+            Self::Tls(tx, _) => tx
+                .send(TowerChange::Insert(addr, self.channel(ep, host)))
+                .await
+                .is_ok(),
+        }
+    }
+
+    /// Removes a runner; false once the balancer is gone.
+    async fn remove(&self, addr: SocketAddr) -> bool {
+        match self {
+            Self::Plain(tx) => tx.send(Change::Remove(addr)).await.is_ok(),
+            Self::Tls(tx, _) => tx.send(TowerChange::Remove(addr)).await.is_ok(),
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        match self {
+            Self::Plain(tx) => tx.is_closed(),
+            Self::Tls(tx, _) => tx.is_closed(),
+        }
+    }
+}
+
+/// The runners as tower's power-of-two-choices balancer takes them (the
+/// load of each is its requests in flight), as tonic's balanced channel does.
+fn tls_members(rx: mpsc::Receiver<TowerChange<SocketAddr, Channel>>) -> TlsMembers {
+    use futures::StreamExt;
+    ReceiverStream::new(rx).map(member as fn(_) -> _)
+}
+
+type Member = tower::load::PendingRequests<Channel>;
+type TlsMembers = futures::stream::Map<
+    ReceiverStream<TowerChange<SocketAddr, Channel>>,
+    fn(
+        TowerChange<SocketAddr, Channel>,
+    ) -> Result<TowerChange<SocketAddr, Member>, std::convert::Infallible>,
+>;
+
+fn member(
+    c: TowerChange<SocketAddr, Channel>,
+) -> Result<TowerChange<SocketAddr, Member>, std::convert::Infallible> {
+    Ok(match c {
+        TowerChange::Insert(k, ch) => TowerChange::Insert(
+            k,
+            tower::load::PendingRequests::new(ch, tower::load::CompleteOnResponse::default()),
+        ),
+        TowerChange::Remove(k) => TowerChange::Remove(k),
+    })
+}
+
+fn transport_error(e: tonic::transport::Error) -> ChannelError {
+    ChannelError(Box::new(e))
+}
+
 /// Keeps the balancer's set equal to the healthy runner addresses.
-async fn discover(
-    targets: Vec<RunnerTarget>,
-    refresh: Duration,
-    changes: mpsc::Sender<Change<SocketAddr, Endpoint>>,
-) {
-    // address → (its endpoint, a health client on it, whether it is in the balancer)
-    let mut known: HashMap<SocketAddr, (Endpoint, Channel, bool)> = HashMap::new();
+async fn discover(targets: Vec<RunnerTarget>, refresh: Duration, changes: Balancer) {
+    // address → (its endpoint, its target's host, a health client on it, whether it is in the balancer)
+    let mut known: HashMap<SocketAddr, (Endpoint, String, Channel, bool)> = HashMap::new();
     loop {
         let mut addrs: HashMap<SocketAddr, RunnerTarget> = HashMap::new();
         for t in &targets {
@@ -394,8 +540,8 @@ async fn discover(
                 .tcp_nodelay(true)
                 .http2_keep_alive_interval(Duration::from_secs(10))
                 .keep_alive_timeout(Duration::from_secs(5));
-            let health = ep.connect_lazy();
-            known.insert(*addr, (ep, health, false));
+            let health = changes.channel(&ep, &t.host);
+            known.insert(*addr, (ep, t.host.clone(), health, false));
         }
         let gone: Vec<SocketAddr> = known
             .keys()
@@ -403,25 +549,21 @@ async fn discover(
             .copied()
             .collect();
         for a in gone {
-            if let Some((_, _, true)) = known.remove(&a) {
-                let _ = changes.send(Change::Remove(a)).await;
+            if let Some((_, _, _, true)) = known.remove(&a) {
+                let _ = changes.remove(a).await;
             }
         }
-        for (addr, (ep, health, member)) in known.iter_mut() {
+        for (addr, (ep, host, health, member)) in known.iter_mut() {
             let ok = healthy(health.clone()).await;
             if ok && !*member {
                 tracing::info!(runner = %addr, "tool-runner joins the balancer");
-                if changes
-                    .send(Change::Insert(*addr, ep.clone()))
-                    .await
-                    .is_err()
-                {
+                if !changes.insert(*addr, ep, host).await {
                     return;
                 }
                 *member = true;
             } else if !ok && *member {
                 tracing::warn!(runner = %addr, "tool-runner leaves the balancer (health check failed)");
-                if changes.send(Change::Remove(*addr)).await.is_err() {
+                if !changes.remove(*addr).await {
                     return;
                 }
                 *member = false;
@@ -431,7 +573,7 @@ async fn discover(
             return;
         }
         // Look again soon while none is healthy, so the first one is used at once.
-        let wait = if known.values().any(|k| k.2) {
+        let wait = if known.values().any(|k| k.3) {
             refresh
         } else {
             refresh.min(Duration::from_millis(300))

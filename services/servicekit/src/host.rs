@@ -10,10 +10,11 @@ use tonic::service::Routes;
 use tonic::transport::Server;
 use tonic::transport::server::Router;
 
-/// Accepted connections (TCP_NODELAY set), as the tonic server takes them.
-type Incoming = std::pin::Pin<
-    Box<dyn tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> + Send>,
->;
+/// Accepted connections (TCP_NODELAY set, TLS handshake done when
+/// configured), as the tonic server takes them.
+type Incoming =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = std::io::Result<ServedIo>> + Send>>;
+use crate::tls::{ServedIo, ServerTls};
 use tonic_health::server::HealthReporter;
 
 /// Options for [`Host`].
@@ -29,6 +30,7 @@ pub struct HostOptions {
 pub struct Host {
     opts: HostOptions,
     reporter: HealthReporter,
+    tls: Option<ServerTls>,
 }
 
 impl Host {
@@ -43,7 +45,19 @@ impl Host {
         reporter
             .set_service_status("", tonic_health::ServingStatus::NotServing)
             .await;
-        Self { opts, reporter }
+        Self {
+            opts,
+            reporter,
+            tls: None,
+        }
+    }
+
+    /// Serves over TLS with `tls` (None: plain TCP, as without this call).
+    /// Each handshake uses the files as they are then, so rotated
+    /// certificates apply to new connections without a restart.
+    pub fn tls(mut self, tls: Option<ServerTls>) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// The reporter, to flip health when dependencies come and go.
@@ -60,11 +74,15 @@ impl Host {
     /// with more (the orchestrator adds gRPC-web and its page, then calls
     /// [`Host::serve_http`]).
     pub fn routes(&self) -> Routes {
-        let v1 = reflection().build_v1().expect("embedded descriptor set is valid");
+        let v1 = reflection()
+            .build_v1()
+            .expect("embedded descriptor set is valid");
         let v1alpha = reflection()
             .build_v1alpha()
             .expect("embedded descriptor set is valid");
-        Routes::new(self.health()).add_service(v1).add_service(v1alpha)
+        Routes::new(self.health())
+            .add_service(v1)
+            .add_service(v1alpha)
     }
 
     /// The server builder every router starts from (keepalive, a span per
@@ -160,13 +178,25 @@ impl Host {
             .await;
             tracing::info!(service = name, "draining");
         };
-        // Without TCP_NODELAY every small gRPC message waits for Nagle + delayed ACK (~40 ms a hop).
-        let incoming: Incoming = Box::pin(TcpListenerStream::new(listener).map(|conn| {
-            conn.inspect(|s| {
-                let _ = s.set_nodelay(true);
-            })
-        }));
-        tracing::info!(service = name, ?addr, "serving");
+        let tls = self.tls.clone();
+        let incoming: Incoming = match &tls {
+            // Without TCP_NODELAY every small gRPC message waits for Nagle + delayed ACK (~40 ms a hop).
+            None => Box::pin(TcpListenerStream::new(listener).map(|conn| {
+                conn.map(|s| {
+                    let _ = s.set_nodelay(true);
+                    ServedIo::Plain(s)
+                })
+            })),
+            Some(tls) => tls_incoming(listener, tls.clone(), name),
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        tracing::info!(
+            service = name,
+            ?addr,
+            scheme,
+            mutual_tls = tls.as_ref().is_some_and(|t| t.mutual()),
+            "serving"
+        );
         let serve = serve(incoming, Box::pin(signal));
         tokio::pin!(serve);
         tokio::select! {
@@ -177,6 +207,43 @@ impl Host {
             }
         }
     }
+}
+
+/// Accepts on `listener` and runs each TLS handshake in its own task (a slow
+/// or silent peer holds up no other); a refused handshake (a client
+/// certificate from another CA, none where `client_ca` asks for one) is
+/// logged and the connection dropped. Ends when the server drops the stream.
+fn tls_incoming(listener: TcpListener, tls: ServerTls, name: &'static str) -> Incoming {
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<ServedIo>>(64);
+    tokio::spawn(async move {
+        loop {
+            let (tcp, peer) = tokio::select! {
+                _ = tx.closed() => return,
+                r = listener.accept() => match r {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // EMFILE and the like: pause rather than spin.
+                        tracing::warn!(service = name, error = %e, "accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let _ = tcp.set_nodelay(true);
+            let (tls, tx) = (tls.clone(), tx.clone());
+            tokio::spawn(async move {
+                match tls.accept(tcp).await {
+                    Ok(io) => {
+                        let _ = tx.send(Ok(io)).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(target: "omicos::audit", event = "tls_handshake_refused", service = name, %peer, error = %e, "TLS handshake failed");
+                    }
+                }
+            });
+        }
+    });
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
 }
 
 /// A reflection builder over the omicos and health descriptors: `.build_v1()`

@@ -277,6 +277,8 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, StackError> {
         (None, false)
     };
     ocfg.validate().map_err(|e| e.in_section("orchestrator"))?;
+    refuse_tls(&ocfg.tls, "orchestrator.tls")?;
+    refuse_tls(&ocfg.runner_tls, "orchestrator.runner_tls")?;
     let (agents, warnings) = omicos_orchestrator::agents::CatalogAgents::load(&ocfg)
         .map_err(|e| StackError::start("orchestrator", e))?;
     for w in warnings {
@@ -302,6 +304,7 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, StackError> {
     let service_secret = rcfg.service_secret.clone();
     ocfg.service_secret = service_secret.clone();
     rcfg.validate().map_err(|e| e.in_section("tool_runner"))?;
+    refuse_tls(&rcfg.tls, "tool_runner.tls")?;
     let pdf_cfg: omicos_pdf::Config = load_config_value(section(&file, "pdf"), env, "pdf")?;
     let local: Vec<Arc<dyn Provider>> = vec![
         Arc::new(omicos_pdf::PdfProvider::new(pdf_cfg)),
@@ -331,6 +334,7 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, StackError> {
     if opts.kernel {
         let kcfg: omicos_kernel::Config =
             load_config_value(section(&file, "kernel"), env, "kernel")?;
+        refuse_tls(&kcfg.tls, "kernel.tls")?;
         let l = bind(&opts.host, opts.port_base, 2).await?;
         endpoints.push(("kernel", url(&l)));
         let p =
@@ -344,6 +348,7 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, StackError> {
     }
     if opts.web {
         let wcfg: omicos_web::Config = load_config_value(section(&file, "web"), env, "web")?;
+        refuse_tls(&wcfg.tls, "web.tls")?;
         let l = bind(&opts.host, opts.port_base, 3).await?;
         endpoints.push(("web", url(&l)));
         let p = Arc::new(
@@ -361,6 +366,7 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, StackError> {
     if opts.memory {
         let mut mcfg: omicos_memory::Config =
             load_config_value(section(&file, "memory"), env, "memory")?;
+        refuse_tls(&mcfg.tls, "memory.tls")?;
         mcfg.workspace = workspace.clone();
         let store_url = mcfg.store_url();
         let store = omicos_memory::MemoryStore::open(&store_url)
@@ -377,6 +383,7 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, StackError> {
     if opts.image_gen {
         let icfg: omicos_image_gen::Config =
             load_config_value(section(&file, "image_gen"), env, "image_gen")?;
+        refuse_tls(&icfg.tls, "image_gen.tls")?;
         let l = bind(&opts.host, opts.port_base, 5).await?;
         endpoints.push(("image_gen", url(&l)));
         let p = Arc::new(
@@ -438,6 +445,20 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, StackError> {
         .await;
     }
     Ok(stack)
+}
+
+/// The one-process stack's parts talk over loopback, and its clients (the
+/// CLI, the readiness checks) over plain HTTP: TLS is for parts deployed
+/// apart. A TLS section is refused rather than half applied.
+fn refuse_tls(tls: &omicos_servicekit::TlsConfig, key: &str) -> Result<(), ConfigError> {
+    if tls.is_empty() {
+        return Ok(());
+    }
+    Err(ConfigError::key(
+        key,
+        "`omicos up` runs every part in one process on loopback and serves plain HTTP; \
+         TLS is for parts deployed as separate services (see docs/operations.md, TLS)",
+    ))
 }
 
 /// Waits until `url`'s health says SERVING.

@@ -67,6 +67,12 @@ pub struct Config {
     /// Register/Heartbeat/Deregister only from providers) and sent to
     /// providers. Empty: nothing is checked (a warning at start).
     pub service_secret: String,
+    /// TLS, both ways (`tls.cert`, `tls.key`, `tls.ca`, `tls.client_ca`):
+    /// the runner's port serves TLS with `cert`/`key`, and with `client_ca`
+    /// only callers presenting a certificate from that CA get in (mutual
+    /// TLS, in place of the secret). `ca` verifies `https://` providers and
+    /// `cert`/`key` is also the runner's client certificate to them.
+    pub tls: omicos_servicekit::TlsConfig,
     /// MCP servers whose tools the runner offers, and serving its tools over MCP.
     pub mcp: omicos_mcp::McpConfig,
     /// The deployment's permission rules (`permissions: {allow, ask, deny}`,
@@ -98,6 +104,7 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(10),
             sandbox: omicos_sandbox::SandboxConfig::default(),
             service_secret: String::new(),
+            tls: Default::default(),
             mcp: omicos_mcp::McpConfig::default(),
             permissions: omicos_rules::RuleLists::default(),
         }
@@ -173,6 +180,8 @@ impl ServiceConfig for Config {
     /// Checks what serde cannot: regexes, modes, hook kinds, durations. The
     /// error names the key.
     fn validate(&self) -> Result<(), ConfigError> {
+        // The files are read now, so a missing or garbled one stops the start.
+        self.tls.load("tls")?;
         omicos_proto::PermissionMode::parse(&self.default_permission_mode)
             .map_err(|e| ConfigError::key("default_permission_mode", e.to_string()))?;
         for (event, list) in self.hooks.events() {

@@ -114,13 +114,22 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let stop = shutdown.streams_token();
     let name = service::runner_name(listener.local_addr()?);
+    let tls = config
+        .tls
+        .load("tls")
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     // Before the registry opens: the shared store may already list providers
     // (a replaced runner), and their clients take the credentials they are
     // built with — set later, those calls went out with none.
     omicos_toolkit::remote::set_service_credentials(
-        omicos_auth::Credentials::service(&config.service_secret, omicos_auth::ServiceRole::Runner)
-            .map_err(std::io::Error::other)?,
+        omicos_auth::Credentials::service_over(
+            &config.service_secret,
+            omicos_auth::ServiceRole::Runner,
+            tls.client_cert(),
+        )
+        .map_err(std::io::Error::other)?,
     );
+    omicos_toolkit::remote::set_client_tls(tls.client.clone());
     let registry = open_registry(&config, stop.clone())
         .await
         .map_err(std::io::Error::other)?;
@@ -144,20 +153,25 @@ pub async fn run(
         name: "tool-runner",
         services: vec!["omicos.v1.ToolRunner", "omicos.v1.Registry"],
     })
-    .await;
+    .await
+    .tls(tls.server.clone());
     let registry = registry::RegistryService::new(pipeline.registry().clone());
     // Only the parts of the system get in: the orchestrator runs tools,
     // providers register; the runner's calls to providers carry the secret too.
     use omicos_auth::ServiceRole::{Operator, Orchestrator, Provider as ProviderRole};
-    let gate: Arc<dyn omicos_auth::Gate> = Arc::new(omicos_auth::guard::ServiceGate::new(
-        omicos_auth::ServiceAuth::new(&config.service_secret),
-        vec![
-            ("/omicos.v1.ToolRunner/", &[Orchestrator, Operator]),
-            ("/omicos.v1.Registry/Register", &[ProviderRole]),
-            ("/omicos.v1.Registry/Heartbeat", &[ProviderRole]),
-            ("/omicos.v1.Registry/Deregister", &[ProviderRole]),
-        ],
-    ));
+    // Under mutual TLS the handshake already refused anyone without a
+    // certificate from `tls.client_ca`.
+    let gate: Arc<dyn omicos_auth::Gate> =
+        Arc::new(omicos_auth::guard::ServiceGate::with_mutual_tls(
+            omicos_auth::ServiceAuth::new(&config.service_secret),
+            vec![
+                ("/omicos.v1.ToolRunner/", &[Orchestrator, Operator]),
+                ("/omicos.v1.Registry/Register", &[ProviderRole]),
+                ("/omicos.v1.Registry/Heartbeat", &[ProviderRole]),
+                ("/omicos.v1.Registry/Deregister", &[ProviderRole]),
+            ],
+            tls.mutual(),
+        ));
     let router = host
         .router()
         .add_service(omicos_auth::Guard::new(

@@ -1,10 +1,11 @@
 //! Running a provider as its own gRPC service: health, reflection,
 //! `omicos.v1.ToolProvider`, and self-registration with the registry.
 
-use crate::{provider::Provider, registration::keep_registered_with, server::ProviderService};
+use crate::{provider::Provider, registration::keep_registered_over, server::ProviderService};
 use omicos_auth::guard::ServiceGate;
 use omicos_auth::{Credentials, Guard, ServiceAuth, ServiceRole};
 use omicos_proto::ProviderInstance;
+use omicos_servicekit::tls::Tls;
 use omicos_servicekit::{Host, HostOptions, Shutdown};
 use std::{path::PathBuf, sync::Arc};
 use tokio::net::TcpListener;
@@ -34,6 +35,19 @@ pub async fn serve_provider<P: Provider>(
     serve_provider_with(provider, listener, hosting, &secret, shutdown).await
 }
 
+/// [`serve_provider`] with the provider's TLS (its `tls` config, read at
+/// start with [`omicos_servicekit::TlsConfig::load`]).
+pub async fn serve_provider_tls<P: Provider>(
+    provider: Arc<P>,
+    listener: TcpListener,
+    hosting: ProviderHosting,
+    tls: Tls,
+    shutdown: Shutdown,
+) -> std::io::Result<()> {
+    let secret = std::env::var("OMICOS_SERVICE_SECRET").unwrap_or_default();
+    serve_provider_over(provider, listener, hosting, &secret, tls, shutdown).await
+}
+
 /// Serves `provider` on `listener` until `shutdown` drains. With a non-empty
 /// `service_secret`, every call must carry it, `CallTool` only from a runner
 /// (nothing reaches a provider around the runner's pipeline), and the
@@ -45,33 +59,63 @@ pub async fn serve_provider_with<P: Provider>(
     service_secret: &str,
     shutdown: Shutdown,
 ) -> std::io::Result<()> {
+    serve_provider_over(
+        provider,
+        listener,
+        hosting,
+        service_secret,
+        Tls::default(),
+        shutdown,
+    )
+    .await
+}
+
+/// [`serve_provider_with`] over `tls`: the provider's port serves TLS with
+/// its server certificate; with a `client_ca` (mutual TLS) only peers
+/// presenting a certificate from that CA get in, `CallTool` still only
+/// from a runner; the registration goes to an `https://` registry with its
+/// client side. The advertised endpoint is `https://` when TLS is on.
+pub async fn serve_provider_over<P: Provider>(
+    provider: Arc<P>,
+    listener: TcpListener,
+    hosting: ProviderHosting,
+    service_secret: &str,
+    tls: Tls,
+    shutdown: Shutdown,
+) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
     let host = Host::new(HostOptions {
         name: "provider",
         services: vec!["omicos.v1.ToolProvider"],
     })
-    .await;
+    .await
+    .tls(tls.server.clone());
     let service = ProviderService::new(
         provider.clone(),
         hosting.workspace.clone(),
         shutdown.streams_token(),
     );
     let tools = service_tools(provider.as_ref());
-    let gate: Arc<dyn omicos_auth::Gate> = Arc::new(ServiceGate::new(
+    let gate: Arc<dyn omicos_auth::Gate> = Arc::new(ServiceGate::with_mutual_tls(
         ServiceAuth::new(service_secret),
         vec![("/omicos.v1.ToolProvider/CallTool", &[ServiceRole::Runner])],
+        tls.mutual(),
     ));
     let router = host
         .router()
         .add_service(Guard::new(service.into_server(), gate));
-    let creds = Credentials::service(service_secret, ServiceRole::Provider)
+    let creds = Credentials::service_over(service_secret, ServiceRole::Provider, tls.client_cert())
         .map_err(std::io::Error::other)?;
     host.set_serving().await;
     if let Some(registry) = hosting.registry.clone() {
-        let endpoint = hosting
-            .advertise
-            .clone()
-            .unwrap_or_else(|| format!("http://{addr}"));
+        let endpoint = hosting.advertise.clone().unwrap_or_else(|| {
+            let scheme = if tls.server.is_some() {
+                "https"
+            } else {
+                "http"
+            };
+            format!("{scheme}://{addr}")
+        });
         let instance = ProviderInstance {
             instance_id: format!("{}-{}", provider.name(), uuid::Uuid::new_v4().simple()),
             provider: provider.name().into(),
@@ -88,11 +132,12 @@ pub async fn serve_provider_with<P: Provider>(
             sd.draining().await;
             stop2.cancel();
         });
-        tokio::spawn(keep_registered_with(
+        tokio::spawn(keep_registered_over(
             registry,
             instance,
             hosting.ttl_seconds,
             creds,
+            tls.client.clone(),
             stop,
         ));
     }

@@ -15,7 +15,9 @@ pub mod tenancy;
 pub mod toolsets;
 
 pub use confine::{ConfineError, confine_path};
-pub use hosting::{ProviderHosting, serve_provider, serve_provider_with};
+pub use hosting::{
+    ProviderHosting, serve_provider, serve_provider_over, serve_provider_tls, serve_provider_with,
+};
 pub use omicos_proto::{Risk, ToolOutputChunk, ToolProgress, ToolSpec};
 pub use provider::{CallCtx, EventSink, Provider, ProviderEvent, ToolError};
 pub use spec::{ToolSpecBuilder, tool};

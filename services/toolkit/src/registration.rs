@@ -6,6 +6,7 @@ use omicos_proto::{
     DeregisterRequest, HeartbeatRequest, ProviderInstance, RegisterRequest,
     registry_client::RegistryClient,
 };
+use omicos_servicekit::ClientTls;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -34,6 +35,20 @@ pub async fn keep_registered_with(
     creds: Credentials,
     shutdown: CancellationToken,
 ) {
+    keep_registered_over(registry, instance, ttl_seconds, creds, None, shutdown).await
+}
+
+/// [`keep_registered_with`], an `https://` registry reached with `tls`
+/// (its CA, and the provider's certificate for mutual TLS), each new
+/// connection with the files of the moment.
+pub async fn keep_registered_over(
+    registry: String,
+    instance: ProviderInstance,
+    ttl_seconds: u32,
+    creds: Credentials,
+    tls: Option<ClientTls>,
+    shutdown: CancellationToken,
+) {
     // This process's proof that the instance id is its own (see
     // `omicos_auth::service::INSTANCE_KEY_HEADER`); never leaves the process otherwise.
     let key = uuid::Uuid::new_v4().simple().to_string();
@@ -46,7 +61,14 @@ pub async fn keep_registered_with(
             tracing::error!(%registry, "registry endpoint is not a URL; not registering");
             return;
         };
-        if let Ok(ch) = endpoint.connect().await {
+        let connected = match &tls {
+            Some(tls) => {
+                let connector = tls.connector().with_connect_timeout(Duration::from_secs(2));
+                tonic::transport::Channel::connect(connector, endpoint).await
+            }
+            None => endpoint.connect().await,
+        };
+        if let Ok(ch) = connected {
             let mut c = RegistryClient::new(creds.clone().channel(ch));
             loop {
                 let ok = if registered {

@@ -7,9 +7,10 @@ use omicos_proto::{
     CallContext, CallToolRequest, DescribeRequest, ToolSpec, call_tool_event,
     tool_provider_client::ToolProviderClient,
 };
+use omicos_servicekit::ClientTls;
 use serde_json::Value;
 use std::sync::RwLock;
-use tonic::transport::Endpoint;
+use tonic::transport::{Channel, Endpoint};
 
 /// What every call to a provider carries: the service secret with the
 /// runner's role, set once by the runner at start ([`set_service_credentials`]).
@@ -18,6 +19,23 @@ static OUTGOING: RwLock<Option<Credentials>> = RwLock::new(None);
 /// Sets the credentials calls to providers carry (the runner's service secret).
 pub fn set_service_credentials(c: Credentials) {
     *OUTGOING.write().unwrap_or_else(|e| e.into_inner()) = Some(c);
+}
+
+/// The TLS of calls to `https://` providers, set once by the runner at
+/// start ([`set_client_tls`]); None: `https://` endpoints are refused.
+static OUTGOING_TLS: RwLock<Option<ClientTls>> = RwLock::new(None);
+
+/// Sets the TLS calls to `https://` providers use (the runner's `tls`:
+/// its CA to verify them, its certificate for mutual TLS).
+pub fn set_client_tls(tls: Option<ClientTls>) {
+    *OUTGOING_TLS.write().unwrap_or_else(|e| e.into_inner()) = tls;
+}
+
+fn outgoing_tls() -> Option<ClientTls> {
+    OUTGOING_TLS
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
 }
 
 fn outgoing() -> Credentials {
@@ -47,11 +65,25 @@ impl RemoteProvider {
         tools: Vec<ToolSpec>,
         affinity: bool,
     ) -> Result<Self, ToolError> {
-        let channel = Endpoint::from_shared(endpoint.to_owned())
+        let ep = Endpoint::from_shared(endpoint.to_owned())
             .map_err(|e| ToolError::Unavailable(format!("bad endpoint {endpoint}: {e}")))?
             .connect_timeout(std::time::Duration::from_secs(3))
-            .tcp_nodelay(true)
-            .connect_lazy();
+            .tcp_nodelay(true);
+        let channel = if ep.uri().scheme_str() == Some("https") {
+            let tls = outgoing_tls().ok_or_else(|| {
+                ToolError::Unavailable(format!(
+                    "{endpoint} is https but the runner has no `tls` configured"
+                ))
+            })?;
+            // Each new connection takes the client config of the moment (rotation).
+            Channel::new(
+                tls.connector()
+                    .with_connect_timeout(std::time::Duration::from_secs(3)),
+                ep,
+            )
+        } else {
+            ep.connect_lazy()
+        };
         Ok(Self {
             name: name.into(),
             endpoint: endpoint.into(),

@@ -2,7 +2,7 @@
 
 use omicos_servicekit::config::whole_secs_u32;
 use omicos_servicekit::{Binary, Started, run_main};
-use omicos_toolkit::{ProviderHosting, serve_provider};
+use omicos_toolkit::{ProviderHosting, serve_provider_tls};
 use omicos_web::{Config, WebProvider, ssrf::SystemLookup};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -18,6 +18,8 @@ fn main() -> ExitCode {
 
 async fn run(started: Started<Config>) -> anyhow::Result<()> {
     let cfg = started.config;
+    // Read before anything starts: a bad file is a config error naming its key.
+    let tls = cfg.tls.load("tls")?;
     let provider = WebProvider::with_parts(&cfg.web, &started.env, Arc::new(SystemLookup))?;
     let listener = omicos_servicekit::host::bind(&cfg.listen).await?;
     println!("listening on http://{}", listener.local_addr()?);
@@ -27,6 +29,6 @@ async fn run(started: Started<Config>) -> anyhow::Result<()> {
         workspace: std::env::current_dir()?,
         ttl_seconds: whole_secs_u32(cfg.registry_ttl),
     };
-    serve_provider(Arc::new(provider), listener, hosting, started.shutdown).await?;
+    serve_provider_tls(Arc::new(provider), listener, hosting, tls, started.shutdown).await?;
     Ok(())
 }
