@@ -30,8 +30,10 @@ fi
 "$root/scripts/mcp-servers.sh"  # MCP reference servers + TS SDK client for services/mcp's tests
 status=0
 # The service binaries the cluster tests start as processes, built with the
-# tests' feature set (the tests build them too; this keeps that a no-op).
+# tests' feature set before the suite: the tests then do not build them
+# themselves (a build during the run could relink a binary being started).
 cargo build --workspace --bins --tests
+export OMICOS_TEST_BINS_BUILT=1
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@" || status=$?
 else

@@ -81,17 +81,22 @@ struct Bins {
 
 fn binaries() -> Bins {
     let llm = PathBuf::from(env!("CARGO_BIN_EXE_omicos-fake-llm"));
-    let status = std::process::Command::new(env!("CARGO"))
-        // The whole workspace's tests, as `cargo nextest run --workspace` builds
-        // them: the same feature set, so nothing is rebuilt when it is fresh
-        // (a `-p` build unifies features differently and rebuilds the deps).
-        // `--bins` too: `--tests` builds a package's binaries only when it has
-        // integration tests, and the orchestrator has none.
-        .args(["build", "-q", "--workspace", "--bins", "--tests"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building the service binaries failed");
+    // Under scripts/test.sh the binaries were built before the suite
+    // (OMICOS_TEST_BINS_BUILT): building here while other tests run could
+    // relink a binary, or a test executable, at the moment one is started.
+    if std::env::var_os("OMICOS_TEST_BINS_BUILT").is_none() {
+        let status = std::process::Command::new(env!("CARGO"))
+            // The whole workspace's tests, as `cargo nextest run --workspace` builds
+            // them: the same feature set, so nothing is rebuilt when it is fresh
+            // (a `-p` build unifies features differently and rebuilds the deps).
+            // `--bins` too: `--tests` builds a package's binaries only when it has
+            // integration tests, and the orchestrator has none.
+            .args(["build", "-q", "--workspace", "--bins", "--tests"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building the service binaries failed");
+    }
     let bin = |name: &str| {
         let p = llm.with_file_name(name);
         assert!(p.exists(), "{} missing after the build", p.display());
