@@ -39,24 +39,38 @@ async fn spawn_kernel(
     (child, endpoint)
 }
 
+/// The pid of the kernel that runs `session`'s cells, asked of the kernel itself.
+async fn kernel_pid(remote: &RemoteProvider, ws: &std::path::Path, session: &str) -> i32 {
+    let r = remote
+        .call(
+            "run_python_code",
+            json!({"code": "import os\nos.getpid()"}),
+            CallCtx::for_test(ws, session),
+        )
+        .await
+        .unwrap();
+    r["execute_result"]["text/plain"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A process's state letter and parent pid, from `/proc/<pid>/stat`
+/// (`pid (comm) state ppid …`); None once it is gone.
+fn state_and_parent(pid: i32) -> Option<(char, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    Some((state, rest.next()?.parse().ok()?))
+}
+
 #[tokio::test]
 async fn binary_serves_and_stops_its_kernels() {
     let ws = tempfile::tempdir().unwrap();
     let (mut child, endpoint) = spawn_kernel(ws.path(), "0", &[]).await;
     let remote = RemoteProvider::connect(&endpoint).await.unwrap();
-    let r = remote
-        .call(
-            "run_python_code",
-            json!({"code": "import os\nos.getpid()"}),
-            CallCtx::for_test(ws.path(), "bin"),
-        )
-        .await
-        .unwrap();
-    let kernel_pid: i32 = r["execute_result"]["text/plain"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let kernel_pid = kernel_pid(&remote, ws.path(), "bin").await;
     assert!(
         unsafe { libc::kill(kernel_pid, 0) } == 0,
         "the kernel is not running"
@@ -86,31 +100,14 @@ async fn kernels_exit_when_the_service_is_killed_9() {
     // A warm kernel too: pooled kernels must not outlive the service either.
     let (mut child, endpoint) = spawn_kernel(ws.path(), "1", &[]).await;
     let remote = RemoteProvider::connect(&endpoint).await.unwrap();
-    let r = remote
-        .call(
-            "run_python_code",
-            json!({"code": "import os\nos.getpid()"}),
-            CallCtx::for_test(ws.path(), "killed"),
-        )
-        .await
-        .unwrap();
-    let kernel_pid: i32 = r["execute_result"]["text/plain"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let kernel_pid = kernel_pid(&remote, ws.path(), "killed").await;
     let service_pid = child.id().unwrap() as i32;
     // Every ipykernel this service started, warm ones included (their parent is the service).
     let kernels = || -> Vec<i32> {
         std::fs::read_dir("/proc")
             .unwrap()
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-            .filter(|pid| {
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-                // pid (comm) state ppid ...
-                let after = stat.rsplit_once(')').map(|(_, a)| a).unwrap_or("");
-                after.split_whitespace().nth(1) == Some(service_pid.to_string().as_str())
-            })
+            .filter(|pid| state_and_parent(*pid).is_some_and(|(_, ppid)| ppid == service_pid))
             .collect()
     };
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -126,16 +123,8 @@ async fn kernels_exit_when_the_service_is_killed_9() {
     assert!(started.contains(&kernel_pid), "{started:?} / {kernel_pid}");
     unsafe { libc::kill(service_pid, libc::SIGKILL) };
     let _ = child.wait().await;
-    let alive = |pid: i32| {
-        // A zombie is gone for our purpose: it runs nothing (its parent, init, reaps it).
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| {
-                !s.rsplit_once(')')
-                    .map(|(_, a)| a.trim_start().starts_with('Z'))
-                    .unwrap_or(false)
-            })
-            .unwrap_or(false)
-    };
+    // A zombie is gone for our purpose: it runs nothing (its parent, init, reaps it).
+    let alive = |pid: i32| state_and_parent(pid).is_some_and(|(state, _)| state != 'Z');
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let left: Vec<i32> = started.iter().copied().filter(|p| alive(*p)).collect();
