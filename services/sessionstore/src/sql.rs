@@ -174,18 +174,56 @@ const SCHEMA_V4_APPROVAL_RULE: &str = r#"
 ALTER TABLE session_approvals ADD COLUMN rule TEXT NOT NULL DEFAULT '';
 "#;
 
+/// v5 (issue 15): the event log and the history refer to their session, so
+/// the database itself refuses a row of a session that no longer exists (the
+/// group-commit writer trusts the cursors it remembers; a delete made through
+/// another store must still stop its rows). Rows left by a session deleted
+/// before are dropped. SQLite adds a foreign key only by rebuilding a table.
+const SQLITE_SCHEMA_V5_FK: &str = r#"
+CREATE TABLE session_messages_v5 (
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    idx INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (session_id, idx)
+);
+INSERT INTO session_messages_v5 (session_id, idx, body)
+    SELECT m.session_id, m.idx, m.body FROM session_messages m
+    WHERE EXISTS (SELECT 1 FROM sessions s WHERE s.id = m.session_id);
+DROP TABLE session_messages;
+ALTER TABLE session_messages_v5 RENAME TO session_messages;
+CREATE TABLE session_events_v5 (
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    seq INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+INSERT INTO session_events_v5 (session_id, seq, body)
+    SELECT e.session_id, e.seq, e.body FROM session_events e
+    WHERE EXISTS (SELECT 1 FROM sessions s WHERE s.id = e.session_id);
+DROP TABLE session_events;
+ALTER TABLE session_events_v5 RENAME TO session_events;
+"#;
+const PG_SCHEMA_V5_FK: &str = r#"
+DELETE FROM session_messages m WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = m.session_id);
+DELETE FROM session_events e WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = e.session_id);
+ALTER TABLE session_messages ADD FOREIGN KEY (session_id) REFERENCES sessions(id);
+ALTER TABLE session_events ADD FOREIGN KEY (session_id) REFERENCES sessions(id);
+"#;
+
 /// Schema steps in order; index + 1 is the version.
 const SQLITE_MIGRATIONS: &[&str] = &[
     SQLITE_SCHEMA_V1,
     SCHEMA_V2_OWNER,
     SCHEMA_V3_STATE,
     SCHEMA_V4_APPROVAL_RULE,
+    SQLITE_SCHEMA_V5_FK,
 ];
 const PG_MIGRATIONS: &[&str] = &[
     PG_SCHEMA_V1,
     SCHEMA_V2_OWNER,
     SCHEMA_V3_STATE,
     SCHEMA_V4_APPROVAL_RULE,
+    PG_SCHEMA_V5_FK,
 ];
 
 /// The columns `meta_from_row!` reads.
@@ -387,23 +425,6 @@ macro_rules! notify {
     };
 }
 
-/// Locks the session row for the rest of the transaction (PostgreSQL; SQLite's
-/// IMMEDIATE transaction already holds the write lock) and tells whether it exists.
-macro_rules! lock_session {
-    ($tx:ident, $pg:ident, $id:expr) => {{
-        let sql = if $pg {
-            "SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE"
-        } else {
-            "SELECT 1 FROM sessions WHERE id = $1"
-        };
-        sqlx::query(sql)
-            .bind($id)
-            .fetch_optional(&mut *$tx)
-            .await?
-            .is_some()
-    }};
-}
-
 #[async_trait]
 impl SessionStore for SqlStore {
     async fn put_session(&self, meta: &SessionMeta) -> StoreResult<()> {
@@ -491,20 +512,8 @@ impl SessionStore for SqlStore {
     }
 
     async fn delete_session(&self, id: &str) -> StoreResult<bool> {
-        let existed = in_tx!(&self.db, tx, _pg => {
-            for sql in [
-                "DELETE FROM session_messages WHERE session_id = $1",
-                "DELETE FROM session_events WHERE session_id = $1",
-                "DELETE FROM session_leases WHERE session_id = $1",
-                "DELETE FROM session_grants WHERE session_id = $1",
-                "DELETE FROM session_approvals WHERE session_id = $1",
-                "DELETE FROM session_cancels WHERE session_id = $1",
-            ] {
-                sqlx::query(sql).bind(id).execute(&mut *tx).await?;
-            }
-            sqlx::query("DELETE FROM sessions WHERE id = $1").bind(id).execute(&mut *tx).await?.rows_affected() > 0
-        });
-        Ok(existed)
+        // Through the writer: the session's log changes in one order.
+        self.writer.write(id, group_commit::Rows::Delete).await
     }
 
     async fn append_messages(&self, id: &str, messages: &[Value]) -> StoreResult<()> {
@@ -512,6 +521,7 @@ impl SessionStore for SqlStore {
         self.writer
             .write(id, group_commit::Rows::Messages(bodies))
             .await
+            .map(drop)
     }
 
     async fn messages(&self, id: &str) -> StoreResult<Vec<Value>> {
@@ -542,6 +552,7 @@ impl SessionStore for SqlStore {
                 },
             )
             .await
+            .map(drop)
     }
 
     async fn events_since(&self, id: &str, since: u64) -> StoreResult<Vec<(u64, Vec<u8>)>> {

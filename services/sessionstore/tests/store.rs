@@ -311,6 +311,107 @@ async fn concurrent_appends_from_two_replicas() {
     }
 }
 
+/// The writer remembers each session's cursor from its own commits (issue
+/// 15). What another store on the same database did since must still win:
+/// a seq that follows the other's writes is taken, a stale one is refused,
+/// a message index is never written twice, and a session deleted through
+/// the other store takes no more rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remembered_cursor_gives_way_to_another_stores_writes() {
+    for b in common::all("cursor").await {
+        let a = SqlStore::open(&b.url).await.unwrap();
+        let other = SqlStore::open(&b.url).await.unwrap();
+        a.put_session(&meta("s", 1)).await.unwrap();
+        for seq in 1..=3 {
+            a.append_event("s", seq, b"a").await.unwrap();
+        }
+        a.append_messages("s", &[json!({"role": "user", "content": "a1"})])
+            .await
+            .unwrap();
+        // The other store writes after a's last commit.
+        for seq in 4..=5 {
+            other.append_event("s", seq, b"o").await.unwrap();
+        }
+        other
+            .append_messages("s", &[json!({"role": "user", "content": "o1"})])
+            .await
+            .unwrap();
+        // a's cursor says 3: seq 4 was taken by the other, and is refused...
+        let stale = a.append_event("s", 4, b"stale").await;
+        assert!(
+            matches!(stale, Err(StoreError::Backend(ref m)) if m.contains("out of order")),
+            "{}: {stale:?}",
+            b.name
+        );
+        // ...while the seq after the other's (what a hub that re-read asks) is taken.
+        a.append_event("s", 6, b"a").await.unwrap();
+        a.append_messages("s", &[json!({"role": "user", "content": "a2"})])
+            .await
+            .unwrap();
+        let events = other.events_since("s", 0).await.unwrap();
+        let bodies: Vec<(u64, &[u8])> = events.iter().map(|(q, e)| (*q, e.as_slice())).collect();
+        assert_eq!(
+            bodies,
+            vec![
+                (1, &b"a"[..]),
+                (2, b"a"),
+                (3, b"a"),
+                (4, b"o"),
+                (5, b"o"),
+                (6, b"a")
+            ],
+            "{}",
+            b.name
+        );
+        let contents: Vec<String> = other
+            .messages("s")
+            .await
+            .unwrap()
+            .iter()
+            .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(contents, ["a1", "o1", "a2"], "{}", b.name);
+        // Deleted through the other store: a's remembered cursor writes nothing more.
+        assert!(other.delete_session("s").await.unwrap(), "{}", b.name);
+        let gone = a.append_event("s", 7, b"late").await;
+        assert!(
+            matches!(gone, Err(StoreError::NotFound(_))),
+            "{}: {gone:?}",
+            b.name
+        );
+        let gone = a
+            .append_messages("s", &[json!({"role": "user", "content": "late"})])
+            .await;
+        assert!(
+            matches!(gone, Err(StoreError::NotFound(_))),
+            "{}: {gone:?}",
+            b.name
+        );
+        assert!(
+            a.events_since("s", 0).await.unwrap().is_empty(),
+            "{}",
+            b.name
+        );
+        assert!(a.messages("s").await.unwrap().is_empty(), "{}", b.name);
+        // And through its own store: the next append is refused too.
+        a.put_session(&meta("t", 1)).await.unwrap();
+        a.append_event("t", 1, b"a").await.unwrap();
+        assert!(a.delete_session("t").await.unwrap(), "{}", b.name);
+        assert!(
+            !a.delete_session("t").await.unwrap(),
+            "{}: deleted once",
+            b.name
+        );
+        let gone = a.append_event("t", 2, b"late").await;
+        assert!(
+            matches!(gone, Err(StoreError::NotFound(_))),
+            "{}: {gone:?}",
+            b.name
+        );
+        assert_eq!(a.integrity_check().await.unwrap(), "ok");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_writes_loses_at_most_the_write_in_flight() {
     use std::io::{BufRead, BufReader};

@@ -7,18 +7,32 @@
 //! never acts on a row that a crash could still lose. The writer takes what
 //! queued while the previous batch committed, and when the last batch held
 //! more than one job it lingers up to [`LINGER`] for more (never past
-//! [`MAX_JOBS`]); an idle store commits a lone row at once.
+//! [`MAX_JOBS`]); an idle store commits a lone row at once. `delete_session`
+//! goes through the same queue, so a session's log changes in one order.
 //!
 //! Order and gap-free seqs hold as before: jobs are applied in queue order,
-//! each event's seq is checked against the session's last seq (read once per
-//! batch, inside the transaction, under the session lock) plus the events
-//! of that session earlier in the batch. A job that fails its check gets its
-//! own error and the others commit. A batch whose transaction fails is
-//! retried job by job, so one bad row never fails its neighbours.
+//! each event's seq is checked against the session's last seq plus the
+//! events of that session earlier in the batch. A job that fails its check
+//! gets its own error and the others commit. A batch whose transaction fails
+//! is retried job by job, so one bad row never fails its neighbours.
+//!
+//! **The cursor cache.** Reading each session's last seq and last message
+//! index cost more than writing the rows, so the writer remembers them from
+//! its own commits ([`Known`]) and reads only the sessions it does not know.
+//! The cache is a hint that can never make a wrong row durable:
+//! - a job whose seq is not the remembered one + 1 makes the writer read that
+//!   session again (another replica wrote since, and the hub has re-read);
+//! - a row written on a stale cursor collides with the row that made it
+//!   stale, on the `(session_id, seq)` or `(session_id, idx)` key: the batch
+//!   fails as a whole, its sessions are forgotten, and its jobs are retried
+//!   one by one on fresh reads;
+//! - PostgreSQL still locks every session of the batch (the lock also says
+//!   whether it still exists, whoever deleted it); SQLite serves one process,
+//!   whose deletes come through this queue and forget the session.
 
 use crate::{Notice, Notices, StoreError, StoreResult, now_ms};
 use omicos_sqldb::Db;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -36,6 +50,10 @@ const ROWS_PER_INSERT: usize = 256;
 /// How many jobs may queue before callers wait for room.
 const QUEUE: usize = 8192;
 
+/// How many sessions' cursors the writer remembers; past it, it forgets all
+/// of them and reads them again as they come (about 100 bytes each).
+const KNOWN_SESSIONS: usize = 65_536;
+
 /// What one caller asked to write.
 pub(super) enum Rows {
     /// One event with the seq the caller assigned.
@@ -47,13 +65,16 @@ pub(super) enum Rows {
     },
     /// Messages (OpenAI shape, already serialized) appended after the session's last.
     Messages(Vec<String>),
+    /// The session with everything it owns (its own transaction).
+    Delete,
 }
 
-/// A queued write and who waits for its commit.
+/// A queued write and who waits for its commit: true, or for a delete
+/// whether the session existed.
 pub(super) struct Job {
     session: String,
     rows: Rows,
-    done: oneshot::Sender<StoreResult<()>>,
+    done: oneshot::Sender<StoreResult<bool>>,
 }
 
 /// The queue into a store's writer task. Cheap to clone; the task ends when
@@ -72,8 +93,9 @@ impl Writer {
         Self { tx }
     }
 
-    /// Queues `rows` for `session` and waits until they are committed (or refused).
-    pub(super) async fn write(&self, session: &str, rows: Rows) -> StoreResult<()> {
+    /// Queues `rows` for `session` and waits until they are committed (or
+    /// refused). True, except for a delete of a session that did not exist.
+    pub(super) async fn write(&self, session: &str, rows: Rows) -> StoreResult<bool> {
         let (done, rx) = oneshot::channel();
         let job = Job {
             session: session.to_owned(),
@@ -86,8 +108,20 @@ impl Writer {
     }
 }
 
+/// A session's cursor as the writer's last commit left it.
+#[derive(Clone, Copy, Debug)]
+struct Known {
+    last_seq: i64,
+    last_idx: i64,
+}
+
+/// The writer's cursor cache (see the module's documentation).
+type Cache = HashMap<String, Known>;
+
 async fn run(db: Db, channel: Arc<str>, notices: Notices, mut rx: mpsc::Receiver<Job>) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_JOBS);
+    let mut cache = Cache::new();
+    let mut held: Option<Conn> = None;
     let mut busy = false;
     while let Some(first) = rx.recv().await {
         batch.push(first);
@@ -108,42 +142,149 @@ async fn run(db: Db, channel: Arc<str>, notices: Notices, mut rx: mpsc::Receiver
             }
         }
         busy = batch.len() > 1;
-        commit(&db, &channel, &notices, std::mem::take(&mut batch)).await;
+        if cache.len() > KNOWN_SESSIONS {
+            cache.clear();
+        }
+        let mut w = Batcher {
+            db: &db,
+            channel: &channel,
+            notices: &notices,
+            conn: &mut held,
+        };
+        w.commit(&mut cache, std::mem::take(&mut batch)).await;
+        if rx.is_empty() {
+            // Idle: the connection goes back to the pool (a close waits for it).
+            held = None;
+        }
     }
 }
 
-/// Commits `batch` in one transaction and answers each job; a failed
-/// transaction is retried one job per transaction.
-async fn commit(db: &Db, channel: &str, notices: &Notices, batch: Vec<Job>) {
-    let refs: Vec<(&str, &Rows)> = batch
-        .iter()
-        .map(|j| (j.session.as_str(), &j.rows))
-        .collect();
-    match write_batch(db, channel, &refs).await {
-        Ok(outcome) => {
-            announce(db, notices, &outcome.last_seqs);
-            for (job, r) in batch.into_iter().zip(outcome.results) {
+/// The connection the writer keeps while jobs keep coming: SQLite's page
+/// cache is per connection and is dropped when another connection wrote, and
+/// PostgreSQL prepares statements per connection.
+enum Conn {
+    Sqlite(sqlx::pool::PoolConnection<sqlx::Sqlite>),
+    Pg(sqlx::pool::PoolConnection<sqlx::Postgres>),
+}
+
+impl Conn {
+    async fn acquire(db: &Db) -> StoreResult<Self> {
+        Ok(match db {
+            Db::Sqlite(p) => Conn::Sqlite(p.acquire().await?),
+            Db::Pg(p) => Conn::Pg(p.acquire().await?),
+        })
+    }
+}
+
+/// What a batch is committed with.
+struct Batcher<'a> {
+    db: &'a Db,
+    channel: &'a str,
+    notices: &'a Notices,
+    /// Dropped after a failure: a broken connection is not used again.
+    conn: &'a mut Option<Conn>,
+}
+
+impl Batcher<'_> {
+    /// Commits `batch` and answers each job: the writes between two deletes
+    /// in one transaction (retried one job per transaction if it fails),
+    /// each delete in its own.
+    async fn commit(&mut self, cache: &mut Cache, batch: Vec<Job>) {
+        let mut writes: Vec<Job> = Vec::with_capacity(batch.len());
+        for job in batch {
+            if matches!(job.rows, Rows::Delete) {
+                self.commit_writes(cache, std::mem::take(&mut writes)).await;
+                cache.remove(&job.session);
+                let r = match self.conn().await {
+                    Ok(c) => delete_session(c, &job.session).await,
+                    Err(e) => Err(e),
+                };
+                if r.is_err() {
+                    *self.conn = None;
+                }
                 let _ = job.done.send(r);
+            } else {
+                writes.push(job);
             }
         }
-        Err(e) if batch.len() == 1 => {
+        self.commit_writes(cache, writes).await;
+    }
+
+    /// The held connection, or a new one from the pool.
+    async fn conn(&mut self) -> StoreResult<&mut Conn> {
+        if self.conn.is_none() {
+            *self.conn = Some(Conn::acquire(self.db).await?);
+        }
+        Ok(self.conn.as_mut().expect("just set"))
+    }
+
+    async fn commit_writes(&mut self, cache: &mut Cache, batch: Vec<Job>) {
+        if batch.is_empty() {
+            return;
+        }
+        let refs: Vec<(&str, &Rows)> = batch
+            .iter()
+            .map(|j| (j.session.as_str(), &j.rows))
+            .collect();
+        // A remembered cursor may be stale (another replica, or another
+        // store on the file, wrote since): a failed batch that used one is
+        // retried on fresh reads, even a batch of one job.
+        let used_cache = refs.iter().any(|(s, _)| cache.contains_key(*s));
+        let e = match self.write(cache, &refs).await {
+            Ok(results) => {
+                for (job, r) in batch.into_iter().zip(results) {
+                    let _ = job.done.send(r.map(|()| true));
+                }
+                return;
+            }
+            Err(e) => e,
+        };
+        for (s, _) in &refs {
+            cache.remove(*s);
+        }
+        if batch.len() == 1 && !used_cache {
             if let Some(job) = batch.into_iter().next() {
                 let _ = job.done.send(Err(e));
             }
+            return;
         }
-        Err(e) => {
+        if batch.len() > 1 {
             tracing::warn!(error = %e, jobs = batch.len(), "conversation store: a batch failed; writing its jobs one by one");
-            for job in batch {
-                let r = match write_batch(db, channel, &[(job.session.as_str(), &job.rows)]).await {
-                    Ok(mut o) => {
-                        announce(db, notices, &o.last_seqs);
-                        o.results.pop().unwrap_or(Ok(()))
-                    }
-                    Err(e) => Err(e),
-                };
-                let _ = job.done.send(r);
-            }
         }
+        for job in batch {
+            let one = [(job.session.as_str(), &job.rows)];
+            let r = match self.write(cache, &one).await {
+                Ok(mut results) => results.pop().unwrap_or(Ok(())),
+                Err(e) => {
+                    cache.remove(&job.session);
+                    Err(e)
+                }
+            };
+            let _ = job.done.send(r.map(|()| true));
+        }
+    }
+
+    /// One transaction for `jobs`; on commit the cache takes the new cursors
+    /// and SQLite's bus hears of the events. Err: nothing was committed.
+    async fn write(
+        &mut self,
+        cache: &mut Cache,
+        jobs: &[(&str, &Rows)],
+    ) -> StoreResult<Vec<StoreResult<()>>> {
+        let channel = self.channel;
+        let conn = self.conn().await?;
+        let outcome = match write_batch(conn, channel, cache, jobs).await {
+            Ok(o) => o,
+            Err(e) => {
+                *self.conn = None;
+                return Err(e);
+            }
+        };
+        for (s, k) in outcome.cursors {
+            cache.insert(s.to_owned(), k);
+        }
+        announce(self.db, self.notices, &outcome.last_seqs);
+        Ok(outcome.results)
     }
 }
 
@@ -162,11 +303,13 @@ fn announce(db: &Db, notices: &Notices, last_seqs: &BTreeMap<String, i64>) {
 }
 
 /// What a committed batch did.
-struct Outcome {
+struct Outcome<'a> {
     /// One result per job, in order.
     results: Vec<StoreResult<()>>,
     /// Per session that got events, the last seq written.
     last_seqs: BTreeMap<String, i64>,
+    /// The cursors of the batch's existing sessions after it.
+    cursors: Vec<(&'a str, Known)>,
 }
 
 /// A session's state inside the batch's transaction.
@@ -178,40 +321,130 @@ struct Cursor {
     messages: bool,
 }
 
+/// The ids in order, the last repeated up to the next power of two (none
+/// when there are none): `IN (a, b, c, c)` means `IN (a, b, c)`.
+fn padded<'a>(ids: &BTreeSet<&'a str>) -> Vec<&'a str> {
+    let mut v: Vec<&str> = ids.iter().copied().collect();
+    if let Some(last) = v.last().copied() {
+        v.resize(v.len().next_power_of_two(), last);
+    }
+    v
+}
+
+/// Appends the ids as binds and the closing parenthesis of an `IN (`.
+fn push_ids<DB>(q: &mut sqlx::QueryBuilder<DB>, ids: &[&str])
+where
+    DB: sqlx::Database,
+    for<'a> &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    let mut sep = q.separated(", ");
+    for id in ids {
+        sep.push_bind(*id);
+    }
+    sep.push_unseparated(")");
+}
+
+/// The sessions of `jobs` whose remembered cursor can be used: known, and
+/// the first event of the session in the batch comes right after it.
+fn trusted<'a>(cache: &Cache, jobs: &[(&'a str, &Rows)]) -> BTreeMap<&'a str, Known> {
+    let mut out = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for &(s, _) in jobs {
+        if !seen.insert(s) {
+            continue;
+        }
+        let Some(k) = cache.get(s) else { continue };
+        let first_seq = jobs.iter().find_map(|(js, r)| match r {
+            Rows::Event { seq, .. } if *js == s => Some(*seq),
+            _ => None,
+        });
+        if first_seq.is_none_or(|seq| seq == k.last_seq + 1) {
+            out.insert(s, *k);
+        }
+    }
+    out
+}
+
 /// Writes the jobs in one transaction. Err: the transaction failed and
 /// nothing of it was committed.
-async fn write_batch(db: &Db, channel: &str, jobs: &[(&str, &Rows)]) -> StoreResult<Outcome> {
+async fn write_batch<'a>(
+    conn: &mut Conn,
+    channel: &str,
+    cache: &Cache,
+    jobs: &[(&'a str, &Rows)],
+) -> StoreResult<Outcome<'a>> {
     // Sessions locked in sorted order: two replicas' batches cannot deadlock.
     let sessions: BTreeSet<&str> = jobs.iter().map(|(s, _)| *s).collect();
+    let known = trusted(cache, jobs);
+    let unknown: BTreeSet<&str> = sessions
+        .iter()
+        .copied()
+        .filter(|s| !known.contains_key(s))
+        .collect();
     let now = now_ms();
+    // One statement locks (PostgreSQL) and one reads the cursors of the
+    // sessions the writer does not know, whatever their number (a statement
+    // per session cost more than the inserts). The id lists are padded to a
+    // power of two, so that a few prepared statements serve every batch size.
+    let all_ids = padded(&sessions);
+    let unknown_ids = padded(&unknown);
     macro_rules! body {
         ($tx:ident, $pg:ident, $db:ty) => {{
-            let mut cursors: BTreeMap<&str, Cursor> = BTreeMap::new();
-            for &s in &sessions {
-                let mut c = Cursor {
-                    exists: lock_session!($tx, $pg, s),
-                    ..Cursor::default()
-                };
-                if c.exists {
-                    c.last_seq = sqlx::query_scalar(
-                        "SELECT COALESCE(MAX(seq), 0) FROM session_events WHERE session_id = $1",
-                    )
-                    .bind(s)
-                    .fetch_one(&mut *$tx)
-                    .await?;
-                    if jobs
-                        .iter()
-                        .any(|(js, r)| *js == s && matches!(r, Rows::Messages(_)))
-                    {
-                        c.last_idx = sqlx::query_scalar(
-                            "SELECT COALESCE(MAX(idx), 0) FROM session_messages WHERE session_id = $1",
-                        )
-                        .bind(s)
-                        .fetch_one(&mut *$tx)
-                        .await?;
+            let mut cursors: BTreeMap<&str, Cursor> = known
+                .iter()
+                .map(|(s, k)| {
+                    let c = Cursor {
+                        exists: true,
+                        last_seq: k.last_seq,
+                        last_idx: k.last_idx,
+                        messages: false,
+                    };
+                    (*s, c)
+                })
+                .collect();
+            for s in &unknown {
+                cursors.insert(*s, Cursor::default());
+            }
+            // PostgreSQL: every session's row is locked first, in sorted
+            // order, by a statement of its own, so another replica's batch on
+            // the same session waits for this one, the read that follows (a
+            // new snapshot: READ COMMITTED) sees what it committed, and a
+            // session deleted meanwhile is seen gone.
+            if $pg {
+                let mut q =
+                    sqlx::QueryBuilder::<$db>::new("SELECT id FROM sessions WHERE id IN (");
+                push_ids(&mut q, &all_ids);
+                q.push(" ORDER BY id FOR UPDATE");
+                let locked: BTreeSet<String> = q
+                    .build_query_scalar::<String>()
+                    .fetch_all(&mut *$tx)
+                    .await?
+                    .into_iter()
+                    .collect();
+                for (s, c) in cursors.iter_mut() {
+                    c.exists = c.exists && locked.contains(*s);
+                }
+            }
+            if !unknown_ids.is_empty() {
+                // Each MAX is an index lookup on the (session_id, seq|idx) key.
+                let mut q = sqlx::QueryBuilder::<$db>::new(
+                    "SELECT s.id, \
+                     COALESCE((SELECT MAX(e.seq) FROM session_events e WHERE e.session_id = s.id), 0), \
+                     COALESCE((SELECT MAX(m.idx) FROM session_messages m WHERE m.session_id = s.id), 0) \
+                     FROM sessions s WHERE s.id IN (",
+                );
+                push_ids(&mut q, &unknown_ids);
+                for (id, seq, idx) in q
+                    .build_query_as::<(String, i64, i64)>()
+                    .fetch_all(&mut *$tx)
+                    .await?
+                {
+                    if let Some(c) = cursors.get_mut(id.as_str()) {
+                        c.exists = true;
+                        c.last_seq = seq;
+                        c.last_idx = idx;
                     }
                 }
-                cursors.insert(s, c);
             }
             let mut results = Vec::with_capacity(jobs.len());
             let mut events: Vec<(&str, i64, &[u8])> = Vec::new();
@@ -241,18 +474,23 @@ async fn write_batch(db: &Db, channel: &str, jobs: &[(&str, &Rows)]) -> StoreRes
                         }
                         c.messages = true;
                     }
+                    Rows::Delete => unreachable!("deletes are committed on their own"),
                 }
                 results.push(Ok(()));
             }
             for chunk in events.chunks(ROWS_PER_INSERT) {
-                let mut q = sqlx::QueryBuilder::<$db>::new("INSERT INTO session_events (session_id, seq, body) ");
+                let mut q = sqlx::QueryBuilder::<$db>::new(
+                    "INSERT INTO session_events (session_id, seq, body) ",
+                );
                 q.push_values(chunk, |mut b, (s, seq, body)| {
                     b.push_bind(*s).push_bind(*seq).push_bind(*body);
                 });
                 q.build().execute(&mut *$tx).await?;
             }
             for chunk in messages.chunks(ROWS_PER_INSERT) {
-                let mut q = sqlx::QueryBuilder::<$db>::new("INSERT INTO session_messages (session_id, idx, body) ");
+                let mut q = sqlx::QueryBuilder::<$db>::new(
+                    "INSERT INTO session_messages (session_id, idx, body) ",
+                );
                 q.push_values(chunk, |mut b, (s, idx, body)| {
                     b.push_bind(*s).push_bind(*idx).push_bind(*body);
                 });
@@ -271,37 +509,100 @@ async fn write_batch(db: &Db, channel: &str, jobs: &[(&str, &Rows)]) -> StoreRes
             for (s, seq, _) in &events {
                 last_seqs.insert((*s).to_owned(), *seq);
             }
-            if $pg {
-                // Sent inside the transaction: delivered exactly when it commits.
-                for (s, seq) in &last_seqs {
-                    let n = Notice::Event {
-                        session: s.clone(),
-                        seq: *seq as u64,
-                    };
-                    sqlx::query("SELECT pg_notify($1, $2)")
-                        .bind(channel)
-                        .bind(n.payload())
-                        .execute(&mut *$tx)
-                        .await?;
-                }
+            if $pg && !last_seqs.is_empty() {
+                // Sent inside the transaction: delivered exactly when it
+                // commits. One statement for the batch's sessions.
+                let payloads: Vec<String> = last_seqs
+                    .iter()
+                    .map(|(s, seq)| {
+                        Notice::Event {
+                            session: s.clone(),
+                            seq: *seq as u64,
+                        }
+                        .payload()
+                    })
+                    .collect();
+                let mut q = sqlx::QueryBuilder::<$db>::new("SELECT pg_notify(");
+                q.push_bind(channel).push(", p) FROM (");
+                q.push_values(&payloads, |mut b, p| {
+                    b.push_bind(p.as_str());
+                });
+                q.push(") AS t(p)");
+                q.build().execute(&mut *$tx).await?;
             }
-            Outcome { results, last_seqs }
+            let cursors = cursors
+                .into_iter()
+                .filter(|(_, c)| c.exists)
+                .map(|(s, c)| {
+                    let k = Known {
+                        last_seq: c.last_seq,
+                        last_idx: c.last_idx,
+                    };
+                    (s, k)
+                })
+                .collect();
+            Outcome {
+                results,
+                last_seqs,
+                cursors,
+            }
         }};
     }
-    Ok(match db {
-        Db::Sqlite(p) => {
+    use sqlx::Connection;
+    Ok(match conn {
+        Conn::Sqlite(c) => {
             let pg = false;
-            let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
+            let mut tx = c.begin_with("BEGIN IMMEDIATE").await?;
             let o = body!(tx, pg, sqlx::Sqlite);
             tx.commit().await?;
             o
         }
-        Db::Pg(p) => {
+        Conn::Pg(c) => {
             let pg = true;
-            let mut tx = p.begin().await?;
+            let mut tx = c.begin().await?;
             let o = body!(tx, pg, sqlx::Postgres);
             tx.commit().await?;
             o
+        }
+    })
+}
+
+/// Deletes a session with its messages, events, lease, grants, approvals
+/// and cancel requests in one transaction; whether it existed.
+async fn delete_session(conn: &mut Conn, id: &str) -> StoreResult<bool> {
+    use sqlx::Connection;
+    macro_rules! body {
+        ($tx:ident) => {{
+            for sql in [
+                "DELETE FROM session_messages WHERE session_id = $1",
+                "DELETE FROM session_events WHERE session_id = $1",
+                "DELETE FROM session_leases WHERE session_id = $1",
+                "DELETE FROM session_grants WHERE session_id = $1",
+                "DELETE FROM session_approvals WHERE session_id = $1",
+                "DELETE FROM session_cancels WHERE session_id = $1",
+            ] {
+                sqlx::query(sql).bind(id).execute(&mut *$tx).await?;
+            }
+            sqlx::query("DELETE FROM sessions WHERE id = $1")
+                .bind(id)
+                .execute(&mut *$tx)
+                .await?
+                .rows_affected()
+                > 0
+        }};
+    }
+    Ok(match conn {
+        Conn::Sqlite(c) => {
+            let mut tx = c.begin_with("BEGIN IMMEDIATE").await?;
+            let existed = body!(tx);
+            tx.commit().await?;
+            existed
+        }
+        Conn::Pg(c) => {
+            let mut tx = c.begin().await?;
+            let existed = body!(tx);
+            tx.commit().await?;
+            existed
         }
     })
 }
