@@ -337,10 +337,21 @@ impl Hub {
                 session: id.to_owned(),
                 source,
             })?;
+        Ok(self.insert(id, last))
+    }
+
+    /// The state of a session created just now, with nothing in the store
+    /// yet: its seq starts at 0 without a read.
+    pub fn new_session(&self, id: &str) -> Arc<SessionState> {
+        self.existing(id).unwrap_or_else(|| self.insert(id, 0))
+    }
+
+    /// Builds the state at `last` unless someone else built it meanwhile
+    /// (theirs is the one).
+    fn insert(&self, id: &str, last: u64) -> Arc<SessionState> {
         let mut map = self.sessions.lock().expect("sessions");
-        // Someone else may have built it meanwhile: theirs is the one.
         if let Some(s) = map.get(id).and_then(Weak::upgrade) {
-            return Ok(s);
+            return s;
         }
         let s = Arc::new(SessionState {
             id: id.to_owned(),
@@ -354,7 +365,7 @@ impl Hub {
             registry: Arc::downgrade(&self.sessions),
         });
         map.insert(id.to_owned(), Arc::downgrade(&s));
-        Ok(s)
+        s
     }
 
     /// The live state if this replica has it.

@@ -27,6 +27,8 @@ pub struct RootTurn {
     pub lease: Duration,
     /// Cancels the turn (CancelTurn, a cancel on the stream).
     pub cancel: CancellationToken,
+    /// The session was created for this turn: it has no history to read.
+    pub new_session: bool,
 }
 
 impl Engine {
@@ -40,6 +42,7 @@ impl Engine {
             lease_owner,
             lease,
             cancel,
+            new_session,
         } = turn;
         let turn_id = settings.turn_id.clone();
         let lease_ms = lease.as_millis() as i64;
@@ -73,7 +76,7 @@ impl Engine {
             )
             .await;
         let mut meters = super::budget::Meters::default();
-        let outcome = match self.load_history(&st, &message).await {
+        let outcome = match self.load_history(&st, &message, new_session).await {
             Ok(history) => {
                 meters.session_before = super::budget::Meter::of_history(&history);
                 let mut frame = Frame {
@@ -160,15 +163,19 @@ impl Engine {
         &self,
         st: &SessionState,
         message: &str,
+        new_session: bool,
     ) -> Result<Vec<Value>, OrchestratorError> {
-        let mut history =
+        let mut history = if new_session {
+            Vec::new()
+        } else {
             st.store()
                 .messages(&st.id)
                 .await
                 .map_err(|source| OrchestratorError::History {
                     session: st.id.clone(),
                     source,
-                })?;
+                })?
+        };
         let user = json!({"role": "user", "content": message});
         if let Err(e) = st
             .store()

@@ -214,7 +214,14 @@ impl OrchestratorService {
             subject: who.subject.clone(),
         };
         store.put_session(&meta).await?;
-        let state = self.hub.state(&session_id).await?;
+        // A session made for this turn (its id was drawn just now) has
+        // nothing to read back: no events, grants, history or open turn.
+        let new_session = existing.is_none();
+        let state = if new_session {
+            self.hub.new_session(&session_id)
+        } else {
+            self.hub.state(&session_id).await?
+        };
         let turn_id = uuid::Uuid::new_v4().simple().to_string();
         let owner = format!("{}:{turn_id}", self.instance);
         let lease = self.engine.config.turn_lease;
@@ -241,6 +248,9 @@ impl OrchestratorService {
         // The lease may have been taken over from a lost replica: close its
         // turn first, then read the grants made on any replica.
         let ready = async {
+            if new_session {
+                return Ok(());
+            }
             crate::recovery::close_open_turn(&state).await?;
             state.load_grants().await?;
             state.sync_seq().await
@@ -277,6 +287,7 @@ impl OrchestratorService {
                 lease_owner: owner,
                 lease,
                 cancel,
+                new_session,
             },
         ));
         Ok(Started {
