@@ -585,14 +585,12 @@ impl SessionStore for SqlStore {
     async fn try_lease_turn(&self, id: &str, owner: &str, ttl_ms: i64) -> StoreResult<bool> {
         let now = now_ms();
         on_db!(&self.db, p => {
-            let exists = sqlx::query("SELECT 1 FROM sessions WHERE id = $1").bind(id).fetch_optional(p).await?.is_some();
-            if !exists {
-                return Err(StoreError::NotFound(id.into()));
-            }
             // One statement: insert, or take over a lease that is ours or has
-            // expired. When another owner's lease is live, nothing changes.
+            // expired, for a session that exists. When another owner's lease
+            // is live, nothing changes.
             let r = sqlx::query(
-                "INSERT INTO session_leases (session_id, owner, expires_ms) VALUES ($1, $2, $3) \
+                "INSERT INTO session_leases (session_id, owner, expires_ms) \
+                 SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1) \
                  ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, expires_ms = excluded.expires_ms \
                  WHERE session_leases.owner = excluded.owner OR session_leases.expires_ms <= $4",
             )
@@ -602,7 +600,15 @@ impl SessionStore for SqlStore {
             .bind(now)
             .execute(p)
             .await?;
-            Ok(r.rows_affected() == 1)
+            if r.rows_affected() == 1 {
+                return Ok(true);
+            }
+            // Refused: a live lease of another owner, or no such session.
+            let exists = sqlx::query("SELECT 1 FROM sessions WHERE id = $1").bind(id).fetch_optional(p).await?.is_some();
+            if !exists {
+                return Err(StoreError::NotFound(id.into()));
+            }
+            Ok(false)
         })
     }
 
