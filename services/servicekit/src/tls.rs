@@ -12,7 +12,9 @@
 //! - Servers: [`ServerTls`] is what [`crate::Host`] accepts connections with
 //!   (`Host::tls`). With `client_ca` it is mutual TLS: a peer without a
 //!   client certificate from that CA is refused at the handshake, and a
-//!   verified peer's certificates travel with each request as [`PeerInfo`].
+//!   verified peer's certificates travel with each request as [`PeerInfo`],
+//!   with the URI SANs of its leaf read once per connection (where an omicos
+//!   part's role is written: `omicos_auth::service::ROLE_URI_PREFIX`).
 //! - Clients: [`ClientTls`] gives a [`TlsConnector`] for tonic channels
 //!   (`Channel::new(connector, endpoint)`); `https://` endpoints go over TLS
 //!   with the current client config (with `cert`/`key`, the client
@@ -63,6 +65,12 @@ pub struct TlsConfig {
     /// The CA bundle (PEM) that clients of this part's server must present
     /// a certificate from; empty: no client certificate is asked for.
     pub client_ca: String,
+    /// Under mutual TLS, whether a client certificate that names no role
+    /// (no `spiffe://omicos/<role>` URI SAN) is let in as whatever part its
+    /// role header says (one CA, one trust domain). Default false: such a
+    /// certificate gets in only with the service secret, and the role of a
+    /// certificate that names one is never taken from the header.
+    pub allow_roleless_client_certs: bool,
 }
 
 impl TlsConfig {
@@ -98,6 +106,12 @@ impl TlsConfig {
                 "`client_ca` (mutual TLS) needs this server's own `cert` and `key`",
             ));
         }
+        if self.allow_roleless_client_certs && self.client_ca.is_empty() {
+            return Err(ConfigError::key(
+                format!("{section}.allow_roleless_client_certs"),
+                "is set but `client_ca` is not: it is about client certificates under mutual TLS",
+            ));
+        }
         Ok(())
     }
 
@@ -117,11 +131,10 @@ impl TlsConfig {
             ],
         );
         let built = build_server(&files).map_err(|e| e.config())?;
-        Ok(Some(ServerTls(Arc::new(Reloading::new(
-            files,
-            built,
-            build_server,
-        )))))
+        Ok(Some(ServerTls {
+            reloading: Arc::new(Reloading::new(files, built, build_server)),
+            allow_roleless_client_certs: self.allow_roleless_client_certs,
+        }))
     }
 
     /// The client side, read from the files now; None when neither `ca`
@@ -162,6 +175,13 @@ impl Tls {
     /// Whether its clients present a certificate of their own.
     pub fn client_cert(&self) -> bool {
         self.client.as_ref().is_some_and(ClientTls::has_cert)
+    }
+
+    /// [`TlsConfig::allow_roleless_client_certs`], as its server took it.
+    pub fn allows_roleless_client_certs(&self) -> bool {
+        self.server
+            .as_ref()
+            .is_some_and(|s| s.allow_roleless_client_certs)
     }
 }
 
@@ -468,13 +488,20 @@ impl<T> Reloading<T> {
 
 /// A server's TLS: the current [`ServerConfig`], rebuilt when its files change.
 #[derive(Clone)]
-pub struct ServerTls(Arc<Reloading<ServerConfig>>);
+pub struct ServerTls {
+    reloading: Arc<Reloading<ServerConfig>>,
+    allow_roleless_client_certs: bool,
+}
 
 impl std::fmt::Debug for ServerTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerTls")
-            .field("files", &self.0.files.entries)
+            .field("files", &self.reloading.files.entries)
             .field("mutual", &self.mutual())
+            .field(
+                "allow_roleless_client_certs",
+                &self.allow_roleless_client_certs,
+            )
             .finish()
     }
 }
@@ -482,17 +509,17 @@ impl std::fmt::Debug for ServerTls {
 impl ServerTls {
     /// The config for the next handshake.
     pub fn config(&self) -> Arc<ServerConfig> {
-        self.0.current()
+        self.reloading.current()
     }
 
     /// Whether clients must present a certificate (`client_ca` is set).
     pub fn mutual(&self) -> bool {
-        self.0.files.roles.client_ca.is_some()
+        self.reloading.files.roles.client_ca.is_some()
     }
 
     /// How many rotated sets have been taken since start.
     pub fn generation(&self) -> u64 {
-        self.0.generation()
+        self.reloading.generation()
     }
 
     /// Runs the handshake on an accepted connection, within [`HANDSHAKE_TIMEOUT`].
@@ -676,6 +703,10 @@ pub struct PeerInfo {
     /// The client certificate chain the handshake verified against
     /// `client_ca` (None: plain, or TLS without client certificates).
     pub client_certs: Option<Arc<[CertificateDer<'static>]>>,
+    /// The URI subject alternative names of the verified client
+    /// certificate (its leaf), read once when the connection was accepted;
+    /// empty without one.
+    pub client_uris: Arc<[String]>,
 }
 
 impl PeerInfo {
@@ -698,17 +729,45 @@ impl tonic::transport::server::Connected for ServedIo {
             Self::Plain(s) => PeerInfo {
                 remote_addr: s.peer_addr().ok(),
                 client_certs: None,
+                client_uris: Arc::default(),
             },
             Self::Tls(s) => {
                 let (tcp, conn) = s.get_ref();
+                // rustls exposes the peer's chain only once the verifier accepted it.
+                let certs = conn.peer_certificates();
                 PeerInfo {
                     remote_addr: tcp.peer_addr().ok(),
-                    // rustls exposes the peer's chain only once the verifier accepted it.
-                    client_certs: conn.peer_certificates().map(|c| Arc::from(c.to_vec())),
+                    client_uris: certs
+                        .and_then(|c| c.first())
+                        .map(|leaf| uri_sans(leaf.as_ref()))
+                        .unwrap_or_default()
+                        .into(),
+                    client_certs: certs.map(|c| Arc::from(c.to_vec())),
                 }
             }
         }
     }
+}
+
+/// The URI subject alternative names of a DER certificate; none when it
+/// has no SAN extension or cannot be parsed (the verifier already accepted
+/// it, so that is a certificate that names no URI).
+pub fn uri_sans(der: &[u8]) -> Vec<String> {
+    use x509_parser::extensions::GeneralName;
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+        return vec![];
+    };
+    let Ok(Some(san)) = cert.subject_alternative_name() else {
+        return vec![];
+    };
+    san.value
+        .general_names
+        .iter()
+        .filter_map(|n| match n {
+            GeneralName::URI(u) => Some((*u).to_owned()),
+            _ => None,
+        })
+        .collect()
 }
 
 macro_rules! delegate_io {
@@ -799,8 +858,27 @@ mod tests {
             mutual_without_cert.validate("tls").unwrap_err().key_path(),
             Some("tls.cert")
         );
+        let roleless_without_mtls = TlsConfig {
+            cert: "/x/tls.crt".into(),
+            key: "/x/tls.key".into(),
+            allow_roleless_client_certs: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            roleless_without_mtls
+                .validate("tls")
+                .unwrap_err()
+                .key_path(),
+            Some("tls.allow_roleless_client_certs")
+        );
         assert!(TlsConfig::default().server("tls").unwrap().is_none());
         assert!(TlsConfig::default().client("tls").unwrap().is_none());
+    }
+
+    #[test]
+    fn uri_sans_of_what_is_no_certificate_are_none() {
+        assert!(uri_sans(b"not a certificate").is_empty());
+        assert!(uri_sans(&[]).is_empty());
     }
 
     #[test]
