@@ -366,6 +366,8 @@ mod tests {
 
 /// Asks `addr`'s grpc.health.v1 about `service` (`""`: the whole server).
 /// `SERVING` is Ok; any other answer, or no answer within 3 s, is an error.
+/// An `https://` address is verified with `--ca` and, for a server under
+/// mutual TLS, given the `--cert`/`--key` client certificate.
 pub async fn health(addr: &str, service: &str) -> Result<String, CliError> {
     use tonic_health::pb::{
         HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
@@ -378,7 +380,8 @@ pub async fn health(addr: &str, service: &str) -> Result<String, CliError> {
     });
     let reply = tokio::time::timeout(std::time::Duration::from_secs(3), check)
         .await
-        .map_err(|_| CliError::Connect(format!("{addr} did not answer within 3 s")))??
+        .map_err(|_| CliError::Connect(format!("{addr} did not answer within 3 s")))?
+        .map_err(|s| crate::turn::call_error(addr, s))?
         .into_inner();
     let status = ServingStatus::try_from(reply.status).unwrap_or(ServingStatus::Unknown);
     if status == ServingStatus::Serving {

@@ -199,13 +199,63 @@ impl TlsConfig {
 /// A client that trusts only the CA in `ca_file` and presents no certificate
 /// (the CLI's `--ca`); an empty path: the system's roots.
 pub fn client_with_ca(ca_file: &str, what: &str) -> Result<ClientTls, ConfigError> {
+    flag_client((what, ca_file), None)
+}
+
+/// A command line's client (`omicos --ca --cert --key`): trusts the CA in
+/// `ca_file` (empty: the system's roots) and, with `cert_file` and
+/// `key_file`, presents that client certificate to a server that asks for
+/// one (mutual TLS). Errors name the flags; one of the pair without the
+/// other is refused.
+pub fn client_with_identity(
+    ca_file: &str,
+    cert_file: &str,
+    key_file: &str,
+) -> Result<ClientTls, ConfigError> {
+    match (cert_file.is_empty(), key_file.is_empty()) {
+        (false, true) => {
+            return Err(ConfigError::key(
+                "--key",
+                "--cert is given but not the --key that belongs to it",
+            ));
+        }
+        (true, false) => {
+            return Err(ConfigError::key(
+                "--cert",
+                "--key is given but not the --cert it belongs to",
+            ));
+        }
+        (true, true) => return client_with_ca(ca_file, "--ca"),
+        (false, false) => {}
+    }
+    flag_client(
+        ("--ca", ca_file),
+        Some([("--cert", cert_file), ("--key", key_file)]),
+    )
+}
+
+/// A client from files named by flags: the CA (its entry may be empty) and
+/// an optional (certificate, key) pair.
+fn flag_client(
+    (ca_flag, ca_file): (&str, &str),
+    identity: Option<[(&str, &str); 2]>,
+) -> Result<ClientTls, ConfigError> {
+    let mut entries = vec![];
+    let mut roles = Roles::default();
+    if !ca_file.is_empty() {
+        roles.ca = Some(entries.len());
+        entries.push((ca_flag.to_owned(), PathBuf::from(ca_file)));
+    }
+    if let Some([(cert_flag, cert_file), (key_flag, key_file)]) = identity {
+        roles.cert = Some(entries.len());
+        entries.push((cert_flag.to_owned(), PathBuf::from(cert_file)));
+        roles.key = Some(entries.len());
+        entries.push((key_flag.to_owned(), PathBuf::from(key_file)));
+    }
     let files = Files {
         section: String::new(),
-        entries: vec![(what.to_owned(), PathBuf::from(ca_file))],
-        roles: Roles {
-            ca: (!ca_file.is_empty()).then_some(0),
-            ..Roles::default()
-        },
+        entries,
+        roles,
     };
     let built = build_client(&files).map_err(|e| e.config())?;
     Ok(ClientTls(Arc::new(Reloading::new(
