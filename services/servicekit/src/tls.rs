@@ -2,7 +2,7 @@
 //!
 //! Certificates, keys and CA bundles are PEM files named in config
 //! ([`TlsConfig`]). They are read again whenever one of them changes (its
-//! modification time or size), checked on each new handshake: cert-manager
+//! modification time, size or inode), checked on each new handshake: cert-manager
 //! and Kubernetes rotate the files in place, and the next connection sees the
 //! new ones without a restart. Connections already open keep the keys they
 //! were made with. A rotated set that cannot be used (a garbled file, a key
@@ -332,15 +332,11 @@ impl Files {
     }
 
     /// What the files look like now: a change in any of them means a reload.
-    fn stamp(&self) -> Vec<Option<(SystemTime, u64)>> {
+    fn stamp(&self) -> Vec<Option<Stamp>> {
         self.entries
             .iter()
             // metadata follows symlinks: Kubernetes swaps a `..data` link.
-            .map(|(_, p)| {
-                std::fs::metadata(p)
-                    .ok()
-                    .and_then(|m| Some((m.modified().ok()?, m.len())))
-            })
+            .map(|(_, p)| std::fs::metadata(p).ok().and_then(|m| Stamp::of(&m)))
             .collect()
     }
 
@@ -388,6 +384,36 @@ impl Files {
             .keys_match()
             .map_err(|e| self.error(k, format!("does not belong to the certificate: {e}")))?;
         Ok(Some((chain, key)))
+    }
+}
+
+/// What says a file changed: its modification time and size, and which
+/// file it is (device, inode). The file's identity matters because file
+/// times are coarse (a kernel tick, several milliseconds): a file renamed
+/// into place twice within one tick, with a new content of the same size
+/// (a certificate from another CA of the same shape), keeps its time and
+/// size but is a new inode each time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    modified: SystemTime,
+    len: u64,
+    file: (u64, u64),
+}
+
+impl Stamp {
+    fn of(m: &std::fs::Metadata) -> Option<Self> {
+        #[cfg(unix)]
+        let file = {
+            use std::os::unix::fs::MetadataExt;
+            (m.dev(), m.ino())
+        };
+        #[cfg(not(unix))]
+        let file = (0, 0);
+        Some(Self {
+            modified: m.modified().ok()?,
+            len: m.len(),
+            file,
+        })
     }
 }
 
@@ -486,7 +512,7 @@ struct Reloading<T> {
 
 struct State<T> {
     /// The stamp the current config was built from, or the last one that failed.
-    seen: Vec<Option<(SystemTime, u64)>>,
+    seen: Vec<Option<Stamp>>,
     current: Arc<T>,
     /// How many times a changed set was taken (0: the one read at start).
     generation: u64,
@@ -923,6 +949,28 @@ mod tests {
         );
         assert!(TlsConfig::default().server("tls").unwrap().is_none());
         assert!(TlsConfig::default().client("tls").unwrap().is_none());
+    }
+
+    #[test]
+    fn a_file_renamed_into_place_is_a_change_even_with_the_same_time_and_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.crt");
+        std::fs::write(&path, "CA one").unwrap();
+        let named = path.display().to_string();
+        let files = Files::new("tls", &[("ca", &named)]);
+        let before = files.stamp();
+        // What a rotation within one tick of the file clock looks like.
+        let next = dir.path().join("ca.crt.new");
+        std::fs::write(&next, "CA two").unwrap();
+        let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&next)
+            .unwrap()
+            .set_modified(modified)
+            .unwrap();
+        std::fs::rename(&next, &path).unwrap();
+        assert_ne!(files.stamp(), before);
     }
 
     #[test]
