@@ -51,12 +51,30 @@ impl Ca {
     }
 
     /// A certificate for `localhost` and `127.0.0.1`, common name `name`,
-    /// serial `serial`, for both server and client authentication.
+    /// serial `serial`, for both server and client authentication; it names
+    /// no omicos role.
     pub fn leaf(&self, name: &str, serial: u64) -> Leaf {
+        self.leaf_with_uris(name, serial, &[])
+    }
+
+    /// [`Ca::leaf`] for an omicos part in `role` (`runner`, `orchestrator`,
+    /// ...): its certificate also names the role as the URI SAN
+    /// `spiffe://omicos/<role>`.
+    pub fn part(&self, role: &str, serial: u64) -> Leaf {
+        self.leaf_with_uris(role, serial, &[&format!("spiffe://omicos/{role}")])
+    }
+
+    /// [`Ca::leaf`] with these URI subject alternative names besides the DNS and IP ones.
+    pub fn leaf_with_uris(&self, name: &str, serial: u64, uris: &[&str]) -> Leaf {
         let key = rcgen::KeyPair::generate().expect("leaf key");
         let mut params =
             rcgen::CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
                 .expect("leaf params");
+        for u in uris {
+            params.subject_alt_names.push(rcgen::SanType::URI(
+                rcgen::string::Ia5String::try_from(*u).expect("a URI in IA5"),
+            ));
+        }
         params
             .distinguished_name
             .push(rcgen::DnType::CommonName, name);
@@ -65,7 +83,9 @@ impl Ca {
             rcgen::ExtendedKeyUsagePurpose::ServerAuth,
             rcgen::ExtendedKeyUsagePurpose::ClientAuth,
         ];
-        let cert = params.signed_by(&key, &self.issuer).expect("leaf certificate");
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .expect("leaf certificate");
         Leaf {
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
@@ -202,11 +222,14 @@ pub async fn https_get(addr: SocketAddr, ca_pem: &str, path: &str) -> Result<Str
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
         .map_err(|e| format!("handshake: {e}"))?;
-    tls.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .map_err(|e| format!("write: {e}"))?;
+    tls.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .map_err(|e| format!("write: {e}"))?;
     let mut out = Vec::new();
     // A server may close without close_notify once it has answered.
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), tls.read_to_end(&mut out)).await;
+    let _ =
+        tokio::time::timeout(std::time::Duration::from_secs(5), tls.read_to_end(&mut out)).await;
     Ok(String::from_utf8_lossy(&out).into_owned())
 }

@@ -1,5 +1,6 @@
 //! Trust between the parts over TLS (issue 14, item 6): mutual TLS with
-//! certificates and CAs from files, taken again when they rotate. Real
+//! certificates and CAs from files, taken again when they rotate, and each
+//! part's role read from its certificate (`spiffe://omicos/<role>`). Real
 //! runners and providers on 127.0.0.1, certificates made in the test.
 
 use async_trait::async_trait;
@@ -38,7 +39,10 @@ impl Provider for Echo {
         vec![tool("echo_say", "says it back", json!({"type": "object"})).build()]
     }
     async fn call(&self, _tool: &str, args: Value, _ctx: CallCtx) -> Result<Value, ToolError> {
-        Ok(json!(format!("echo: {}", args["text"].as_str().unwrap_or_default())))
+        Ok(json!(format!(
+            "echo: {}",
+            args["text"].as_str().unwrap_or_default()
+        )))
     }
 }
 
@@ -49,6 +53,7 @@ fn tls(dir: &Path, leaf: &Leaf, stem: &str, ca: &str, client_ca: &str) -> TlsCon
         key,
         ca: ca.to_owned(),
         client_ca: client_ca.to_owned(),
+        ..Default::default()
     }
 }
 
@@ -99,6 +104,15 @@ fn assert_refused_at_handshake(r: Result<(), tonic::Status>, who: &str) {
 }
 
 async fn start_runner(workspace: &Path, tls: TlsConfig) -> (SocketAddr, Shutdown) {
+    start_runner_with(workspace, tls, vec![]).await
+}
+
+/// A runner with `providers` in process.
+async fn start_runner_with(
+    workspace: &Path,
+    tls: TlsConfig,
+    providers: Vec<Arc<dyn Provider>>,
+) -> (SocketAddr, Shutdown) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let cfg: omicos_tool_runner::Config = serde_json::from_value(json!({
@@ -107,11 +121,24 @@ async fn start_runner(workspace: &Path, tls: TlsConfig) -> (SocketAddr, Shutdown
     }))
     .unwrap();
     let sd = Shutdown::new(Duration::from_millis(500));
-    tokio::spawn(omicos_tool_runner::run(cfg, listener, sd.clone(), vec![]));
+    tokio::spawn(omicos_tool_runner::run(
+        cfg,
+        listener,
+        sd.clone(),
+        providers,
+    ));
     (addr, sd)
 }
 
 async fn start_provider(tls: &TlsConfig, registry: Option<String>) -> (SocketAddr, Shutdown) {
+    start_provider_with_secret(tls, registry, "").await
+}
+
+async fn start_provider_with_secret(
+    tls: &TlsConfig,
+    registry: Option<String>,
+    secret: &'static str,
+) -> (SocketAddr, Shutdown) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let sd = Shutdown::new(Duration::from_millis(500));
@@ -126,7 +153,7 @@ async fn start_provider(tls: &TlsConfig, registry: Option<String>) -> (SocketAdd
         Arc::new(Echo),
         listener,
         hosting,
-        "",
+        secret,
         loaded,
         sd.clone(),
     ));
@@ -174,16 +201,16 @@ async fn the_parts_talk_over_mutual_tls_and_a_certificate_from_another_ca_is_ref
     let stranger = other.leaf("stranger", 66);
 
     // The runner and a provider, each requiring client certificates from the CA.
-    let runner_tls = tls(d, &ca.leaf("runner", 1), "runner", &ca_file, &ca_file);
+    let runner_tls = tls(d, &ca.part("runner", 1), "runner", &ca_file, &ca_file);
     let (runner, _rsd) = start_runner(d, runner_tls).await;
     let registry = format!("https://localhost:{}", runner.port());
-    let provider_tls = tls(d, &ca.leaf("provider", 2), "provider", &ca_file, &ca_file);
+    let provider_tls = tls(d, &ca.part("provider", 2), "provider", &ca_file, &ca_file);
     let (provider, _psd) = start_provider(&provider_tls, Some(registry.clone())).await;
 
     // The orchestrator's client: its own certificate from the CA, through the
     // balanced runner client the orchestrator uses. The provider registered
     // over mutual TLS, so its tool shows.
-    let orch_leaf = ca.leaf("orchestrator", 3);
+    let orch_leaf = ca.part("orchestrator", 3);
     let orch_tls = client(d, &ca_file, Some((&orch_leaf, "orchestrator")));
     let runners = omicos_orchestrator::runner_client::Runner::new(
         &registry,
@@ -238,27 +265,178 @@ async fn the_parts_talk_over_mutual_tls_and_a_certificate_from_another_ca_is_ref
     for (addr, who) in [(runner, "runner"), (provider, "provider")] {
         let served = served_cert(addr, &ca.pem, Some(&orch_leaf)).await.unwrap();
         assert_eq!(subject_of(&served), who);
-        let e = served_cert(addr, &ca.pem, Some(&stranger)).await.unwrap_err();
+        let e = served_cert(addr, &ca.pem, Some(&stranger))
+            .await
+            .unwrap_err();
         assert!(e.contains("refused") || e.contains("closed"), "{who}: {e}");
         let e = served_cert(addr, &ca.pem, None).await.unwrap_err();
         assert!(e.contains("refused") || e.contains("closed"), "{who}: {e}");
     }
 
     // A provider's CallTool from any part but a runner is refused, even
-    // with a good certificate.
+    // with a good certificate: the orchestrator's certificate, whatever
+    // role its header claims (runner included) or with none.
     let call = CallToolRequest {
         tool: "echo_say".into(),
         arguments_json: "{}".into(),
         context: None,
     };
-    for creds in [as_orchestrator, Credentials::none()] {
+    let as_runner = Credentials::service_over("", ServiceRole::Runner, true).unwrap();
+    for creds in [as_orchestrator, as_runner.clone(), Credentials::none()] {
         let mut p = ToolProviderClient::new(creds.channel(channel(&orch_tls, &provider_url)));
         let e = p.call_tool(call.clone()).await.unwrap_err();
         assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     }
-    let as_runner = Credentials::service_over("", ServiceRole::Runner, true).unwrap();
-    let mut p = ToolProviderClient::new(as_runner.channel(channel(&orch_tls, &provider_url)));
-    p.call_tool(call).await.expect("a runner may call");
+    // A runner's certificate may call, with its role header or without one.
+    let runner_client = client(d, &ca_file, Some((&ca.part("runner", 4), "runner-client")));
+    for creds in [as_runner, Credentials::none()] {
+        let mut p = ToolProviderClient::new(creds.channel(channel(&runner_client, &provider_url)));
+        p.call_tool(call.clone()).await.expect("a runner may call");
+    }
+}
+
+#[tokio::test]
+async fn a_part_calls_only_in_the_role_its_certificate_names() {
+    let _ = omicos_servicekit::telemetry::init("omicos-tests", "warn");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ca = Ca::new("omicos internal CA");
+    let ca_file = ca.write(d, "ca.crt");
+    let runner_tls = tls(d, &ca.part("runner", 1), "runner", &ca_file, &ca_file);
+    let (runner, _rsd) = start_runner_with(d, runner_tls, vec![Arc::new(Echo)]).await;
+    let runner_url = format!("https://localhost:{}", runner.port());
+    let as_orchestrator = Credentials::service_over("", ServiceRole::Orchestrator, true).unwrap();
+
+    // A runner's certificate claiming to be the orchestrator: refused, and
+    // the message says which role the certificate carries.
+    let runner_cert = client(d, &ca_file, Some((&ca.part("runner", 2), "runner-client")));
+    let e = execute(channel(&runner_cert, &runner_url), as_orchestrator.clone())
+        .await
+        .expect_err("a runner's certificate cannot call as the orchestrator");
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(
+        e.message().contains("`orchestrator`") && e.message().contains("spiffe://omicos/runner"),
+        "{e:?}"
+    );
+    // The same certificate without a header is a runner: ToolRunner is not for it.
+    let e = execute(channel(&runner_cert, &runner_url), Credentials::none())
+        .await
+        .expect_err("a runner does not run tools on a runner");
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+
+    // A certificate from the CA that names no role gets in nowhere by
+    // default, whatever its header says.
+    let roleless = client(d, &ca_file, Some((&ca.leaf("someone", 3), "roleless")));
+    let e = execute(channel(&roleless, &runner_url), as_orchestrator.clone())
+        .await
+        .expect_err("a certificate without a role");
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("names no omicos role"), "{e:?}");
+    // Another trust domain's SPIFFE ID is no omicos role either.
+    let foreign_id = client(
+        d,
+        &ca_file,
+        Some((
+            &ca.leaf_with_uris("elsewhere", 4, &["spiffe://example.org/orchestrator"]),
+            "foreign-id",
+        )),
+    );
+    let e = execute(channel(&foreign_id, &runner_url), as_orchestrator.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+
+    // The orchestrator's certificate runs the call, with its role header or
+    // without one (its one role).
+    let done = format!("{}:", omicos_proto::ToolStatus::Done as i32);
+    let orch = client(d, &ca_file, Some((&ca.part("orchestrator", 5), "orch")));
+    for creds in [as_orchestrator.clone(), Credentials::none()] {
+        let out = execute(channel(&orch, &runner_url), creds)
+            .await
+            .expect("the orchestrator's certificate gets in");
+        assert!(
+            out.starts_with(&done) && out.contains("echo: over mTLS"),
+            "{out}"
+        );
+    }
+
+    // A certificate naming several roles may call in any of them.
+    let both = client(
+        d,
+        &ca_file,
+        Some((
+            &ca.leaf_with_uris(
+                "ops",
+                6,
+                &["spiffe://omicos/operator", "spiffe://omicos/orchestrator"],
+            ),
+            "both",
+        )),
+    );
+    execute(channel(&both, &runner_url), as_orchestrator.clone())
+        .await
+        .expect("one of its roles");
+
+    // A provider with the service secret beside mTLS: a roleless
+    // certificate gets in with the secret (a secret call over TLS), not
+    // without it; a secret does not let a certificate speak as another role.
+    let secret = "s3cret-for-tls";
+    let provider_tls = tls(d, &ca.part("provider", 7), "provider", &ca_file, &ca_file);
+    let (provider, _psd) = start_provider_with_secret(&provider_tls, None, secret).await;
+    let provider_url = format!("https://localhost:{}", provider.port());
+    let call = CallToolRequest {
+        tool: "echo_say".into(),
+        arguments_json: "{}".into(),
+        context: None,
+    };
+    let call_as = |tls: &ClientTls, creds: Credentials| {
+        let mut p = ToolProviderClient::new(creds.channel(channel(tls, &provider_url)));
+        let call = call.clone();
+        async move { p.call_tool(call).await.map(|_| ()) }
+    };
+    let runner_with_secret = Credentials::service_over(secret, ServiceRole::Runner, true).unwrap();
+    let runner_without = Credentials::service_over("", ServiceRole::Runner, true).unwrap();
+    let e = call_as(&roleless, runner_without.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    call_as(&roleless, runner_with_secret.clone())
+        .await
+        .expect("a roleless certificate with the secret");
+    let orch_with_secret_as_runner = runner_with_secret.clone();
+    let e = call_as(&orch, orch_with_secret_as_runner)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    call_as(&runner_cert, runner_without.clone())
+        .await
+        .expect("a runner's certificate needs no secret");
+
+    // tls.allow_roleless_client_certs: a roleless certificate is believed
+    // in the role its header names (the one-trust-domain setting).
+    let mut lenient = tls(d, &ca.part("provider", 8), "provider2", &ca_file, &ca_file);
+    lenient.allow_roleless_client_certs = true;
+    let (provider2, _p2sd) = start_provider(&lenient, None).await;
+    let lenient_url = format!("https://localhost:{}", provider2.port());
+    let mut p = ToolProviderClient::new(
+        runner_without
+            .clone()
+            .channel(channel(&roleless, &lenient_url)),
+    );
+    p.call_tool(call.clone())
+        .await
+        .expect("a roleless certificate in its header's role, where config allows it");
+    let mut p = ToolProviderClient::new(as_orchestrator.channel(channel(&roleless, &lenient_url)));
+    let e = p.call_tool(call.clone()).await.unwrap_err();
+    assert_eq!(
+        e.code(),
+        Code::PermissionDenied,
+        "the role rules still hold: {e:?}"
+    );
+    // And a certificate that names its role is still held to it there.
+    let mut p = ToolProviderClient::new(runner_without.channel(channel(&orch, &lenient_url)));
+    let e = p.call_tool(call).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
 }
 
 /// Polls `check` until it holds, within [`DEADLINE`].
@@ -291,7 +469,10 @@ async fn a_rotated_certificate_and_ca_are_taken_without_a_restart() {
     let me = ca.leaf("caller", 7);
 
     let served = served_cert(addr, &ca.pem, Some(&me)).await.unwrap();
-    assert_eq!((serial_of(&served), subject_of(&served).as_str()), (101, "provider-one"));
+    assert_eq!(
+        (serial_of(&served), subject_of(&served).as_str()),
+        (101, "provider-one")
+    );
 
     // cert-manager writes a new certificate and key: the next connection gets it.
     let second = ca.leaf("provider-two", 102);
@@ -310,7 +491,10 @@ async fn a_rotated_certificate_and_ca_are_taken_without_a_restart() {
     );
 
     // A garbled rotation keeps the last good certificate.
-    replace(Path::new(&server.cert), "-----BEGIN CERTIFICATE-----\nbroken\n");
+    replace(
+        Path::new(&server.cert),
+        "-----BEGIN CERTIFICATE-----\nbroken\n",
+    );
     for _ in 0..3 {
         let served = served_cert(addr, &ca.pem, Some(&me)).await.unwrap();
         assert_eq!(serial_of(&served), 102, "the last good certificate stays");
@@ -345,7 +529,7 @@ async fn a_rotated_certificate_and_ca_are_taken_without_a_restart() {
         cert,
         key,
         ca: client_ca.display().to_string(),
-        client_ca: String::new(),
+        ..Default::default()
     }
     .client("test")
     .unwrap()
@@ -366,7 +550,10 @@ async fn a_rotated_certificate_and_ca_are_taken_without_a_restart() {
     health(channel(&caller, &url))
         .await
         .expect("the client's rotated CA verifies the server");
-    assert!(caller.generation() >= 1, "the client took its rotated files");
+    assert!(
+        caller.generation() >= 1,
+        "the client took its rotated files"
+    );
 }
 
 #[tokio::test]
@@ -390,7 +577,10 @@ async fn a_missing_or_garbled_file_at_start_is_a_config_error_naming_the_key_and
             "garbled.key",
         ),
         (
-            format!("tls: {{cert: {cert}, key: {key}, client_ca: {}/nope.crt}}", d.display()),
+            format!(
+                "tls: {{cert: {cert}, key: {key}, client_ca: {}/nope.crt}}",
+                d.display()
+            ),
             "tls.client_ca",
             "nope.crt",
         ),

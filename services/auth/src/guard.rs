@@ -58,8 +58,8 @@ impl Gate for ClientAuth {
 }
 
 /// The service secret (or, under mutual TLS, the peer's verified client
-/// certificate), with the roles each method path allows (first matching
-/// prefix wins; no match: any authenticated part).
+/// certificate and the role it names), with the roles each method path
+/// allows (first matching prefix wins; no match: any authenticated part).
 pub struct ServiceGate {
     auth: ServiceAuth,
     rules: Vec<(&'static str, &'static [ServiceRole])>,
@@ -73,7 +73,8 @@ impl ServiceGate {
 
     /// [`ServiceGate::new`] on a server whose TLS asks every client for a
     /// certificate from its `client_ca` (`mutual_tls`): the handshake has
-    /// already refused anyone else, so no secret is needed.
+    /// already refused anyone else, so no secret is needed; the role is the
+    /// one the certificate names ([`ServiceAuth::check_peer`]).
     pub fn with_mutual_tls(
         auth: ServiceAuth,
         rules: Vec<(&'static str, &'static [ServiceRole])>,
@@ -100,9 +101,9 @@ impl Gate for ServiceGate {
         headers: &http::HeaderMap,
         peer: Option<&omicos_servicekit::PeerInfo>,
     ) -> Result<Admitted, AuthError> {
-        let verified = peer.is_some_and(|p| p.verified_client());
-        let caller = self.auth.check_peer(headers, verified).inspect_err(|e| {
-            tracing::warn!(target: "omicos::audit", event = "service_authentication_failed", path, principal = "-", error = %e, "service authentication failed");
+        let caller = self.auth.check_peer(headers, peer).inspect_err(|e| {
+            let cert_uris = peer.map(|p| p.client_uris.join(" ")).unwrap_or_default();
+            tracing::warn!(target: "omicos::audit", event = "service_authentication_failed", path, principal = "-", cert_uris, error = %e, "service authentication failed");
         })?;
         if caller.authenticated
             && let Some((_, roles)) = self.rules.iter().find(|(p, _)| path.starts_with(p))

@@ -7,10 +7,11 @@
 //!   tokens are cached until they expire). The result is a [`Principal`]:
 //!   subject, tenant, tier and the most permissive mode it may use.
 //! - Between services: a shared service secret in metadata ([`ServiceAuth`]),
-//!   or, under mutual TLS, a client certificate the handshake verified
-//!   (`omicos_servicekit::tls`), with the caller's role; the orchestrator
-//!   forwards the principal it authenticated, and only a caller holding the
-//!   secret or such a certificate is believed.
+//!   with the caller's role in a header, or, under mutual TLS, a client
+//!   certificate the handshake verified (`omicos_servicekit::tls`) that names
+//!   the caller's role itself (`spiffe://omicos/<role>`,
+//!   [`service::ROLE_URI_PREFIX`]); the orchestrator forwards the principal it
+//!   authenticated, and only a caller proved to be the orchestrator is believed.
 //! - [`Guard`] wraps one tonic service (a tower `Service` that keeps the
 //!   service's name) and puts what it admitted into the request's extensions;
 //!   [`Credentials`] is the client side, a tonic interceptor.

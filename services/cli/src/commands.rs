@@ -325,6 +325,36 @@ pub fn kernel_setup(dir: &std::path::Path) -> Result<String, CliError> {
     Ok(out)
 }
 
+/// Asks `addr`'s grpc.health.v1 about `service` (`""`: the whole server).
+/// `SERVING` is Ok; any other answer, or no answer within 3 s, is an error.
+/// An `https://` address is verified with `--ca` and, for a server under
+/// mutual TLS, given the `--cert`/`--key` client certificate.
+pub async fn health(addr: &str, service: &str) -> Result<String, CliError> {
+    use tonic_health::pb::{
+        HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+    };
+    let channel =
+        crate::turn::channel(addr, None, "the service", std::time::Duration::from_secs(3)).await?;
+    let mut client = HealthClient::new(channel);
+    let check = client.check(HealthCheckRequest {
+        service: service.to_owned(),
+    });
+    let reply = tokio::time::timeout(std::time::Duration::from_secs(3), check)
+        .await
+        .map_err(|_| CliError::Connect(format!("{addr} did not answer within 3 s")))?
+        .map_err(|s| crate::turn::call_error(addr, s))?
+        .into_inner();
+    let status = ServingStatus::try_from(reply.status).unwrap_or(ServingStatus::Unknown);
+    if status == ServingStatus::Serving {
+        Ok(format!("{addr}: serving\n"))
+    } else {
+        Err(CliError::NotServing(format!(
+            "{addr}: {}",
+            status.as_str_name()
+        )))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,32 +391,5 @@ mod tests {
                 .contains("at most 65531")
         );
         assert!(parse_port_base("seven").is_err());
-    }
-}
-
-/// Asks `addr`'s grpc.health.v1 about `service` (`""`: the whole server).
-/// `SERVING` is Ok; any other answer, or no answer within 3 s, is an error.
-pub async fn health(addr: &str, service: &str) -> Result<String, CliError> {
-    use tonic_health::pb::{
-        HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
-    };
-    let channel =
-        crate::turn::channel(addr, None, "the service", std::time::Duration::from_secs(3)).await?;
-    let mut client = HealthClient::new(channel);
-    let check = client.check(HealthCheckRequest {
-        service: service.to_owned(),
-    });
-    let reply = tokio::time::timeout(std::time::Duration::from_secs(3), check)
-        .await
-        .map_err(|_| CliError::Connect(format!("{addr} did not answer within 3 s")))??
-        .into_inner();
-    let status = ServingStatus::try_from(reply.status).unwrap_or(ServingStatus::Unknown);
-    if status == ServingStatus::Serving {
-        Ok(format!("{addr}: serving\n"))
-    } else {
-        Err(CliError::NotServing(format!(
-            "{addr}: {}",
-            status.as_str_name()
-        )))
     }
 }

@@ -36,6 +36,26 @@ struct Cli {
     /// chain to (default: the system's roots).
     #[arg(long, global = true, env = "OMICOS_CA", value_name = "FILE")]
     ca: Option<PathBuf>,
+    /// A client certificate (PEM) to present to an `https://` server that
+    /// asks for one (mutual TLS: a runner or provider with `tls.client_ca`,
+    /// for `omicos health` probes). Needs --key.
+    #[arg(
+        long,
+        global = true,
+        env = "OMICOS_CLIENT_CERT",
+        value_name = "FILE",
+        requires = "key"
+    )]
+    cert: Option<PathBuf>,
+    /// The private key (PEM) of --cert.
+    #[arg(
+        long,
+        global = true,
+        env = "OMICOS_CLIENT_KEY",
+        value_name = "FILE",
+        requires = "cert"
+    )]
+    key: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -188,12 +208,11 @@ async fn main() -> ExitCode {
     let st = Style::for_stdout();
     let server = cli.server;
     turn::set_token(turn::find_token(cli.token.as_deref(), &[cli.token_file]));
-    turn::set_ca(
-        cli.ca
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default(),
-    );
+    let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+    turn::set_ca(path(&cli.ca).unwrap_or_default());
+    if let (Some(cert), Some(key)) = (path(&cli.cert), path(&cli.key)) {
+        turn::set_client_cert(cert, key);
+    }
     match cli.command {
         Command::Up {
             workspace,

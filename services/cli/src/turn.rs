@@ -51,10 +51,75 @@ pub fn set_ca(path: String) {
     let _ = CA.set(path);
 }
 
+/// The client certificate and key `--cert`/`--key` named.
+static CLIENT_CERT: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+
+/// Sets the client certificate and key (PEM files) every later `https://`
+/// connection presents when the server asks for one (`--cert`, `--key`).
+pub fn set_client_cert(cert: String, key: String) {
+    let _ = CLIENT_CERT.set((cert, key));
+}
+
+/// What to do about a TLS failure, from the error's text (its chain).
+fn tls_hint(chain: &str) -> Option<&'static str> {
+    if chain.contains("UnknownIssuer") || chain.contains("invalid peer certificate") {
+        Some(
+            "the server's certificate is not signed by a CA this client trusts: pass --ca <file> (OMICOS_CA) with the CA that signed it",
+        )
+    } else if chain.contains("CertificateRequired") {
+        Some(
+            "the server asks for a client certificate (mutual TLS): pass --cert <file> --key <file> with one from the CA in its tls.client_ca",
+        )
+    } else if chain.contains("alert: UnknownCA")
+        || chain.contains("alert: BadCertificate")
+        || chain.contains("alert: CertificateUnknown")
+        || chain.contains("alert: AccessDenied")
+    {
+        Some(
+            "the server refused this client's certificate: --cert must be signed by the CA in the server's tls.client_ca",
+        )
+    } else if chain.contains("TLS handshake") || chain.contains("InvalidContentType") {
+        Some("the TLS handshake failed: check that the server speaks https and --ca names its CA")
+    } else {
+        None
+    }
+}
+
+/// A failed call's status as an error: a TLS refusal that only shows on
+/// the first request says what to do, like a failed connect. TLS 1.3 sends
+/// the alert that refuses a client certificate (or its absence) after the
+/// handshake, so the call fails instead; and when the connection is gone
+/// before the call was written, the call says only `operation was canceled`
+/// (or a closed connection), without the alert. An `https://` call that
+/// fails that way right after a good handshake is then read as that refusal.
+pub fn call_error(url: &str, status: tonic::Status) -> CliError {
+    let chain = error_chain(&status);
+    let hint = tls_hint(&chain).or_else(|| {
+        let closed = matches!(
+            status.code(),
+            tonic::Code::Cancelled | tonic::Code::Unavailable | tonic::Code::Unknown
+        ) && ["canceled", "cancelled", "transport error", "connection", "broken pipe"]
+            .iter()
+            .any(|w| chain.to_lowercase().contains(w));
+        (closed && url.starts_with("https://")).then(|| {
+            if CLIENT_CERT.get().is_some() {
+                "the server closed the connection right after the TLS handshake, as one that refused this client's certificate does: --cert must be signed by the CA in the server's tls.client_ca"
+            } else {
+                "the server closed the connection right after the TLS handshake, as one that asks for a client certificate (mutual TLS) does: pass --cert <file> --key <file> with one from the CA in its tls.client_ca"
+            }
+        })
+    });
+    match hint {
+        Some(hint) => CliError::Connect(format!("{url}: {chain} ({hint})")),
+        None => CliError::Rpc(status),
+    }
+}
+
 /// A channel to `url`: plain for `http://`; for `https://`, TLS verified
-/// with the `--ca` file ([`set_ca`]), or with `ca` when given. Errors say
-/// what to do, a certificate from an unknown CA among them; `what` names
-/// the server in them (`the orchestrator`).
+/// with the `--ca` file ([`set_ca`]), or with `ca` when given, presenting
+/// the `--cert`/`--key` client certificate ([`set_client_cert`]) when set.
+/// Errors say what to do, a certificate from an unknown CA among them;
+/// `what` names the server in them (`the orchestrator`).
 pub async fn channel(
     url: &str,
     ca: Option<&str>,
@@ -68,7 +133,8 @@ pub async fn channel(
         let ca = ca
             .map(str::to_owned)
             .unwrap_or_else(|| CA.get().cloned().unwrap_or_default());
-        let tls = omicos_servicekit::tls::client_with_ca(&ca, "--ca")
+        let (cert, key) = CLIENT_CERT.get().cloned().unwrap_or_default();
+        let tls = omicos_servicekit::tls::client_with_identity(&ca, &cert, &key)
             .map_err(|e| CliError::Usage(e.to_string()))?;
         let connector = tls.connector().with_connect_timeout(connect_timeout);
         tonic::transport::Channel::connect(connector, ep).await
@@ -77,13 +143,8 @@ pub async fn channel(
     };
     connected.map_err(|e| {
         let chain = error_chain(&e);
-        let hint = if chain.contains("UnknownIssuer") || chain.contains("invalid peer certificate") {
-            "the server's certificate is not signed by a CA this client trusts: pass --ca <file> (OMICOS_CA) with the CA that signed it"
-        } else if chain.contains("TLS handshake") || chain.contains("InvalidContentType") {
-            "the TLS handshake failed: check that the server speaks https and --ca names its CA"
-        } else {
-            "start it with `omicos up`, or point --server / OMICOS_SERVER at it"
-        };
+        let hint = tls_hint(&chain)
+            .unwrap_or("start it with `omicos up`, or point --server / OMICOS_SERVER at it");
         CliError::Connect(format!("cannot reach {what} at {url}: {chain} ({hint})"))
     })
 }

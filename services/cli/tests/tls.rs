@@ -2,6 +2,8 @@
 //! over TLS with a certificate and key from config (gRPC, gRPC-web and the
 //! page still share it), reached through the CLI's own client code and the
 //! `omicos` binary with `--ca`; without the CA the client fails and says so.
+//! And `omicos health --cert --key` against a part under mutual TLS, as a
+//! Kubernetes exec probe runs it.
 
 use omicos_e2e::pki::{Ca, https_get};
 use omicos_e2e::{ChatHandle, FakeLlm, Reply, TEST_TOKEN, api_key, events_text};
@@ -103,14 +105,21 @@ async fn the_orchestrator_answers_over_tls_with_ca_and_a_client_without_it_says_
     .await
     .expect("chat over TLS");
     let events = chat.until_done().await;
-    assert!(events_text(&events).contains("hello over tls"), "{events:?}");
+    assert!(
+        events_text(&events).contains("hello over tls"),
+        "{events:?}"
+    );
 
     // The page shares the port: HTTP/1.1 over the same TLS listener.
     let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
     let page = https_get(([127, 0, 0, 1], port).into(), &ca.pem, "/")
         .await
         .unwrap();
-    assert!(page.starts_with("HTTP/1.1 200"), "{}", &page[..page.len().min(200)]);
+    assert!(
+        page.starts_with("HTTP/1.1 200"),
+        "{}",
+        &page[..page.len().min(200)]
+    );
 
     // Without the CA: the binary fails and says to pass --ca; so does the client code.
     let out = omicos(&url, &["health"]);
@@ -125,5 +134,108 @@ async fn the_orchestrator_answers_over_tls_with_ca_and_a_client_without_it_says_
     // And plain HTTP to the TLS port gets nowhere.
     let plain = url.replace("https://", "http://");
     assert!(!omicos(&plain, &["health"]).status.success());
+    sd.trigger();
+}
+
+/// `omicos [args]` with no TLS settings from the environment.
+fn omicos_bare(args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("OMICOS_CA")
+        .env_remove("OMICOS_CLIENT_CERT")
+        .env_remove("OMICOS_CLIENT_KEY")
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_probes_a_part_under_mutual_tls_with_its_certificate_and_says_why_without() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ca = Ca::new("internal CA");
+    let ca_file = ca.write(d, "ca.crt");
+    // A runner that requires client certificates from the CA.
+    let (cert, key) = ca.part("runner", 1).write(d, "runner");
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://localhost:{}", l.local_addr().unwrap().port());
+    let cfg: omicos_tool_runner::Config = serde_json::from_value(serde_json::json!({
+        "workspace": d,
+        "tls": {"cert": cert, "key": key, "ca": ca_file, "client_ca": ca_file},
+    }))
+    .unwrap();
+    let sd = Shutdown::new(Duration::from_millis(500));
+    tokio::spawn(omicos_tool_runner::run(cfg, l, sd.clone(), vec![]));
+
+    // The probe a pod runs: its own mounted certificate and key.
+    let probe = [
+        "--ca", &ca_file, "--cert", &cert, "--key", &key, "health", &url,
+    ];
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = omicos_bare(&probe);
+        if out.status.success() {
+            assert!(String::from_utf8_lossy(&out.stdout).contains("serving"));
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never serving under mTLS with the certificate: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Without a client certificate: refused, and the message says to pass
+    // one. A few times: the refusal reaches the client either as the TLS
+    // alert or as a connection closed under the call, and both must say it.
+    for _ in 0..5 {
+        let out = omicos_bare(&["--ca", &ca_file, "health", &url]);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("asks for a client certificate")
+                && err.contains("--cert <file> --key <file>"),
+            "{err}"
+        );
+    }
+
+    // A certificate from another CA: refused, and said so.
+    let (other_cert, other_key) = Ca::new("other CA").part("runner", 2).write(d, "other");
+    for _ in 0..5 {
+        let out = omicos_bare(&[
+            "--ca",
+            &ca_file,
+            "--cert",
+            &other_cert,
+            "--key",
+            &other_key,
+            "health",
+            &url,
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("refused this client's certificate") && err.contains("tls.client_ca"),
+            "{err}"
+        );
+    }
+
+    // Half a pair is a usage error, before anything is dialled.
+    let out = omicos_bare(&["--ca", &ca_file, "--cert", &cert, "health", &url]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--key"),
+        "{out:?}"
+    );
+    // A key that is not the certificate's: refused naming the flag.
+    let out = omicos_bare(&[
+        "--ca", &ca_file, "--cert", &cert, "--key", &other_key, "health", &url,
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--key") && err.contains("does not belong"),
+        "{err}"
+    );
     sd.trigger();
 }

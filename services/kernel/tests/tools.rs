@@ -108,6 +108,97 @@ async fn kernel_install_refuses_then_installs_for_real() {
     p.close().await;
 }
 
+/// An interpreter that is the test's real one for everything but `-m pip`,
+/// where it prints the directory it was started in and its arguments, and
+/// succeeds without installing anything.
+fn pip_recorder(dir: &std::path::Path) -> String {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let fake = bin.join("python3");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\n\
+             if [ \"$1\" = -m ] && [ \"$2\" = pip ]; then\n\
+             \x20 echo \"pip-cwd=$(pwd -P)\"\n\
+             \x20 shift 2\n\
+             \x20 echo \"pip-args=$*\"\n\
+             \x20 exit 0\n\
+             fi\n\
+             exec '{}' \"$@\"\n",
+            python()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    fake.display().to_string()
+}
+
+/// The directory the recorder says pip ran in.
+fn pip_cwd(r: &serde_json::Value) -> String {
+    let out = r["output"].as_str().unwrap_or_default();
+    out.lines()
+        .find_map(|l| l.strip_prefix("pip-cwd="))
+        .unwrap_or_else(|| panic!("the recorder did not run as pip: {r}"))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn kernel_install_runs_pip_in_the_workspace_not_the_services_directory() {
+    let fake_env = tempfile::tempdir().unwrap();
+    let mut cfg = config(0);
+    cfg.python = pip_recorder(fake_env.path());
+    let (ws, p) = provider(cfg);
+    let root = ws.path().canonicalize().unwrap();
+    // The service's own directory is elsewhere, so a pip left in it would show.
+    let own = std::env::current_dir().unwrap().canonicalize().unwrap();
+    assert_ne!(own, root);
+
+    let (c, _) = ctx(&ws, "i");
+    let r = call(&p, "kernel_install", json!({"packages": ["six"]}), c)
+        .await
+        .unwrap();
+    assert_eq!(pip_cwd(&r), root.display().to_string(), "{r}");
+    assert!(
+        r["output"].as_str().unwrap().contains("pip-args=install ")
+            && r["output"].as_str().unwrap().trim_end().ends_with(" six"),
+        "{r}"
+    );
+
+    // Through gRPC, for a tenant: the tenant's workspace under the
+    // provider's own, whatever workspace the caller names.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = omicos_servicekit::Shutdown::new(Duration::from_secs(1));
+    let hosting = ProviderHosting {
+        registry: None,
+        advertise: None,
+        workspace: root.clone(),
+        ttl_seconds: 0,
+    };
+    let server = tokio::spawn(serve_provider(
+        p.clone(),
+        listener,
+        hosting,
+        shutdown.clone(),
+    ));
+    let remote = RemoteProvider::connect(&format!("http://{addr}"))
+        .await
+        .unwrap();
+    let (mut c, _) = ctx(&ws, "t");
+    c.tenant = "acme".into();
+    c.workspace = own.clone();
+    let r = remote
+        .call("kernel_install", json!({"packages": ["six"]}), c)
+        .await
+        .unwrap();
+    assert_eq!(pip_cwd(&r), root.join("acme").display().to_string(), "{r}");
+    shutdown.trigger();
+    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    p.close().await;
+}
+
 #[tokio::test]
 async fn registry_lookup_finds_installed_functions() {
     let (ws, p) = provider(config(0));

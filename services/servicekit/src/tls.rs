@@ -2,7 +2,7 @@
 //!
 //! Certificates, keys and CA bundles are PEM files named in config
 //! ([`TlsConfig`]). They are read again whenever one of them changes (its
-//! modification time or size), checked on each new handshake: cert-manager
+//! modification time, size or inode), checked on each new handshake: cert-manager
 //! and Kubernetes rotate the files in place, and the next connection sees the
 //! new ones without a restart. Connections already open keep the keys they
 //! were made with. A rotated set that cannot be used (a garbled file, a key
@@ -12,7 +12,9 @@
 //! - Servers: [`ServerTls`] is what [`crate::Host`] accepts connections with
 //!   (`Host::tls`). With `client_ca` it is mutual TLS: a peer without a
 //!   client certificate from that CA is refused at the handshake, and a
-//!   verified peer's certificates travel with each request as [`PeerInfo`].
+//!   verified peer's certificates travel with each request as [`PeerInfo`],
+//!   with the URI SANs of its leaf read once per connection (where an omicos
+//!   part's role is written: `omicos_auth::service::ROLE_URI_PREFIX`).
 //! - Clients: [`ClientTls`] gives a [`TlsConnector`] for tonic channels
 //!   (`Channel::new(connector, endpoint)`); `https://` endpoints go over TLS
 //!   with the current client config (with `cert`/`key`, the client
@@ -63,6 +65,12 @@ pub struct TlsConfig {
     /// The CA bundle (PEM) that clients of this part's server must present
     /// a certificate from; empty: no client certificate is asked for.
     pub client_ca: String,
+    /// Under mutual TLS, whether a client certificate that names no role
+    /// (no `spiffe://omicos/<role>` URI SAN) is let in as whatever part its
+    /// role header says (one CA, one trust domain). Default false: such a
+    /// certificate gets in only with the service secret, and the role of a
+    /// certificate that names one is never taken from the header.
+    pub allow_roleless_client_certs: bool,
 }
 
 impl TlsConfig {
@@ -98,6 +106,12 @@ impl TlsConfig {
                 "`client_ca` (mutual TLS) needs this server's own `cert` and `key`",
             ));
         }
+        if self.allow_roleless_client_certs && self.client_ca.is_empty() {
+            return Err(ConfigError::key(
+                format!("{section}.allow_roleless_client_certs"),
+                "is set but `client_ca` is not: it is about client certificates under mutual TLS",
+            ));
+        }
         Ok(())
     }
 
@@ -117,11 +131,10 @@ impl TlsConfig {
             ],
         );
         let built = build_server(&files).map_err(|e| e.config())?;
-        Ok(Some(ServerTls(Arc::new(Reloading::new(
-            files,
-            built,
-            build_server,
-        )))))
+        Ok(Some(ServerTls {
+            reloading: Arc::new(Reloading::new(files, built, build_server)),
+            allow_roleless_client_certs: self.allow_roleless_client_certs,
+        }))
     }
 
     /// The client side, read from the files now; None when neither `ca`
@@ -163,6 +176,13 @@ impl Tls {
     pub fn client_cert(&self) -> bool {
         self.client.as_ref().is_some_and(ClientTls::has_cert)
     }
+
+    /// [`TlsConfig::allow_roleless_client_certs`], as its server took it.
+    pub fn allows_roleless_client_certs(&self) -> bool {
+        self.server
+            .as_ref()
+            .is_some_and(|s| s.allow_roleless_client_certs)
+    }
 }
 
 impl TlsConfig {
@@ -179,13 +199,63 @@ impl TlsConfig {
 /// A client that trusts only the CA in `ca_file` and presents no certificate
 /// (the CLI's `--ca`); an empty path: the system's roots.
 pub fn client_with_ca(ca_file: &str, what: &str) -> Result<ClientTls, ConfigError> {
+    flag_client((what, ca_file), None)
+}
+
+/// A command line's client (`omicos --ca --cert --key`): trusts the CA in
+/// `ca_file` (empty: the system's roots) and, with `cert_file` and
+/// `key_file`, presents that client certificate to a server that asks for
+/// one (mutual TLS). Errors name the flags; one of the pair without the
+/// other is refused.
+pub fn client_with_identity(
+    ca_file: &str,
+    cert_file: &str,
+    key_file: &str,
+) -> Result<ClientTls, ConfigError> {
+    match (cert_file.is_empty(), key_file.is_empty()) {
+        (false, true) => {
+            return Err(ConfigError::key(
+                "--key",
+                "--cert is given but not the --key that belongs to it",
+            ));
+        }
+        (true, false) => {
+            return Err(ConfigError::key(
+                "--cert",
+                "--key is given but not the --cert it belongs to",
+            ));
+        }
+        (true, true) => return client_with_ca(ca_file, "--ca"),
+        (false, false) => {}
+    }
+    flag_client(
+        ("--ca", ca_file),
+        Some([("--cert", cert_file), ("--key", key_file)]),
+    )
+}
+
+/// A client from files named by flags: the CA (its entry may be empty) and
+/// an optional (certificate, key) pair.
+fn flag_client(
+    (ca_flag, ca_file): (&str, &str),
+    identity: Option<[(&str, &str); 2]>,
+) -> Result<ClientTls, ConfigError> {
+    let mut entries = vec![];
+    let mut roles = Roles::default();
+    if !ca_file.is_empty() {
+        roles.ca = Some(entries.len());
+        entries.push((ca_flag.to_owned(), PathBuf::from(ca_file)));
+    }
+    if let Some([(cert_flag, cert_file), (key_flag, key_file)]) = identity {
+        roles.cert = Some(entries.len());
+        entries.push((cert_flag.to_owned(), PathBuf::from(cert_file)));
+        roles.key = Some(entries.len());
+        entries.push((key_flag.to_owned(), PathBuf::from(key_file)));
+    }
     let files = Files {
         section: String::new(),
-        entries: vec![(what.to_owned(), PathBuf::from(ca_file))],
-        roles: Roles {
-            ca: (!ca_file.is_empty()).then_some(0),
-            ..Roles::default()
-        },
+        entries,
+        roles,
     };
     let built = build_client(&files).map_err(|e| e.config())?;
     Ok(ClientTls(Arc::new(Reloading::new(
@@ -262,15 +332,11 @@ impl Files {
     }
 
     /// What the files look like now: a change in any of them means a reload.
-    fn stamp(&self) -> Vec<Option<(SystemTime, u64)>> {
+    fn stamp(&self) -> Vec<Option<Stamp>> {
         self.entries
             .iter()
             // metadata follows symlinks: Kubernetes swaps a `..data` link.
-            .map(|(_, p)| {
-                std::fs::metadata(p)
-                    .ok()
-                    .and_then(|m| Some((m.modified().ok()?, m.len())))
-            })
+            .map(|(_, p)| std::fs::metadata(p).ok().and_then(|m| Stamp::of(&m)))
             .collect()
     }
 
@@ -318,6 +384,36 @@ impl Files {
             .keys_match()
             .map_err(|e| self.error(k, format!("does not belong to the certificate: {e}")))?;
         Ok(Some((chain, key)))
+    }
+}
+
+/// What says a file changed: its modification time and size, and which
+/// file it is (device, inode). The file's identity matters because file
+/// times are coarse (a kernel tick, several milliseconds): a file renamed
+/// into place twice within one tick, with a new content of the same size
+/// (a certificate from another CA of the same shape), keeps its time and
+/// size but is a new inode each time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    modified: SystemTime,
+    len: u64,
+    file: (u64, u64),
+}
+
+impl Stamp {
+    fn of(m: &std::fs::Metadata) -> Option<Self> {
+        #[cfg(unix)]
+        let file = {
+            use std::os::unix::fs::MetadataExt;
+            (m.dev(), m.ino())
+        };
+        #[cfg(not(unix))]
+        let file = (0, 0);
+        Some(Self {
+            modified: m.modified().ok()?,
+            len: m.len(),
+            file,
+        })
     }
 }
 
@@ -416,7 +512,7 @@ struct Reloading<T> {
 
 struct State<T> {
     /// The stamp the current config was built from, or the last one that failed.
-    seen: Vec<Option<(SystemTime, u64)>>,
+    seen: Vec<Option<Stamp>>,
     current: Arc<T>,
     /// How many times a changed set was taken (0: the one read at start).
     generation: u64,
@@ -468,13 +564,20 @@ impl<T> Reloading<T> {
 
 /// A server's TLS: the current [`ServerConfig`], rebuilt when its files change.
 #[derive(Clone)]
-pub struct ServerTls(Arc<Reloading<ServerConfig>>);
+pub struct ServerTls {
+    reloading: Arc<Reloading<ServerConfig>>,
+    allow_roleless_client_certs: bool,
+}
 
 impl std::fmt::Debug for ServerTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerTls")
-            .field("files", &self.0.files.entries)
+            .field("files", &self.reloading.files.entries)
             .field("mutual", &self.mutual())
+            .field(
+                "allow_roleless_client_certs",
+                &self.allow_roleless_client_certs,
+            )
             .finish()
     }
 }
@@ -482,17 +585,17 @@ impl std::fmt::Debug for ServerTls {
 impl ServerTls {
     /// The config for the next handshake.
     pub fn config(&self) -> Arc<ServerConfig> {
-        self.0.current()
+        self.reloading.current()
     }
 
     /// Whether clients must present a certificate (`client_ca` is set).
     pub fn mutual(&self) -> bool {
-        self.0.files.roles.client_ca.is_some()
+        self.reloading.files.roles.client_ca.is_some()
     }
 
     /// How many rotated sets have been taken since start.
     pub fn generation(&self) -> u64 {
-        self.0.generation()
+        self.reloading.generation()
     }
 
     /// Runs the handshake on an accepted connection, within [`HANDSHAKE_TIMEOUT`].
@@ -676,6 +779,10 @@ pub struct PeerInfo {
     /// The client certificate chain the handshake verified against
     /// `client_ca` (None: plain, or TLS without client certificates).
     pub client_certs: Option<Arc<[CertificateDer<'static>]>>,
+    /// The URI subject alternative names of the verified client
+    /// certificate (its leaf), read once when the connection was accepted;
+    /// empty without one.
+    pub client_uris: Arc<[String]>,
 }
 
 impl PeerInfo {
@@ -698,17 +805,45 @@ impl tonic::transport::server::Connected for ServedIo {
             Self::Plain(s) => PeerInfo {
                 remote_addr: s.peer_addr().ok(),
                 client_certs: None,
+                client_uris: Arc::default(),
             },
             Self::Tls(s) => {
                 let (tcp, conn) = s.get_ref();
+                // rustls exposes the peer's chain only once the verifier accepted it.
+                let certs = conn.peer_certificates();
                 PeerInfo {
                     remote_addr: tcp.peer_addr().ok(),
-                    // rustls exposes the peer's chain only once the verifier accepted it.
-                    client_certs: conn.peer_certificates().map(|c| Arc::from(c.to_vec())),
+                    client_uris: certs
+                        .and_then(|c| c.first())
+                        .map(|leaf| uri_sans(leaf.as_ref()))
+                        .unwrap_or_default()
+                        .into(),
+                    client_certs: certs.map(|c| Arc::from(c.to_vec())),
                 }
             }
         }
     }
+}
+
+/// The URI subject alternative names of a DER certificate; none when it
+/// has no SAN extension or cannot be parsed (the verifier already accepted
+/// it, so that is a certificate that names no URI).
+pub fn uri_sans(der: &[u8]) -> Vec<String> {
+    use x509_parser::extensions::GeneralName;
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+        return vec![];
+    };
+    let Ok(Some(san)) = cert.subject_alternative_name() else {
+        return vec![];
+    };
+    san.value
+        .general_names
+        .iter()
+        .filter_map(|n| match n {
+            GeneralName::URI(u) => Some((*u).to_owned()),
+            _ => None,
+        })
+        .collect()
 }
 
 macro_rules! delegate_io {
@@ -799,8 +934,49 @@ mod tests {
             mutual_without_cert.validate("tls").unwrap_err().key_path(),
             Some("tls.cert")
         );
+        let roleless_without_mtls = TlsConfig {
+            cert: "/x/tls.crt".into(),
+            key: "/x/tls.key".into(),
+            allow_roleless_client_certs: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            roleless_without_mtls
+                .validate("tls")
+                .unwrap_err()
+                .key_path(),
+            Some("tls.allow_roleless_client_certs")
+        );
         assert!(TlsConfig::default().server("tls").unwrap().is_none());
         assert!(TlsConfig::default().client("tls").unwrap().is_none());
+    }
+
+    #[test]
+    fn a_file_renamed_into_place_is_a_change_even_with_the_same_time_and_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.crt");
+        std::fs::write(&path, "CA one").unwrap();
+        let named = path.display().to_string();
+        let files = Files::new("tls", &[("ca", &named)]);
+        let before = files.stamp();
+        // What a rotation within one tick of the file clock looks like.
+        let next = dir.path().join("ca.crt.new");
+        std::fs::write(&next, "CA two").unwrap();
+        let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&next)
+            .unwrap()
+            .set_modified(modified)
+            .unwrap();
+        std::fs::rename(&next, &path).unwrap();
+        assert_ne!(files.stamp(), before);
+    }
+
+    #[test]
+    fn uri_sans_of_what_is_no_certificate_are_none() {
+        assert!(uri_sans(b"not a certificate").is_empty());
+        assert!(uri_sans(&[]).is_empty());
     }
 
     #[test]

@@ -160,10 +160,12 @@ pub async fn run(
     // providers register; the runner's calls to providers carry the secret too.
     use omicos_auth::ServiceRole::{Operator, Orchestrator, Provider as ProviderRole};
     // Under mutual TLS the handshake already refused anyone without a
-    // certificate from `tls.client_ca`.
+    // certificate from `tls.client_ca`, and the role is the one the
+    // certificate names (`spiffe://omicos/<role>`).
     let gate: Arc<dyn omicos_auth::Gate> =
         Arc::new(omicos_auth::guard::ServiceGate::with_mutual_tls(
-            omicos_auth::ServiceAuth::new(&config.service_secret),
+            omicos_auth::ServiceAuth::new(&config.service_secret)
+                .allow_roleless_client_certs(tls.allows_roleless_client_certs()),
             vec![
                 ("/omicos.v1.ToolRunner/", &[Orchestrator, Operator]),
                 ("/omicos.v1.Registry/Register", &[ProviderRole]),

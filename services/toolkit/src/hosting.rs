@@ -73,7 +73,7 @@ pub async fn serve_provider_with<P: Provider>(
 /// [`serve_provider_with`] over `tls`: the provider's port serves TLS with
 /// its server certificate; with a `client_ca` (mutual TLS) only peers
 /// presenting a certificate from that CA get in, `CallTool` still only
-/// from a runner; the registration goes to an `https://` registry with its
+/// from a runner (a certificate naming `spiffe://omicos/runner`); the registration goes to an `https://` registry with its
 /// client side. The advertised endpoint is `https://` when TLS is on.
 pub async fn serve_provider_over<P: Provider>(
     provider: Arc<P>,
@@ -97,7 +97,8 @@ pub async fn serve_provider_over<P: Provider>(
     );
     let tools = service_tools(provider.as_ref());
     let gate: Arc<dyn omicos_auth::Gate> = Arc::new(ServiceGate::with_mutual_tls(
-        ServiceAuth::new(service_secret),
+        ServiceAuth::new(service_secret)
+            .allow_roleless_client_certs(tls.allows_roleless_client_certs()),
         vec![("/omicos.v1.ToolProvider/CallTool", &[ServiceRole::Runner])],
         tls.mutual(),
     ));
