@@ -706,26 +706,12 @@ impl Pipeline {
         }
     }
 
-    /// Checks an approval's rule before it is kept for the session: it
-    /// parses, names exactly the approved call's tool (no prefix reaching
-    /// other tools) and matches the approved call. Applied later, it is an
-    /// allow rule: every deny and ask rule beats it and the mode's ceiling
-    /// bounds it, so it never widens what the deployment allows.
+    /// Checks an approval's rule before it is kept for the session
+    /// ([`rules::session_grant`]). Applied later, it is an allow rule: every
+    /// deny and ask rule beats it and the mode's ceiling bounds it, so it
+    /// never widens what the deployment allows.
     fn session_rule(&self, text: &str, tool: &str, args: &Value) -> Result<String, String> {
-        let rule = rules::Rule::parse(text, rules::Source::Session).map_err(|e| e.to_string())?;
-        if !rule.names_exactly(tool) {
-            return Err(format!(
-                "the rule `{}` must name the approved tool `{tool}` exactly",
-                rule.text()
-            ));
-        }
-        if !rule.matches(&self.rule_call(tool, args), rules::Behavior::Allow) {
-            return Err(format!(
-                "the rule `{}` does not match the approved call",
-                rule.text()
-            ));
-        }
-        Ok(rule.text().to_owned())
+        rules::session_grant(text, &self.rule_call(tool, args))
     }
 
     /// Keeps the arguments as run in the record, unless they are large raw
