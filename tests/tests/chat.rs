@@ -695,13 +695,25 @@ async fn an_approval_answered_as_a_rule_lets_matching_calls_run_and_others_still
         decision: decision as i32,
         rule: rule.into(),
     };
-    // A rule that does not parse, or with a decision other than ALLOW_SESSION, is refused at once.
+    // A rule that does not parse, comes with a decision other than
+    // ALLOW_SESSION, names another tool or does not match the call is
+    // refused at once, and the call still waits for its answer.
     for (rule, decision, want) in [
         ("shell(", Decision::AllowSession, "must end with `)`"),
         (
             "shell(printf *)",
             Decision::AllowOnce,
             "only come with ALLOW_SESSION",
+        ),
+        (
+            "file_manager__write",
+            Decision::AllowSession,
+            "must name the approved tool `shell` exactly",
+        ),
+        (
+            "shell(ls *)",
+            Decision::AllowSession,
+            "`shell(ls *)` does not match the approved call",
         ),
     ] {
         let e = client

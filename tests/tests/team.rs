@@ -26,11 +26,26 @@ async fn agents_stack(
     providers: Vec<Arc<dyn omicos_toolkit::Provider>>,
     tweak: Option<omicos_e2e::stack::ConfigTweak>,
 ) -> (Stack, tempfile::TempDir) {
+    let files: Vec<(String, String)> = agents
+        .iter()
+        .map(|(id, toolsets, prompt)| (id.to_string(), agent(id, toolsets, prompt)))
+        .collect();
+    agent_files_stack(llm, &files, providers, tweak).await
+}
+
+/// A workspace holding agent files (id, whole text) as legacy workspace
+/// agents, and a stack whose orchestrator uses only them.
+async fn agent_files_stack(
+    llm: FakeLlm,
+    files: &[(String, String)],
+    providers: Vec<Arc<dyn omicos_toolkit::Provider>>,
+    tweak: Option<omicos_e2e::stack::ConfigTweak>,
+) -> (Stack, tempfile::TempDir) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join(".omicos/agents");
     std::fs::create_dir_all(&dir).unwrap();
-    for (id, toolsets, prompt) in agents {
-        std::fs::write(dir.join(format!("{id}.md")), agent(id, toolsets, prompt)).unwrap();
+    for (id, text) in files {
+        std::fs::write(dir.join(format!("{id}.md")), text).unwrap();
     }
     let mut cc = omicos_catalog::CatalogConfig::new(tmp.path(), omicos_catalog::Tier::Community);
     cc.builtin_agents = false;
@@ -410,6 +425,70 @@ async fn agent_tools_in_both_formats_under_each_mode() {
             }
         }
     }
+}
+
+/// The names ListAgentTools gives for `agent` under `mode`.
+async fn listed_tools(
+    client: &mut omicos_e2e::stack::Client,
+    agent: &str,
+    mode: &str,
+) -> Vec<String> {
+    let r = client
+        .list_agent_tools(ListAgentToolsRequest {
+            agent: agent.into(),
+            permission_mode: mode.into(),
+            format: "openai".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    r.tools.into_iter().map(|t| t.name).collect()
+}
+
+#[tokio::test]
+async fn agent_tools_leave_out_what_the_agents_frontmatter_denies_as_its_turn_does() {
+    // `file_manager__write` is denied outright; `file_manager__read` only
+    // under secret/ (a rule with a specifier hides nothing: other paths run).
+    let guarded = "---\nid: guarded\nname: guarded agent\ndescription: reads only\n\
+        toolsets: [file_manager]\npermissions:\n  deny: [file_manager__write, \"file_manager__read(secret/**)\"]\n\
+        ---\nYou are GUARDED.\n";
+    let llm = FakeLlm::start(vec![Reply::Text("done".into())]).await;
+    let files = [
+        ("guarded".to_string(), guarded.to_string()),
+        ("lead".to_string(), agent("lead", &["file_manager"], "LEAD")),
+    ];
+    let (stack, _tmp) = agent_files_stack(llm.clone(), &files, vec![], None).await;
+    let mut client = stack.client().await;
+    let names = listed_tools(&mut client, "guarded", "full").await;
+    assert!(
+        names.contains(&"file_manager__read".to_string()),
+        "{names:?}"
+    );
+    assert!(
+        !names.contains(&"file_manager__write".to_string()),
+        "denied by the frontmatter: {names:?}"
+    );
+    // Another agent with the same toolsets still has it: the rules are the agent's.
+    let lead = listed_tools(&mut client, "lead", "full").await;
+    assert!(
+        lead.contains(&"file_manager__write".to_string()),
+        "{lead:?}"
+    );
+    // The agent's turn offers the model exactly what ListAgentTools listed.
+    let events = stack
+        .chat(ChatRequest {
+            message: "go".into(),
+            agent: "guarded".into(),
+            permission_mode: "full".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .until_done()
+        .await;
+    assert_eq!(done_reason(&events).as_deref(), Some("completed"));
+    let reqs = llm.requests();
+    assert_eq!(tool_names(&reqs[0].body), names);
 }
 
 #[tokio::test]

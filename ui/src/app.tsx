@@ -242,20 +242,23 @@ export function App() {
     }
   };
 
-  const decide = async (a: PendingApproval, decision: Decision) => {
-    if (!sessionId) return;
+  /** Answers an approval; resolves to the server's reason when it refused the rule (the call still waits). */
+  const decide = async (a: PendingApproval, decision: Decision, rule = ""): Promise<string | null> => {
+    if (!sessionId) return null;
     try {
-      await orchestrator.approveTool({ sessionId, callId: a.callId, decision });
+      await orchestrator.approveTool({ sessionId, callId: a.callId, decision, rule });
     } catch (err) {
       const ce = ConnectError.from(err);
+      // The call still waits: the dialog says why, and it can be answered again.
+      if (rule && ce.code === Code.InvalidArgument) return ce.rawMessage.replace(/^rule:\s*/, "");
       setNotice(
         ce.code === Code.NotFound
           ? `The approval for ${a.toolName} was no longer pending (answered elsewhere, or timed out).`
           : `The decision was not delivered: ${describeError(err)}`,
       );
-    } finally {
-      composer.current?.focus();
     }
+    composer.current?.focus();
+    return null;
   };
 
   const pickPrompt = (a: AgentInfo, p: string) => {

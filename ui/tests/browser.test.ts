@@ -3,7 +3,7 @@
 // $OMICOS_UI_URL serving the page and gRPC-web, its model following
 // tests/stack-script.json, every tool running for real. The steps run in
 // order on one page, as a person would use it; each saves a screenshot
-// under test-artifacts/, and axe-core checks the page at three points.
+// under test-artifacts/, and axe-core checks the page at four points.
 
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
@@ -212,5 +212,48 @@ describe("the page on a live stack", () => {
     await expect.poll(() => page.getByRole("button", { name: "Send" }).isVisible()).toBe(true);
     expect(await page.getByRole("button", { name: "Cancel turn" }).count()).toBe(0);
     await shot("08-cancelled");
+  });
+
+  it("answers an approval as a rule: a matching call then runs without asking, another still asks", async () => {
+    const [first, second, outside] = SCRIPT.replies.slice(3, 6).map((r) => r.tool_calls[0]!.id);
+    await page.fill("#composer", "now write some notes");
+    await page.getByRole("button", { name: "Send" }).click();
+    const dialog = page.getByRole("dialog");
+    await dialog.waitFor({ timeout: 30_000 });
+    await expect.poll(() => dialog.getByRole("heading").textContent()).toContain("file_manager__write");
+    expect(await dialog.textContent()).toContain("writes workspace files");
+    const rule = dialog.getByLabel("Allow as a rule for this session");
+    // Prefilled from the call: the directory of its path.
+    expect(await rule.inputValue()).toBe("file_manager__write(notes/**)");
+    // A rule that does not match the call is refused by the server, said in
+    // the dialog, and the question stays open.
+    await rule.fill("file_manager__write(other/**)");
+    await dialog.getByRole("button", { name: "Allow as a rule" }).click();
+    const refused = dialog.getByTestId("approval-rule-refused");
+    await refused.waitFor({ timeout: 10_000 });
+    expect(await refused.textContent()).toContain("does not match the approved call");
+    expect(await dialog.isVisible()).toBe(true);
+    const card = (id: string) => page.locator(`[data-testid=tool-card][data-call=${id}]`);
+    expect(await card(first!).getAttribute("data-status")).toBe("awaiting_approval");
+    await axe("approval-rule-refused");
+    await shot("09-rule-refused");
+    await rule.fill("file_manager__write(notes/**)");
+    await dialog.getByRole("button", { name: "Allow as a rule" }).click();
+    await expect.poll(() => card(first!).getAttribute("data-status"), { timeout: 20_000 }).toBe("done");
+    expect(await card(first!).locator(".approval-note").textContent()).toContain("allowed for the session");
+    // The next write under notes/ runs without a question; the one outside asks.
+    await expect.poll(() => card(second!).getAttribute("data-status"), { timeout: 30_000 }).toBe("done");
+    expect(await card(second!).locator(".approval-note").count()).toBe(0);
+    await dialog.waitFor({ timeout: 30_000 });
+    await expect.poll(() => card(outside!).getAttribute("data-status")).toBe("awaiting_approval");
+    expect(await dialog.locator("pre").textContent()).toContain("elsewhere.md");
+    expect(await dialog.getByLabel("Allow as a rule for this session").inputValue()).toBe("file_manager__write(/elsewhere.md)");
+    await shot("10-outside-the-rule");
+    await dialog.getByRole("button", { name: "Deny" }).click();
+    await dialog.waitFor({ state: "hidden" });
+    await expect.poll(() => card(outside!).getAttribute("data-status"), { timeout: 20_000 }).toBe("denied");
+    await page.getByText(SCRIPT.replies[6]!.text.split(";")[0]!, { exact: false }).last().waitFor({ timeout: 30_000 });
+    await expect.poll(() => page.locator("[data-testid=turn][aria-busy=false]").count(), { timeout: 30_000 }).toBe(3);
+    await shot("11-rule-turn-done");
   });
 });

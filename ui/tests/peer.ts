@@ -86,7 +86,9 @@ class Session {
   turns = 0;
   title = "";
   lastActive = Date.now();
-  readonly approvals = new Map<string, (d: Decision) => void>();
+  readonly approvals = new Map<string, { tool: string; args: Record<string, unknown>; resolve: (d: Decision, rule: string) => void }>();
+  /** Tools and rules allowed for the rest of the session. */
+  readonly grants: string[] = [];
   cancel: AbortController | null = null;
   constructor(readonly id: string) {
     this.bus.setMaxListeners(100);
@@ -119,6 +121,22 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
+/**
+ * A small stand-in for the server's rule check (services/rules): a bare
+ * tool, `tool(dir/**)` or `tool(/file)` against the call's `path`. Null when
+ * the rule grants the call; otherwise why not, in the server's words.
+ */
+function ruleRefusal(rule: string, tool: string, args: Record<string, unknown>): string | null {
+  const m = /^([\w-]+)(?:\((.*)\))?$/.exec(rule.trim());
+  if (!m) return `permission rule \`${rule}\`: the specifier must end with \`)\``;
+  if (m[1] !== tool) return `the rule \`${rule}\` must name the approved tool \`${tool}\` exactly`;
+  const spec = m[2];
+  if (spec === undefined || spec === "*") return null;
+  const path = String(args.path ?? "").replace(/^\.\//, "");
+  const ok = spec.endsWith("/**") ? path.startsWith(`${spec.slice(0, -3).replace(/^\//, "")}/`) : path === spec.replace(/^\//, "");
+  return ok ? null : `the rule \`${rule}\` does not match the approved call`;
+}
+
 /** Starts the peer on 127.0.0.1; returns its URL and a stop function. */
 export async function startPeer(distDir: string): Promise<{ url: string; stop: () => Promise<void> }> {
   const workspace = mkdtempSync(join(tmpdir(), "omicos-ui-peer-"));
@@ -136,18 +154,35 @@ export async function startPeer(distDir: string): Promise<{ url: string; stop: (
       }
       for (const call of r.tool_calls) {
         const args = JSON.stringify(call.arguments);
+        const callArgs = call.arguments as Record<string, unknown>;
         s.emit(turnId, { case: "toolCallStarted", value: { callId: call.id, name: call.name, arguments: args } });
         const started = Date.now();
-        s.emit(turnId, { case: "toolApprovalRequest", value: { callId: call.id, toolName: call.name, risk: Risk.PYTHON, summary: `Run Python code (${args.length} characters) in the session's kernel`, arguments: args } });
-        const decision = await new Promise<Decision | null>((resolve) => {
-          s.approvals.set(call.id, resolve);
-          signal.addEventListener("abort", () => resolve(null), { once: true });
-        });
-        s.approvals.delete(call.id);
-        if (decision === null) return;
-        s.emit(turnId, { case: "toolApprovalResolved", value: { callId: call.id, decision, source: "client" } });
-        if (decision === Decision.DENY) {
-          s.emit(turnId, { case: "toolCallFinished", value: { callId: call.id, name: call.name, status: ToolStatus.ERROR, result: "denied by user", elapsedMs: BigInt(Date.now() - started) } });
+        const write = call.name === "file_manager__write";
+        if (!s.grants.some((g) => ruleRefusal(g, call.name, callArgs) === null)) {
+          const summary = write ? `Write ${String(callArgs.path)}` : `Run Python code (${args.length} characters) in the session's kernel`;
+          s.emit(turnId, { case: "toolApprovalRequest", value: { callId: call.id, toolName: call.name, risk: write ? Risk.FILE_WRITE : Risk.PYTHON, summary, arguments: args } });
+          const decision = await new Promise<Decision | null>((resolve) => {
+            s.approvals.set(call.id, {
+              tool: call.name,
+              args: callArgs,
+              resolve: (d, rule) => {
+                if (d === Decision.ALLOW_SESSION) s.grants.push(rule || call.name);
+                resolve(d);
+              },
+            });
+            signal.addEventListener("abort", () => resolve(null), { once: true });
+          });
+          s.approvals.delete(call.id);
+          if (decision === null) return;
+          s.emit(turnId, { case: "toolApprovalResolved", value: { callId: call.id, decision, source: "client" } });
+          if (decision === Decision.DENY) {
+            s.emit(turnId, { case: "toolCallFinished", value: { callId: call.id, name: call.name, status: ToolStatus.ERROR, result: "denied by user", elapsedMs: BigInt(Date.now() - started) } });
+            continue;
+          }
+        }
+        if (write) {
+          const result = `wrote ${String(callArgs.content ?? "").length} bytes to ${String(callArgs.path)}`;
+          s.emit(turnId, { case: "toolCallFinished", value: { callId: call.id, name: call.name, status: ToolStatus.DONE, result, elapsedMs: BigInt(Date.now() - started) } });
           continue;
         }
         const code = (call.arguments as { code: string }).code;
@@ -254,9 +289,15 @@ export async function startPeer(distDir: string): Promise<{ url: string; stop: (
         return { cancelled: true };
       },
       async approveTool(req) {
-        const resolve = sessions.get(req.sessionId)?.approvals.get(req.callId);
-        if (!resolve) throw new ConnectError(`no approval is pending for call \`${req.callId}\``, Code.NotFound);
-        resolve(req.decision);
+        const pending = sessions.get(req.sessionId)?.approvals.get(req.callId);
+        if (!pending) throw new ConnectError(`no approval is pending for call \`${req.callId}\``, Code.NotFound);
+        const rule = req.rule.trim();
+        if (rule) {
+          if (req.decision !== Decision.ALLOW_SESSION) throw new ConnectError("rule: a rule can only come with ALLOW_SESSION", Code.InvalidArgument);
+          const why = ruleRefusal(rule, pending.tool, pending.args);
+          if (why) throw new ConnectError(`rule: ${why}`, Code.InvalidArgument);
+        }
+        pending.resolve(req.decision, rule);
         return {};
       },
       async listAgents() {

@@ -21,6 +21,18 @@ pub struct AgentProfile {
     pub permissions: omicos_rules::RuleLists,
 }
 
+impl AgentProfile {
+    /// The frontmatter's rules as the runner takes them, with each call of
+    /// the agent and with each listing of its tools.
+    pub fn wire_rules(&self) -> omicos_proto::PermissionRules {
+        omicos_proto::PermissionRules {
+            allow: self.permissions.allow.clone(),
+            ask: self.permissions.ask.clone(),
+            deny: self.permissions.deny.clone(),
+        }
+    }
+}
+
 /// The agents of one conversation.
 #[derive(Clone, Debug)]
 pub struct TeamView {

@@ -57,6 +57,22 @@ impl ApprovalAnswer {
     }
 }
 
+/// The call an approval was asked for, as the runner described it in
+/// ApprovalRequired: what an approval answered as a rule must match.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AskedCall {
+    /// The tool's canonical name.
+    pub tool: String,
+    /// The arguments as they would run (validated, after hooks).
+    pub arguments: serde_json::Value,
+}
+
+/// A call waiting for its approval on this replica.
+struct Waiting {
+    answer: oneshot::Sender<ApprovalAnswer>,
+    call: AskedCall,
+}
+
 /// The longest rule an approval may carry (it travels in a NOTIFY payload).
 pub const MAX_APPROVAL_RULE_CHARS: usize = 1000;
 
@@ -87,7 +103,7 @@ pub struct SessionState {
     pub id: String,
     seq: tokio::sync::Mutex<u64>,
     tx: broadcast::Sender<ChatEvent>,
-    approvals: Mutex<HashMap<String, oneshot::Sender<ApprovalAnswer>>>,
+    approvals: Mutex<HashMap<String, Waiting>>,
     allowed: Mutex<HashSet<String>>,
     turn: Mutex<Option<RunningTurn>>,
     store: Arc<dyn SessionStore>,
@@ -183,15 +199,20 @@ impl SessionState {
         self.tx.subscribe()
     }
 
-    /// Waits for the decision on `call_id`, and records the wait in the
-    /// store (with the turn's lease owner) so that ApproveTool on any replica
-    /// reaches it. A decision recorded meanwhile is delivered at once.
-    pub async fn wait_approval(&self, call_id: &str) -> oneshot::Receiver<ApprovalAnswer> {
+    /// Waits for the decision on `call_id` (asked for `call`), and records
+    /// the wait in the store (with the turn's lease owner) so that
+    /// ApproveTool on any replica reaches it. A decision recorded meanwhile
+    /// is delivered at once.
+    pub async fn wait_approval(
+        &self,
+        call_id: &str,
+        call: AskedCall,
+    ) -> oneshot::Receiver<ApprovalAnswer> {
         let (tx, rx) = oneshot::channel();
         self.approvals
             .lock()
             .expect("approvals")
-            .insert(call_id.to_owned(), tx);
+            .insert(call_id.to_owned(), Waiting { answer: tx, call });
         if let Some(t) = self.running() {
             if let Err(e) = self
                 .store
@@ -219,9 +240,18 @@ impl SessionState {
     /// Delivers a decision; false when no such call is waiting in this session.
     pub fn resolve_approval(&self, call_id: &str, decision: ApprovalAnswer) -> bool {
         match self.approvals.lock().expect("approvals").remove(call_id) {
-            Some(tx) => tx.send(decision).is_ok(),
+            Some(w) => w.answer.send(decision).is_ok(),
             None => false,
         }
+    }
+
+    /// The call `call_id` waits with on this replica, if it does.
+    pub fn asked_call(&self, call_id: &str) -> Option<AskedCall> {
+        self.approvals
+            .lock()
+            .expect("approvals")
+            .get(call_id)
+            .map(|w| w.call.clone())
     }
 
     /// Forgets a pending approval (the runner timed out).
@@ -626,7 +656,7 @@ mod tests {
         }));
         assert_eq!(turn.emit(ChatEvent::default()).await, 1);
         turn.allow_for_session("shell").await;
-        let decision = turn.wait_approval("c1").await;
+        let decision = turn.wait_approval("c1", AskedCall::default()).await;
         drop((st, rx));
         assert_eq!(hub.live_sessions(), 1, "the running turn keeps it");
 

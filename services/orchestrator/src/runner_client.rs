@@ -365,7 +365,12 @@ impl Runner {
                         .await;
                 }
                 Some(execute_server_message::Msg::ApprovalRequired(a)) => {
-                    pending = Some(session.wait_approval(&call_id).await);
+                    let asked = crate::hub::AskedCall {
+                        tool: a.tool_name.clone(),
+                        arguments: serde_json::from_str(&a.arguments)
+                            .unwrap_or(serde_json::Value::Null),
+                    };
+                    pending = Some(session.wait_approval(&call_id, asked).await);
                     session
                         .emit(tag.event(chat_event::Kind::ToolApprovalRequest(
                             ToolApprovalRequest {

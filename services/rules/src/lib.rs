@@ -549,6 +549,30 @@ fn call_path(call: &Call<'_>) -> Option<(Option<PathBuf>, PathBuf)> {
     Some((rel, abs))
 }
 
+/// Checks the rule an approval was answered with before it is kept for the
+/// session: it parses, names exactly the approved call's tool (no prefix
+/// such as `mcp__fs__*` reaching other tools) and matches the approved call
+/// as an allow rule. Returns the rule as written. The runner checks every
+/// rule it keeps so; the orchestrator checks first where it holds the call,
+/// so that a client hears why while its question is still open.
+pub fn session_grant(text: &str, call: &Call<'_>) -> Result<String, String> {
+    let rule = Rule::parse(text, Source::Session).map_err(|e| e.to_string())?;
+    if !rule.names_exactly(call.tool) {
+        return Err(format!(
+            "the rule `{}` must name the approved tool `{}` exactly",
+            rule.text(),
+            call.tool
+        ));
+    }
+    if !rule.matches(call, Behavior::Allow) {
+        return Err(format!(
+            "the rule `{}` does not match the approved call",
+            rule.text()
+        ));
+    }
+    Ok(rule.text().to_owned())
+}
+
 /// The rules of a deployment, possibly narrowed by a request.
 #[derive(Clone, Debug, Default)]
 pub struct Rules {
@@ -1094,5 +1118,49 @@ mod tests {
         // Claude Code's `Bash(...)` is the shell.
         let r = rules(&["Bash(ls:*)"], &[], &[], Source::Deployment);
         assert_eq!(sh(&r, "ls -a"), d(Allow, "Bash(ls:*)"));
+    }
+
+    #[test]
+    fn a_session_grant_names_the_approved_tool_and_matches_the_call() {
+        let ws = Path::new(WS);
+        let git = json!({"command": "git status"});
+        let call = Call {
+            tool: "shell",
+            args: &git,
+            workspace: ws,
+        };
+        assert_eq!(
+            session_grant(" shell(git *) ", &call).unwrap(),
+            "shell(git *)"
+        );
+        for (text, why) in [
+            ("shell(npm *)", "does not match the approved call"),
+            ("file_manager__write", "must name the approved tool `shell`"),
+            ("sh*", "must name the approved tool `shell`"),
+            ("shell(", "must end with `)`"),
+        ] {
+            let e = session_grant(text, &call).unwrap_err();
+            assert!(e.contains(why), "{text}: {e}");
+        }
+        // A compound command is never granted by a prefix.
+        let compound = json!({"command": "git status && rm -rf x"});
+        let e = session_grant(
+            "shell(git *)",
+            &Call {
+                tool: "shell",
+                args: &compound,
+                workspace: ws,
+            },
+        )
+        .unwrap_err();
+        assert!(e.contains("does not match"), "{e}");
+        let write = json!({"path": "docs/a/b.md"});
+        let call = Call {
+            tool: "file_manager__write",
+            args: &write,
+            workspace: ws,
+        };
+        assert!(session_grant("file_manager__write(docs/a/**)", &call).is_ok());
+        assert!(session_grant("file_manager__write(src/**)", &call).is_err());
     }
 }

@@ -36,6 +36,10 @@ pub enum RunnerError {
     /// A request names a permission mode this build does not know.
     #[error(transparent)]
     Mode(#[from] UnknownMode),
+    /// A request carries a permission rule that does not parse; the message
+    /// names its source and the rule.
+    #[error("{0}")]
+    Rules(String),
     /// A provider registration is missing a field or has a bad endpoint.
     #[error("cannot register: {0}")]
     Registration(String),
@@ -56,6 +60,7 @@ impl RunnerError {
             RunnerError::Workspace { .. } => "workspace",
             RunnerError::HookMatcher { .. } => "hook_matcher",
             RunnerError::Mode(_) => "permission_mode",
+            RunnerError::Rules(_) => "permission_rules",
             RunnerError::Registration(_) => "registration",
             RunnerError::RegistrationDenied(_) => "registration_denied",
             RunnerError::RegistryStore(_) => "registry_store",
@@ -66,7 +71,9 @@ impl RunnerError {
     /// that is misconfigured is FAILED_PRECONDITION.
     pub fn code(&self) -> Code {
         match self {
-            RunnerError::Mode(_) | RunnerError::Registration(_) => Code::InvalidArgument,
+            RunnerError::Mode(_) | RunnerError::Rules(_) | RunnerError::Registration(_) => {
+                Code::InvalidArgument
+            }
             RunnerError::Config(_)
             | RunnerError::Workspace { .. }
             | RunnerError::HookMatcher { .. } => Code::FailedPrecondition,

@@ -3,7 +3,7 @@
 //! bumps the registry version so the next ListTools and every replica's
 //! catalog see it), and the pipeline is what omicos serves to MCP clients.
 
-use crate::pipeline::{CallIo, CallRequest, Pipeline, permission::Legacy};
+use crate::pipeline::{CallIo, CallRequest, CallerRules, Pipeline, permission::Legacy};
 use crate::{Config, Registry};
 use async_trait::async_trait;
 use omicos_proto::{
@@ -67,7 +67,12 @@ impl omicos_mcp::ToolBackend for PipelineBackend {
         mode: PermissionMode,
     ) -> Result<Vec<ToolSpec>, String> {
         self.0
-            .list_tools(toolsets, mode as i32, Legacy::default())
+            .list_tools(
+                toolsets,
+                mode as i32,
+                Legacy::default(),
+                &CallerRules::default(),
+            )
             .map(|(tools, _)| tools)
             .map_err(|e| e.to_string())
     }

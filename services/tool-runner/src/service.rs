@@ -199,9 +199,13 @@ impl ToolRunner for ToolRunnerService {
                 ..Default::default()
             }));
         }
+        let caller = crate::pipeline::CallerRules {
+            agent: crate::pipeline::rule_lists(req.agent_rules),
+            request: crate::pipeline::rule_lists(req.request_rules),
+        };
         let (tools, unknown_toolsets) =
             self.pipeline
-                .list_tools(&req.toolsets, req.permission_mode, legacy)?;
+                .list_tools(&req.toolsets, req.permission_mode, legacy, &caller)?;
         Ok(Response::new(ListToolsResponse {
             tools,
             unknown_toolsets,

@@ -5,6 +5,7 @@
 use omicos_mcp::ServerConfig;
 use omicos_proto::{Decision, ExecuteApproval, ExecuteServerMessage, PermissionMode, execute_server_message::Msg};
 use omicos_tool_runner::config::{HookCommand, HookMatcher};
+use omicos_tool_runner::pipeline::CallerRules;
 use omicos_tool_runner::pipeline::permission::Legacy;
 use omicos_tool_runner::{CallIo, CallOutcome, CallRequest, Config, Pipeline};
 use serde_json::{Value, json};
@@ -78,7 +79,7 @@ async fn with_approval(p: &Pipeline, r: CallRequest, answer: Option<Decision>) -
 
 fn names(p: &Pipeline, toolsets: &[&str], mode: PermissionMode) -> Vec<String> {
     let ts: Vec<String> = toolsets.iter().map(|s| s.to_string()).collect();
-    p.list_tools(&ts, mode as i32, Legacy::default()).unwrap().0.into_iter().map(|t| t.name).collect()
+    p.list_tools(&ts, mode as i32, Legacy::default(), &CallerRules::default()).unwrap().0.into_iter().map(|t| t.name).collect()
 }
 
 #[tokio::test]

@@ -4,6 +4,7 @@ mod support;
 
 use omicos_proto::{Decision, ExecuteApproval, ExecuteServerMessage, execute_server_message::Msg};
 use omicos_tool_runner::config::{HookCommand, HookMatcher, HooksConfig};
+use omicos_tool_runner::pipeline::CallerRules;
 use omicos_tool_runner::pipeline::normalize::Stage;
 use omicos_tool_runner::pipeline::permission::Legacy;
 use omicos_tool_runner::record::{ApprovalDecision, ApprovalSource, HookResult};
@@ -171,6 +172,7 @@ async fn list_tools_filters_by_toolset_and_mode() {
             &["file_manager".into(), "nope".into()],
             wire_mode("read_only"),
             Legacy::default(),
+            &CallerRules::default(),
         )
         .unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
@@ -186,7 +188,12 @@ async fn list_tools_filters_by_toolset_and_mode() {
     assert_eq!(unknown, ["nope"]);
     let (tools, _) = f
         .pipeline
-        .list_tools(&[], wire_mode("auto"), Legacy::default())
+        .list_tools(
+            &[],
+            wire_mode("auto"),
+            Legacy::default(),
+            &CallerRules::default(),
+        )
         .unwrap();
     assert!(tools.iter().any(|t| t.name == "shell") && tools.iter().any(|t| t.name == "py"));
     // Deprecated names never appear as tools.
@@ -200,12 +207,18 @@ async fn list_tools_filters_by_toolset_and_mode() {
                 allow_shell: Some(false),
                 allow_file_write: None,
             },
+            &CallerRules::default(),
         )
         .unwrap();
     assert!(!tools.iter().any(|t| t.name == "shell"));
     let e = f
         .pipeline
-        .list_tools(&[], wire_mode("sideways"), Legacy::default())
+        .list_tools(
+            &[],
+            wire_mode("sideways"),
+            Legacy::default(),
+            &CallerRules::default(),
+        )
         .unwrap_err();
     assert!(e.to_string().contains("unknown permission mode"), "{e}");
     assert_eq!(e.code(), tonic::Code::InvalidArgument);

@@ -413,6 +413,74 @@ async fn precedence_table_through_execute() {
 }
 
 #[tokio::test]
+async fn list_tools_hides_what_the_agent_or_the_request_denies_outright() {
+    let r = start_runner().await;
+    let mut client = ToolRunnerClient::connect(r.addr.clone()).await.unwrap();
+    let list =
+        |agent: Option<PermissionRules>, request: Option<PermissionRules>| ListToolsRequest {
+            permission_mode: FULL as i32,
+            agent_rules: agent,
+            request_rules: request,
+            ..Default::default()
+        };
+    let names =
+        |tools: Vec<ToolSpec>| -> Vec<String> { tools.into_iter().map(|t| t.name).collect() };
+    let all = names(
+        client
+            .list_tools(list(None, None))
+            .await
+            .unwrap()
+            .into_inner()
+            .tools,
+    );
+    assert!(
+        all.iter().any(|n| n == "shell") && all.iter().any(|n| n == "file_manager__write"),
+        "{all:?}"
+    );
+    // The agent's frontmatter denies shell outright and file writes under docs/ only.
+    let agent = wire(&[], &[], &["shell", "file_manager__write(docs/**)"]);
+    let seen = names(
+        client
+            .list_tools(list(agent.clone(), None))
+            .await
+            .unwrap()
+            .into_inner()
+            .tools,
+    );
+    assert!(!seen.iter().any(|n| n == "shell"), "{seen:?}");
+    assert!(
+        seen.iter().any(|n| n == "file_manager__write"),
+        "a rule with a specifier hides nothing: {seen:?}"
+    );
+    // The request adds its own deny; its allow rules hide nothing either.
+    let request = wire(&["file_manager__read"], &[], &["web_fetch"]);
+    let seen = names(
+        client
+            .list_tools(list(agent, request))
+            .await
+            .unwrap()
+            .into_inner()
+            .tools,
+    );
+    assert!(
+        !seen.iter().any(|n| n == "shell" || n == "web_fetch"),
+        "{seen:?}"
+    );
+    assert!(seen.iter().any(|n| n == "file_manager__write"), "{seen:?}");
+    // A rule that does not parse is the caller's mistake, named.
+    let e = client
+        .list_tools(list(wire(&[], &[], &["shell("]), None))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(
+        e.message().contains("the agent's permission rule `shell(`"),
+        "{}",
+        e.message()
+    );
+}
+
+#[tokio::test]
 async fn the_request_only_narrows_and_the_agent_adds() {
     let r = start_runner().await;
     let with = |mut s: ExecuteStart, agent, request| {

@@ -1,8 +1,9 @@
 // The approval dialog: the head of the queue of pending approvals.
 
-import { useEffect, useRef, useState } from "preact/hooks";
+import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { Decision, Risk } from "../gen/omicos/v1/common_pb";
 import type { PendingApproval } from "../state/conversation";
+import { suggestRule } from "../state/rules";
 
 const RISK_TEXT: Record<number, string> = {
   [Risk.READ]: "reads only",
@@ -20,15 +21,12 @@ function pretty(args: string): string {
   }
 }
 
-export function ApprovalDialog(props: {
-  queue: PendingApproval[];
-  hidden: boolean;
-  onDecide: (a: PendingApproval, d: Decision) => Promise<void>;
-  onHide: () => void;
-}) {
+/** What the dialog answers with: a decision, and with ALLOW_SESSION maybe a rule. Resolves to the server's reason when it refused the rule (the call still waits). */
+export type Decide = (a: PendingApproval, d: Decision, rule?: string) => Promise<string | null>;
+
+export function ApprovalDialog(props: { queue: PendingApproval[]; hidden: boolean; onDecide: Decide; onHide: () => void }) {
   const ref = useRef<HTMLDialogElement>(null);
   const head = useRef<HTMLHeadingElement>(null);
-  const [busy, setBusy] = useState<string | null>(null);
   const a = props.queue[0];
   const open = !!a && !props.hidden;
   useEffect(() => {
@@ -42,15 +40,6 @@ export function ApprovalDialog(props: {
     // Focus the heading, not a button: Enter alone must not decide.
     if (open) head.current?.focus();
   }, [open, a?.callId]);
-  const decide = async (d: Decision) => {
-    if (!a) return;
-    setBusy(a.callId);
-    try {
-      await props.onDecide(a, d);
-    } finally {
-      setBusy(null);
-    }
-  };
   return (
     <dialog
       ref={ref}
@@ -74,39 +63,104 @@ export function ApprovalDialog(props: {
               1 of {props.queue.length} waiting
             </p>
           )}
-          <dl class="facts">
-            <dt>Tool</dt>
-            <dd>{a.toolName}</dd>
-            <dt>Risk</dt>
-            <dd class={`risk risk-${a.risk}`}>{RISK_TEXT[a.risk] ?? "unknown"}</dd>
-            {a.agentId && (
-              <>
-                <dt>Asked by</dt>
-                <dd>{a.agentId}</dd>
-              </>
-            )}
-          </dl>
-          <p id="approval-summary">{a.summary}</p>
-          <details open>
-            <summary>Arguments</summary>
-            <pre tabindex={0}>{pretty(a.arguments)}</pre>
-          </details>
-          <div class="dialog-actions">
-            <button type="button" class="primary" disabled={busy !== null} onClick={() => decide(Decision.ALLOW_ONCE)}>
-              Allow once
-            </button>
-            <button type="button" disabled={busy !== null} onClick={() => decide(Decision.ALLOW_SESSION)}>
-              Allow for this session
-            </button>
-            <button type="button" class="danger" disabled={busy !== null} onClick={() => decide(Decision.DENY)}>
-              Deny
-            </button>
-            <button type="button" class="link" onClick={props.onHide}>
-              Later
-            </button>
-          </div>
+          {/* Keyed by call: the rule, its error and the busy state belong to one question. */}
+          <ApprovalCard key={a.callId} a={a} onDecide={props.onDecide} onHide={props.onHide} />
         </div>
       )}
     </dialog>
+  );
+}
+
+function ApprovalCard(props: { a: PendingApproval; onDecide: Decide; onHide: () => void }) {
+  const a = props.a;
+  const suggestion = useMemo(() => suggestRule(a.toolName, a.arguments), [a.toolName, a.arguments]);
+  const [rule, setRule] = useState(suggestion.rule);
+  const [refused, setRefused] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const input = useRef<HTMLInputElement>(null);
+  const decide = async (d: Decision, withRule?: string) => {
+    setBusy(true);
+    setRefused(null);
+    try {
+      const why = await props.onDecide(a, d, withRule);
+      if (why !== null) {
+        setRefused(why);
+        input.current?.focus();
+      }
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <>
+      <dl class="facts">
+        <dt>Tool</dt>
+        <dd>{a.toolName}</dd>
+        <dt>Risk</dt>
+        <dd class={`risk risk-${a.risk}`}>{RISK_TEXT[a.risk] ?? "unknown"}</dd>
+        {a.agentId && (
+          <>
+            <dt>Asked by</dt>
+            <dd>{a.agentId}</dd>
+          </>
+        )}
+      </dl>
+      <p id="approval-summary">{a.summary}</p>
+      <details open>
+        <summary>Arguments</summary>
+        <pre tabindex={0}>{pretty(a.arguments)}</pre>
+      </details>
+      <form
+        class="rule-grant"
+        data-testid="approval-rule"
+        onSubmit={(e) => {
+          e.preventDefault();
+          if (!busy && rule.trim()) void decide(Decision.ALLOW_SESSION, rule.trim());
+        }}
+      >
+        <label for="approval-rule">Allow as a rule for this session</label>
+        <div class="rule-row">
+          <input
+            id="approval-rule"
+            ref={input}
+            type="text"
+            spellcheck={false}
+            autocomplete="off"
+            value={rule}
+            aria-describedby={refused ? "approval-rule-help approval-rule-refused" : "approval-rule-help"}
+            aria-invalid={refused ? "true" : undefined}
+            onInput={(e) => {
+              setRule(e.currentTarget.value);
+              setRefused(null);
+            }}
+          />
+          <button type="submit" disabled={busy || !rule.trim()}>
+            Allow as a rule
+          </button>
+        </div>
+        <p class="muted rule-help" id="approval-rule-help">
+          {suggestion.note ?? "Later calls that match the rule run without asking for the rest of this session; deny and ask rules still win."}
+        </p>
+        {refused && (
+          <p class="rule-refused" id="approval-rule-refused" role="alert" data-testid="approval-rule-refused">
+            The server refused the rule: {refused}
+          </p>
+        )}
+      </form>
+      <div class="dialog-actions">
+        <button type="button" class="primary" disabled={busy} onClick={() => decide(Decision.ALLOW_ONCE)}>
+          Allow once
+        </button>
+        <button type="button" disabled={busy} onClick={() => decide(Decision.ALLOW_SESSION)}>
+          Allow for this session
+        </button>
+        <button type="button" class="danger" disabled={busy} onClick={() => decide(Decision.DENY)}>
+          Deny
+        </button>
+        <button type="button" class="link" onClick={props.onHide}>
+          Later
+        </button>
+      </div>
+    </>
   );
 }

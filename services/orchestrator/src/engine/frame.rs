@@ -52,15 +52,7 @@ impl Engine {
                 return Outcome::Cancelled;
             }
             let parallel: HashSet<String>;
-            let tools = match self
-                .agent_tools(
-                    &frame.agent.toolsets,
-                    s.permission_mode,
-                    s.allow_shell,
-                    s.allow_file_write,
-                )
-                .await
-            {
+            let tools = match self.agent_tools(&frame.agent, &s.tool_scope()).await {
                 Ok(t) => {
                     parallel = t.parallel_safe(&self.config.tool_calls.concurrency_safe);
                     t.defs.clone()
@@ -461,11 +453,7 @@ impl Engine {
             session_allowed_tools: session.allowed_tools(),
             transcript_path: self.trajectories.path(&session.id).display().to_string(),
             execution_context_id: frame.context.clone(),
-            agent_rules: Some(omicos_proto::PermissionRules {
-                allow: frame.agent.permissions.allow.clone(),
-                ask: frame.agent.permissions.ask.clone(),
-                deny: frame.agent.permissions.deny.clone(),
-            }),
+            agent_rules: Some(frame.agent.wire_rules()),
             request_rules: Some(s.rules.clone()),
             session_rules: session.allowed_rules(),
         };

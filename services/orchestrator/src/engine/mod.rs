@@ -20,7 +20,7 @@ pub mod tools;
 mod turn;
 
 pub use delegate::team_tools;
-pub use tools::{AgentTools, TEAM_TOOLSET, runner_toolsets, tool_def};
+pub use tools::{AgentTools, TEAM_TOOLSET, ToolScope, runner_toolsets, tool_def};
 pub use turn::RootTurn;
 
 use crate::agents::{AgentDirectory, AgentProfile};
@@ -125,6 +125,16 @@ pub struct TurnSettings {
 }
 
 impl TurnSettings {
+    /// What decides the tools the turn's agents list, besides each agent.
+    pub fn tool_scope(&self) -> ToolScope {
+        ToolScope {
+            mode: self.permission_mode,
+            allow_shell: self.allow_shell,
+            allow_file_write: self.allow_file_write,
+            request_rules: self.rules.clone(),
+        }
+    }
+
     /// Why a call the model asked for was not run after the turn was stopped.
     pub fn not_run_reason(&self) -> &'static str {
         if self

@@ -4,9 +4,10 @@
 //! [`ToolDef`] and the `team` toolset is kept away from the runner.
 
 use super::{Engine, team_tools};
+use crate::agents::AgentProfile;
 use crate::error::OrchestratorError;
 use crate::llm::{ToolDef, ToolSet};
-use omicos_proto::{ListToolsRequest, PermissionMode, Risk, ToolSpec};
+use omicos_proto::{ListToolsRequest, PermissionMode, PermissionRules, Risk, ToolSpec};
 use serde_json::json;
 use std::collections::HashSet;
 
@@ -89,13 +90,39 @@ impl AgentTools {
     }
 }
 
+/// What decides the tools an agent lists, besides the agent itself: the
+/// turn's permission mode (already capped by the principal's ceiling), its
+/// legacy switches and the ChatRequest's rules. A turn makes it from its
+/// settings, ListAgentTools from a mode alone; both then list through
+/// [`Engine::agent_tools`], so what a client is shown is what the model is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ToolScope {
+    /// Permission mode (unspecified: the runner's default).
+    pub mode: PermissionMode,
+    /// Legacy switch.
+    pub allow_shell: Option<bool>,
+    /// Legacy switch.
+    pub allow_file_write: Option<bool>,
+    /// The ChatRequest's rules (they only narrow).
+    pub request_rules: PermissionRules,
+}
+
+impl ToolScope {
+    /// A mode and nothing else (ListAgentTools).
+    pub fn mode(mode: PermissionMode) -> Self {
+        Self {
+            mode,
+            ..Default::default()
+        }
+    }
+}
+
 /// What decides a ListTools answer besides the runner's catalog.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct ToolKey {
     toolsets: Vec<String>,
-    mode: i32,
-    allow_shell: Option<bool>,
-    allow_file_write: Option<bool>,
+    agent_rules: PermissionRules,
+    scope: ToolScope,
 }
 
 /// The agents' tool lists, per request (toolsets, mode, switches), with the
@@ -128,29 +155,31 @@ impl ToolCache {
 }
 
 impl Engine {
-    /// The tools an agent with `toolsets` sees under these permissions.
+    /// The tools `agent` sees in `scope`: its toolsets, with what its
+    /// frontmatter rules, the deployment's and the request's refuse
+    /// outright left out by the runner (a call of the agent carries the
+    /// same rules).
     pub async fn agent_tools(
         &self,
-        toolsets: &[String],
-        mode: PermissionMode,
-        allow_shell: Option<bool>,
-        allow_file_write: Option<bool>,
+        agent: &AgentProfile,
+        scope: &ToolScope,
     ) -> Result<std::sync::Arc<AgentTools>, OrchestratorError> {
         let key = ToolKey {
-            toolsets: toolsets.to_vec(),
-            mode: mode as i32,
-            allow_shell,
-            allow_file_write,
+            toolsets: agent.toolsets.clone(),
+            agent_rules: agent.wire_rules(),
+            scope: scope.clone(),
         };
         let cached = self.tool_cache.get(&key);
         let r = self
             .runner
             .list_tools(ListToolsRequest {
-                toolsets: runner_toolsets(toolsets),
-                permission_mode: key.mode,
-                allow_shell,
-                allow_file_write,
+                toolsets: runner_toolsets(&key.toolsets),
+                permission_mode: scope.mode as i32,
+                allow_shell: scope.allow_shell,
+                allow_file_write: scope.allow_file_write,
                 if_version: cached.as_ref().map(|c| c.0.clone()).unwrap_or_default(),
+                agent_rules: Some(key.agent_rules.clone()),
+                request_rules: Some(scope.request_rules.clone()),
             })
             .await?;
         if let Some((version, tools)) = cached
@@ -159,7 +188,7 @@ impl Engine {
         {
             return Ok(tools);
         }
-        let tools = std::sync::Arc::new(AgentTools::assemble(r.tools, toolsets));
+        let tools = std::sync::Arc::new(AgentTools::assemble(r.tools, &key.toolsets));
         if !r.catalog_version.is_empty() && !r.unchanged {
             self.tool_cache.put(key, r.catalog_version, tools.clone());
         }

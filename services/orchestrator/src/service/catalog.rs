@@ -22,16 +22,20 @@ impl OrchestratorService {
     }
 
     /// ListAgentTools: the tools an agent would see under a mode, as specs
-    /// and as the model's `tools` JSON.
+    /// and as the model's `tools` JSON: what a turn of this caller with
+    /// that agent and mode lists (the caller's ceiling caps the mode, the
+    /// agent's frontmatter rules and the deployment's hide what they deny
+    /// outright), through the turn's own path.
     pub(super) async fn list_agent_tools_rpc(
         &self,
+        who: &omicos_auth::Principal,
         r: ListAgentToolsRequest,
     ) -> Result<ListAgentToolsResponse, OrchestratorError> {
-        let mode = omicos_proto::PermissionMode::parse(&r.permission_mode)?;
+        let mode = who.ceiling_mode(omicos_proto::PermissionMode::parse(&r.permission_mode)?);
         let team = self.engine.agents.resolve_team(&[], &r.agent)?;
         let tools = self
             .engine
-            .agent_tools(&team.active.toolsets, mode, None, None)
+            .agent_tools(&team.active, &crate::engine::ToolScope::mode(mode))
             .await?;
         let llm_tools = if r.format == "anthropic" {
             crate::llm::anthropic::tools_json(&tools.defs)

@@ -168,7 +168,8 @@ impl Orchestrator for OrchestratorService {
         &self,
         req: Request<ListAgentToolsRequest>,
     ) -> Result<Response<ListAgentToolsResponse>, Status> {
-        grpc(self.list_agent_tools_rpc(req.into_inner()).await).map(Response::new)
+        let who = principal::of(&req)?;
+        grpc(self.list_agent_tools_rpc(&who, req.into_inner()).await).map(Response::new)
     }
 
     async fn compact(

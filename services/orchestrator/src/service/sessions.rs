@@ -42,16 +42,33 @@ impl OrchestratorService {
                     "decision must be ALLOW_ONCE, ALLOW_SESSION or DENY".into(),
                 )
             })?;
-        let rule = crate::hub::approval_rule(decision, &r.rule)
-            .map_err(|e| OrchestratorError::InvalidArgument(format!("rule: {e}")))?;
+        let refused = |e: String| OrchestratorError::InvalidArgument(format!("rule: {e}"));
+        let rule = crate::hub::approval_rule(decision, &r.rule).map_err(refused)?;
+        let session = self.hub.existing(&r.session_id);
+        // Where the call waits on this replica, the rule is checked against
+        // it now, so the client hears why while its question is still open
+        // (the runner checks again; elsewhere its check is the only one, and
+        // a rule it refuses lets the call run once and keeps nothing).
+        if !rule.is_empty()
+            && let Some(call) = session.as_ref().and_then(|s| s.asked_call(&r.call_id))
+        {
+            let workspace = std::fs::canonicalize(&self.engine.config.workspace)
+                .unwrap_or_else(|_| self.engine.config.workspace.clone());
+            omicos_rules::session_grant(
+                &rule,
+                &omicos_rules::Call {
+                    tool: &call.tool,
+                    args: &call.arguments,
+                    workspace: &workspace,
+                },
+            )
+            .map_err(refused)?;
+        }
         let answer = crate::hub::ApprovalAnswer {
             decision,
             rule: rule.clone(),
         };
-        let local = self
-            .hub
-            .existing(&r.session_id)
-            .is_some_and(|s| s.resolve_approval(&r.call_id, answer));
+        let local = session.is_some_and(|s| s.resolve_approval(&r.call_id, answer));
         let ok = local
             || self
                 .hub

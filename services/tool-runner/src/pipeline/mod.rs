@@ -78,6 +78,16 @@ pub struct CallRequest {
     pub principal: String,
 }
 
+/// The rules a caller brings besides the deployment's: the calling agent's
+/// (its frontmatter) and the ChatRequest's (they only narrow).
+#[derive(Clone, Debug, Default)]
+pub struct CallerRules {
+    /// The agent's frontmatter rules, merged with the deployment's.
+    pub agent: rules::RuleLists,
+    /// The request's rules: they only narrow.
+    pub request: rules::RuleLists,
+}
+
 /// The wire form of three rule lists.
 pub fn rule_lists(p: Option<omicos_proto::PermissionRules>) -> rules::RuleLists {
     let p = p.unwrap_or_default();
@@ -229,20 +239,25 @@ impl Pipeline {
         self.inner.tools.registry()
     }
 
-    /// The tools visible under `toolsets` and a permission mode, and the
-    /// toolset names that matched no tool.
+    /// The tools visible under `toolsets`, a permission mode and the
+    /// caller's rules (the agent's and the request's, as a call of that
+    /// agent would carry them), and the toolset names that matched no tool.
     pub fn list_tools(
         &self,
         toolsets: &[String],
         mode: i32,
         legacy: Legacy,
+        caller: &CallerRules,
     ) -> Result<(Vec<ToolSpec>, Vec<String>), RunnerError> {
         let mode = PermissionMode::from_wire(mode)?.or(self.inner.default_mode);
+        let rules = self
+            .caller_rules(&caller.agent, &caller.request)
+            .map_err(|f| RunnerError::Rules(f.message))?;
         let catalog = self.inner.tools.snapshot();
         let tools: Vec<ToolSpec> = catalog
             .entries()
             .filter(|e| omicos_toolkit::toolsets::in_toolsets(toolsets, &e.spec.name))
-            .filter(|e| permission::visible(mode, legacy, &e.spec, &self.inner.rules))
+            .filter(|e| permission::visible(mode, legacy, &e.spec, &rules))
             .map(|e| e.spec.clone())
             .collect();
         let unknown = toolsets
@@ -641,14 +656,7 @@ impl Pipeline {
     /// (whole tools and rules) as allow rules that the request does not
     /// narrow (the user granted them) but every deny and ask rule beats.
     fn call_rules(&self, req: &CallRequest) -> Result<rules::Rules, Failure> {
-        let bad = |what: &str, e: rules::RuleError| {
-            Failure::new(Stage::Permission, format!("the {what}'s {e}"))
-        };
-        let agent = rules::Rules::parse(&req.agent_rules, rules::Source::Agent)
-            .map_err(|e| bad("agent", e))?;
-        let request = rules::Rules::parse(&req.request_rules, rules::Source::Request)
-            .map_err(|e| bad("request", e))?;
-        let mut out = self.inner.rules.union(&agent).narrowed_by(&request);
+        let mut out = self.caller_rules(&req.agent_rules, &req.request_rules)?;
         if req.session_allowed_tools.is_empty() && req.session_rules.is_empty() {
             return Ok(out);
         }
@@ -672,6 +680,24 @@ impl Pipeline {
         Ok(out)
     }
 
+    /// The deployment's rules and the agent's (trusted alike), narrowed by
+    /// the request's: what decides a call before the session's grants, and
+    /// what ListTools hides by.
+    fn caller_rules(
+        &self,
+        agent: &rules::RuleLists,
+        request: &rules::RuleLists,
+    ) -> Result<rules::Rules, Failure> {
+        let bad = |what: &str, e: rules::RuleError| {
+            Failure::new(Stage::Permission, format!("the {what}'s {e}"))
+        };
+        let agent =
+            rules::Rules::parse(agent, rules::Source::Agent).map_err(|e| bad("agent", e))?;
+        let request =
+            rules::Rules::parse(request, rules::Source::Request).map_err(|e| bad("request", e))?;
+        Ok(self.inner.rules.union(&agent).narrowed_by(&request))
+    }
+
     fn rule_call<'a>(&'a self, tool: &'a str, args: &'a Value) -> rules::Call<'a> {
         rules::Call {
             tool,
@@ -680,26 +706,12 @@ impl Pipeline {
         }
     }
 
-    /// Checks an approval's rule before it is kept for the session: it
-    /// parses, names exactly the approved call's tool (no prefix reaching
-    /// other tools) and matches the approved call. Applied later, it is an
-    /// allow rule: every deny and ask rule beats it and the mode's ceiling
-    /// bounds it, so it never widens what the deployment allows.
+    /// Checks an approval's rule before it is kept for the session
+    /// ([`rules::session_grant`]). Applied later, it is an allow rule: every
+    /// deny and ask rule beats it and the mode's ceiling bounds it, so it
+    /// never widens what the deployment allows.
     fn session_rule(&self, text: &str, tool: &str, args: &Value) -> Result<String, String> {
-        let rule = rules::Rule::parse(text, rules::Source::Session).map_err(|e| e.to_string())?;
-        if !rule.names_exactly(tool) {
-            return Err(format!(
-                "the rule `{}` must name the approved tool `{tool}` exactly",
-                rule.text()
-            ));
-        }
-        if !rule.matches(&self.rule_call(tool, args), rules::Behavior::Allow) {
-            return Err(format!(
-                "the rule `{}` does not match the approved call",
-                rule.text()
-            ));
-        }
-        Ok(rule.text().to_owned())
+        rules::session_grant(text, &self.rule_call(tool, args))
     }
 
     /// Keeps the arguments as run in the record, unless they are large raw
