@@ -258,7 +258,12 @@ async fn a_history_that_cannot_be_read_fails_the_turn_clearly() {
 
 #[tokio::test]
 async fn a_seq_that_cannot_be_read_fails_the_operation_and_never_restarts_at_zero() {
-    let llm = FakeLlm::start(vec![Reply::Text("one".into()), Reply::Text("two".into())]).await;
+    let llm = FakeLlm::start(vec![
+        Reply::Text("one".into()),
+        Reply::Text("fresh".into()),
+        Reply::Text("two".into()),
+    ])
+    .await;
     let (stack, store) = flaky_stack(llm.clone()).await;
     let first = stack.chat(req("one")).await.unwrap().until_done().await;
     let session = first[0].session_id.clone();
@@ -276,9 +281,6 @@ async fn a_seq_that_cannot_be_read_fails_the_operation_and_never_restarts_at_zer
         .expect("refused while the seq cannot be read");
     assert_status(&s, Code::Unavailable, "store_unavailable");
     assert!(s.message().contains("connection reset"), "{s:?}");
-    // A new session too: its state is never built on a guessed seq.
-    let s = stack.chat(req("fresh")).await.err().expect("refused");
-    assert_status(&s, Code::Unavailable, "store_unavailable");
     let mut client = stack.client().await;
     let s = client
         .list_sessions(omicos_proto::ListSessionsRequest { limit: 0 })
@@ -293,6 +295,13 @@ async fn a_seq_that_cannot_be_read_fails_the_operation_and_never_restarts_at_zer
         .unwrap_err();
     assert_status(&s, Code::Unavailable, "store_unavailable");
     assert_eq!(llm.requests().len(), 1);
+    // A session made for its turn has no seq to read: it starts at 1 (the
+    // store still checks every seq it is given).
+    let fresh = stack.chat(req("fresh")).await.unwrap().until_done().await;
+    assert_eq!(done_reason(&fresh).as_deref(), Some("completed"));
+    assert_gap_free(&fresh, 0);
+    assert_ne!(fresh[0].session_id, session);
+    assert_eq!(llm.requests().len(), 2);
 
     // Once the store answers, the session's sequence goes on where it was.
     store.heal(Op::LastSeq);
