@@ -412,6 +412,64 @@ async fn a_remembered_cursor_gives_way_to_another_stores_writes() {
     }
 }
 
+/// Schema 5 rebuilds SQLite's event and message tables with a foreign key
+/// to their session: a store written by schema 4 keeps every row of its
+/// sessions, loses the rows a deleted session left, and takes appends after.
+#[tokio::test]
+async fn a_schema_4_store_upgrades_with_its_rows() {
+    let b = common::sqlite();
+    let store = SqlStore::open(&b.url).await.unwrap();
+    store.put_session(&meta("kept", 1)).await.unwrap();
+    for seq in 1..=3 {
+        store
+            .append_event("kept", seq, format!("e{seq}").as_bytes())
+            .await
+            .unwrap();
+    }
+    store
+        .append_messages("kept", &[json!({"role": "user", "content": "hi"})])
+        .await
+        .unwrap();
+    store.close().await;
+    drop(store);
+    // Back to schema 4's tables: no foreign key, and orphan rows of a
+    // session deleted long ago.
+    {
+        use sqlx::Connection;
+        let mut c = sqlx::SqliteConnection::connect(&b.url).await.unwrap();
+        sqlx::raw_sql(
+            "PRAGMA foreign_keys = OFF;
+             CREATE TABLE ev4 (session_id TEXT NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL, PRIMARY KEY (session_id, seq));
+             INSERT INTO ev4 SELECT * FROM session_events;
+             DROP TABLE session_events; ALTER TABLE ev4 RENAME TO session_events;
+             CREATE TABLE ms4 (session_id TEXT NOT NULL, idx INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (session_id, idx));
+             INSERT INTO ms4 SELECT * FROM session_messages;
+             DROP TABLE session_messages; ALTER TABLE ms4 RENAME TO session_messages;
+             INSERT INTO session_events VALUES ('gone', 1, x'00');
+             INSERT INTO session_messages VALUES ('gone', 1, '{}');
+             DELETE FROM omicos_sessions_schema WHERE version = 5;",
+        )
+        .execute(&mut c)
+        .await
+        .unwrap();
+        c.close().await.unwrap();
+    }
+    let store = SqlStore::open(&b.url).await.unwrap();
+    let events = store.events_since("kept", 0).await.unwrap();
+    let bodies: Vec<&[u8]> = events.iter().map(|(_, e)| e.as_slice()).collect();
+    assert_eq!(bodies, [&b"e1"[..], b"e2", b"e3"]);
+    assert_eq!(store.messages("kept").await.unwrap().len(), 1);
+    assert!(store.events_since("gone", 0).await.unwrap().is_empty());
+    assert!(store.messages("gone").await.unwrap().is_empty());
+    store.append_event("kept", 4, b"e4").await.unwrap();
+    // The foreign key holds now: a session that does not exist takes no row.
+    assert!(matches!(
+        store.append_event("gone", 2, b"x").await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert_eq!(store.integrity_check().await.unwrap(), "ok");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_writes_loses_at_most_the_write_in_flight() {
     use std::io::{BufRead, BufReader};
