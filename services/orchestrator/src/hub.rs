@@ -373,7 +373,7 @@ impl Hub {
     /// The state of a session created just now, with nothing in the store
     /// yet: its seq starts at 0 without a read.
     pub fn new_session(&self, id: &str) -> Arc<SessionState> {
-        self.existing(id).unwrap_or_else(|| self.insert(id, 0))
+        self.insert(id, 0)
     }
 
     /// Builds the state at `last` unless someone else built it meanwhile

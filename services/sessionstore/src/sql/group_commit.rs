@@ -26,9 +26,12 @@
 //!   stale, on the `(session_id, seq)` or `(session_id, idx)` key: the batch
 //!   fails as a whole, its sessions are forgotten, and its jobs are retried
 //!   one by one on fresh reads;
-//! - PostgreSQL still locks every session of the batch (the lock also says
-//!   whether it still exists, whoever deleted it); SQLite serves one process,
-//!   whose deletes come through this queue and forget the session.
+//! - the rows refer to their session (a foreign key, schema v5): a session
+//!   deleted through another store refuses them, and the batch is retried as
+//!   above; deletes through this store come through this queue and forget
+//!   the session;
+//! - PostgreSQL still locks every session of the batch in sorted order before
+//!   it reads, so two replicas' batches on one session serialize.
 
 use crate::{Notice, Notices, StoreError, StoreResult, now_ms};
 use omicos_sqldb::Db;
@@ -165,6 +168,33 @@ async fn run(db: Db, channel: Arc<str>, notices: Notices, mut rx: mpsc::Receiver
 enum Conn {
     Sqlite(sqlx::pool::PoolConnection<sqlx::Sqlite>),
     Pg(sqlx::pool::PoolConnection<sqlx::Postgres>),
+}
+
+/// Runs `$body` in one write transaction on the held connection and commits
+/// it (SQLite: `BEGIN IMMEDIATE`). In `$body`, `$pg` tells the engine and
+/// `$db` names its sqlx type.
+macro_rules! in_conn_tx {
+    ($conn:expr, $tx:ident, $pg:ident, $db:ident => $body:expr) => {{
+        use sqlx::Connection;
+        match $conn {
+            Conn::Sqlite(c) => {
+                let $pg = false;
+                type $db = sqlx::Sqlite;
+                let mut $tx = c.begin_with("BEGIN IMMEDIATE").await?;
+                let r = $body;
+                $tx.commit().await?;
+                r
+            }
+            Conn::Pg(c) => {
+                let $pg = true;
+                type $db = sqlx::Postgres;
+                let mut $tx = c.begin().await?;
+                let r = $body;
+                $tx.commit().await?;
+                r
+            }
+        }
+    }};
 }
 
 impl Conn {
@@ -347,22 +377,27 @@ where
 /// The sessions of `jobs` whose remembered cursor can be used: known, and
 /// the first event of the session in the batch comes right after it.
 fn trusted<'a>(cache: &Cache, jobs: &[(&'a str, &Rows)]) -> BTreeMap<&'a str, Known> {
-    let mut out = BTreeMap::new();
-    let mut seen = BTreeSet::new();
-    for &(s, _) in jobs {
-        if !seen.insert(s) {
-            continue;
-        }
-        let Some(k) = cache.get(s) else { continue };
-        let first_seq = jobs.iter().find_map(|(js, r)| match r {
-            Rows::Event { seq, .. } if *js == s => Some(*seq),
+    // Per session, its first event's seq in the batch (None: no event).
+    let mut first_seq: BTreeMap<&str, Option<i64>> = BTreeMap::new();
+    for &(s, rows) in jobs {
+        let seq = match rows {
+            Rows::Event { seq, .. } => Some(*seq),
             _ => None,
-        });
-        if first_seq.is_none_or(|seq| seq == k.last_seq + 1) {
-            out.insert(s, *k);
+        };
+        let first = first_seq.entry(s).or_insert(seq);
+        if first.is_none() {
+            *first = seq;
         }
     }
-    out
+    first_seq
+        .into_iter()
+        .filter_map(|(s, first)| {
+            let k = *cache.get(s)?;
+            first
+                .is_none_or(|seq| seq == k.last_seq + 1)
+                .then_some((s, k))
+        })
+        .collect()
 }
 
 /// Writes the jobs in one transaction. Err: the transaction failed and
@@ -386,7 +421,6 @@ async fn write_batch<'a>(
     // sessions the writer does not know, whatever their number (a statement
     // per session cost more than the inserts). The id lists are padded to a
     // power of two, so that a few prepared statements serve every batch size.
-    let all_ids = padded(&sessions);
     let unknown_ids = padded(&unknown);
     macro_rules! body {
         ($tx:ident, $pg:ident, $db:ty) => {{
@@ -413,7 +447,7 @@ async fn write_batch<'a>(
             if $pg {
                 let mut q =
                     sqlx::QueryBuilder::<$db>::new("SELECT id FROM sessions WHERE id IN (");
-                push_ids(&mut q, &all_ids);
+                push_ids(&mut q, &padded(&sessions));
                 q.push(" ORDER BY id FOR UPDATE");
                 let locked: BTreeSet<String> = q
                     .build_query_scalar::<String>()
@@ -548,29 +582,12 @@ async fn write_batch<'a>(
             }
         }};
     }
-    use sqlx::Connection;
-    Ok(match conn {
-        Conn::Sqlite(c) => {
-            let pg = false;
-            let mut tx = c.begin_with("BEGIN IMMEDIATE").await?;
-            let o = body!(tx, pg, sqlx::Sqlite);
-            tx.commit().await?;
-            o
-        }
-        Conn::Pg(c) => {
-            let pg = true;
-            let mut tx = c.begin().await?;
-            let o = body!(tx, pg, sqlx::Postgres);
-            tx.commit().await?;
-            o
-        }
-    })
+    Ok(in_conn_tx!(conn, tx, pg, Engine => body!(tx, pg, Engine)))
 }
 
 /// Deletes a session with its messages, events, lease, grants, approvals
 /// and cancel requests in one transaction; whether it existed.
 async fn delete_session(conn: &mut Conn, id: &str) -> StoreResult<bool> {
-    use sqlx::Connection;
     macro_rules! body {
         ($tx:ident) => {{
             for sql in [
@@ -591,18 +608,5 @@ async fn delete_session(conn: &mut Conn, id: &str) -> StoreResult<bool> {
                 > 0
         }};
     }
-    Ok(match conn {
-        Conn::Sqlite(c) => {
-            let mut tx = c.begin_with("BEGIN IMMEDIATE").await?;
-            let existed = body!(tx);
-            tx.commit().await?;
-            existed
-        }
-        Conn::Pg(c) => {
-            let mut tx = c.begin().await?;
-            let existed = body!(tx);
-            tx.commit().await?;
-            existed
-        }
-    })
+    Ok(in_conn_tx!(conn, tx, _pg, _Engine => body!(tx)))
 }
