@@ -168,24 +168,8 @@ async fn kernel_install_runs_pip_in_the_workspace_not_the_services_directory() {
 
     // Through gRPC, for a tenant: the tenant's workspace under the
     // provider's own, whatever workspace the caller names.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = omicos_servicekit::Shutdown::new(Duration::from_secs(1));
-    let hosting = ProviderHosting {
-        registry: None,
-        advertise: None,
-        workspace: root.clone(),
-        ttl_seconds: 0,
-    };
-    let server = tokio::spawn(serve_provider(
-        p.clone(),
-        listener,
-        hosting,
-        shutdown.clone(),
-    ));
-    let remote = RemoteProvider::connect(&format!("http://{addr}"))
-        .await
-        .unwrap();
+    let served = Served::start(&p, root.clone()).await;
+    let remote = &served.remote;
     let (mut c, _) = ctx(&ws, "t");
     c.tenant = "acme".into();
     c.workspace = own.clone();
@@ -194,9 +178,49 @@ async fn kernel_install_runs_pip_in_the_workspace_not_the_services_directory() {
         .await
         .unwrap();
     assert_eq!(pip_cwd(&r), root.join("acme").display().to_string(), "{r}");
-    shutdown.trigger();
-    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    served.stop().await;
     p.close().await;
+}
+
+/// A provider served over gRPC on a loopback port, with `workspace` as the
+/// root it confines calls to, and a client of it.
+struct Served {
+    remote: RemoteProvider,
+    shutdown: omicos_servicekit::Shutdown,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Served {
+    async fn start<P: Provider>(p: &std::sync::Arc<P>, workspace: std::path::PathBuf) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = omicos_servicekit::Shutdown::new(Duration::from_secs(1));
+        let hosting = ProviderHosting {
+            registry: None,
+            advertise: None,
+            workspace,
+            ttl_seconds: 0,
+        };
+        let server = tokio::spawn(serve_provider(
+            p.clone(),
+            listener,
+            hosting,
+            shutdown.clone(),
+        ));
+        let remote = RemoteProvider::connect(&format!("http://{addr}"))
+            .await
+            .unwrap();
+        Self {
+            remote,
+            shutdown,
+            server,
+        }
+    }
+
+    async fn stop(self) {
+        self.shutdown.trigger();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.server).await;
+    }
 }
 
 #[tokio::test]
@@ -366,24 +390,8 @@ async fn notebook_round_trip() {
 #[tokio::test]
 async fn through_grpc() {
     let (ws, p) = provider(config(1));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = omicos_servicekit::Shutdown::new(Duration::from_secs(1));
-    let hosting = ProviderHosting {
-        registry: None,
-        advertise: None,
-        workspace: ws.path().canonicalize().unwrap(),
-        ttl_seconds: 0,
-    };
-    let server = tokio::spawn(serve_provider(
-        p.clone(),
-        listener,
-        hosting,
-        shutdown.clone(),
-    ));
-    let remote = RemoteProvider::connect(&format!("http://{addr}"))
-        .await
-        .unwrap();
+    let served = Served::start(&p, ws.path().canonicalize().unwrap()).await;
+    let remote = &served.remote;
     assert_eq!(remote.name(), "kernel");
     assert!(remote.session_affinity());
     let names: Vec<String> = remote.tools().into_iter().map(|t| t.name).collect();
@@ -460,7 +468,6 @@ async fn through_grpc() {
         "the cancelled cell kept running: {:?}",
         started.elapsed()
     );
-    shutdown.trigger();
-    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    served.stop().await;
     p.close().await;
 }
