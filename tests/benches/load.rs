@@ -116,6 +116,13 @@ async fn fake_llm(pause: Duration) -> String {
     );
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/v1", l.local_addr().unwrap());
+    // Every real model server flushes each chunk (uvicorn, Go's net/http and
+    // Node set TCP_NODELAY): without it, Nagle holds a delta until the
+    // client's delayed ACK, up to 40 ms, and the latency measured is that.
+    use axum::serve::ListenerExt;
+    let l = l.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     tokio::spawn(async move { axum::serve(l, app).await });
     url
 }
@@ -248,7 +255,8 @@ impl Orchestrator for Floor {
 // ---------------------------------------------------------------- measuring
 
 /// CPU time (ms) of this process's threads that belong to the server side:
-/// named `orch` (its runtime) or `sqlx-sqlite-*` (SQLite's connection workers).
+/// named `orch` (its runtime), `sqlx-sqlite-*` (SQLite's connection workers)
+/// or the orchestrator's trajectory writer.
 fn server_cpu_ms() -> u64 {
     // Clock ticks: 100 per second on Linux.
     let mut ticks = 0u64;
@@ -260,7 +268,10 @@ fn server_cpu_ms() -> u64 {
         let p = t.path();
         let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
         let comm = comm.trim();
-        if !(comm.starts_with("orch") || comm.starts_with("sqlx-sqlite")) {
+        if !(comm.starts_with("orch")
+            || comm.starts_with("sqlx-sqlite")
+            || comm == omicos_orchestrator::trajectory::WRITER_THREAD)
+        {
             continue;
         }
         let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
@@ -569,10 +580,12 @@ fn main() {
     let floor_url = orch.block_on(async {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", l.local_addr().unwrap());
+        // TCP_NODELAY on each connection, as the orchestrator sets it.
+        let incoming = tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true));
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(OrchestratorServer::new(Floor { pause }))
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l)),
+                .serve_with_incoming(incoming),
         );
         url
     });

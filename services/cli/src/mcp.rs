@@ -27,13 +27,20 @@ pub struct ServeArgs {
     pub mode: Option<String>,
 }
 
-fn serve_config(args: &ServeArgs, env: &[(String, String)]) -> Result<omicos_mcp::ServeConfig, String> {
+fn serve_config(
+    args: &ServeArgs,
+    env: &[(String, String)],
+) -> Result<omicos_mcp::ServeConfig, String> {
     let mut cfg = match &args.config {
         Some(p) => {
             let v = omicos_servicekit::config::read_yaml(p, env).map_err(|e| e.to_string())?;
-            let section = v.get("tool_runner").cloned().unwrap_or(serde_yaml::Value::Null);
+            let section = v
+                .get("tool_runner")
+                .cloned()
+                .unwrap_or(serde_yaml::Value::Null);
             let rcfg: omicos_tool_runner::Config =
-                omicos_servicekit::config::load_config_value(Some(section), env, "tool_runner").map_err(|e| e.to_string())?;
+                omicos_servicekit::config::load_config_value(Some(section), env, "tool_runner")
+                    .map_err(|e| e.to_string())?;
             rcfg.mcp.serve
         }
         None => omicos_mcp::ServeConfig::default(),

@@ -10,7 +10,9 @@ use std::path::PathBuf;
 fn omicos_mcp_serve_over_stdio_with_the_typescript_sdk_client() {
     let servers = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/mcp-servers");
     assert!(
-        servers.join("node_modules/@modelcontextprotocol/sdk").exists(),
+        servers
+            .join("node_modules/@modelcontextprotocol/sdk")
+            .exists(),
         "the MCP test packages are not installed: run scripts/mcp-servers.sh"
     );
     let ws = tempfile::tempdir().unwrap();
@@ -26,11 +28,29 @@ fn omicos_mcp_serve_over_stdio_with_the_typescript_sdk_client() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "client failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "client failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let r: Value = serde_json::from_str(&stdout).unwrap();
-    let tools: Vec<&str> = r["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    let tools: Vec<&str> = r["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
     assert!(tools.contains(&"file_manager__read"), "{tools:?}");
-    assert!(!tools.contains(&"shell") && !tools.contains(&"file_manager__write"), "read_only hides them: {tools:?}");
+    assert!(
+        !tools.contains(&"shell") && !tools.contains(&"file_manager__write"),
+        "read_only hides them: {tools:?}"
+    );
     assert_eq!(r["results"][0]["isError"], false, "{r}");
-    assert!(r["results"][0]["text"].as_str().unwrap().contains("hello over mcp"), "{r}");
+    assert!(
+        r["results"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("hello over mcp"),
+        "{r}"
+    );
 }

@@ -11,8 +11,8 @@ use rmcp::model::{
     Implementation, ProgressNotificationParam, ProgressToken, ServerResult, Tool,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService, ServiceError};
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
@@ -178,8 +178,8 @@ impl Live {
                             .map_err(|e| format!("header `{k}`: {e}"))?;
                         map.insert(k, v);
                     }
-                    let mut config =
-                        StreamableHttpClientTransportConfig::with_uri(url.clone()).custom_headers(map);
+                    let mut config = StreamableHttpClientTransportConfig::with_uri(url.clone())
+                        .custom_headers(map);
                     if let Some(t) = bearer_token {
                         config = config.auth_header(t);
                     }
@@ -197,7 +197,10 @@ impl Live {
         let service = match tokio::time::timeout(cfg.startup_timeout, connect).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
-                return Err(format!("MCP server `{name}` did not start: {e}{}", tail(&stderr)));
+                return Err(format!(
+                    "MCP server `{name}` did not start: {e}{}",
+                    tail(&stderr)
+                ));
             }
             Err(_) => {
                 return Err(format!(
@@ -211,7 +214,10 @@ impl Live {
         let tools = match tokio::time::timeout(left, service.peer().list_all_tools()).await {
             Ok(Ok(t)) => t,
             Ok(Err(e)) => {
-                return Err(format!("MCP server `{name}`: tools/list failed: {e}{}", tail(&stderr)));
+                return Err(format!(
+                    "MCP server `{name}`: tools/list failed: {e}{}",
+                    tail(&stderr)
+                ));
             }
             Err(_) => {
                 return Err(format!(

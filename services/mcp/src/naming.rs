@@ -31,7 +31,10 @@ pub fn qualified(server: &str, tool: &str) -> String {
     if full.len() <= MAX_TOOL_NAME {
         return full;
     }
-    let hash = format!("{:08x}", fnv1a(format!("{server}\u{0}{tool}").as_bytes()) as u32);
+    let hash = format!(
+        "{:08x}",
+        fnv1a(format!("{server}\u{0}{tool}").as_bytes()) as u32
+    );
     let keep = MAX_TOOL_NAME - hash.len() - 1;
     format!("{}_{hash}", &full[..keep])
 }
@@ -104,7 +107,10 @@ mod tests {
         assert!(q.starts_with("mcp__srv__xxx"));
         let q2 = qualified("srv", &format!("{long}y"));
         assert_ne!(q, q2, "long names that share a head stay apart");
-        let re = |s: &str| s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        let re = |s: &str| {
+            s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        };
         assert!(re(&q) && re(&qualified("s", "ü→λ")));
     }
 
@@ -114,7 +120,12 @@ mod tests {
         assert_eq!(e.first, "get.sum");
         assert_eq!(e.second, "get_sum");
         let msg = e.to_string();
-        assert!(msg.contains("`get.sum`") && msg.contains("`get_sum`") && msg.contains("mcp__ev__get_sum"), "{msg}");
+        assert!(
+            msg.contains("`get.sum`")
+                && msg.contains("`get_sum`")
+                && msg.contains("mcp__ev__get_sum"),
+            "{msg}"
+        );
         assert_eq!(qualify_all("ev", ["a", "b"]).unwrap().len(), 2);
     }
 }

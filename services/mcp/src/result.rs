@@ -23,7 +23,11 @@ pub fn convert(result: rmcp::model::CallToolResult, ctx: &CallCtx) -> Result<Val
     for b in blocks {
         match b.get("type").and_then(Value::as_str).unwrap_or("") {
             "text" => {
-                let t = b.get("text").and_then(Value::as_str).unwrap_or("").to_owned();
+                let t = b
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
                 texts.push(t.clone());
                 content.push(json!({"type": "text", "text": t}));
             }
@@ -38,7 +42,9 @@ pub fn convert(result: rmcp::model::CallToolResult, ctx: &CallCtx) -> Result<Val
                 match save(ctx, kind, &mime, data, images) {
                     Ok((path, bytes)) => {
                         texts.push(format!("[{kind} saved: {path}]"));
-                        content.push(json!({"type": kind, "mime_type": mime, "path": path, "bytes": bytes}));
+                        content.push(
+                            json!({"type": kind, "mime_type": mime, "path": path, "bytes": bytes}),
+                        );
                     }
                     Err(e) => {
                         texts.push(format!("[{kind} not saved: {e}]"));
@@ -110,13 +116,25 @@ fn component(s: &str, fallback: &str) -> String {
     let out: String = s
         .chars()
         .take(120)
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     if out.is_empty() { fallback.into() } else { out }
 }
 
 /// Saves base64 `data` and returns its workspace-relative path and size.
-fn save(ctx: &CallCtx, kind: &str, mime: &str, data: &str, n: usize) -> Result<(String, usize), String> {
+fn save(
+    ctx: &CallCtx,
+    kind: &str,
+    mime: &str,
+    data: &str,
+    n: usize,
+) -> Result<(String, usize), String> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(data.split_whitespace().collect::<String>())
         .map_err(|e| format!("the {kind} is not base64: {e}"))?;
@@ -127,8 +145,13 @@ fn save(ctx: &CallCtx, kind: &str, mime: &str, data: &str, n: usize) -> Result<(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis())
         .unwrap_or(0);
-    let name = format!("{ms}_{}_{n}.{}", component(&ctx.call_id, "call"), extension(mime));
-    std::fs::write(dir.join(&name), &bytes).map_err(|e| format!("cannot write {rel_dir}/{name}: {e}"))?;
+    let name = format!(
+        "{ms}_{}_{n}.{}",
+        component(&ctx.call_id, "call"),
+        extension(mime)
+    );
+    std::fs::write(dir.join(&name), &bytes)
+        .map_err(|e| format!("cannot write {rel_dir}/{name}: {e}"))?;
     Ok((format!("{rel_dir}/{name}"), bytes.len()))
 }
 
@@ -144,7 +167,11 @@ mod tests {
     fn text_image_links_structured_and_errors() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = CallCtx::for_test(dir.path(), "s1");
-        let v = convert(result(json!({"content": [{"type": "text", "text": "hi"}]})), &ctx).unwrap();
+        let v = convert(
+            result(json!({"content": [{"type": "text", "text": "hi"}]})),
+            &ctx,
+        )
+        .unwrap();
         assert_eq!(v, json!("hi"));
         let png = base64::engine::general_purpose::STANDARD.encode(b"\x89PNG\r\n\x1a\nfake");
         let v = convert(
@@ -159,8 +186,14 @@ mod tests {
         )
         .unwrap();
         let path = v["content"][0]["path"].as_str().unwrap();
-        assert!(path.starts_with(".omicos/outputs/s1/") && path.ends_with(".png"), "{path}");
-        assert_eq!(std::fs::read(dir.path().join(path)).unwrap(), b"\x89PNG\r\n\x1a\nfake");
+        assert!(
+            path.starts_with(".omicos/outputs/s1/") && path.ends_with(".png"),
+            "{path}"
+        );
+        assert_eq!(
+            std::fs::read(dir.path().join(path)).unwrap(),
+            b"\x89PNG\r\n\x1a\nfake"
+        );
         assert_eq!(v["content"][1]["uri"], "demo://r/1");
         assert_eq!(v["structured_content"]["sum"], 3);
         let e = convert(

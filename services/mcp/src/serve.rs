@@ -11,13 +11,13 @@
 use crate::config::ServeConfig;
 use async_trait::async_trait;
 use omicos_proto::{
-    Decision, ExecuteApproval, ExecuteServerMessage, ExecuteStart, PermissionMode, Risk, ToolResult,
-    ToolSpec, ToolStatus, execute_server_message,
+    Decision, ExecuteApproval, ExecuteServerMessage, ExecuteStart, PermissionMode, Risk,
+    ToolResult, ToolSpec, ToolStatus, execute_server_message,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
-    ElicitationAction, Implementation, InitializeResult, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, Tool, ToolAnnotations,
+    ElicitationAction, Implementation, InitializeResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ServerCapabilities, Tool, ToolAnnotations,
 };
 use rmcp::service::{ElicitationMode, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
@@ -39,7 +39,11 @@ pub const ELICITATION_TIMEOUT: Duration = Duration::from_secs(300);
 #[async_trait]
 pub trait ToolBackend: Send + Sync + 'static {
     /// The tools visible under `toolsets` (empty: all) and `mode`.
-    async fn list_tools(&self, toolsets: &[String], mode: PermissionMode) -> Result<Vec<ToolSpec>, String>;
+    async fn list_tools(
+        &self,
+        toolsets: &[String],
+        mode: PermissionMode,
+    ) -> Result<Vec<ToolSpec>, String>;
     /// Runs one call: events (progress, output, approval requests) go to
     /// `events`, decisions come from `approvals`, `cancel` stops it.
     async fn execute(
@@ -92,18 +96,28 @@ impl Bridge {
 pub fn mcp_tool(spec: &ToolSpec) -> Tool {
     let schema = match serde_json::from_str::<Value>(&spec.input_schema_json) {
         Ok(Value::Object(m)) => m,
-        _ => json!({"type": "object"}).as_object().cloned().unwrap_or_default(),
+        _ => json!({"type": "object"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
     };
     let read = spec.risk == Risk::Read as i32;
-    Tool::new(spec.name.clone(), spec.description.clone(), Arc::new(schema))
-        .with_annotations(ToolAnnotations::new().read_only(read).destructive(!read))
+    Tool::new(
+        spec.name.clone(),
+        spec.description.clone(),
+        Arc::new(schema),
+    )
+    .with_annotations(ToolAnnotations::new().read_only(read).destructive(!read))
 }
 
 async fn ask(
     peer: &rmcp::Peer<RoleServer>,
     req: &omicos_proto::ApprovalRequired,
 ) -> Result<Decision, String> {
-    if !peer.supported_elicitation_modes().contains(&ElicitationMode::Form) {
+    if !peer
+        .supported_elicitation_modes()
+        .contains(&ElicitationMode::Form)
+    {
         return Err(NO_ELICITATION_REFUSAL.into());
     }
     let schema = serde_json::from_value(json!({
@@ -127,8 +141,16 @@ async fn ask(
         .await
         .map_err(|e| format!("refused: the approval request to the MCP client failed: {e}"))?;
     let approved = r.action == ElicitationAction::Accept
-        && r.content.as_ref().and_then(|c| c.get("approve")).and_then(Value::as_bool) == Some(true);
-    Ok(if approved { Decision::AllowOnce } else { Decision::Deny })
+        && r.content
+            .as_ref()
+            .and_then(|c| c.get("approve"))
+            .and_then(Value::as_bool)
+            == Some(true);
+    Ok(if approved {
+        Decision::AllowOnce
+    } else {
+        Decision::Deny
+    })
 }
 
 impl ServerHandler for Bridge {
@@ -150,7 +172,9 @@ impl ServerHandler for Bridge {
             .list_tools(&self.toolsets, self.mode)
             .await
             .map_err(|e| ErrorData::internal_error(e, None))?;
-        Ok(ListToolsResult::with_all_items(specs.iter().map(mcp_tool).collect()))
+        Ok(ListToolsResult::with_all_items(
+            specs.iter().map(mcp_tool).collect(),
+        ))
     }
 
     async fn call_tool(
@@ -207,7 +231,11 @@ impl ServerHandler for Bridge {
                         }
                     };
                     let _ = ap_tx
-                        .send(ExecuteApproval { call_id: call_id.clone(), decision: decision as i32, rule: String::new() })
+                        .send(ExecuteApproval {
+                            call_id: call_id.clone(),
+                            decision: decision as i32,
+                            rule: String::new(),
+                        })
                         .await;
                 }
                 _ => {}
@@ -315,7 +343,11 @@ impl RunnerBackend {
 
 #[async_trait]
 impl ToolBackend for RunnerBackend {
-    async fn list_tools(&self, toolsets: &[String], mode: PermissionMode) -> Result<Vec<ToolSpec>, String> {
+    async fn list_tools(
+        &self,
+        toolsets: &[String],
+        mode: PermissionMode,
+    ) -> Result<Vec<ToolSpec>, String> {
         let r = self
             .client
             .clone()
@@ -346,7 +378,9 @@ impl ToolBackend for RunnerBackend {
         };
         let (tx, rx) = mpsc::channel::<ExecuteClientMessage>(8);
         let _ = tx
-            .send(ExecuteClientMessage { msg: Some(execute_client_message::Msg::Start(start)) })
+            .send(ExecuteClientMessage {
+                msg: Some(execute_client_message::Msg::Start(start)),
+            })
             .await;
         let mut inbound = match self
             .client

@@ -148,39 +148,54 @@ impl SessionState {
     /// its seq; when the store refused it, nothing is sent and the last
     /// durable seq is returned.
     pub async fn emit(&self, ev: ChatEvent) -> u64 {
-        self.emit_inner(ev, None).await
+        self.emit_inner(vec![ev], None).await
+    }
+
+    /// Emits events that are ready together (text deltas that queued while
+    /// the previous ones were being written) as one append: consecutive
+    /// seqs, durable all or none, then broadcast in order. Returns the last
+    /// seq; when the store refused them, none is sent and the last durable
+    /// seq is returned.
+    pub async fn emit_many(&self, evs: Vec<ChatEvent>) -> u64 {
+        self.emit_inner(evs, None).await
     }
 
     /// Emits the last event of a turn and clears the running turn in one step,
     /// so a client that saw turn_done can start the next turn at once, and the
     /// next turn's first event always comes after it.
     pub async fn emit_final(&self, ev: ChatEvent, turn_id: &str) -> u64 {
-        self.emit_inner(ev, Some(turn_id)).await
+        self.emit_inner(vec![ev], Some(turn_id)).await
     }
 
-    async fn emit_inner(&self, mut ev: ChatEvent, ending: Option<&str>) -> u64 {
+    async fn emit_inner(&self, mut evs: Vec<ChatEvent>, ending: Option<&str>) -> u64 {
         let mut seq = self.seq.lock().await;
         if let Some(t) = ending {
             self.end_turn(t);
         }
-        *seq += 1;
-        ev.event_seq = *seq;
-        ev.session_id = self.id.clone();
-        if ev.timestamp_ms == 0 {
-            ev.timestamp_ms = omicos_sessionstore::now_ms();
+        if evs.is_empty() {
+            return *seq;
+        }
+        let first = *seq + 1;
+        let now = omicos_sessionstore::now_ms();
+        let mut bodies = Vec::with_capacity(evs.len());
+        for (i, ev) in evs.iter_mut().enumerate() {
+            ev.event_seq = first + i as u64;
+            ev.session_id.clone_from(&self.id);
+            if ev.timestamp_ms == 0 {
+                ev.timestamp_ms = now;
+            }
+            bodies.push(ev.encode_to_vec());
         }
         // Published only once durable: a client never sees an event that a
         // crash could lose, and the seq advances only with the log.
-        if let Err(e) = self
-            .store
-            .append_event(&self.id, *seq, &ev.encode_to_vec())
-            .await
-        {
-            *seq -= 1;
-            tracing::error!(session = %self.id, error = %e, "event not persisted, not sent");
+        if let Err(e) = self.store.append_events(&self.id, first, bodies).await {
+            tracing::error!(session = %self.id, events = evs.len(), error = %e, "events not persisted, not sent");
             return *seq;
         }
-        let _ = self.tx.send(ev);
+        *seq += evs.len() as u64;
+        for ev in evs {
+            let _ = self.tx.send(ev);
+        }
         *seq
     }
 
@@ -595,9 +610,8 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn an_unreadable_seq_is_an_error_never_a_restart_at_zero() {
-        let store = Arc::new(SeqFails::default());
+    /// Creates session "s" in `store`.
+    async fn put_s(store: &dyn SessionStore) {
         store
             .put_session(&SessionMeta {
                 id: "s".into(),
@@ -605,6 +619,12 @@ mod tests {
             })
             .await
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_seq_is_an_error_never_a_restart_at_zero() {
+        let store = Arc::new(SeqFails::default());
+        put_s(store.as_ref()).await;
         for seq in 1..=3 {
             store.append_event("s", seq, b"").await.unwrap();
         }
@@ -634,13 +654,7 @@ mod tests {
     #[tokio::test]
     async fn an_idle_session_is_dropped_and_rebuilt_from_the_store() {
         let store = Arc::new(MemoryStore::new());
-        store
-            .put_session(&SessionMeta {
-                id: "s".into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        put_s(store.as_ref()).await;
         let hub = Arc::new(Hub::new(store.clone()));
         tokio::spawn(hub.clone().dispatch_notices());
         // Let the dispatcher subscribe before anything is announced.
@@ -695,6 +709,58 @@ mod tests {
             .map(|(seq, _)| seq)
             .collect();
         assert_eq!(seqs, [1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn events_ready_together_are_one_append_with_consecutive_seqs() {
+        let store = Arc::new(MemoryStore::new());
+        put_s(store.as_ref()).await;
+        let hub = Hub::new(store.clone());
+        let st = hub.state("s").await.unwrap();
+        let mut rx = st.subscribe();
+        assert_eq!(st.emit(ChatEvent::default()).await, 1);
+        let delta = |t: &str| ChatEvent {
+            kind: Some(chat_event::Kind::TextDelta(omicos_proto::TextDelta {
+                text: t.into(),
+            })),
+            ..Default::default()
+        };
+        assert_eq!(
+            st.emit_many(vec![delta("a"), delta("b"), delta("c")]).await,
+            4
+        );
+        assert_eq!(
+            st.emit_many(vec![]).await,
+            4,
+            "nothing to emit takes no seq"
+        );
+        let sent: Vec<(u64, String)> = (0..4)
+            .map(|_| {
+                let e = rx.try_recv().unwrap();
+                let text = match e.kind {
+                    Some(chat_event::Kind::TextDelta(d)) => d.text,
+                    _ => String::new(),
+                };
+                (e.event_seq, text)
+            })
+            .collect();
+        assert_eq!(
+            sent,
+            [(1, ""), (2, "a"), (3, "b"), (4, "c")].map(|(q, t)| (q, t.to_owned()))
+        );
+        // What the client saw is what the log holds, byte for byte.
+        let stored = store.events_since("s", 1).await.unwrap();
+        assert_eq!(stored.len(), 3);
+        for (q, bytes) in stored {
+            let ev = ChatEvent::decode(bytes.as_slice()).unwrap();
+            assert_eq!(ev.event_seq, q);
+            assert_eq!(ev.session_id, "s");
+        }
+        // A group the store refuses is not sent and takes no seq.
+        store.delete_session("s").await.unwrap();
+        assert_eq!(st.emit_many(vec![delta("x"), delta("y")]).await, 4);
+        assert_eq!(st.last_seq().await, 4);
+        assert!(rx.try_recv().is_err());
     }
 
     #[tokio::test]

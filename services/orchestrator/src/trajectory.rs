@@ -1,22 +1,61 @@
 //! Trajectories: every model turn and tool call of a session, as JSONL under
 //! `<workspace>/.omicos/trajectories/<session>/trajectory.jsonl`, so a
 //! conversation can be replayed.
+//!
+//! One writer thread per orchestrator appends the records: it takes every
+//! record that queued while it wrote the last ones, writes each file's lines
+//! with one call, and keeps recently used files open. A turn appends four or
+//! five records; opening, writing and closing the file on a blocking-pool
+//! thread for each of them cost more than the event log's own writes.
 
 use serde_json::Value;
+use std::collections::HashMap;
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// How many files the writer keeps open; past it, it closes them all.
+const OPEN_FILES: usize = 256;
+
+/// An idle writer closes its files after this long (a session that goes
+/// quiet holds no descriptor).
+const IDLE_CLOSE: Duration = Duration::from_secs(2);
+
+/// The writer thread's name (the load bench counts its CPU as the orchestrator's).
+pub const WRITER_THREAD: &str = "omicos-traj";
+
+/// One record to append, and who waits until it is written.
+struct Append {
+    path: PathBuf,
+    line: String,
+    done: oneshot::Sender<std::io::Result<()>>,
+}
 
 /// Appends trajectory records.
 #[derive(Clone, Debug)]
 pub struct Trajectories {
     root: PathBuf,
+    tx: mpsc::Sender<Append>,
 }
 
 impl Trajectories {
-    /// Under `<workspace>/.omicos/trajectories`.
+    /// Under `<workspace>/.omicos/trajectories`. Starts the writer thread,
+    /// which ends when the last clone is dropped.
     pub fn new(workspace: &Path) -> Self {
+        let (tx, rx) = mpsc::channel();
+        let started = std::thread::Builder::new()
+            .name(WRITER_THREAD.into())
+            .spawn(move || write_loop(rx));
+        if let Err(e) = started {
+            // Appends then fail one by one, each with a warning; the turn goes on.
+            tracing::error!(error = %e, "trajectory writer not started");
+        }
         Self {
             root: workspace.join(".omicos").join("trajectories"),
+            tx,
         }
     }
 
@@ -25,26 +64,102 @@ impl Trajectories {
         self.root.join(sanitize(session)).join("trajectory.jsonl")
     }
 
-    /// Appends one record (one line). Failures are logged, never fatal.
+    /// Appends one record (one line) and waits until it is written, so that
+    /// a client that saw the turn end finds its records in the file.
+    /// Failures are logged, never fatal.
     pub async fn append(&self, session: &str, record: Value) {
-        let path = self.path(session);
-        let line = format!("{record}\n");
-        let res = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)?;
-            // One write call per line keeps lines whole when several writers append.
-            f.write_all(line.as_bytes())
-        })
-        .await;
-        if let Ok(Err(e)) | Err(e) = res.map_err(std::io::Error::other) {
+        let (done, rx) = oneshot::channel();
+        let job = Append {
+            path: self.path(session),
+            line: format!("{record}\n"),
+            done,
+        };
+        let res = match self.tx.send(job) {
+            Ok(()) => rx
+                .await
+                .unwrap_or_else(|_| Err(std::io::Error::other("the trajectory writer stopped"))),
+            Err(_) => Err(std::io::Error::other(
+                "the trajectory writer is not running",
+            )),
+        };
+        if let Err(e) = res {
             tracing::warn!(session, error = %e, "trajectory not written");
         }
     }
+}
+
+/// The writer thread: batches what queued, one write per file and batch.
+fn write_loop(rx: mpsc::Receiver<Append>) {
+    let mut open: HashMap<PathBuf, File> = HashMap::new();
+    loop {
+        let first = match rx.recv_timeout(IDLE_CLOSE) {
+            Ok(a) => a,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                open.clear();
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        };
+        // Per file, its lines in arrival order and who waits for them.
+        let mut batch: Vec<(PathBuf, String, Vec<oneshot::Sender<std::io::Result<()>>>)> =
+            Vec::new();
+        for a in std::iter::once(first).chain(rx.try_iter()) {
+            match batch.iter_mut().find(|(p, _, _)| *p == a.path) {
+                Some((_, lines, waiting)) => {
+                    lines.push_str(&a.line);
+                    waiting.push(a.done);
+                }
+                None => batch.push((a.path, a.line, vec![a.done])),
+            }
+        }
+        for (path, lines, waiting) in batch {
+            let res = append_lines(&mut open, &path, &lines);
+            for w in waiting {
+                let _ = w.send(
+                    res.as_ref()
+                        .map(|_| ())
+                        .map_err(|e| std::io::Error::new(e.kind(), e.to_string())),
+                );
+            }
+        }
+    }
+}
+
+/// Appends `lines` to `path` with one write call (lines stay whole when
+/// another process appends too), through the open file when there is one.
+fn append_lines(
+    open: &mut HashMap<PathBuf, File>,
+    path: &Path,
+    lines: &str,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    // A kept file whose directory was removed would swallow the lines.
+    if open
+        .get(path)
+        .is_some_and(|f| f.metadata().map_or(true, |m| m.nlink() == 0))
+    {
+        open.remove(path);
+    }
+    if !open.contains_key(path) {
+        if open.len() >= OPEN_FILES {
+            open.clear();
+        }
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        open.insert(path.to_owned(), f);
+    }
+    let f = open.get_mut(path).expect("just opened");
+    let res = f.write_all(lines.as_bytes());
+    if res.is_err() {
+        // Opened again next time (the directory may have been removed).
+        open.remove(path);
+    }
+    res
 }
 
 fn sanitize(s: &str) -> String {
@@ -57,4 +172,56 @@ fn sanitize(s: &str) -> String {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn records_from_many_sessions_land_whole_and_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Trajectories::new(dir.path());
+        let mut tasks = tokio::task::JoinSet::new();
+        for s in 0..20 {
+            let t = t.clone();
+            tasks.spawn(async move {
+                for i in 0..30 {
+                    t.append(
+                        &format!("s{s}"),
+                        serde_json::json!({"i": i, "pad": "x".repeat(i * 50)}),
+                    )
+                    .await;
+                }
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap();
+        }
+        for s in 0..20 {
+            let text = std::fs::read_to_string(t.path(&format!("s{s}"))).unwrap();
+            let seen: Vec<u64> = text
+                .lines()
+                .map(|l| {
+                    serde_json::from_str::<Value>(l).unwrap()["i"]
+                        .as_u64()
+                        .unwrap()
+                })
+                .collect();
+            assert_eq!(seen, (0..30).collect::<Vec<_>>(), "session s{s}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_removed_directory_is_made_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Trajectories::new(dir.path());
+        t.append("s", serde_json::json!({"n": 1})).await;
+        std::fs::remove_dir_all(t.path("s").parent().unwrap()).unwrap();
+        // The writer kept the file open: it sees the file is gone and makes it again.
+        t.append("s", serde_json::json!({"n": 2})).await;
+        t.append("s", serde_json::json!({"n": 3})).await;
+        let text = std::fs::read_to_string(t.path("s")).unwrap();
+        assert_eq!(text, "{\"n\":2}\n{\"n\":3}\n");
+    }
 }

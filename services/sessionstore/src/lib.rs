@@ -114,6 +114,22 @@ pub trait SessionStore: Send + Sync + 'static {
     async fn messages(&self, id: &str) -> StoreResult<Vec<Value>>;
     /// Appends one event. `seq` must be last_seq + 1; otherwise an error.
     async fn append_event(&self, id: &str, seq: u64, event: &[u8]) -> StoreResult<()>;
+    /// Appends events with consecutive seqs from `first_seq` (which must be
+    /// last_seq + 1), all or none: one write where the store can (the SQL
+    /// store's writer puts them in one batch). The default appends them one
+    /// by one, so a failure part-way leaves the first ones written: stores
+    /// that can do better override it.
+    async fn append_events(
+        &self,
+        id: &str,
+        first_seq: u64,
+        events: Vec<Vec<u8>>,
+    ) -> StoreResult<()> {
+        for (i, e) in events.iter().enumerate() {
+            self.append_event(id, first_seq + i as u64, e).await?;
+        }
+        Ok(())
+    }
     /// Events with seq > since, in order.
     async fn events_since(&self, id: &str, since: u64) -> StoreResult<Vec<(u64, Vec<u8>)>>;
     /// The latest event seq (0 when none).

@@ -81,21 +81,33 @@ impl SessionStore for MemoryStore {
         Ok(s.get(id).map(|e| e.messages.clone()).unwrap_or_default())
     }
     async fn append_event(&self, id: &str, seq: u64, event: &[u8]) -> StoreResult<()> {
+        self.append_events(id, seq, vec![event.to_vec()]).await
+    }
+    async fn append_events(
+        &self,
+        id: &str,
+        first_seq: u64,
+        events: Vec<Vec<u8>>,
+    ) -> StoreResult<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
         let mut s = self.sessions.lock().unwrap();
         let e = s
             .get_mut(id)
             .ok_or_else(|| StoreError::NotFound(id.into()))?;
-        if seq != e.events.len() as u64 + 1 {
+        if first_seq != e.events.len() as u64 + 1 {
             return Err(StoreError::Backend(format!(
-                "event seq {seq} out of order (last {})",
+                "event seq {first_seq} out of order (last {})",
                 e.events.len()
             )));
         }
-        e.events.push(event.to_vec());
+        let last = first_seq + events.len() as u64 - 1;
+        e.events.extend(events);
         drop(s);
         self.notices.publish(Notice::Event {
             session: id.into(),
-            seq,
+            seq: last,
         });
         Ok(())
     }

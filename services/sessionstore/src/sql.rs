@@ -541,14 +541,29 @@ impl SessionStore for SqlStore {
     }
 
     async fn append_event(&self, id: &str, seq: u64, event: &[u8]) -> StoreResult<()> {
-        let seq = i64::try_from(seq)
-            .map_err(|_| StoreError::Backend(format!("event seq {seq} is too large")))?;
+        self.append_events(id, seq, vec![event.to_vec()]).await
+    }
+
+    async fn append_events(
+        &self,
+        id: &str,
+        first_seq: u64,
+        events: Vec<Vec<u8>>,
+    ) -> StoreResult<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let last = first_seq.checked_add(events.len() as u64 - 1);
+        let first_seq = i64::try_from(first_seq)
+            .ok()
+            .filter(|_| last.is_some_and(|l| i64::try_from(l).is_ok()))
+            .ok_or_else(|| StoreError::Backend(format!("event seq {first_seq} is too large")))?;
         self.writer
             .write(
                 id,
-                group_commit::Rows::Event {
-                    seq,
-                    body: event.to_vec(),
+                group_commit::Rows::Events {
+                    first_seq,
+                    bodies: events,
                 },
             )
             .await

@@ -95,6 +95,41 @@ async fn contract(s: Arc<dyn SessionStore>, name: &str) {
     assert_eq!(s.events_since("a", 0).await.unwrap().len(), 5);
     assert!(s.events_since("a", 5).await.unwrap().is_empty());
     assert!(s.events_since("a", u64::MAX).await.unwrap().is_empty());
+    // Several events in one append: consecutive seqs, all or none.
+    let group = |from: u64, n: u64| -> Vec<Vec<u8>> {
+        (from..from + n)
+            .map(|q| format!("ev{q}").into_bytes())
+            .collect()
+    };
+    s.append_events("a", 6, group(6, 3)).await.unwrap();
+    assert_eq!(s.last_seq("a").await.unwrap(), 8, "{name}");
+    let e = s.append_events("a", 10, group(10, 2)).await.unwrap_err();
+    assert!(e.to_string().contains("out of order"), "{name}: {e}");
+    assert!(
+        s.append_events("a", 8, group(8, 3)).await.is_err(),
+        "{name}: a group that starts on a written seq is refused whole"
+    );
+    assert_eq!(
+        s.last_seq("a").await.unwrap(),
+        8,
+        "{name}: nothing of it was written"
+    );
+    assert!(matches!(
+        s.append_events("ghost", 1, group(1, 2)).await,
+        Err(StoreError::NotFound(_))
+    ));
+    s.append_events("a", 9, vec![]).await.unwrap();
+    let all: Vec<u64> = s
+        .events_since("a", 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(q, body)| {
+            assert_eq!(body, format!("ev{q}").into_bytes(), "{name}");
+            q
+        })
+        .collect();
+    assert_eq!(all, (1..=8).collect::<Vec<_>>(), "{name}");
     // Binary events survive byte for byte.
     s.append_event("b", 1, &[0, 159, 146, 150, 255])
         .await

@@ -495,7 +495,8 @@ async fn wait_providers(runner: &str, secret: &str, n: usize) {
         return;
     };
     let Ok(ch) = ep.connect().await else { return };
-    let Ok(creds) = omicos_auth::Credentials::service(secret, omicos_auth::ServiceRole::Operator) else {
+    let Ok(creds) = omicos_auth::Credentials::service(secret, omicos_auth::ServiceRole::Operator)
+    else {
         return;
     };
     let mut c = omicos_proto::registry_client::RegistryClient::new(creds.channel(ch));

@@ -3,7 +3,9 @@
 //! TypeScript SDK client (installed by scripts/mcp-servers.sh).
 
 use omicos_mcp::ServerConfig;
-use omicos_proto::{Decision, ExecuteApproval, ExecuteServerMessage, PermissionMode, execute_server_message::Msg};
+use omicos_proto::{
+    Decision, ExecuteApproval, ExecuteServerMessage, PermissionMode, execute_server_message::Msg,
+};
 use omicos_tool_runner::config::{HookCommand, HookMatcher};
 use omicos_tool_runner::pipeline::CallerRules;
 use omicos_tool_runner::pipeline::permission::Legacy;
@@ -27,7 +29,12 @@ fn servers_dir() -> PathBuf {
 fn fs_server(root: &Path) -> ServerConfig {
     ServerConfig {
         name: "fs".into(),
-        command: Some(servers_dir().join("node_modules/.bin/mcp-server-filesystem").display().to_string()),
+        command: Some(
+            servers_dir()
+                .join("node_modules/.bin/mcp-server-filesystem")
+                .display()
+                .to_string(),
+        ),
         args: vec![root.display().to_string()],
         ..Default::default()
     }
@@ -61,16 +68,31 @@ fn req(tool: &str, args: Value, mode: PermissionMode) -> CallRequest {
     }
 }
 
-async fn with_approval(p: &Pipeline, r: CallRequest, answer: Option<Decision>) -> (CallOutcome, Vec<ExecuteServerMessage>) {
+async fn with_approval(
+    p: &Pipeline,
+    r: CallRequest,
+    answer: Option<Decision>,
+) -> (CallOutcome, Vec<ExecuteServerMessage>) {
     let (ev_tx, mut ev_rx) = mpsc::channel(64);
     let (ap_tx, ap_rx) = mpsc::channel(8);
-    let io = CallIo { events: Some(ev_tx), approvals: Some(ap_rx), cancel: Default::default() };
+    let io = CallIo {
+        events: Some(ev_tx),
+        approvals: Some(ap_rx),
+        cancel: Default::default(),
+    };
     let p2 = p.clone();
     let task = tokio::spawn(async move { p2.execute(r, io).await });
     let mut seen = Vec::new();
     while let Some(m) = ev_rx.recv().await {
         if let (Some(Msg::ApprovalRequired(a)), Some(d)) = (&m.msg, answer) {
-            ap_tx.send(ExecuteApproval { call_id: a.call_id.clone(), decision: d as i32, rule: String::new() }).await.unwrap();
+            ap_tx
+                .send(ExecuteApproval {
+                    call_id: a.call_id.clone(),
+                    decision: d as i32,
+                    rule: String::new(),
+                })
+                .await
+                .unwrap();
         }
         seen.push(m);
     }
@@ -79,7 +101,12 @@ async fn with_approval(p: &Pipeline, r: CallRequest, answer: Option<Decision>) -
 
 fn names(p: &Pipeline, toolsets: &[&str], mode: PermissionMode) -> Vec<String> {
     let ts: Vec<String> = toolsets.iter().map(|s| s.to_string()).collect();
-    p.list_tools(&ts, mode as i32, Legacy::default(), &CallerRules::default()).unwrap().0.into_iter().map(|t| t.name).collect()
+    p.list_tools(&ts, mode as i32, Legacy::default(), &CallerRules::default())
+        .unwrap()
+        .0
+        .into_iter()
+        .map(|t| t.name)
+        .collect()
 }
 
 #[tokio::test]
@@ -90,40 +117,89 @@ async fn filesystem_read_tools_run_write_tools_are_asked_in_auto_and_hidden_in_r
 
     // Listed and filtered by mode like any other tool; toolsets mcp:fs and mcp.
     let ro = names(&p, &["mcp:fs"], PermissionMode::ReadOnly);
-    assert!(ro.contains(&"mcp__fs__read_text_file".to_string()), "{ro:?}");
-    assert!(ro.contains(&"mcp__fs__list_directory".to_string()), "{ro:?}");
-    assert!(!ro.contains(&"mcp__fs__write_file".to_string()), "write tools hidden in read_only: {ro:?}");
+    assert!(
+        ro.contains(&"mcp__fs__read_text_file".to_string()),
+        "{ro:?}"
+    );
+    assert!(
+        ro.contains(&"mcp__fs__list_directory".to_string()),
+        "{ro:?}"
+    );
+    assert!(
+        !ro.contains(&"mcp__fs__write_file".to_string()),
+        "write tools hidden in read_only: {ro:?}"
+    );
     assert!(ro.iter().all(|n| n.starts_with("mcp__fs__")), "{ro:?}");
     let auto = names(&p, &["mcp"], PermissionMode::Auto);
-    assert!(auto.contains(&"mcp__fs__write_file".to_string()), "{auto:?}");
-    assert!(names(&p, &["file_manager"], PermissionMode::Full).iter().all(|n| !n.starts_with("mcp__")));
+    assert!(
+        auto.contains(&"mcp__fs__write_file".to_string()),
+        "{auto:?}"
+    );
+    assert!(
+        names(&p, &["file_manager"], PermissionMode::Full)
+            .iter()
+            .all(|n| !n.starts_with("mcp__"))
+    );
 
     // A read-only tool runs without asking.
     let root = p.workspace().display().to_string();
     let path = format!("{root}/notes.txt");
-    let (o, msgs) = with_approval(&p, req("mcp__fs__read_text_file", json!({"path": path}), PermissionMode::Auto), None).await;
+    let (o, msgs) = with_approval(
+        &p,
+        req(
+            "mcp__fs__read_text_file",
+            json!({"path": path}),
+            PermissionMode::Auto,
+        ),
+        None,
+    )
+    .await;
     assert_eq!(o.result.status().as_str(), "done", "{}", o.result.result);
-    assert!(o.result.result.contains("hello from the workspace"), "{}", o.result.result);
-    assert!(msgs.iter().all(|m| !matches!(m.msg, Some(Msg::ApprovalRequired(_)))));
+    assert!(
+        o.result.result.contains("hello from the workspace"),
+        "{}",
+        o.result.result
+    );
+    assert!(
+        msgs.iter()
+            .all(|m| !matches!(m.msg, Some(Msg::ApprovalRequired(_))))
+    );
 
     // A write tool is asked in auto mode; allowed, it runs.
     let out = format!("{root}/written.txt");
     let (o, msgs) = with_approval(
         &p,
-        req("mcp__fs__write_file", json!({"path": out, "content": "via mcp"}), PermissionMode::Auto),
+        req(
+            "mcp__fs__write_file",
+            json!({"path": out, "content": "via mcp"}),
+            PermissionMode::Auto,
+        ),
         Some(Decision::AllowOnce),
     )
     .await;
     assert_eq!(o.result.status().as_str(), "done", "{}", o.result.result);
-    let asked: Vec<_> = msgs.iter().filter_map(|m| match &m.msg { Some(Msg::ApprovalRequired(a)) => Some(a), _ => None }).collect();
+    let asked: Vec<_> = msgs
+        .iter()
+        .filter_map(|m| match &m.msg {
+            Some(Msg::ApprovalRequired(a)) => Some(a),
+            _ => None,
+        })
+        .collect();
     assert_eq!(asked.len(), 1);
     assert_eq!(asked[0].tool_name, "mcp__fs__write_file");
-    assert_eq!(std::fs::read_to_string(p.workspace().join("written.txt")).unwrap(), "via mcp");
+    assert_eq!(
+        std::fs::read_to_string(p.workspace().join("written.txt")).unwrap(),
+        "via mcp"
+    );
 
     // Denied, it does not run.
     let (o, _) = with_approval(
         &p,
-        req("mcp__fs__write_file", json!({"path": format!("{root}/denied.txt"), "content": "x"}), PermissionMode::Auto),
+        req(
+            "mcp__fs__write_file",
+            json!({"path": format!("{root}/denied.txt"), "content": "x"}),
+            PermissionMode::Auto,
+        ),
         Some(Decision::Deny),
     )
     .await;
@@ -133,7 +209,11 @@ async fn filesystem_read_tools_run_write_tools_are_asked_in_auto_and_hidden_in_r
     // In read_only it is refused.
     let (o, _) = with_approval(
         &p,
-        req("mcp__fs__write_file", json!({"path": format!("{root}/ro.txt"), "content": "x"}), PermissionMode::ReadOnly),
+        req(
+            "mcp__fs__write_file",
+            json!({"path": format!("{root}/ro.txt"), "content": "x"}),
+            PermissionMode::ReadOnly,
+        ),
         None,
     )
     .await;
@@ -156,10 +236,26 @@ async fn hooks_match_mcp_tool_names_and_overrides_set_the_risk() {
         c.mcp.servers[0].tool_risk.insert("list_allowed_directories".into(), "shell".into());
     })
     .await;
-    let (o, _) = with_approval(&p, req("mcp__fs__list_allowed_directories", json!({}), PermissionMode::Full), None).await;
-    assert!(o.result.result.contains("no MCP today"), "{}", o.result.result);
+    let (o, _) = with_approval(
+        &p,
+        req(
+            "mcp__fs__list_allowed_directories",
+            json!({}),
+            PermissionMode::Full,
+        ),
+        None,
+    )
+    .await;
+    assert!(
+        o.result.result.contains("no MCP today"),
+        "{}",
+        o.result.result
+    );
     let ro = names(&p, &["mcp:fs"], PermissionMode::ReadOnly);
-    assert!(!ro.contains(&"mcp__fs__list_allowed_directories".to_string()), "overridden to shell: {ro:?}");
+    assert!(
+        !ro.contains(&"mcp__fs__list_allowed_directories".to_string()),
+        "overridden to shell: {ro:?}"
+    );
 }
 
 fn node_client(plan: Value) -> Value {
@@ -169,8 +265,13 @@ fn node_client(plan: Value) -> Value {
         .stderr(std::process::Stdio::inherit())
         .output()
         .unwrap();
-    assert!(out.status.success(), "the TS SDK client failed: {}", String::from_utf8_lossy(&out.stdout));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+    assert!(
+        out.status.success(),
+        "the TS SDK client failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 async fn serve_http(p: &Pipeline, mode: &str) -> String {
@@ -179,7 +280,9 @@ async fn serve_http(p: &Pipeline, mode: &str) -> String {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let backend = Arc::new(omicos_tool_runner::mcp::PipelineBackend(p.clone()));
-    tokio::spawn(async move { omicos_mcp::serve::serve_http(backend, &cfg, l, CancellationToken::new()).await });
+    tokio::spawn(async move {
+        omicos_mcp::serve::serve_http(backend, &cfg, l, CancellationToken::new()).await
+    });
     format!("http://{addr}/mcp")
 }
 
@@ -196,13 +299,32 @@ async fn omicos_served_over_streamable_http_to_the_typescript_sdk_client() {
     })
     .await
     .unwrap();
-    let tools: Vec<&str> = r["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert!(tools.contains(&"file_manager__read") && tools.contains(&"mcp__fs__read_text_file"), "{tools:?}");
-    assert!(!tools.contains(&"file_manager__write") && !tools.contains(&"shell"), "{tools:?}");
-    let read = r["tools"].as_array().unwrap().iter().find(|t| t["name"] == "file_manager__read").unwrap();
+    let tools: Vec<&str> = r["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        tools.contains(&"file_manager__read") && tools.contains(&"mcp__fs__read_text_file"),
+        "{tools:?}"
+    );
+    assert!(
+        !tools.contains(&"file_manager__write") && !tools.contains(&"shell"),
+        "{tools:?}"
+    );
+    let read = r["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "file_manager__read")
+        .unwrap();
     assert_eq!(read["readOnlyHint"], true);
     assert_eq!(r["results"][0]["isError"], false, "{r}");
-    assert!(r["results"][0]["text"].as_str().unwrap().contains("alpha"), "{r}");
+    assert!(
+        r["results"][0]["text"].as_str().unwrap().contains("alpha"),
+        "{r}"
+    );
 
     // auto: the approval becomes an elicitation; accepted, the write runs.
     let url = serve_http(&p, "auto").await;
@@ -214,7 +336,10 @@ async fn omicos_served_over_streamable_http_to_the_typescript_sdk_client() {
     .unwrap();
     assert_eq!(r["elicitations"], 1, "{r}");
     assert_eq!(r["results"][0]["isError"], false, "{r}");
-    assert_eq!(std::fs::read_to_string(p.workspace().join("b.txt")).unwrap(), "beta");
+    assert_eq!(
+        std::fs::read_to_string(p.workspace().join("b.txt")).unwrap(),
+        "beta"
+    );
 
     // Declined: refused, nothing written.
     let url = serve_http(&p, "auto").await;
@@ -237,6 +362,10 @@ async fn omicos_served_over_streamable_http_to_the_typescript_sdk_client() {
     .unwrap();
     assert_eq!(r["elicitations"], 0);
     assert_eq!(r["results"][0]["isError"], true, "{r}");
-    assert_eq!(r["results"][0]["text"], omicos_mcp::serve::NO_ELICITATION_REFUSAL, "{r}");
+    assert_eq!(
+        r["results"][0]["text"],
+        omicos_mcp::serve::NO_ELICITATION_REFUSAL,
+        "{r}"
+    );
     assert!(!p.workspace().join("d.txt").exists());
 }

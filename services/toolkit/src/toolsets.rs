@@ -49,7 +49,8 @@ pub fn is_known(name: &str) -> bool {
 }
 
 fn mcp_server(name: &str) -> Option<&str> {
-    name.strip_prefix(MCP_SERVER_TOOLSET).filter(|s| !s.is_empty())
+    name.strip_prefix(MCP_SERVER_TOOLSET)
+        .filter(|s| !s.is_empty())
 }
 
 fn in_toolset(toolset: &str, tool: &str) -> bool {

@@ -19,6 +19,10 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+/// The most text deltas written as one append (a session's broadcast
+/// channel holds 256 events; a subscriber that lags re-reads the store).
+const DELTAS_PER_APPEND: usize = 64;
+
 /// How a call was answered.
 struct Answered {
     status: ToolStatus,
@@ -47,21 +51,25 @@ impl Engine {
                 return Outcome::Error;
             }
         };
-        for _iteration in 0..s.max_iterations {
-            if cancel.is_cancelled() {
-                return Outcome::Cancelled;
-            }
-            let parallel: HashSet<String>;
-            let tools = match self.agent_tools(&frame.agent, &s.tool_scope()).await {
-                Ok(t) => {
-                    parallel = t.parallel_safe(&self.config.tool_calls.concurrency_safe);
-                    t.defs.clone()
-                }
+        // The frame's tools are asked for once (the runner confirms the
+        // cached list's catalog version) and kept for all its model
+        // requests: a registry or catalog change reaches the next frame, and
+        // the tools the model sees do not change under it mid-task.
+        let (tools, parallel): (_, HashSet<String>) =
+            match self.agent_tools(&frame.agent, &s.tool_scope()).await {
+                Ok(t) => (
+                    t.defs.clone(),
+                    t.parallel_safe(&self.config.tool_calls.concurrency_safe),
+                ),
                 Err(e) => {
                     emit_error(session, &tag, &e).await;
                     return Outcome::Error;
                 }
             };
+        for _iteration in 0..s.max_iterations {
+            if cancel.is_cancelled() {
+                return Outcome::Cancelled;
+            }
             if let Some(why) =
                 frame
                     .meters
@@ -96,11 +104,20 @@ impl Engine {
                     tokio::spawn(async move {
                         // What the client saw, kept if the stream is cancelled.
                         let mut seen = String::new();
-                        while let Some(LlmDelta::Text(t)) = drx.recv().await {
-                            seen.push_str(&t);
-                            session
-                                .emit(tag.event(chat_event::Kind::TextDelta(TextDelta { text: t })))
-                                .await;
+                        let mut ready = Vec::with_capacity(DELTAS_PER_APPEND);
+                        // Deltas that arrived while the last ones were being
+                        // written go out as one append (each still its own
+                        // event and seq): under load a session's deltas do not
+                        // queue one commit behind another.
+                        while drx.recv_many(&mut ready, DELTAS_PER_APPEND).await > 0 {
+                            let evs = ready
+                                .drain(..)
+                                .map(|LlmDelta::Text(t)| {
+                                    seen.push_str(&t);
+                                    tag.event(chat_event::Kind::TextDelta(TextDelta { text: t }))
+                                })
+                                .collect();
+                            session.emit_many(evs).await;
                         }
                         seen
                     })

@@ -2,16 +2,18 @@
 //! approvals and cancels. The turn itself runs in the engine
 //! ([`crate::engine::Engine::run_turn`]).
 
-use super::events::{Flow, Pump, one_shot_error};
+use super::events::{Pump, one_shot_error};
 use super::{EventStream, OrchestratorService};
 use crate::engine::{RootTurn, TurnSettings};
 use crate::error::OrchestratorError;
 use crate::hub::{RunningTurn, SessionState};
-use omicos_proto::{ChatClientMessage, ChatRequest, Decision, PermissionMode, chat_client_message};
+use omicos_proto::{
+    ChatClientMessage, ChatEvent, ChatRequest, Decision, PermissionMode, chat_client_message,
+};
 use omicos_sessionstore::{SessionMeta, now_ms};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Status, Streaming};
@@ -39,11 +41,14 @@ fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
     })
 }
 
-/// A turn that has started: its session, its id, and the seq before its first event.
+/// A turn that has started: its session, its id, the seq before its first
+/// event, and a subscription made before the turn could emit anything (so
+/// every event of the turn reaches it, and nothing needs reading back).
 pub(super) struct Started {
     pub(super) state: Arc<SessionState>,
     pub(super) turn_id: String,
     pub(super) start_seq: u64,
+    pub(super) events: broadcast::Receiver<ChatEvent>,
 }
 
 impl OrchestratorService {
@@ -73,6 +78,7 @@ impl OrchestratorService {
             state,
             turn_id,
             start_seq,
+            events: rx,
         } = match self.start_turn(&who, cr, deadline).await {
             Ok(s) => s,
             // Answered in-band, so a client that resumes a lost session sees why in its event stream.
@@ -85,10 +91,10 @@ impl OrchestratorService {
             }
             Err(e) => return Err(e.into()),
         };
-        // Subscribe, then backfill from start_seq: nothing between is lost.
-        let rx = state.subscribe();
+        // Subscribed before the turn started: every event after start_seq
+        // comes through rx (a lagging pump re-reads the store).
         let (tx, out) = mpsc::channel(512);
-        let mut pump = Pump {
+        let pump = Pump {
             tx,
             state: state.clone(),
             last_sent: start_seq,
@@ -98,13 +104,7 @@ impl OrchestratorService {
         let t = turn_id.clone();
         // The pump holds the session while the client follows it; once it and
         // the turn are done, the hub drops the session's live state.
-        tokio::spawn(async move {
-            match pump.backfill(&t).await {
-                Ok(Flow::Stop) => {}
-                Ok(Flow::Continue) => pump.follow(rx, t).await,
-                Err(e) => pump.fail(e).await,
-            }
-        });
+        tokio::spawn(pump.follow(rx, t));
         // Later client messages: approvals and cancel. The turn outlives the
         // stream; this task does not keep an idle session alive.
         let st = Arc::downgrade(&state);
@@ -261,6 +261,7 @@ impl OrchestratorService {
             return Err(e);
         }
         let start_seq = state.last_seq().await;
+        let events = state.subscribe();
         let settings = TurnSettings {
             turn_id: turn_id.clone(),
             permission_mode: mode,
@@ -294,6 +295,7 @@ impl OrchestratorService {
             state,
             turn_id,
             start_seq,
+            events,
         })
     }
 }

@@ -32,11 +32,11 @@ impl OrchestratorService {
             state,
             turn_id,
             start_seq,
+            events: mut rx,
         } = self.start_turn(who, cr, None).await?;
-        // TurnStarted is the turn's first event, so its seq is start_seq + 1.
-        // Subscribe first, then look: an event emitted in between is in
-        // last_seq (the seq lock covers the append and the broadcast).
-        let mut rx = state.subscribe();
+        // TurnStarted is the turn's first event, so its seq is start_seq + 1;
+        // rx was subscribed before the turn could emit it. Already past it
+        // when last_seq says so (the seq lock covers the append and the broadcast).
         if state.last_seq().await <= start_seq {
             loop {
                 match rx.recv().await {

@@ -59,12 +59,14 @@ const KNOWN_SESSIONS: usize = 65_536;
 
 /// What one caller asked to write.
 pub(super) enum Rows {
-    /// One event with the seq the caller assigned.
-    Event {
-        /// The seq (last_seq + 1 of the session, or the write is refused).
-        seq: i64,
-        /// The encoded event.
-        body: Vec<u8>,
+    /// Events with consecutive seqs from the one the caller assigned, all
+    /// or none (a turn's text deltas that queued while the last batch
+    /// committed come as one job).
+    Events {
+        /// The first seq (last_seq + 1 of the session, or the job is refused).
+        first_seq: i64,
+        /// The encoded events, in seq order (at least one).
+        bodies: Vec<Vec<u8>>,
     },
     /// Messages (OpenAI shape, already serialized) appended after the session's last.
     Messages(Vec<String>),
@@ -381,7 +383,7 @@ fn trusted<'a>(cache: &Cache, jobs: &[(&'a str, &Rows)]) -> BTreeMap<&'a str, Kn
     let mut first_seq: BTreeMap<&str, Option<i64>> = BTreeMap::new();
     for &(s, rows) in jobs {
         let seq = match rows {
-            Rows::Event { seq, .. } => Some(*seq),
+            Rows::Events { first_seq, .. } => Some(*first_seq),
             _ => None,
         };
         let first = first_seq.entry(s).or_insert(seq);
@@ -490,16 +492,18 @@ async fn write_batch<'a>(
                     continue;
                 }
                 match rows {
-                    Rows::Event { seq, body } => {
-                        if *seq != c.last_seq + 1 {
+                    Rows::Events { first_seq, bodies } => {
+                        if *first_seq != c.last_seq + 1 {
                             results.push(Err(StoreError::Backend(format!(
-                                "event seq {seq} out of order (last {})",
+                                "event seq {first_seq} out of order (last {})",
                                 c.last_seq
                             ))));
                             continue;
                         }
-                        c.last_seq = *seq;
-                        events.push((s, *seq, body.as_slice()));
+                        for body in bodies {
+                            c.last_seq += 1;
+                            events.push((s, c.last_seq, body.as_slice()));
+                        }
                     }
                     Rows::Messages(ms) => {
                         for m in ms {

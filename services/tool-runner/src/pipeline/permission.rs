@@ -411,7 +411,12 @@ mod tests {
                 gate(PermissionMode::ReadOnly, l, &save, None),
                 Gate::Refuse(m) if m.contains("memory_write")
             ));
-            assert!(!visible(PermissionMode::ReadOnly, l, &save, &Rules::default()));
+            assert!(!visible(
+                PermissionMode::ReadOnly,
+                l,
+                &save,
+                &Rules::default()
+            ));
             for mode in [PermissionMode::Auto, PermissionMode::Full] {
                 assert!(matches!(gate(mode, l, &save, None), Gate::Run { .. }));
             }

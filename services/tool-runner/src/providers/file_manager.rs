@@ -42,7 +42,10 @@ fn refuse_internal(ctx: &CallCtx, path: &std::path::Path, given: &str) -> Result
     let canonical = ctx.workspace.canonicalize().ok();
     for root in std::iter::once(&ctx.workspace).chain(canonical.as_ref()) {
         if let Ok(rest) = path.strip_prefix(root)
-            && rest.components().next().is_some_and(|c| c.as_os_str() == ".omicos")
+            && rest
+                .components()
+                .next()
+                .is_some_and(|c| c.as_os_str() == ".omicos")
         {
             return Err(ToolError::invalid(format!(
                 "`{given}` is inside .omicos/, omicos's own state (trajectories, spool, stores): \
@@ -630,27 +633,50 @@ mod tests {
         std::fs::create_dir_all(&traj).unwrap();
         std::fs::write(traj.join("turn.jsonl"), "{\"real\":true}\n").unwrap();
         // Reading the spool and trajectories stays allowed.
-        let v = call(d.path(), "file_manager__read", json!({"path":".omicos/trajectories/s1/turn.jsonl"}))
-            .await
-            .unwrap();
+        let v = call(
+            d.path(),
+            "file_manager__read",
+            json!({"path":".omicos/trajectories/s1/turn.jsonl"}),
+        )
+        .await
+        .unwrap();
         assert!(v.to_string().contains("real"), "{v}");
         for (tool, args) in [
-            ("file_manager__write", json!({"path":".omicos/trajectories/s1/turn.jsonl","content":"forged"})),
-            ("file_manager__write", json!({"path":".omicos/new.txt","content":"x"})),
-            ("file_manager__write", json!({"path":"./.omicos/token","content":"x","append":true})),
-            ("file_manager__edit", json!({"path":".omicos/trajectories/s1/turn.jsonl","old_string":"true","new_string":"false"})),
+            (
+                "file_manager__write",
+                json!({"path":".omicos/trajectories/s1/turn.jsonl","content":"forged"}),
+            ),
+            (
+                "file_manager__write",
+                json!({"path":".omicos/new.txt","content":"x"}),
+            ),
+            (
+                "file_manager__write",
+                json!({"path":"./.omicos/token","content":"x","append":true}),
+            ),
+            (
+                "file_manager__edit",
+                json!({"path":".omicos/trajectories/s1/turn.jsonl","old_string":"true","new_string":"false"}),
+            ),
         ] {
             let e = call(d.path(), tool, args.clone()).await.unwrap_err();
             assert!(e.to_string().contains(".omicos/"), "{tool} {args}: {e}");
         }
         // Nothing changed, nothing was made.
-        assert_eq!(std::fs::read_to_string(traj.join("turn.jsonl")).unwrap(), "{\"real\":true}\n");
+        assert_eq!(
+            std::fs::read_to_string(traj.join("turn.jsonl")).unwrap(),
+            "{\"real\":true}\n"
+        );
         assert!(!d.path().join(".omicos/new.txt").exists());
         assert!(!d.path().join(".omicos/token").exists());
         // A file merely named like it elsewhere is an ordinary file.
-        call(d.path(), "file_manager__write", json!({"path":"notes/.omicos","content":"ok"}))
-            .await
-            .unwrap();
+        call(
+            d.path(),
+            "file_manager__write",
+            json!({"path":"notes/.omicos","content":"ok"}),
+        )
+        .await
+        .unwrap();
     }
 
     #[tokio::test]
