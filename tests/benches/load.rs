@@ -146,7 +146,6 @@ fn ev(seq: u64, kind: chat_event::Kind) -> ChatEvent {
         agent_id: "assistant".into(),
         timestamp_ms: omicos_sessionstore::now_ms(),
         kind: Some(kind),
-        ..Default::default()
     }
 }
 

@@ -212,7 +212,6 @@ async fn leave_a_lost_turn(store: &dyn SessionStore, session: &str) -> u64 {
         agent_id: "omicos".into(),
         timestamp_ms: omicos_sessionstore::now_ms(),
         kind: Some(kind),
-        ..Default::default()
     };
     assert!(
         store

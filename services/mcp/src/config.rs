@@ -256,7 +256,7 @@ impl McpConfig {
                     "headers and bearer_token are for `url` servers",
                 ));
             }
-            for (h, _) in &s.headers {
+            for h in s.headers.keys() {
                 if h.eq_ignore_ascii_case("authorization") {
                     return Err(ConfigError::key(
                         key(&format!("headers.{h}")),

@@ -82,7 +82,7 @@ fn history() -> Vec<Value> {
             tool["spool_path"] = json!(format!(".omicos/tool_outputs/1700000000000__{id}.txt"));
         }
         h.push(tool);
-        if call % 3 == 0 {
+        if call.is_multiple_of(3) {
             h.push(json!({"role": "assistant", "content": text(&mut rng, 400)}));
             h.push(json!({"role": "user", "content": text(&mut rng, 60)}));
         }

@@ -398,7 +398,7 @@ impl ServiceConfig for Config {
                 ),
             ));
         }
-        if !(c.chars_per_token >= 0.5) {
+        if c.chars_per_token.is_nan() || c.chars_per_token < 0.5 {
             return Err(ConfigError::key(
                 "context.chars_per_token",
                 "must be at least 0.5",
@@ -422,7 +422,7 @@ impl ServiceConfig for Config {
             ("budget.session_cost", b.session_cost),
             ("budget.sub_turn_cost", b.sub_turn_cost),
         ] {
-            if !(v >= 0.0) {
+            if v.is_nan() || v < 0.0 {
                 return Err(ConfigError::key(key, "must be 0 (none) or more"));
             }
         }

@@ -27,11 +27,14 @@ const IDLE_CLOSE: Duration = Duration::from_secs(2);
 /// The writer thread's name (the load bench counts its CPU as the orchestrator's).
 pub const WRITER_THREAD: &str = "omicos-traj";
 
+/// Told when a record is written, or why it is not.
+type Done = oneshot::Sender<std::io::Result<()>>;
+
 /// One record to append, and who waits until it is written.
 struct Append {
     path: PathBuf,
     line: String,
-    done: oneshot::Sender<std::io::Result<()>>,
+    done: Done,
 }
 
 /// Appends trajectory records.
@@ -101,8 +104,7 @@ fn write_loop(rx: mpsc::Receiver<Append>) {
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         };
         // Per file, its lines in arrival order and who waits for them.
-        let mut batch: Vec<(PathBuf, String, Vec<oneshot::Sender<std::io::Result<()>>>)> =
-            Vec::new();
+        let mut batch: Vec<(PathBuf, String, Vec<Done>)> = Vec::new();
         for a in std::iter::once(first).chain(rx.try_iter()) {
             match batch.iter_mut().find(|(p, _, _)| *p == a.path) {
                 Some((_, lines, waiting)) => {

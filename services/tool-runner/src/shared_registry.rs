@@ -113,7 +113,7 @@ impl SharedStore {
             &db,
             omicos_sqldb::Migrations {
                 table: "omicos_registry_schema",
-                pg_lock: 0x6f6d_6963_7265_67,
+                pg_lock: 0x6f_6d69_6372_6567,
                 sqlite: &[],
                 pg: MIGRATIONS,
             },

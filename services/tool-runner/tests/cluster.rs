@@ -337,10 +337,13 @@ async fn two_runner_processes_share_the_registry_and_a_killed_kernel_is_said_los
     }
 }
 
-/// An OTLP trace receiver: keeps every span's (trace id, service name, span name).
+/// A received span: (trace id, service name, span name).
+type SpanSeen = (Vec<u8>, String, String);
+
+/// An OTLP trace receiver: keeps every span it is sent.
 #[derive(Clone, Default)]
 struct Receiver {
-    spans: Arc<Mutex<Vec<(Vec<u8>, String, String)>>>,
+    spans: Arc<Mutex<Vec<SpanSeen>>>,
 }
 
 #[tonic::async_trait]

@@ -275,8 +275,10 @@ fn node_client(plan: Value) -> Value {
 }
 
 async fn serve_http(p: &Pipeline, mode: &str) -> String {
-    let mut cfg = omicos_mcp::ServeConfig::default();
-    cfg.permission_mode = mode.into();
+    let cfg = omicos_mcp::ServeConfig {
+        permission_mode: mode.into(),
+        ..Default::default()
+    };
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let backend = Arc::new(omicos_tool_runner::mcp::PipelineBackend(p.clone()));
