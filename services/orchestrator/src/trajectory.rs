@@ -30,6 +30,9 @@ pub const WRITER_THREAD: &str = "omicos-traj";
 /// Told when a record is written, or why it is not.
 type Done = oneshot::Sender<std::io::Result<()>>;
 
+/// Where the answer to a [`Done`] arrives.
+type Written = oneshot::Receiver<std::io::Result<()>>;
+
 /// One record to append, and who waits until it is written.
 struct Append {
     path: PathBuf,
@@ -68,25 +71,63 @@ impl Trajectories {
     }
 
     /// Appends one record (one line) and waits until it is written, so that
-    /// a client that saw the turn end finds its records in the file.
-    /// Failures are logged, never fatal.
+    /// a client that saw the turn end, or a hook given the transcript path,
+    /// finds it in the file with every record queued before it (the writer
+    /// keeps the queue's order). Failures are logged, never fatal.
     pub async fn append(&self, session: &str, record: Value) {
+        let Some(rx) = self.queue(session, &record) else {
+            return;
+        };
+        let res = rx
+            .await
+            .unwrap_or_else(|_| Err(std::io::Error::other("the trajectory writer stopped")));
+        if let Err(e) = res {
+            tracing::warn!(session, error = %e, "trajectory not written");
+        }
+    }
+
+    /// Queues one record without waiting for it: the next awaited
+    /// [`append`](Self::append) of the session is written after it. For the
+    /// record that opens a turn, so that the turn does not wait for its
+    /// session's directory and file to be made.
+    pub fn append_queued(&self, session: &str, record: Value) {
+        if let Some(rx) = self.queue(session, &record) {
+            let session = session.to_owned();
+            // Watched only to log a failure; nobody waits for it.
+            tokio::spawn(async move {
+                if let Ok(Err(e)) = rx.await {
+                    tracing::warn!(session, error = %e, "trajectory not written");
+                }
+            });
+        }
+    }
+
+    /// Waits until every record queued for the session so far is written.
+    pub async fn flush(&self, session: &str) {
+        if let Some(rx) = self.send(session, String::new()) {
+            let _ = rx.await;
+        }
+    }
+
+    /// Hands a record to the writer; None (logged) when it is not running.
+    fn queue(&self, session: &str, record: &Value) -> Option<Written> {
+        self.send(session, format!("{record}\n"))
+    }
+
+    /// Hands lines to the writer (none: a flush, answered in queue order).
+    fn send(&self, session: &str, line: String) -> Option<Written> {
         let (done, rx) = oneshot::channel();
         let job = Append {
             path: self.path(session),
-            line: format!("{record}\n"),
+            line,
             done,
         };
-        let res = match self.tx.send(job) {
-            Ok(()) => rx
-                .await
-                .unwrap_or_else(|_| Err(std::io::Error::other("the trajectory writer stopped"))),
-            Err(_) => Err(std::io::Error::other(
-                "the trajectory writer is not running",
-            )),
-        };
-        if let Err(e) = res {
-            tracing::warn!(session, error = %e, "trajectory not written");
+        match self.tx.send(job) {
+            Ok(()) => Some(rx),
+            Err(_) => {
+                tracing::warn!(session, "trajectory not written: the writer is not running");
+                None
+            }
         }
     }
 }
@@ -135,6 +176,10 @@ fn append_lines(
     lines: &str,
 ) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
+    if lines.is_empty() {
+        // Only a flush: everything queued before it is written already.
+        return Ok(());
+    }
     // A kept file whose directory was removed would swallow the lines.
     if open
         .get(path)
@@ -212,6 +257,34 @@ mod tests {
                 .collect();
             assert_eq!(seen, (0..30).collect::<Vec<_>>(), "session s{s}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_queued_record_is_written_before_the_next_awaited_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Trajectories::new(dir.path());
+        for i in 0..50 {
+            t.append_queued("s", serde_json::json!({"i": i}));
+        }
+        t.flush("s").await;
+        assert_eq!(
+            std::fs::read_to_string(t.path("s"))
+                .unwrap()
+                .lines()
+                .count(),
+            50
+        );
+        t.append("s", serde_json::json!({"i": 50})).await;
+        let text = std::fs::read_to_string(t.path("s")).unwrap();
+        let seen: Vec<u64> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["i"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(seen, (0..=50).collect::<Vec<_>>());
     }
 
     #[tokio::test]

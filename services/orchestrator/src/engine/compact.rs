@@ -336,6 +336,8 @@ impl Engine {
     /// Code's payload on stdin. A hook cannot stop a compaction (as in Claude
     /// Code); a failing one is logged.
     async fn pre_compact_hook(&self, session_id: &str, trigger: Trigger) {
+        // The hook may read the transcript: what was queued for it is written first.
+        self.trajectories.flush(session_id).await;
         let t = trigger.hook_trigger();
         let payload = json!({
             "session_id": session_id,

@@ -69,12 +69,12 @@ impl Engine {
             permission_mode: settings.permission_mode as i32,
         })))
         .await;
-        self.trajectories
-            .append(
-                &st.id,
-                json!({"type": "user", "turn_id": turn_id, "agent": agent.id, "content": message}),
-            )
-            .await;
+        // Not waited for: the turn's next awaited record (its model turn,
+        // before any hook can read the transcript) is written after it.
+        self.trajectories.append_queued(
+            &st.id,
+            json!({"type": "user", "turn_id": turn_id, "agent": agent.id, "content": message}),
+        );
         let mut meters = super::budget::Meters::default();
         let outcome = match self.load_history(&st, &message, new_session).await {
             Ok(history) => {
