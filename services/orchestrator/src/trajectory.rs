@@ -225,6 +225,19 @@ fn sanitize(s: &str) -> String {
 mod tests {
     use super::*;
 
+    /// The `i` of every record in the session's file, in file order.
+    fn numbers(t: &Trajectories, session: &str) -> Vec<u64> {
+        std::fs::read_to_string(t.path(session))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["i"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect()
+    }
+
     #[tokio::test]
     async fn records_from_many_sessions_land_whole_and_in_order() {
         let dir = tempfile::tempdir().unwrap();
@@ -246,15 +259,7 @@ mod tests {
             r.unwrap();
         }
         for s in 0..20 {
-            let text = std::fs::read_to_string(t.path(&format!("s{s}"))).unwrap();
-            let seen: Vec<u64> = text
-                .lines()
-                .map(|l| {
-                    serde_json::from_str::<Value>(l).unwrap()["i"]
-                        .as_u64()
-                        .unwrap()
-                })
-                .collect();
+            let seen = numbers(&t, &format!("s{s}"));
             assert_eq!(seen, (0..30).collect::<Vec<_>>(), "session s{s}");
         }
     }
@@ -267,24 +272,9 @@ mod tests {
             t.append_queued("s", serde_json::json!({"i": i}));
         }
         t.flush("s").await;
-        assert_eq!(
-            std::fs::read_to_string(t.path("s"))
-                .unwrap()
-                .lines()
-                .count(),
-            50
-        );
+        assert_eq!(numbers(&t, "s"), (0..50).collect::<Vec<_>>());
         t.append("s", serde_json::json!({"i": 50})).await;
-        let text = std::fs::read_to_string(t.path("s")).unwrap();
-        let seen: Vec<u64> = text
-            .lines()
-            .map(|l| {
-                serde_json::from_str::<Value>(l).unwrap()["i"]
-                    .as_u64()
-                    .unwrap()
-            })
-            .collect();
-        assert_eq!(seen, (0..=50).collect::<Vec<_>>());
+        assert_eq!(numbers(&t, "s"), (0..=50).collect::<Vec<_>>());
     }
 
     #[tokio::test]
