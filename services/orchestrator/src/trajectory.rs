@@ -144,15 +144,22 @@ fn write_loop(rx: mpsc::Receiver<Append>) {
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         };
-        // Per file, its lines in arrival order and who waits for them.
+        // Per file, its lines in arrival order and who waits for them; the
+        // files in the order they first came (a burst of new turns queues
+        // one record for each of hundreds of sessions).
         let mut batch: Vec<(PathBuf, String, Vec<Done>)> = Vec::new();
+        let mut slot: HashMap<PathBuf, usize> = HashMap::new();
         for a in std::iter::once(first).chain(rx.try_iter()) {
-            match batch.iter_mut().find(|(p, _, _)| *p == a.path) {
-                Some((_, lines, waiting)) => {
+            match slot.get(&a.path) {
+                Some(&i) => {
+                    let (_, lines, waiting) = &mut batch[i];
                     lines.push_str(&a.line);
                     waiting.push(a.done);
                 }
-                None => batch.push((a.path, a.line, vec![a.done])),
+                None => {
+                    slot.insert(a.path.clone(), batch.len());
+                    batch.push((a.path, a.line, vec![a.done]));
+                }
             }
         }
         for (path, lines, waiting) in batch {

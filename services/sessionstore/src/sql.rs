@@ -553,11 +553,13 @@ impl SessionStore for SqlStore {
         if events.is_empty() {
             return Ok(());
         }
-        let last = first_seq.checked_add(events.len() as u64 - 1);
-        let first_seq = i64::try_from(first_seq)
-            .ok()
-            .filter(|_| last.is_some_and(|l| i64::try_from(l).is_ok()))
+        // The last seq must fit the column; then so does every one before it.
+        let more = events.len() as u64 - 1;
+        let last = first_seq
+            .checked_add(more)
+            .and_then(|l| i64::try_from(l).ok())
             .ok_or_else(|| StoreError::Backend(format!("event seq {first_seq} is too large")))?;
+        let first_seq = last - more as i64;
         self.writer
             .write(
                 id,
