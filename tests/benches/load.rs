@@ -12,7 +12,11 @@
 //! `cargo bench -p omicos-e2e --bench load` (release). Settings:
 //! `LOAD_TURNS` (default `100,1000`), `LOAD_IDLE` (10000), `LOAD_STORES`
 //! (`memory,sqlite,postgres`; PostgreSQL is skipped when it does not answer),
-//! `LOAD_DELTA_MS` (pause between two deltas of one stream, default 10).
+//! `LOAD_DELTA_MS` (pause between two deltas of one stream, default 10),
+//! `LOAD_RAMP_MS` (the turns' starts spread evenly over it; default 0, all
+//! at once), `LOAD_ROUNDS` (default 1; each round runs every store once, in
+//! turn, and a last table gives each store's median CPU per turn and its
+//! ratio to the memory store's of the same round).
 //!
 //! CPU is the orchestrator's own: the threads of the runtime it runs on (and
 //! SQLite's worker threads), read from /proc; the client, the fake LLM and
@@ -444,6 +448,10 @@ struct Figures {
 }
 
 impl Figures {
+    fn per_turn(&self) -> f64 {
+        self.cpu_ms as f64 / self.turns as f64
+    }
+
     fn row(&self, store: &str) -> String {
         let mut a = self.ages.clone();
         a.sort_unstable();
@@ -458,13 +466,15 @@ impl Figures {
     }
 }
 
-/// `turns` concurrent turns (at most `window` at a time), all checked.
+/// `turns` concurrent turns (at most `window` at a time), all checked; their
+/// starts spread evenly over `ramp` (zero: all at once).
 async fn run_turns(
     url: &str,
     store: Option<&Arc<dyn SessionStore>>,
     turns: usize,
     window: usize,
     full: bool,
+    ramp: Duration,
 ) -> Figures {
     let clients: Vec<Client> = {
         let mut v = vec![];
@@ -482,7 +492,9 @@ async fn run_turns(
         let c = clients[i % clients.len()].clone();
         let permit = sem.clone().acquire_owned().await.unwrap();
         let events = events.clone();
+        let start = tokio::time::Instant::from_std(started) + ramp.mul_f64(i as f64 / turns as f64);
         tasks.spawn(async move {
+            tokio::time::sleep_until(start).await;
             let r = one_turn(c, i, full).await;
             drop(permit);
             if let Ok((_, ev, _)) = &r {
@@ -525,6 +537,119 @@ async fn run_turns(
     }
 }
 
+/// One store's whole stack: tool-runner and fake model on the load
+/// runtime, the orchestrator and its store on the orchestrator's runtime.
+struct Stack {
+    name: String,
+    url: String,
+    store: Arc<dyn SessionStore>,
+    sd: Shutdown,
+    /// Keeps the PostgreSQL schema until the store is done with it.
+    _pg: Option<omicos_testdb::Backend>,
+    _ws: tempfile::TempDir,
+}
+
+/// Starts `name`'s stack and waits until a turn goes through; None when
+/// PostgreSQL does not answer.
+fn start_stack(
+    name: &str,
+    orch: &tokio::runtime::Runtime,
+    load: &tokio::runtime::Runtime,
+    pause: Duration,
+) -> Option<Stack> {
+    let ws = tempfile::tempdir().unwrap();
+    let workspace = ws.path().canonicalize().unwrap();
+    std::fs::write(workspace.join("README.md"), "load bench\n").unwrap();
+    let mut pg = None;
+    let url = match name {
+        "memory" => "memory:".to_owned(),
+        "sqlite" => format!("sqlite://{}/sessions.db", workspace.display()),
+        "postgres" => pg
+            .insert(load.block_on(omicos_testdb::postgres("load", "olb"))?)
+            .url
+            .clone(),
+        other => panic!("unknown store {other}"),
+    };
+    let sd = Shutdown::new(Duration::from_secs(2));
+    let runner = load.block_on(async {
+        let rl = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let runner = format!("http://{}", rl.local_addr().unwrap());
+        let rcfg: omicos_tool_runner::Config =
+            serde_json::from_value(serde_json::json!({"workspace": workspace})).unwrap();
+        tokio::spawn(omicos_tool_runner::run(rcfg, rl, sd.clone(), vec![]));
+        runner
+    });
+    let llm = load.block_on(fake_llm(pause));
+    let (orch_url, store) = orch.block_on(async {
+        let mut cfg = Config {
+            workspace: workspace.clone(),
+            tool_runner: runner.clone(),
+            store_url: url.clone(),
+            heartbeat_interval: Duration::from_secs(30),
+            ..Default::default()
+        };
+        cfg.llm.backend = "openai".into();
+        cfg.llm.base_url = llm.clone();
+        cfg.llm.api_key = "k".into();
+        cfg.llm.model = "fake".into();
+        cfg.llm.idle_timeout = Duration::from_secs(60);
+        cfg.auth.api_keys.push(omicos_auth::ApiKeyConfig {
+            sha256: omicos_auth::sha256_hex(TOKEN),
+            principal: "bench".into(),
+            tenant: "default".into(),
+            tier: String::new(),
+            max_mode: "full".into(),
+        });
+        let store = omicos_orchestrator::open_store(&cfg).await.expect("store");
+        let agents = Arc::new(SingleAgent::from_config(&cfg).expect("agent"));
+        let backends = omicos_orchestrator::build_backends(&cfg.llm).expect("backends");
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let orch_url = format!("http://{}", l.local_addr().unwrap());
+        tokio::spawn(omicos_orchestrator::serve(
+            Parts {
+                config: cfg,
+                agents,
+                store: store.clone(),
+                backends,
+            },
+            l,
+            sd.clone(),
+        ));
+        (orch_url, store)
+    });
+    // Ready once a turn goes through (the runner answers ListTools).
+    load.block_on(async {
+        let mut last = String::new();
+        for _ in 0..50 {
+            let c = connect(&orch_url).await;
+            match one_turn(c, usize::MAX, true).await {
+                Ok(_) => return,
+                Err(e) => last = e,
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("{name}: the stack never completed a turn: {last}");
+    });
+    Some(Stack {
+        name: name.to_owned(),
+        url: orch_url,
+        store,
+        sd,
+        _pg: pg,
+        _ws: ws,
+    })
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
 fn list(var: &str, default: &str) -> Vec<String> {
     std::env::var(var)
         .unwrap_or_else(|_| default.into())
@@ -552,6 +677,18 @@ fn main() {
             .unwrap_or(10),
     );
 
+    let ramp = Duration::from_millis(
+        std::env::var("LOAD_RAMP_MS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
+    );
+    let rounds: usize = std::env::var("LOAD_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+
     // The server side on its own runtime, so that its CPU can be told apart.
     let orch = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -567,7 +704,7 @@ fn main() {
         .unwrap();
 
     println!(
-        "load: {DELTAS} deltas of {DELTA_CHARS} chars per turn, {pause:?} apart; idle sessions: {idle}"
+        "load: {DELTAS} deltas of {DELTA_CHARS} chars per turn, {pause:?} apart; turns start over {ramp:?}; {rounds} round(s); idle sessions: {idle}"
     );
     println!();
     println!(
@@ -588,105 +725,79 @@ fn main() {
         );
         url
     });
+
+    // Every store's stack is up at once, and the rounds go round the stores
+    // (floor, memory, sqlite, postgres, floor, ...): the ratio of a store to
+    // the memory store compares runs seconds apart, not minutes.
+    let mut stacks: Vec<Stack> = vec![];
+    for name in &stores {
+        match start_stack(name, &orch, &load, pause) {
+            Some(s) => stacks.push(s),
+            None => println!("| {name} | (skipped: PostgreSQL does not answer) | | | | |"),
+        }
+    }
+    // Per store and turn count, each round's CPU ms per turn.
+    let mut cpu: std::collections::BTreeMap<(String, usize), Vec<f64>> = Default::default();
     for &n in &turns {
-        let f = load.block_on(run_turns(&floor_url, None, n, n, false));
-        println!("{}", f.row("floor (bare tonic)"));
+        for _ in 0..rounds {
+            let f = load.block_on(run_turns(&floor_url, None, n, n, false, ramp));
+            println!("{}", f.row("floor (bare tonic)"));
+            cpu.entry(("floor (bare tonic)".into(), n))
+                .or_default()
+                .push(f.per_turn());
+            for st in &stacks {
+                let f = load.block_on(run_turns(&st.url, Some(&st.store), n, n, true, ramp));
+                println!("{}", f.row(&st.name));
+                cpu.entry((st.name.clone(), n))
+                    .or_default()
+                    .push(f.per_turn());
+            }
+        }
+    }
+    if rounds > 1 || stacks.iter().any(|s| s.name == "memory") {
+        println!();
+        println!(
+            "| store | concurrent turns | CPU ms/turn per round | median | × memory per round | × memory, medians |"
+        );
+        println!("|---|---|---|---|---|---|");
+        for ((name, n), v) in &cpu {
+            let mem = cpu.get(&("memory".to_owned(), *n));
+            let per_round = mem
+                .map(|m| {
+                    v.iter()
+                        .zip(m)
+                        .map(|(a, b)| format!("{:.2}", a / b))
+                        .collect::<Vec<_>>()
+                        .join(" / ")
+                })
+                .unwrap_or_default();
+            let ratio = mem
+                .map(|m| format!("{:.2}", median(v) / median(m)))
+                .unwrap_or_default();
+            println!(
+                "| {name} | {n} | {} | {:.2} | {per_round} | {ratio} |",
+                v.iter()
+                    .map(|c| format!("{c:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+                median(v),
+            );
+        }
     }
 
     let mut idle_rows = vec![];
-    for name in &stores {
-        let ws = tempfile::tempdir().unwrap();
-        let workspace = ws.path().canonicalize().unwrap();
-        std::fs::write(workspace.join("README.md"), "load bench\n").unwrap();
-        // Keeps the PostgreSQL schema until the store is done with it.
-        let mut pg = None;
-        let url = match name.as_str() {
-            "memory" => "memory:".to_owned(),
-            "sqlite" => format!("sqlite://{}/sessions.db", workspace.display()),
-            "postgres" => match load.block_on(omicos_testdb::postgres("load", "olb")) {
-                Some(b) => pg.insert(b).url.clone(),
-                None => {
-                    println!("| postgres | (skipped: PostgreSQL does not answer) | | | | |");
-                    continue;
-                }
-            },
-            other => panic!("unknown store {other}"),
-        };
-        let sd = Shutdown::new(Duration::from_secs(2));
-        // The runner on the load runtime, the orchestrator (and its store) on its own.
-        let runner = load.block_on(async {
-            let rl = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let runner = format!("http://{}", rl.local_addr().unwrap());
-            let rcfg: omicos_tool_runner::Config =
-                serde_json::from_value(serde_json::json!({"workspace": workspace})).unwrap();
-            tokio::spawn(omicos_tool_runner::run(rcfg, rl, sd.clone(), vec![]));
-            runner
-        });
-        let llm = load.block_on(fake_llm(pause));
-        let (orch_url, store) = orch.block_on(async {
-            let mut cfg = Config {
-                workspace: workspace.clone(),
-                tool_runner: runner.clone(),
-                store_url: url.clone(),
-                heartbeat_interval: Duration::from_secs(30),
-                ..Default::default()
-            };
-            cfg.llm.backend = "openai".into();
-            cfg.llm.base_url = llm.clone();
-            cfg.llm.api_key = "k".into();
-            cfg.llm.model = "fake".into();
-            cfg.llm.idle_timeout = Duration::from_secs(60);
-            cfg.auth.api_keys.push(omicos_auth::ApiKeyConfig {
-                sha256: omicos_auth::sha256_hex(TOKEN),
-                principal: "bench".into(),
-                tenant: "default".into(),
-                tier: String::new(),
-                max_mode: "full".into(),
-            });
-            let store = omicos_orchestrator::open_store(&cfg).await.expect("store");
-            let agents = Arc::new(SingleAgent::from_config(&cfg).expect("agent"));
-            let backends = omicos_orchestrator::build_backends(&cfg.llm).expect("backends");
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let orch_url = format!("http://{}", l.local_addr().unwrap());
-            tokio::spawn(omicos_orchestrator::serve(
-                Parts {
-                    config: cfg,
-                    agents,
-                    store: store.clone(),
-                    backends,
-                },
-                l,
-                sd.clone(),
-            ));
-            (orch_url, store)
-        });
-        // Ready once a turn goes through (the runner answers ListTools).
-        load.block_on(async {
-            let mut last = String::new();
-            for _ in 0..50 {
-                let c = connect(&orch_url).await;
-                match one_turn(c, usize::MAX, true).await {
-                    Ok(_) => return,
-                    Err(e) => last = e,
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            panic!("{name}: the stack never completed a turn: {last}");
-        });
-        for &n in &turns {
-            let f = load.block_on(run_turns(&orch_url, Some(&store), n, n, true));
-            println!("{}", f.row(name));
-        }
+    for st in stacks {
         if idle > 0 {
             // Idle sessions: each had its turn; no turn runs and no client follows.
             std::thread::sleep(Duration::from_millis(500));
             let before = rss_kib();
-            let f = load.block_on(run_turns(&orch_url, None, idle, 200, false));
+            let f = load.block_on(run_turns(&st.url, None, idle, 200, false, Duration::ZERO));
             std::thread::sleep(Duration::from_secs(1));
             let after = rss_kib();
             let per = (after.saturating_sub(before)) as f64 * 1024.0 / idle as f64;
             idle_rows.push(format!(
-                "| {name} | {idle} | {:.1} | {:.0} | {:.0} |",
+                "| {} | {idle} | {:.1} | {:.0} | {:.0} |",
+                st.name,
                 per / 1024.0,
                 f.events as f64 / f.wall.as_secs_f64(),
                 f.cpu_ms as f64 / f.turns as f64,
@@ -694,12 +805,10 @@ fn main() {
         }
         {
             let _rt = orch.enter();
-            sd.trigger();
+            st.sd.trigger();
         }
         std::thread::sleep(Duration::from_millis(300));
-        drop(store);
-        drop(pg);
-        drop(ws);
+        drop(st);
     }
     if !idle_rows.is_empty() {
         println!();

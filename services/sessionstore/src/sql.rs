@@ -246,6 +246,63 @@ pub struct SqlStore {
     listener_stop: Option<CancellationToken>,
     /// The group-commit writer of events and messages.
     writer: group_commit::Writer,
+    /// Where writes go. SQLite: a pool of one connection on the same file,
+    /// shared by the group-commit writer and the store's other writes
+    /// (sessions, leases, approvals, grants, cancels). SQLite lets one
+    /// connection write at a time anyway; through one connection, writers
+    /// queue in the pool instead of sleeping in SQLite's busy handler (1 ms,
+    /// then 2, 5, 10 ms … when two connections want the lock), and a commit
+    /// never empties the writer's page cache, as another connection's commit
+    /// does. PostgreSQL: the same pool as reads.
+    writes: Db,
+    /// Stops SQLite's checkpoint task when the last clone is dropped.
+    _checkpointer: Option<Arc<DropGuard>>,
+    /// Stops it on [`SqlStore::close`].
+    checkpointer: Option<CancellationToken>,
+}
+
+/// How often the checkpoint task copies SQLite's WAL back into the database.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// WAL frames (pages, 4 KiB) past which the checkpoint task, when a passive
+/// checkpoint could not catch up with the writers, waits for them to let it
+/// finish and start the WAL over (about 400 MiB).
+const WAL_FRAMES_MAX: i64 = 100_000;
+
+/// SQLite's checkpoints, off the commit path. SQLite's own automatic
+/// checkpoint runs inside the commit that crosses its threshold, and that
+/// commit (a whole batch of events, every session of it waiting to publish)
+/// took tens of milliseconds to copy ~40 MiB back and fsync. Here a passive
+/// checkpoint runs on a read connection every [`CHECKPOINT_EVERY`]: it never
+/// blocks the writer (which keeps appending to the WAL meanwhile), and once
+/// it has caught up the next commit starts the WAL over. If writers outrun
+/// it past [`WAL_FRAMES_MAX`] frames, a RESTART checkpoint makes them wait.
+async fn checkpoints(pool: sqlx::SqlitePool, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let r = sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(PASSIVE)")
+            .fetch_one(&pool)
+            .await;
+        let r = match r {
+            Ok((_, log, copied)) if log > WAL_FRAMES_MAX && copied < log => {
+                sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(RESTART)")
+                    .fetch_one(&pool)
+                    .await
+            }
+            other => other,
+        };
+        if let Err(e) = r {
+            if pool.is_closed() {
+                return;
+            }
+            tracing::warn!(error = %e, "conversation store: WAL checkpoint failed");
+        }
+    }
 }
 
 /// `sqlite://<workspace>/.omicos/sessions.db`, the default store URL.
@@ -293,9 +350,35 @@ impl SqlStore {
                 )
             }
         };
-        let writer = group_commit::Writer::spawn(db.clone(), channel.clone(), notices.clone());
+        let (writes, checkpointer) = match &db {
+            // `:memory:` is one connection already (a database per connection).
+            Db::Sqlite(p) if p.options().get_max_connections() > 1 => {
+                let w = sqlx::sqlite::SqlitePoolOptions::new()
+                    .max_connections(1)
+                    // Checkpoints off the commit path (see `checkpoints`).
+                    .connect_with(
+                        (*p.connect_options())
+                            .clone()
+                            .pragma("wal_autocheckpoint", "0"),
+                    )
+                    .await?;
+                let stop = CancellationToken::new();
+                tokio::spawn(checkpoints(p.clone(), stop.clone()));
+                (Db::Sqlite(w), Some(stop))
+            }
+            other => (other.clone(), None),
+        };
+        let writer = group_commit::Writer::spawn(
+            writes.clone(),
+            channel.clone(),
+            notices.clone(),
+            matches!(db, Db::Pg(_)),
+        );
         let me = Self {
             db,
+            writes,
+            _checkpointer: checkpointer.clone().map(|c| Arc::new(c.drop_guard())),
+            checkpointer,
             notices,
             writer,
             channel,
@@ -339,10 +422,18 @@ impl SqlStore {
         }
     }
 
-    /// Closes the pool (and the notification listener, which holds a connection of it).
+    /// Closes the pool (and the notification listener and the group-commit
+    /// writer, which hold a connection of it).
     pub async fn close(&self) {
         if let Some(stop) = &self.listener_stop {
             stop.cancel();
+        }
+        self.writer.release();
+        if let Some(stop) = &self.checkpointer {
+            stop.cancel();
+        }
+        if let Db::Sqlite(w) = &self.writes {
+            w.close().await;
         }
         on_db!(&self.db, p => p.close().await)
     }
@@ -429,7 +520,7 @@ macro_rules! notify {
 impl SessionStore for SqlStore {
     async fn put_session(&self, meta: &SessionMeta) -> StoreResult<()> {
         let team = serde_json::to_string(&meta.team_members).unwrap_or_else(|_| "[]".into());
-        on_db!(&self.db, p => {
+        on_db!(&self.writes, p => {
             sqlx::query(
                 // The owner columns are written once, at creation.
                 "INSERT INTO sessions (id, title, agent, team_members, created_ms, last_active_ms, tenant, subject) \
@@ -601,7 +692,7 @@ impl SessionStore for SqlStore {
 
     async fn try_lease_turn(&self, id: &str, owner: &str, ttl_ms: i64) -> StoreResult<bool> {
         let now = now_ms();
-        on_db!(&self.db, p => {
+        on_db!(&self.writes, p => {
             // One statement: insert, or take over a lease that is ours or has
             // expired, for a session that exists. When another owner's lease
             // is live, nothing changes.
@@ -630,7 +721,7 @@ impl SessionStore for SqlStore {
     }
 
     async fn release_turn(&self, id: &str, owner: &str) -> StoreResult<()> {
-        in_tx!(&self.db, tx, _pg => {
+        in_tx!(&self.writes, tx, _pg => {
             for sql in [
                 "DELETE FROM session_leases WHERE session_id = $1 AND owner = $2",
                 "DELETE FROM session_approvals WHERE session_id = $1 AND owner = $2",
@@ -667,7 +758,7 @@ impl SessionStore for SqlStore {
     }
 
     async fn add_grant(&self, id: &str, tool: &str) -> StoreResult<()> {
-        on_db!(&self.db, p => {
+        on_db!(&self.writes, p => {
             sqlx::query("INSERT INTO session_grants (session_id, tool) VALUES ($1, $2) ON CONFLICT (session_id, tool) DO NOTHING")
                 .bind(id)
                 .bind(tool)
@@ -687,7 +778,7 @@ impl SessionStore for SqlStore {
     }
 
     async fn put_approval(&self, id: &str, call_id: &str, owner: &str) -> StoreResult<()> {
-        on_db!(&self.db, p => {
+        on_db!(&self.writes, p => {
             sqlx::query(
                 "INSERT INTO session_approvals (session_id, call_id, owner, decision) VALUES ($1, $2, $3, NULL) \
                  ON CONFLICT (session_id, call_id) DO UPDATE SET owner = excluded.owner, decision = NULL, rule = ''",
@@ -714,7 +805,7 @@ impl SessionStore for SqlStore {
             decision,
             rule: rule.into(),
         };
-        let decided = in_tx!(&self.db, tx, pg => {
+        let decided = in_tx!(&self.writes, tx, pg => {
             let r = sqlx::query(
                 "UPDATE session_approvals SET decision = $3, rule = $4 WHERE session_id = $1 AND call_id = $2 AND decision IS NULL",
             )
@@ -752,7 +843,7 @@ impl SessionStore for SqlStore {
     }
 
     async fn clear_approval(&self, id: &str, call_id: &str) -> StoreResult<()> {
-        on_db!(&self.db, p => {
+        on_db!(&self.writes, p => {
             sqlx::query("DELETE FROM session_approvals WHERE session_id = $1 AND call_id = $2")
                 .bind(id)
                 .bind(call_id)
@@ -764,7 +855,7 @@ impl SessionStore for SqlStore {
 
     async fn request_cancel(&self, id: &str) -> StoreResult<Option<String>> {
         let now = now_ms();
-        let owner = in_tx!(&self.db, tx, pg => {
+        let owner = in_tx!(&self.writes, tx, pg => {
             let owner: Option<String> = sqlx::query_scalar(
                 "SELECT owner FROM session_leases WHERE session_id = $1 AND expires_ms > $2",
             )

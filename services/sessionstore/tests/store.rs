@@ -813,3 +813,87 @@ async fn session_state_on_the_memory_store() {
     assert!(!s.cancel_requested("s", "r:t").await.unwrap());
     assert_eq!(s.approval_decision("s", "c").await.unwrap(), None);
 }
+
+/// SQLite's WAL goes back into the database file by the store's own
+/// checkpoints, off the commit path (the write connection never checkpoints):
+/// the file grows while nobody closes the store, and the WAL starts over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_checkpoints_the_wal_while_open() {
+    let b = common::sqlite();
+    let path = b.url.strip_prefix("sqlite://").unwrap().to_owned();
+    let store = SqlStore::open(&b.url).await.unwrap();
+    store.put_session(&meta("ck", 1)).await.unwrap();
+    let size = |p: &str| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    // Let any checkpoint of the schema's pages pass, then note the size.
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let before = size(&path);
+    let body = vec![b'x'; 400];
+    for seq in 1..=2000u64 {
+        store.append_event("ck", seq, &body).await.unwrap();
+    }
+    let wal = format!("{path}-wal");
+    assert!(
+        size(&wal) > 800_000,
+        "the events are in the WAL first ({} bytes)",
+        size(&wal)
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while size(&path) < before + 800_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint within 10 s: database {} bytes (was {before}), WAL {}",
+            size(&path),
+            size(&wal)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // The next write after a complete checkpoint starts the WAL over: it
+    // does not keep growing past what one checkpoint interval writes.
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    store.append_event("ck", 2001, &body).await.unwrap();
+    let r: (i64, i64, i64) = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+        .fetch_one(&sqlx::SqlitePool::connect(&b.url).await.unwrap())
+        .await
+        .unwrap();
+    assert!(r.1 < 100, "the WAL started over: {r:?} (busy, frames, copied)");
+    assert_eq!(store.events_since("ck", 0).await.unwrap().len(), 2001);
+    store.close().await;
+}
+
+/// The store's other writes share SQLite's one write connection with the
+/// group-commit writer: under a stream of appends from many sessions, new
+/// sessions, leases and grants are written without "database is locked",
+/// and close() returns (the writer gives the connection back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_writes_share_one_connection_with_the_batches() {
+    let b = common::sqlite();
+    let store = Arc::new(SqlStore::open(&b.url).await.unwrap());
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..40 {
+        let s = store.clone();
+        tasks.spawn(async move {
+            let id = format!("w{i}");
+            s.put_session(&meta(&id, i)).await.unwrap();
+            for seq in 1..=50u64 {
+                s.append_event(&id, seq, b"delta").await.unwrap();
+                if seq % 10 == 0 {
+                    assert!(s.try_lease_turn(&id, "me", 60_000).await.unwrap());
+                    s.add_grant(&id, &format!("tool{seq}")).await.unwrap();
+                    s.release_turn(&id, "me").await.unwrap();
+                }
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap();
+    }
+    for i in 0..40 {
+        let id = format!("w{i}");
+        assert_eq!(store.last_seq(&id).await.unwrap(), 50);
+        assert_eq!(store.grants(&id).await.unwrap().len(), 5);
+        assert!(store.lease(&id).await.unwrap().is_none());
+    }
+    tokio::time::timeout(std::time::Duration::from_secs(10), store.close())
+        .await
+        .expect("close returns");
+}

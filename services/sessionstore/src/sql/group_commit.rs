@@ -39,6 +39,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
 /// How long the writer waits for more rows once it has seen concurrent writers.
 pub(super) const LINGER: Duration = Duration::from_millis(1);
@@ -87,15 +88,32 @@ pub(super) struct Job {
 #[derive(Clone, Debug)]
 pub(super) struct Writer {
     tx: mpsc::Sender<Job>,
+    /// Makes the task give its connection back to the pool (the store closes).
+    closing: CancellationToken,
 }
 
 impl Writer {
     /// Starts the writer task on `db`. `channel` is the PostgreSQL
     /// notification channel; `notices` the in-process bus (SQLite).
-    pub(super) fn spawn(db: Db, channel: Arc<str>, notices: Notices) -> Self {
+    /// `hold`: keep the connection between batches until the store closes
+    /// (PostgreSQL, whose pool has connections to spare); otherwise it goes
+    /// back to the pool after each batch (SQLite's one write connection,
+    /// which the store's other writes share).
+    pub(super) fn spawn(db: Db, channel: Arc<str>, notices: Notices, hold: bool) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(run(db, channel, notices, rx));
-        Self { tx }
+        let closing = CancellationToken::new();
+        if !hold {
+            closing.cancel();
+        }
+        tokio::spawn(run(db, channel, notices, rx, closing.clone()));
+        Self { tx, closing }
+    }
+
+    /// Gives the writer's connection back to the pool, now or after the
+    /// batch being committed, so that the pool can close. Later writes take
+    /// a connection from the pool again (and fail once it is closed).
+    pub(super) fn release(&self) {
+        self.closing.cancel();
     }
 
     /// Queues `rows` for `session` and waits until they are committed (or
@@ -123,12 +141,28 @@ struct Known {
 /// The writer's cursor cache (see the module's documentation).
 type Cache = HashMap<String, Known>;
 
-async fn run(db: Db, channel: Arc<str>, notices: Notices, mut rx: mpsc::Receiver<Job>) {
+async fn run(
+    db: Db,
+    channel: Arc<str>,
+    notices: Notices,
+    mut rx: mpsc::Receiver<Job>,
+    closing: CancellationToken,
+) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_JOBS);
     let mut cache = Cache::new();
     let mut held: Option<Conn> = None;
     let mut busy = false;
-    while let Some(first) = rx.recv().await {
+    loop {
+        let first = tokio::select! {
+            j = rx.recv() => match j {
+                Some(j) => j,
+                None => break,
+            },
+            () = closing.cancelled(), if held.is_some() => {
+                held = None;
+                continue;
+            }
+        };
         batch.push(first);
         let deadline = tokio::time::Instant::now() + LINGER;
         loop {
@@ -157,16 +191,19 @@ async fn run(db: Db, channel: Arc<str>, notices: Notices, mut rx: mpsc::Receiver
             conn: &mut held,
         };
         w.commit(&mut cache, std::mem::take(&mut batch)).await;
-        if rx.is_empty() {
-            // Idle: the connection goes back to the pool (a close waits for it).
+        if closing.is_cancelled() {
+            // Not held: the pool's (SQLite's one write connection, shared),
+            // or the pool is closing and waits for it.
             held = None;
         }
     }
 }
 
-/// The connection the writer keeps while jobs keep coming: SQLite's page
-/// cache is per connection and is dropped when another connection wrote, and
-/// PostgreSQL prepares statements per connection.
+/// The connection a batch is written on. SQLite: the store's one write
+/// connection, taken per batch (the store's other writes share it, so its
+/// page cache stays warm: another connection's commit would empty it).
+/// PostgreSQL: kept from the first batch until the store closes (or the
+/// connection fails), as PostgreSQL prepares statements per connection.
 enum Conn {
     Sqlite(sqlx::pool::PoolConnection<sqlx::Sqlite>),
     Pg(sqlx::pool::PoolConnection<sqlx::Postgres>),
