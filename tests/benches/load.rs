@@ -458,7 +458,7 @@ impl Figures {
         format!(
             "| {store} | {} | {:.2} | {:.0} | {:.1} | {:.1} |",
             self.turns,
-            self.cpu_ms as f64 / self.turns as f64,
+            self.per_turn(),
             self.events as f64 / self.wall.as_secs_f64(),
             pct(&a, 0.50),
             pct(&a, 0.99),
@@ -650,6 +650,14 @@ fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// `var` parsed, or `default` when unset or not a number.
+fn num<T: std::str::FromStr>(var: &str, default: T) -> T {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
 fn list(var: &str, default: &str) -> Vec<String> {
     std::env::var(var)
         .unwrap_or_else(|_| default.into())
@@ -665,29 +673,11 @@ fn main() {
         .iter()
         .map(|s| s.parse().expect("LOAD_TURNS"))
         .collect();
-    let idle: usize = std::env::var("LOAD_IDLE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10_000);
+    let idle: usize = num("LOAD_IDLE", 10_000);
     let stores = list("LOAD_STORES", "memory,sqlite,postgres");
-    let pause = Duration::from_millis(
-        std::env::var("LOAD_DELTA_MS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(10),
-    );
-
-    let ramp = Duration::from_millis(
-        std::env::var("LOAD_RAMP_MS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0),
-    );
-    let rounds: usize = std::env::var("LOAD_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
-        .max(1);
+    let pause = Duration::from_millis(num("LOAD_DELTA_MS", 10));
+    let ramp = Duration::from_millis(num("LOAD_RAMP_MS", 0));
+    let rounds: usize = num("LOAD_ROUNDS", 1).max(1);
 
     // The server side on its own runtime, so that its CPU can be told apart.
     let orch = tokio::runtime::Builder::new_multi_thread()
@@ -800,7 +790,7 @@ fn main() {
                 st.name,
                 per / 1024.0,
                 f.events as f64 / f.wall.as_secs_f64(),
-                f.cpu_ms as f64 / f.turns as f64,
+                f.per_turn(),
             ));
         }
         {

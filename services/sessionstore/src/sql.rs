@@ -240,10 +240,8 @@ pub struct SqlStore {
     notices: Notices,
     /// The PostgreSQL notification channel of this database and schema.
     channel: Arc<str>,
-    /// Stops the PostgreSQL listener when the last clone is dropped.
-    _listener: Option<Arc<DropGuard>>,
-    /// Stops it on [`SqlStore::close`] (its connection must go back to the pool).
-    listener_stop: Option<CancellationToken>,
+    /// The PostgreSQL listener (its connection must go back to the pool).
+    listener: Option<Background>,
     /// The group-commit writer of events and messages.
     writer: group_commit::Writer,
     /// Where writes go. SQLite: a pool of one connection on the same file,
@@ -255,10 +253,25 @@ pub struct SqlStore {
     /// never empties the writer's page cache, as another connection's commit
     /// does. PostgreSQL: the same pool as reads.
     writes: Db,
-    /// Stops SQLite's checkpoint task when the last clone is dropped.
-    _checkpointer: Option<Arc<DropGuard>>,
-    /// Stops it on [`SqlStore::close`].
-    checkpointer: Option<CancellationToken>,
+    /// SQLite's checkpoint task (see [`checkpoints`]).
+    checkpointer: Option<Background>,
+}
+
+/// A task of the store's own, stopped by [`SqlStore::close`] or when the
+/// last clone of the store is dropped.
+#[derive(Clone, Debug)]
+struct Background {
+    stop: CancellationToken,
+    _guard: Arc<DropGuard>,
+}
+
+impl Background {
+    fn new(stop: CancellationToken) -> Self {
+        Self {
+            _guard: Arc::new(stop.clone().drop_guard()),
+            stop,
+        }
+    }
 }
 
 /// How often the checkpoint task copies SQLite's WAL back into the database.
@@ -333,21 +346,15 @@ impl SqlStore {
             }
             omicos_sqldb::OpenError::Sqlx(e) => StoreError::from(e),
         })?;
-        let (notices, channel, listener, listener_stop) = match &db {
+        let (notices, channel, listener) = match &db {
             // One process per SQLite file: an in-process bus shared by every
             // store opened on it.
-            Db::Sqlite(_) => (Notices::shared(url), Arc::from(""), None, None),
+            Db::Sqlite(_) => (Notices::shared(url), Arc::from(""), None),
             Db::Pg(p) => {
                 let notices = Notices::new();
                 let channel = pg_channel(p).await?;
                 let stop = listen(p, &channel, notices.clone()).await?;
-                let handle = stop.clone();
-                (
-                    notices,
-                    channel,
-                    Some(Arc::new(stop.drop_guard())),
-                    Some(handle),
-                )
+                (notices, channel, Some(Background::new(stop)))
             }
         };
         let (writes, checkpointer) = match &db {
@@ -364,7 +371,7 @@ impl SqlStore {
                     .await?;
                 let stop = CancellationToken::new();
                 tokio::spawn(checkpoints(p.clone(), stop.clone()));
-                (Db::Sqlite(w), Some(stop))
+                (Db::Sqlite(w), Some(Background::new(stop)))
             }
             other => (other.clone(), None),
         };
@@ -377,13 +384,11 @@ impl SqlStore {
         let me = Self {
             db,
             writes,
-            _checkpointer: checkpointer.clone().map(|c| Arc::new(c.drop_guard())),
             checkpointer,
             notices,
             writer,
             channel,
-            _listener: listener,
-            listener_stop,
+            listener,
         };
         me.migrate().await?;
         Ok(me)
@@ -425,13 +430,10 @@ impl SqlStore {
     /// Closes the pool (and the notification listener and the group-commit
     /// writer, which hold a connection of it).
     pub async fn close(&self) {
-        if let Some(stop) = &self.listener_stop {
-            stop.cancel();
+        for task in [&self.listener, &self.checkpointer].into_iter().flatten() {
+            task.stop.cancel();
         }
         self.writer.release();
-        if let Some(stop) = &self.checkpointer {
-            stop.cancel();
-        }
         if let Db::Sqlite(w) = &self.writes {
             w.close().await;
         }

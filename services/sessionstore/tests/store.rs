@@ -855,7 +855,10 @@ async fn sqlite_checkpoints_the_wal_while_open() {
         .fetch_one(&sqlx::SqlitePool::connect(&b.url).await.unwrap())
         .await
         .unwrap();
-    assert!(r.1 < 100, "the WAL started over: {r:?} (busy, frames, copied)");
+    assert!(
+        r.1 < 100,
+        "the WAL started over: {r:?} (busy, frames, copied)"
+    );
     assert_eq!(store.events_since("ck", 0).await.unwrap().len(), 2001);
     store.close().await;
 }

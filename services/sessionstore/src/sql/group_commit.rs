@@ -88,8 +88,9 @@ pub(super) struct Job {
 #[derive(Clone, Debug)]
 pub(super) struct Writer {
     tx: mpsc::Sender<Job>,
-    /// Makes the task give its connection back to the pool (the store closes).
-    closing: CancellationToken,
+    /// Cancelled: the task keeps no connection between batches (SQLite's
+    /// from the start; PostgreSQL's once the store closes).
+    give_back: CancellationToken,
 }
 
 impl Writer {
@@ -101,19 +102,19 @@ impl Writer {
     /// which the store's other writes share).
     pub(super) fn spawn(db: Db, channel: Arc<str>, notices: Notices, hold: bool) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
-        let closing = CancellationToken::new();
+        let give_back = CancellationToken::new();
         if !hold {
-            closing.cancel();
+            give_back.cancel();
         }
-        tokio::spawn(run(db, channel, notices, rx, closing.clone()));
-        Self { tx, closing }
+        tokio::spawn(run(db, channel, notices, rx, give_back.clone()));
+        Self { tx, give_back }
     }
 
     /// Gives the writer's connection back to the pool, now or after the
     /// batch being committed, so that the pool can close. Later writes take
     /// a connection from the pool again (and fail once it is closed).
     pub(super) fn release(&self) {
-        self.closing.cancel();
+        self.give_back.cancel();
     }
 
     /// Queues `rows` for `session` and waits until they are committed (or
@@ -146,7 +147,7 @@ async fn run(
     channel: Arc<str>,
     notices: Notices,
     mut rx: mpsc::Receiver<Job>,
-    closing: CancellationToken,
+    give_back: CancellationToken,
 ) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_JOBS);
     let mut cache = Cache::new();
@@ -158,7 +159,7 @@ async fn run(
                 Some(j) => j,
                 None => break,
             },
-            () = closing.cancelled(), if held.is_some() => {
+            () = give_back.cancelled(), if held.is_some() => {
                 held = None;
                 continue;
             }
@@ -191,9 +192,8 @@ async fn run(
             conn: &mut held,
         };
         w.commit(&mut cache, std::mem::take(&mut batch)).await;
-        if closing.is_cancelled() {
-            // Not held: the pool's (SQLite's one write connection, shared),
-            // or the pool is closing and waits for it.
+        if give_back.is_cancelled() {
+            // SQLite's one write connection is shared; a closing pool waits.
             held = None;
         }
     }
