@@ -362,6 +362,10 @@ impl SqlStore {
             Db::Sqlite(p) if p.options().get_max_connections() > 1 => {
                 let w = sqlx::sqlite::SqlitePoolOptions::new()
                     .max_connections(1)
+                    // A connection in this process does not go stale on its
+                    // own: no ping (a round trip to its worker thread) per
+                    // acquire. One that failed is dropped by its user.
+                    .test_before_acquire(false)
                     // Checkpoints off the commit path (see `checkpoints`).
                     .connect_with(
                         (*p.connect_options())
@@ -375,11 +379,13 @@ impl SqlStore {
             }
             other => (other.clone(), None),
         };
+        // `:memory:`'s one connection serves the reads too: not held.
+        let hold = !matches!(&db, Db::Sqlite(p) if p.options().get_max_connections() == 1);
         let writer = group_commit::Writer::spawn(
             writes.clone(),
             channel.clone(),
             notices.clone(),
-            matches!(db, Db::Pg(_)),
+            hold,
         );
         let me = Self {
             db,
@@ -425,6 +431,12 @@ impl SqlStore {
                 .await?),
             Db::Pg(_) => Ok("ok".into()),
         }
+    }
+
+    /// For a write of the store's own on SQLite's write connection, which
+    /// the group-commit writer holds between its batches: asks for it.
+    fn lend(&self) -> Option<group_commit::Lend> {
+        matches!(self.writes, Db::Sqlite(_)).then(|| self.writer.lend())
     }
 
     /// Closes the pool (and the notification listener and the group-commit
@@ -522,6 +534,7 @@ macro_rules! notify {
 impl SessionStore for SqlStore {
     async fn put_session(&self, meta: &SessionMeta) -> StoreResult<()> {
         let team = serde_json::to_string(&meta.team_members).unwrap_or_else(|_| "[]".into());
+        let _lend = self.lend();
         on_db!(&self.writes, p => {
             sqlx::query(
                 // The owner columns are written once, at creation.
@@ -694,6 +707,7 @@ impl SessionStore for SqlStore {
 
     async fn try_lease_turn(&self, id: &str, owner: &str, ttl_ms: i64) -> StoreResult<bool> {
         let now = now_ms();
+        let _lend = self.lend();
         on_db!(&self.writes, p => {
             // One statement: insert, or take over a lease that is ours or has
             // expired, for a session that exists. When another owner's lease
@@ -723,6 +737,7 @@ impl SessionStore for SqlStore {
     }
 
     async fn release_turn(&self, id: &str, owner: &str) -> StoreResult<()> {
+        let _lend = self.lend();
         in_tx!(&self.writes, tx, _pg => {
             for sql in [
                 "DELETE FROM session_leases WHERE session_id = $1 AND owner = $2",
@@ -760,6 +775,7 @@ impl SessionStore for SqlStore {
     }
 
     async fn add_grant(&self, id: &str, tool: &str) -> StoreResult<()> {
+        let _lend = self.lend();
         on_db!(&self.writes, p => {
             sqlx::query("INSERT INTO session_grants (session_id, tool) VALUES ($1, $2) ON CONFLICT (session_id, tool) DO NOTHING")
                 .bind(id)
@@ -780,6 +796,7 @@ impl SessionStore for SqlStore {
     }
 
     async fn put_approval(&self, id: &str, call_id: &str, owner: &str) -> StoreResult<()> {
+        let _lend = self.lend();
         on_db!(&self.writes, p => {
             sqlx::query(
                 "INSERT INTO session_approvals (session_id, call_id, owner, decision) VALUES ($1, $2, $3, NULL) \
@@ -807,6 +824,7 @@ impl SessionStore for SqlStore {
             decision,
             rule: rule.into(),
         };
+        let _lend = self.lend();
         let decided = in_tx!(&self.writes, tx, pg => {
             let r = sqlx::query(
                 "UPDATE session_approvals SET decision = $3, rule = $4 WHERE session_id = $1 AND call_id = $2 AND decision IS NULL",
@@ -845,6 +863,7 @@ impl SessionStore for SqlStore {
     }
 
     async fn clear_approval(&self, id: &str, call_id: &str) -> StoreResult<()> {
+        let _lend = self.lend();
         on_db!(&self.writes, p => {
             sqlx::query("DELETE FROM session_approvals WHERE session_id = $1 AND call_id = $2")
                 .bind(id)
@@ -857,6 +876,7 @@ impl SessionStore for SqlStore {
 
     async fn request_cancel(&self, id: &str) -> StoreResult<Option<String>> {
         let now = now_ms();
+        let _lend = self.lend();
         let owner = in_tx!(&self.writes, tx, pg => {
             let owner: Option<String> = sqlx::query_scalar(
                 "SELECT owner FROM session_leases WHERE session_id = $1 AND expires_ms > $2",

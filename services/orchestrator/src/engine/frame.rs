@@ -98,33 +98,32 @@ impl Engine {
                     agent_id: frame.agent.id.clone(),
                 };
                 let (dtx, mut drx) = mpsc::channel::<LlmDelta>(256);
-                let forward = {
-                    let session = session.clone();
-                    let tag = tag.clone();
-                    tokio::spawn(async move {
-                        // What the client saw, kept if the stream is cancelled.
-                        let mut seen = String::new();
-                        let mut ready = Vec::with_capacity(DELTAS_PER_APPEND);
-                        // Deltas that arrived while the last ones were being
-                        // written go out as one append (each still its own
-                        // event and seq): under load a session's deltas do not
-                        // queue one commit behind another.
-                        while drx.recv_many(&mut ready, DELTAS_PER_APPEND).await > 0 {
-                            let evs = ready
-                                .drain(..)
-                                .map(|LlmDelta::Text(t)| {
-                                    seen.push_str(&t);
-                                    tag.event(chat_event::Kind::TextDelta(TextDelta { text: t }))
-                                })
-                                .collect();
-                            session.emit_many(evs).await;
-                        }
-                        seen
-                    })
+                // Runs beside the model's stream in this task (joined, not
+                // spawned): a delta reaches the session without waking
+                // another task.
+                let forward = async {
+                    // What the client saw, kept if the stream is cancelled.
+                    let mut seen = String::new();
+                    let mut ready = Vec::with_capacity(DELTAS_PER_APPEND);
+                    // Deltas that arrived while the last ones were being
+                    // written go out as one append (each still its own
+                    // event and seq): under load a session's deltas do not
+                    // queue one commit behind another.
+                    while drx.recv_many(&mut ready, DELTAS_PER_APPEND).await > 0 {
+                        let evs = ready
+                            .drain(..)
+                            .map(|LlmDelta::Text(t)| {
+                                seen.push_str(&t);
+                                tag.event(chat_event::Kind::TextDelta(TextDelta { text: t }))
+                            })
+                            .collect();
+                        session.emit_many(evs).await;
+                    }
+                    seen
                 };
                 let started = Instant::now();
-                let answer = backend.complete(&req, dtx, cancel).await;
-                let seen = forward.await.unwrap_or_default();
+                let (answer, seen) =
+                    tokio::join!(backend.complete(&req, dtx, cancel), forward);
                 crate::metrics::get().llm_request(
                     &model,
                     match &answer {

@@ -2,7 +2,7 @@
 //! approvals and cancels. The turn itself runs in the engine
 //! ([`crate::engine::Engine::run_turn`]).
 
-use super::events::{Pump, one_shot_error};
+use super::events::{Pump, PumpStart, one_shot_error};
 use super::{EventStream, OrchestratorService};
 use crate::engine::{RootTurn, TurnSettings};
 use crate::error::OrchestratorError;
@@ -13,8 +13,7 @@ use omicos_proto::{
 use omicos_sessionstore::{SessionMeta, now_ms};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{broadcast, mpsc};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Status, Streaming};
 
@@ -93,18 +92,17 @@ impl OrchestratorService {
         };
         // Subscribed before the turn started: every event after start_seq
         // comes through rx (a lagging pump re-reads the store).
-        let (tx, out) = mpsc::channel(512);
-        let pump = Pump {
-            tx,
-            state: state.clone(),
-            last_sent: start_seq,
-            heartbeat: self.heartbeat(),
-            stop: self.streams_stop.clone(),
-        };
-        let t = turn_id.clone();
         // The pump holds the session while the client follows it; once it and
         // the turn are done, the hub drops the session's live state.
-        tokio::spawn(pump.follow(rx, t));
+        let events = Pump::stream(
+            PumpStart {
+                state: state.clone(),
+                last_sent: start_seq,
+                heartbeat: self.heartbeat(),
+                stop: self.streams_stop.clone(),
+            },
+            move |pump| pump.follow(rx, turn_id),
+        );
         // Later client messages: approvals and cancel. The turn outlives the
         // stream; this task does not keep an idle session alive.
         let st = Arc::downgrade(&state);
@@ -140,7 +138,7 @@ impl OrchestratorService {
                 }
             }
         });
-        Ok(Box::pin(ReceiverStream::new(out)))
+        Ok(events)
     }
 
     /// Decides whether the request may start a turn (session, team, lease)

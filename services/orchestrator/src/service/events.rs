@@ -9,10 +9,11 @@ use omicos_proto::{
 };
 use omicos_sessionstore::now_ms;
 use prost::Message;
+use async_fn_stream::{StreamEmitter, fn_stream};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{broadcast, mpsc};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
@@ -55,30 +56,63 @@ pub(super) enum Flow {
 }
 
 /// Sends events to a client: backfills gaps from the store, adds heartbeats,
-/// and ends after the TurnDone of `until_turn` (or when the client leaves).
+/// and ends after the TurnDone of `until_turn`. It runs inside the client's
+/// response stream ([`Pump::stream`]), not as a task of its own: an event goes
+/// from the session's broadcast straight into the response body, with no
+/// channel and no wake-up of another task in between; when the client
+/// leaves, the body and the pump with it are dropped.
 pub(super) struct Pump {
-    pub(super) tx: mpsc::Sender<Result<ChatEvent, Status>>,
+    out: StreamEmitter<Result<ChatEvent, Status>>,
+    state: Arc<SessionState>,
+    last_sent: u64,
+    heartbeat: Duration,
+    stop: CancellationToken,
+}
+
+/// What a [`Pump`] starts from.
+pub(super) struct PumpStart {
+    /// The session it follows.
     pub(super) state: Arc<SessionState>,
+    /// The last seq the client has.
     pub(super) last_sent: u64,
+    /// How often to send a heartbeat while nothing happens.
     pub(super) heartbeat: Duration,
+    /// Ends the stream at the end of the drain.
     pub(super) stop: CancellationToken,
 }
 
 impl Pump {
-    /// Sends one event unless the client already has it; false when the client left.
-    async fn send(&mut self, ev: ChatEvent) -> bool {
+    /// The client's event stream, written by `run` through a pump.
+    pub(super) fn stream<F, Fut>(start: PumpStart, run: F) -> EventStream
+    where
+        F: FnOnce(Pump) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        Box::pin(fn_stream(move |out| {
+            run(Pump {
+                out,
+                state: start.state,
+                last_sent: start.last_sent,
+                heartbeat: start.heartbeat,
+                stop: start.stop,
+            })
+        }))
+    }
+
+    /// Sends one event unless the client already has it.
+    async fn send(&mut self, ev: ChatEvent) {
         if ev.event_seq <= self.last_sent {
-            return true;
+            return;
         }
         self.last_sent = ev.event_seq;
-        self.tx.send(Ok(ev)).await.is_ok()
+        self.out.emit(Ok(ev)).await;
     }
 
     /// Ends the client's stream with `error`'s status, so it knows to attach
     /// again with since_seq rather than take a silent end for the end of the turn.
     pub(super) async fn fail(&self, error: OrchestratorError) {
         tracing::warn!(session = %self.state.id, error = %error.report(), "event stream ended on an error");
-        let _ = self.tx.send(Err(error.into())).await;
+        self.out.emit(Err(error.into())).await;
     }
 
     /// Stored events after `last_sent`, in order; the store's error when they cannot be read.
@@ -101,21 +135,19 @@ impl Pump {
             .collect())
     }
 
-    /// Sends stored events after last_sent; stops once `until_turn` finished or the client left.
+    /// Sends stored events after last_sent; stops once `until_turn` finished.
     pub(super) async fn backfill(&mut self, until_turn: &str) -> Result<Flow, OrchestratorError> {
         let mut flow = Flow::Continue;
         for ev in self.stored(self.last_sent).await? {
             if is_turn_done(&ev, until_turn) {
                 flow = Flow::Stop;
             }
-            if !self.send(ev).await {
-                return Ok(Flow::Stop);
-            }
+            self.send(ev).await;
         }
         Ok(flow)
     }
 
-    /// Follows live events until `until_turn` finishes, the client leaves or the drain ends.
+    /// Follows live events until `until_turn` finishes or the drain ends.
     pub(super) async fn follow(
         mut self,
         mut rx: broadcast::Receiver<ChatEvent>,
@@ -135,7 +167,8 @@ impl Pump {
                             }
                         }
                         let done = is_turn_done(&ev, &until_turn);
-                        if !self.send(ev).await || done {
+                        self.send(ev).await;
+                        if done {
                             return;
                         }
                     }
@@ -155,11 +188,8 @@ impl Pump {
                         kind: Some(chat_event::Kind::Heartbeat(Heartbeat {})),
                         ..Default::default()
                     };
-                    if self.tx.send(Ok(hb)).await.is_err() {
-                        return;
-                    }
+                    self.out.emit(Ok(hb)).await;
                 }
-                _ = self.tx.closed() => return,
                 _ = self.stop.cancelled() => return self.fail(OrchestratorError::ShuttingDown).await,
             }
         }
@@ -197,9 +227,7 @@ impl Pump {
                     Some(chat_event::Kind::TurnDone(_)) => open = false,
                     _ => {}
                 }
-                if !self.send(ev).await {
-                    return Ok(());
-                }
+                self.send(ev).await;
             }
             if !open {
                 return Ok(());
@@ -219,7 +247,6 @@ impl Pump {
                         }
                         break;
                     }
-                    _ = self.tx.closed() => return Ok(()),
                     _ = self.stop.cancelled() => return Err(OrchestratorError::ShuttingDown),
                 }
             }
@@ -252,20 +279,18 @@ impl OrchestratorService {
         let state = self.hub.state(&req.session_id).await?;
         let rx = state.subscribe();
         let running = state.running();
-        let (tx, out) = mpsc::channel(512);
-        let mut pump = Pump {
-            tx,
-            state: state.clone(),
-            last_sent: req.since_seq,
-            heartbeat: self.heartbeat(),
-            stop: self.streams_stop.clone(),
-        };
         let lost = LostTurns {
             hub: self.hub.clone(),
             instance: self.instance.clone(),
             lease: self.engine.config.turn_lease,
         };
-        tokio::spawn(async move {
+        let start = PumpStart {
+            state,
+            last_sent: req.since_seq,
+            heartbeat: self.heartbeat(),
+            stop: self.streams_stop.clone(),
+        };
+        Ok(Pump::stream(start, move |mut pump| async move {
             match running {
                 Some(t) => match pump.backfill(&t.turn_id).await {
                     Ok(Flow::Continue) => pump.follow(rx, t.turn_id).await,
@@ -278,7 +303,6 @@ impl OrchestratorService {
                     }
                 }
             }
-        });
-        Ok(Box::pin(ReceiverStream::new(out)))
+        }))
     }
 }

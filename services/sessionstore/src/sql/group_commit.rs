@@ -37,8 +37,9 @@ use crate::{Notice, Notices, StoreError, StoreResult, now_ms};
 use omicos_sqldb::Db;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 /// How long the writer waits for more rows once it has seen concurrent writers.
@@ -88,26 +89,71 @@ pub(super) struct Job {
 #[derive(Clone, Debug)]
 pub(super) struct Writer {
     tx: mpsc::Sender<Job>,
-    /// Cancelled: the task keeps no connection between batches (SQLite's
-    /// from the start; PostgreSQL's once the store closes).
+    /// Cancelled: the task keeps no connection between batches (once the
+    /// store closes).
     give_back: CancellationToken,
+    /// The store's other writes that wait for the writer's connection.
+    wanted: Arc<Wanted>,
+}
+
+/// How many of the store's other writes wait for the connection the writer
+/// holds (SQLite's one write connection), and the writer's wake-up.
+#[derive(Debug, Default)]
+struct Wanted {
+    waiting: AtomicUsize,
+    notify: Notify,
+}
+
+/// A write of the store's own waiting for, or using, the write connection
+/// (from [`Writer::lend`]); the writer keeps no connection while one lives.
+pub(super) struct Lend(Arc<Wanted>);
+
+impl Drop for Lend {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Writer {
     /// Starts the writer task on `db`. `channel` is the PostgreSQL
-    /// notification channel; `notices` the in-process bus (SQLite).
-    /// `hold`: keep the connection between batches until the store closes
-    /// (PostgreSQL, whose pool has connections to spare); otherwise it goes
-    /// back to the pool after each batch (SQLite's one write connection,
-    /// which the store's other writes share).
+    /// notification channel; `notices` the in-process bus (SQLite). With
+    /// `hold`, the task keeps its connection from one batch to the next (a
+    /// connection taken from the pool per batch cost two round trips to
+    /// SQLite's worker thread, and a task) until the store's other writes
+    /// want it ([`Writer::lend`]) or the store closes; without (SQLite's
+    /// `:memory:`, whose one connection serves the reads too), it gives it
+    /// back after each batch.
     pub(super) fn spawn(db: Db, channel: Arc<str>, notices: Notices, hold: bool) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
         let give_back = CancellationToken::new();
         if !hold {
             give_back.cancel();
         }
-        tokio::spawn(run(db, channel, notices, rx, give_back.clone()));
-        Self { tx, give_back }
+        let wanted = Arc::new(Wanted::default());
+        tokio::spawn(run(
+            db,
+            channel,
+            notices,
+            rx,
+            give_back.clone(),
+            wanted.clone(),
+        ));
+        Self {
+            tx,
+            give_back,
+            wanted,
+        }
+    }
+
+    /// Asks the writer for the connection it holds, for one of the store's
+    /// own writes on the same pool (SQLite's one write connection): the
+    /// writer gives it back after its batch (at once when idle), and takes
+    /// it again from the pool for the next batch once the guard is dropped.
+    /// Take it before the pool's connection.
+    pub(super) fn lend(&self) -> Lend {
+        self.wanted.waiting.fetch_add(1, Ordering::AcqRel);
+        self.wanted.notify.notify_one();
+        Lend(self.wanted.clone())
     }
 
     /// Gives the writer's connection back to the pool, now or after the
@@ -148,6 +194,7 @@ async fn run(
     notices: Notices,
     mut rx: mpsc::Receiver<Job>,
     give_back: CancellationToken,
+    wanted: Arc<Wanted>,
 ) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_JOBS);
     let mut cache = Cache::new();
@@ -160,6 +207,10 @@ async fn run(
                 None => break,
             },
             () = give_back.cancelled(), if held.is_some() => {
+                held = None;
+                continue;
+            }
+            () = wanted.notify.notified(), if held.is_some() => {
                 held = None;
                 continue;
             }
@@ -192,18 +243,19 @@ async fn run(
             conn: &mut held,
         };
         w.commit(&mut cache, std::mem::take(&mut batch)).await;
-        if give_back.is_cancelled() {
-            // SQLite's one write connection is shared; a closing pool waits.
+        if give_back.is_cancelled() || wanted.waiting.load(Ordering::Acquire) > 0 {
+            // SQLite's one write connection is shared: another write of the
+            // store, or a closing pool, waits for it.
             held = None;
         }
     }
 }
 
-/// The connection a batch is written on. SQLite: the store's one write
-/// connection, taken per batch (the store's other writes share it, so its
-/// page cache stays warm: another connection's commit would empty it).
-/// PostgreSQL: kept from the first batch until the store closes (or the
-/// connection fails), as PostgreSQL prepares statements per connection.
+/// The connection a batch is written on, kept from one batch to the next
+/// (or until it fails). SQLite: the store's one write connection, which the
+/// store's other writes borrow ([`Writer::lend`]); sharing it keeps its page
+/// cache warm (another connection's commit would empty it). PostgreSQL:
+/// until the store closes, as PostgreSQL prepares statements per connection.
 enum Conn {
     Sqlite(sqlx::pool::PoolConnection<sqlx::Sqlite>),
     Pg(sqlx::pool::PoolConnection<sqlx::Postgres>),
@@ -439,13 +491,171 @@ fn trusted<'a>(cache: &Cache, jobs: &[(&'a str, &Rows)]) -> BTreeMap<&'a str, Kn
         .collect()
 }
 
+/// The rows a batch writes, planned on its sessions' cursors.
+struct Plan<'a> {
+    /// One result per job, in order.
+    results: Vec<StoreResult<()>>,
+    events: Vec<(&'a str, i64, &'a [u8])>,
+    messages: Vec<(&'a str, i64, &'a str)>,
+}
+
+/// The cursors the batch starts from: the trusted ones as remembered, the
+/// others unknown until read.
+fn start_cursors<'a>(
+    known: &BTreeMap<&'a str, Known>,
+    unknown: &BTreeSet<&'a str>,
+) -> BTreeMap<&'a str, Cursor> {
+    let mut cursors: BTreeMap<&str, Cursor> = known
+        .iter()
+        .map(|(s, k)| {
+            let c = Cursor {
+                exists: true,
+                last_seq: k.last_seq,
+                last_idx: k.last_idx,
+                messages: false,
+            };
+            (*s, c)
+        })
+        .collect();
+    for s in unknown {
+        cursors.insert(*s, Cursor::default());
+    }
+    cursors
+}
+
+/// Checks each job against its session's cursor and lays out its rows,
+/// advancing the cursors.
+fn plan<'a>(jobs: &[(&'a str, &'a Rows)], cursors: &mut BTreeMap<&'a str, Cursor>) -> Plan<'a> {
+    let mut results = Vec::with_capacity(jobs.len());
+    let mut events: Vec<(&str, i64, &[u8])> = Vec::new();
+    let mut messages: Vec<(&str, i64, &str)> = Vec::new();
+    for &(s, rows) in jobs {
+        let c = cursors.get_mut(s).expect("every session has a cursor");
+        if !c.exists {
+            results.push(Err(StoreError::NotFound(s.to_owned())));
+            continue;
+        }
+        match rows {
+            Rows::Events { first_seq, bodies } => {
+                if *first_seq != c.last_seq + 1 {
+                    results.push(Err(StoreError::Backend(format!(
+                        "event seq {first_seq} out of order (last {})",
+                        c.last_seq
+                    ))));
+                    continue;
+                }
+                for body in bodies {
+                    c.last_seq += 1;
+                    events.push((s, c.last_seq, body.as_slice()));
+                }
+            }
+            Rows::Messages(ms) => {
+                for m in ms {
+                    c.last_idx += 1;
+                    messages.push((s, c.last_idx, m.as_str()));
+                }
+                c.messages = true;
+            }
+            Rows::Delete => unreachable!("deletes are committed on their own"),
+        }
+        results.push(Ok(()));
+    }
+    Plan {
+        results,
+        events,
+        messages,
+    }
+}
+
+/// What the batch did, once committed.
+fn outcome<'a>(plan: Plan<'a>, cursors: BTreeMap<&'a str, Cursor>) -> Outcome<'a> {
+    let mut last_seqs = BTreeMap::new();
+    for (s, seq, _) in &plan.events {
+        last_seqs.insert((*s).to_owned(), *seq);
+    }
+    let cursors = cursors
+        .into_iter()
+        .filter(|(_, c)| c.exists)
+        .map(|(s, c)| {
+            let k = Known {
+                last_seq: c.last_seq,
+                last_idx: c.last_idx,
+            };
+            (s, k)
+        })
+        .collect();
+    Outcome {
+        results: plan.results,
+        last_seqs,
+        cursors,
+    }
+}
+
+/// SQLite: appends the statements that write `plan` (the inserts, and each
+/// session's last activity where messages came), each ended by `; `.
+fn push_writes(
+    q: &mut sqlx::QueryBuilder<sqlx::Sqlite>,
+    plan: &Plan<'_>,
+    cursors: &BTreeMap<&str, Cursor>,
+    now: i64,
+) {
+    for chunk in plan.events.chunks(ROWS_PER_INSERT) {
+        q.push("INSERT INTO session_events (session_id, seq, body) ");
+        q.push_values(chunk, |mut b, (s, seq, body)| {
+            b.push_bind(*s).push_bind(*seq).push_bind(*body);
+        });
+        q.push("; ");
+    }
+    for chunk in plan.messages.chunks(ROWS_PER_INSERT) {
+        q.push("INSERT INTO session_messages (session_id, idx, body) ");
+        q.push_values(chunk, |mut b, (s, idx, body)| {
+            b.push_bind(*s).push_bind(*idx).push_bind(*body);
+        });
+        q.push("; ");
+    }
+    for (s, c) in cursors {
+        if c.messages {
+            q.push("UPDATE sessions SET last_active_ms = ");
+            q.push_bind(now);
+            q.push(" WHERE id = ");
+            q.push_bind(*s);
+            q.push("; ");
+        }
+    }
+}
+
+/// Reads the cursors of `ids` (padded) into `cursors`: each MAX is an
+/// index lookup on the (session_id, seq|idx) key.
+macro_rules! read_cursors {
+    ($db:ty, $ex:expr, $ids:expr, $cursors:expr) => {{
+        let mut q = sqlx::QueryBuilder::<$db>::new(
+            "SELECT s.id, \
+             COALESCE((SELECT MAX(e.seq) FROM session_events e WHERE e.session_id = s.id), 0), \
+             COALESCE((SELECT MAX(m.idx) FROM session_messages m WHERE m.session_id = s.id), 0) \
+             FROM sessions s WHERE s.id IN (",
+        );
+        push_ids(&mut q, $ids);
+        for (id, seq, idx) in q
+            .build_query_as::<(String, i64, i64)>()
+            .fetch_all($ex)
+            .await?
+        {
+            if let Some(c) = $cursors.get_mut(id.as_str()) {
+                c.exists = true;
+                c.last_seq = seq;
+                c.last_idx = idx;
+            }
+        }
+    }};
+}
+
 /// Writes the jobs in one transaction. Err: the transaction failed and
 /// nothing of it was committed.
 async fn write_batch<'a>(
     conn: &mut Conn,
     channel: &str,
     cache: &Cache,
-    jobs: &[(&'a str, &Rows)],
+    jobs: &[(&'a str, &'a Rows)],
 ) -> StoreResult<Outcome<'a>> {
     // Sessions locked in sorted order: two replicas' batches cannot deadlock.
     let sessions: BTreeSet<&str> = jobs.iter().map(|(s, _)| *s).collect();
@@ -461,133 +671,78 @@ async fn write_batch<'a>(
     // per session cost more than the inserts). The id lists are padded to a
     // power of two, so that a few prepared statements serve every batch size.
     let unknown_ids = padded(&unknown);
-    macro_rules! body {
-        ($tx:ident, $pg:ident, $db:ty) => {{
-            let mut cursors: BTreeMap<&str, Cursor> = known
-                .iter()
-                .map(|(s, k)| {
-                    let c = Cursor {
-                        exists: true,
-                        last_seq: k.last_seq,
-                        last_idx: k.last_idx,
-                        messages: false,
-                    };
-                    (*s, c)
-                })
-                .collect();
-            for s in &unknown {
-                cursors.insert(*s, Cursor::default());
-            }
-            // PostgreSQL: every session's row is locked first, in sorted
-            // order, by a statement of its own, so another replica's batch on
-            // the same session waits for this one, the read that follows (a
-            // new snapshot: READ COMMITTED) sees what it committed, and a
-            // session deleted meanwhile is seen gone.
-            if $pg {
-                let mut q =
-                    sqlx::QueryBuilder::<$db>::new("SELECT id FROM sessions WHERE id IN (");
-                push_ids(&mut q, &padded(&sessions));
-                q.push(" ORDER BY id FOR UPDATE");
-                let locked: BTreeSet<String> = q
-                    .build_query_scalar::<String>()
-                    .fetch_all(&mut *$tx)
-                    .await?
-                    .into_iter()
-                    .collect();
-                for (s, c) in cursors.iter_mut() {
-                    c.exists = c.exists && locked.contains(*s);
+    let mut cursors = start_cursors(&known, &unknown);
+    match conn {
+        Conn::Sqlite(c) => {
+            let r = sqlite_batch(c, &unknown_ids, jobs, &mut cursors, now).await;
+            if r.is_err() {
+                // Nothing of it stays: roll back what began. A connection
+                // that cannot (none began, or it is broken) is not used again.
+                if sqlx::raw_sql("ROLLBACK").execute(&mut **c).await.is_err() {
+                    c.close_on_drop();
                 }
+            }
+            let plan = r?;
+            Ok(outcome(plan, cursors))
+        }
+        Conn::Pg(c) => {
+            use sqlx::Connection;
+            let mut tx = c.begin().await?;
+            // Every session's row is locked first, in sorted order, by a
+            // statement of its own, so another replica's batch on the same
+            // session waits for this one, the read that follows (a new
+            // snapshot: READ COMMITTED) sees what it committed, and a
+            // session deleted meanwhile is seen gone.
+            let mut q =
+                sqlx::QueryBuilder::<sqlx::Postgres>::new("SELECT id FROM sessions WHERE id IN (");
+            push_ids(&mut q, &padded(&sessions));
+            q.push(" ORDER BY id FOR UPDATE");
+            let locked: BTreeSet<String> = q
+                .build_query_scalar::<String>()
+                .fetch_all(&mut *tx)
+                .await?
+                .into_iter()
+                .collect();
+            for (s, c) in cursors.iter_mut() {
+                c.exists = c.exists && locked.contains(*s);
             }
             if !unknown_ids.is_empty() {
-                // Each MAX is an index lookup on the (session_id, seq|idx) key.
-                let mut q = sqlx::QueryBuilder::<$db>::new(
-                    "SELECT s.id, \
-                     COALESCE((SELECT MAX(e.seq) FROM session_events e WHERE e.session_id = s.id), 0), \
-                     COALESCE((SELECT MAX(m.idx) FROM session_messages m WHERE m.session_id = s.id), 0) \
-                     FROM sessions s WHERE s.id IN (",
-                );
-                push_ids(&mut q, &unknown_ids);
-                for (id, seq, idx) in q
-                    .build_query_as::<(String, i64, i64)>()
-                    .fetch_all(&mut *$tx)
-                    .await?
-                {
-                    if let Some(c) = cursors.get_mut(id.as_str()) {
-                        c.exists = true;
-                        c.last_seq = seq;
-                        c.last_idx = idx;
-                    }
-                }
+                read_cursors!(sqlx::Postgres, &mut *tx, &unknown_ids, cursors);
             }
-            let mut results = Vec::with_capacity(jobs.len());
-            let mut events: Vec<(&str, i64, &[u8])> = Vec::new();
-            let mut messages: Vec<(&str, i64, &str)> = Vec::new();
-            for &(s, rows) in jobs {
-                let c = cursors.get_mut(s).expect("every session has a cursor");
-                if !c.exists {
-                    results.push(Err(StoreError::NotFound(s.to_owned())));
-                    continue;
-                }
-                match rows {
-                    Rows::Events { first_seq, bodies } => {
-                        if *first_seq != c.last_seq + 1 {
-                            results.push(Err(StoreError::Backend(format!(
-                                "event seq {first_seq} out of order (last {})",
-                                c.last_seq
-                            ))));
-                            continue;
-                        }
-                        for body in bodies {
-                            c.last_seq += 1;
-                            events.push((s, c.last_seq, body.as_slice()));
-                        }
-                    }
-                    Rows::Messages(ms) => {
-                        for m in ms {
-                            c.last_idx += 1;
-                            messages.push((s, c.last_idx, m.as_str()));
-                        }
-                        c.messages = true;
-                    }
-                    Rows::Delete => unreachable!("deletes are committed on their own"),
-                }
-                results.push(Ok(()));
-            }
-            for chunk in events.chunks(ROWS_PER_INSERT) {
-                let mut q = sqlx::QueryBuilder::<$db>::new(
-                    "INSERT INTO session_events (session_id, seq, body) ",
-                );
+            let plan = plan(jobs, &mut cursors);
+            let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new("");
+            // PostgreSQL prepares one statement per query: one at a time.
+            for chunk in plan.events.chunks(ROWS_PER_INSERT) {
+                q.reset();
+                q.push("INSERT INTO session_events (session_id, seq, body) ");
                 q.push_values(chunk, |mut b, (s, seq, body)| {
                     b.push_bind(*s).push_bind(*seq).push_bind(*body);
                 });
-                q.build().execute(&mut *$tx).await?;
+                q.build().execute(&mut *tx).await?;
             }
-            for chunk in messages.chunks(ROWS_PER_INSERT) {
-                let mut q = sqlx::QueryBuilder::<$db>::new(
-                    "INSERT INTO session_messages (session_id, idx, body) ",
-                );
+            for chunk in plan.messages.chunks(ROWS_PER_INSERT) {
+                q.reset();
+                q.push("INSERT INTO session_messages (session_id, idx, body) ");
                 q.push_values(chunk, |mut b, (s, idx, body)| {
                     b.push_bind(*s).push_bind(*idx).push_bind(*body);
                 });
-                q.build().execute(&mut *$tx).await?;
+                q.build().execute(&mut *tx).await?;
             }
             for (s, c) in &cursors {
                 if c.messages {
                     sqlx::query("UPDATE sessions SET last_active_ms = $1 WHERE id = $2")
                         .bind(now)
                         .bind(*s)
-                        .execute(&mut *$tx)
+                        .execute(&mut *tx)
                         .await?;
                 }
             }
-            let mut last_seqs = BTreeMap::new();
-            for (s, seq, _) in &events {
-                last_seqs.insert((*s).to_owned(), *seq);
-            }
-            if $pg && !last_seqs.is_empty() {
+            let out = outcome(plan, cursors);
+            if !out.last_seqs.is_empty() {
                 // Sent inside the transaction: delivered exactly when it
                 // commits. One statement for the batch's sessions.
-                let payloads: Vec<String> = last_seqs
+                let payloads: Vec<String> = out
+                    .last_seqs
                     .iter()
                     .map(|(s, seq)| {
                         Notice::Event {
@@ -597,33 +752,43 @@ async fn write_batch<'a>(
                         .payload()
                     })
                     .collect();
-                let mut q = sqlx::QueryBuilder::<$db>::new("SELECT pg_notify(");
+                let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new("SELECT pg_notify(");
                 q.push_bind(channel).push(", p) FROM (");
                 q.push_values(&payloads, |mut b, p| {
                     b.push_bind(p.as_str());
                 });
                 q.push(") AS t(p)");
-                q.build().execute(&mut *$tx).await?;
+                q.build().execute(&mut *tx).await?;
             }
-            let cursors = cursors
-                .into_iter()
-                .filter(|(_, c)| c.exists)
-                .map(|(s, c)| {
-                    let k = Known {
-                        last_seq: c.last_seq,
-                        last_idx: c.last_idx,
-                    };
-                    (s, k)
-                })
-                .collect();
-            Outcome {
-                results,
-                last_seqs,
-                cursors,
-            }
-        }};
+            tx.commit().await?;
+            Ok(out)
+        }
     }
-    Ok(in_conn_tx!(conn, tx, pg, Engine => body!(tx, pg, Engine)))
+}
+
+/// SQLite: the batch in one round trip to the connection's worker thread
+/// when every cursor is known (`BEGIN IMMEDIATE`, the inserts and `COMMIT`
+/// as one query: sqlx's `begin`, `execute` and `commit` were three, each a
+/// wake-up of that thread and of ours), two when some must be read first.
+/// Err: the caller rolls back what began.
+async fn sqlite_batch<'a>(
+    c: &mut sqlx::SqliteConnection,
+    unknown_ids: &[&str],
+    jobs: &[(&'a str, &'a Rows)],
+    cursors: &mut BTreeMap<&'a str, Cursor>,
+    now: i64,
+) -> StoreResult<Plan<'a>> {
+    let began = !unknown_ids.is_empty();
+    if began {
+        sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut *c).await?;
+        read_cursors!(sqlx::Sqlite, &mut *c, unknown_ids, cursors);
+    }
+    let plan = plan(jobs, cursors);
+    let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(if began { "" } else { "BEGIN IMMEDIATE; " });
+    push_writes(&mut q, &plan, cursors, now);
+    q.push("COMMIT");
+    q.build().execute(&mut *c).await?;
+    Ok(plan)
 }
 
 /// Deletes a session with its messages, events, lease, grants, approvals
