@@ -381,12 +381,8 @@ impl SqlStore {
         };
         // `:memory:`'s one connection serves the reads too: not held.
         let hold = !matches!(&db, Db::Sqlite(p) if p.options().get_max_connections() == 1);
-        let writer = group_commit::Writer::spawn(
-            writes.clone(),
-            channel.clone(),
-            notices.clone(),
-            hold,
-        );
+        let writer =
+            group_commit::Writer::spawn(writes.clone(), channel.clone(), notices.clone(), hold);
         let me = Self {
             db,
             writes,

@@ -863,6 +863,39 @@ async fn sqlite_checkpoints_the_wal_while_open() {
     store.close().await;
 }
 
+/// The group-commit writer keeps SQLite's write connection while idle, and
+/// lends it: a write of the store's own after an append (the writer holding
+/// the connection, its queue empty) is not left waiting, nor is the append
+/// after it, and close() still returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_writer_lends_its_idle_connection() {
+    async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(std::time::Duration::from_secs(10), f)
+            .await
+            .unwrap_or_else(|_| panic!("{what} waited 10 s"))
+    }
+    let b = common::sqlite();
+    let store = SqlStore::open(&b.url).await.unwrap();
+    store.put_session(&meta("a", 1)).await.unwrap();
+    for round in 0..3u64 {
+        store.append_event("a", round + 1, b"e").await.unwrap();
+        let s = format!("b{round}");
+        within("put_session", store.put_session(&meta(&s, 2)))
+            .await
+            .unwrap();
+        within("add_grant", store.add_grant("a", "shell"))
+            .await
+            .unwrap();
+    }
+    within("append", store.append_event("b0", 1, b"e"))
+        .await
+        .unwrap();
+    assert_eq!(store.last_seq("a").await.unwrap(), 3);
+    assert_eq!(store.last_seq("b0").await.unwrap(), 1);
+    assert!(store.get_session("b2").await.unwrap().is_some());
+    within("close", store.close()).await;
+}
+
 /// The store's other writes share SQLite's one write connection with the
 /// group-commit writer: under a stream of appends from many sessions, new
 /// sessions, leases and grants are written without "database is locked",

@@ -122,8 +122,7 @@ impl Engine {
                     seen
                 };
                 let started = Instant::now();
-                let (answer, seen) =
-                    tokio::join!(backend.complete(&req, dtx, cancel), forward);
+                let (answer, seen) = tokio::join!(backend.complete(&req, dtx, cancel), forward);
                 crate::metrics::get().llm_request(
                     &model,
                     match &answer {

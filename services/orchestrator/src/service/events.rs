@@ -4,12 +4,12 @@
 use super::{EventStream, OrchestratorService};
 use crate::error::OrchestratorError;
 use crate::hub::{SessionState, is_turn_done};
+use async_fn_stream::{StreamEmitter, fn_stream};
 use omicos_proto::{
     AttachRequest, ChatEvent, ErrorEvent, Heartbeat, TurnDone, TurnDoneReason, chat_event,
 };
 use omicos_sessionstore::now_ms;
 use prost::Message;
-use async_fn_stream::{StreamEmitter, fn_stream};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;

@@ -784,7 +784,8 @@ async fn sqlite_batch<'a>(
         read_cursors!(sqlx::Sqlite, &mut *c, unknown_ids, cursors);
     }
     let plan = plan(jobs, cursors);
-    let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(if began { "" } else { "BEGIN IMMEDIATE; " });
+    let mut q =
+        sqlx::QueryBuilder::<sqlx::Sqlite>::new(if began { "" } else { "BEGIN IMMEDIATE; " });
     push_writes(&mut q, &plan, cursors, now);
     q.push("COMMIT");
     q.build().execute(&mut *c).await?;
