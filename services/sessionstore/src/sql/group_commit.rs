@@ -49,8 +49,17 @@ pub(super) const LINGER: Duration = Duration::from_millis(1);
 /// statements far below SQLite's and PostgreSQL's bind limits).
 pub(super) const MAX_JOBS: usize = 512;
 
-/// Rows per INSERT statement.
+/// The most rows per INSERT statement. A batch's rows are cut into
+/// statements of 256, 128, … 1 rows, so that nine statement texts serve every
+/// batch size and stay prepared (a cut at 256 made the last statement of
+/// nearly every batch a text of its own, prepared anew).
 const ROWS_PER_INSERT: usize = 256;
+
+/// SQLite: the most rows a batch may have to be sent as one query with its
+/// `BEGIN IMMEDIATE` and `COMMIT`. The query's whole text is the key of the
+/// connection's statement cache, so only small batches, whose texts are
+/// few and recur, go as one; a larger batch is one round trip per statement.
+const ONE_QUERY_ROWS: usize = 32;
 
 /// How many jobs may queue before callers wait for room.
 const QUEUE: usize = 8192;
@@ -591,35 +600,67 @@ fn outcome<'a>(plan: Plan<'a>, cursors: BTreeMap<&'a str, Cursor>) -> Outcome<'a
     }
 }
 
-/// SQLite: appends the statements that write `plan` (the inserts, and each
-/// session's last activity where messages came), each ended by `; `.
-fn push_writes(
-    q: &mut sqlx::QueryBuilder<sqlx::Sqlite>,
-    plan: &Plan<'_>,
-    cursors: &BTreeMap<&str, Cursor>,
-    now: i64,
-) {
-    for chunk in plan.events.chunks(ROWS_PER_INSERT) {
-        q.push("INSERT INTO session_events (session_id, seq, body) ");
-        q.push_values(chunk, |mut b, (s, seq, body)| {
-            b.push_bind(*s).push_bind(*seq).push_bind(*body);
-        });
-        q.push("; ");
-    }
-    for chunk in plan.messages.chunks(ROWS_PER_INSERT) {
-        q.push("INSERT INTO session_messages (session_id, idx, body) ");
-        q.push_values(chunk, |mut b, (s, idx, body)| {
-            b.push_bind(*s).push_bind(*idx).push_bind(*body);
-        });
-        q.push("; ");
-    }
-    for (s, c) in cursors {
-        if c.messages {
+/// One statement of a batch's writes.
+enum Stmt<'p, 'a> {
+    Events(&'p [(&'a str, i64, &'a [u8])]),
+    Messages(&'p [(&'a str, i64, &'a str)]),
+    /// A session's last activity, where messages came.
+    Touch(&'a str),
+}
+
+/// `rows` cut into runs of 256, 128, … 1 (see [`ROWS_PER_INSERT`]).
+fn runs<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
+    std::iter::from_fn(move || {
+        if rows.is_empty() {
+            return None;
+        }
+        let n = rows.len().min(ROWS_PER_INSERT);
+        let n = 1 << n.ilog2();
+        let (run, rest) = rows.split_at(n);
+        rows = rest;
+        Some(run)
+    })
+}
+
+/// The statements that write `plan`, in order.
+fn statements<'p, 'a>(plan: &'p Plan<'a>, cursors: &BTreeMap<&'a str, Cursor>) -> Vec<Stmt<'p, 'a>> {
+    let mut out: Vec<Stmt> = runs(&plan.events).map(Stmt::Events).collect();
+    out.extend(runs(&plan.messages).map(Stmt::Messages));
+    out.extend(
+        cursors
+            .iter()
+            .filter(|(_, c)| c.messages)
+            .map(|(s, _)| Stmt::Touch(s)),
+    );
+    out
+}
+
+/// Appends `stmt` to `q` (no terminator).
+fn push_stmt<DB>(q: &mut sqlx::QueryBuilder<DB>, stmt: &Stmt<'_, '_>, now: i64)
+where
+    DB: sqlx::Database,
+    for<'x> &'x str: sqlx::Encode<'x, DB> + sqlx::Type<DB>,
+    for<'x> &'x [u8]: sqlx::Encode<'x, DB> + sqlx::Type<DB>,
+    for<'x> i64: sqlx::Encode<'x, DB> + sqlx::Type<DB>,
+{
+    match stmt {
+        Stmt::Events(rows) => {
+            q.push("INSERT INTO session_events (session_id, seq, body) ");
+            q.push_values(rows.iter(), |mut b, (s, seq, body)| {
+                b.push_bind(*s).push_bind(*seq).push_bind(*body);
+            });
+        }
+        Stmt::Messages(rows) => {
+            q.push("INSERT INTO session_messages (session_id, idx, body) ");
+            q.push_values(rows.iter(), |mut b, (s, idx, body)| {
+                b.push_bind(*s).push_bind(*idx).push_bind(*body);
+            });
+        }
+        Stmt::Touch(s) => {
             q.push("UPDATE sessions SET last_active_ms = ");
             q.push_bind(now);
             q.push(" WHERE id = ");
             q.push_bind(*s);
-            q.push("; ");
         }
     }
 }
@@ -710,32 +751,12 @@ async fn write_batch<'a>(
                 read_cursors!(sqlx::Postgres, &mut *tx, &unknown_ids, cursors);
             }
             let plan = plan(jobs, &mut cursors);
-            let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new("");
             // PostgreSQL prepares one statement per query: one at a time.
-            for chunk in plan.events.chunks(ROWS_PER_INSERT) {
+            let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new("");
+            for stmt in statements(&plan, &cursors) {
                 q.reset();
-                q.push("INSERT INTO session_events (session_id, seq, body) ");
-                q.push_values(chunk, |mut b, (s, seq, body)| {
-                    b.push_bind(*s).push_bind(*seq).push_bind(*body);
-                });
+                push_stmt(&mut q, &stmt, now);
                 q.build().execute(&mut *tx).await?;
-            }
-            for chunk in plan.messages.chunks(ROWS_PER_INSERT) {
-                q.reset();
-                q.push("INSERT INTO session_messages (session_id, idx, body) ");
-                q.push_values(chunk, |mut b, (s, idx, body)| {
-                    b.push_bind(*s).push_bind(*idx).push_bind(*body);
-                });
-                q.build().execute(&mut *tx).await?;
-            }
-            for (s, c) in &cursors {
-                if c.messages {
-                    sqlx::query("UPDATE sessions SET last_active_ms = $1 WHERE id = $2")
-                        .bind(now)
-                        .bind(*s)
-                        .execute(&mut *tx)
-                        .await?;
-                }
             }
             let out = outcome(plan, cursors);
             if !out.last_seqs.is_empty() {
@@ -766,11 +787,13 @@ async fn write_batch<'a>(
     }
 }
 
-/// SQLite: the batch in one round trip to the connection's worker thread
-/// when every cursor is known (`BEGIN IMMEDIATE`, the inserts and `COMMIT`
-/// as one query: sqlx's `begin`, `execute` and `commit` were three, each a
-/// wake-up of that thread and of ours), two when some must be read first.
-/// Err: the caller rolls back what began.
+/// SQLite: a small batch whose sessions' cursors the writer knows (the
+/// usual case) in one round trip to the connection's worker thread:
+/// `BEGIN IMMEDIATE`, the inserts and `COMMIT` as one query (sqlx's
+/// `begin`, `execute` and `commit` were three, each a wake-up of that thread
+/// and of ours); unknown cursors are read first, and a larger batch goes one
+/// statement at a time ([`ONE_QUERY_ROWS`]). Err: the caller rolls back
+/// what began.
 async fn sqlite_batch<'a>(
     c: &mut sqlx::SqliteConnection,
     unknown_ids: &[&str],
@@ -778,17 +801,37 @@ async fn sqlite_batch<'a>(
     cursors: &mut BTreeMap<&'a str, Cursor>,
     now: i64,
 ) -> StoreResult<Plan<'a>> {
-    let began = !unknown_ids.is_empty();
-    if began {
+    let mut began = false;
+    if !unknown_ids.is_empty() {
         sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut *c).await?;
+        began = true;
         read_cursors!(sqlx::Sqlite, &mut *c, unknown_ids, cursors);
     }
     let plan = plan(jobs, cursors);
-    let mut q =
-        sqlx::QueryBuilder::<sqlx::Sqlite>::new(if began { "" } else { "BEGIN IMMEDIATE; " });
-    push_writes(&mut q, &plan, cursors, now);
-    q.push("COMMIT");
-    q.build().execute(&mut *c).await?;
+    let stmts = statements(&plan, cursors);
+    let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new("");
+    if plan.events.len() + plan.messages.len() <= ONE_QUERY_ROWS {
+        if !began {
+            q.push("BEGIN IMMEDIATE; ");
+        }
+        for stmt in &stmts {
+            push_stmt(&mut q, stmt, now);
+            q.push("; ");
+        }
+        q.push("COMMIT");
+        q.build().execute(&mut *c).await?;
+    } else {
+        if !began {
+            sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut *c).await?;
+        }
+        for stmt in &stmts {
+            q.reset();
+            push_stmt(&mut q, stmt, now);
+            q.build().execute(&mut *c).await?;
+        }
+        sqlx::raw_sql("COMMIT").execute(&mut *c).await?;
+    }
+    drop(stmts);
     Ok(plan)
 }
 
@@ -816,4 +859,26 @@ async fn delete_session(conn: &mut Conn, id: &str) -> StoreResult<bool> {
         }};
     }
     Ok(in_conn_tx!(conn, tx, _pg, _Engine => body!(tx)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs;
+
+    #[test]
+    fn rows_are_cut_into_runs_of_powers_of_two() {
+        let lens = |n: usize| -> Vec<usize> {
+            let rows: Vec<usize> = (0..n).collect();
+            let cut: Vec<&[usize]> = runs(&rows).collect();
+            // In order, nothing lost or doubled.
+            assert_eq!(cut.concat(), rows);
+            cut.iter().map(|r| r.len()).collect()
+        };
+        assert_eq!(lens(0), Vec::<usize>::new());
+        assert_eq!(lens(1), [1]);
+        assert_eq!(lens(7), [4, 2, 1]);
+        assert_eq!(lens(32), [32]);
+        assert_eq!(lens(300), [256, 32, 8, 4]);
+        assert_eq!(lens(513), [256, 256, 1]);
+    }
 }
