@@ -357,7 +357,9 @@ impl SqlStore {
                 (notices, channel, Some(Background::new(stop)))
             }
         };
-        let (writes, checkpointer) = match &db {
+        // `hold`: the writer keeps its connection between batches, except
+        // `:memory:`'s one connection, which serves the reads too.
+        let (writes, checkpointer, hold) = match &db {
             // `:memory:` is one connection already (a database per connection).
             Db::Sqlite(p) if p.options().get_max_connections() > 1 => {
                 let w = sqlx::sqlite::SqlitePoolOptions::new()
@@ -375,12 +377,11 @@ impl SqlStore {
                     .await?;
                 let stop = CancellationToken::new();
                 tokio::spawn(checkpoints(p.clone(), stop.clone()));
-                (Db::Sqlite(w), Some(Background::new(stop)))
+                (Db::Sqlite(w), Some(Background::new(stop)), true)
             }
-            other => (other.clone(), None),
+            Db::Sqlite(p) => (Db::Sqlite(p.clone()), None, false),
+            Db::Pg(p) => (Db::Pg(p.clone()), None, true),
         };
-        // `:memory:`'s one connection serves the reads too: not held.
-        let hold = !matches!(&db, Db::Sqlite(p) if p.options().get_max_connections() == 1);
         let writer =
             group_commit::Writer::spawn(writes.clone(), channel.clone(), notices.clone(), hold);
         let me = Self {

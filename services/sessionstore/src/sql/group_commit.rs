@@ -114,7 +114,8 @@ struct Wanted {
 }
 
 /// A write of the store's own waiting for, or using, the write connection
-/// (from [`Writer::lend`]); the writer keeps no connection while one lives.
+/// (from [`Writer::lend`]); while one lives, the writer takes the connection
+/// for a batch and gives it back after it.
 pub(super) struct Lend(Arc<Wanted>);
 
 impl Drop for Lend {
@@ -623,7 +624,10 @@ fn runs<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
 }
 
 /// The statements that write `plan`, in order.
-fn statements<'p, 'a>(plan: &'p Plan<'a>, cursors: &BTreeMap<&'a str, Cursor>) -> Vec<Stmt<'p, 'a>> {
+fn statements<'p, 'a>(
+    plan: &'p Plan<'a>,
+    cursors: &BTreeMap<&'a str, Cursor>,
+) -> Vec<Stmt<'p, 'a>> {
     let mut out: Vec<Stmt> = runs(&plan.events).map(Stmt::Events).collect();
     out.extend(runs(&plan.messages).map(Stmt::Messages));
     out.extend(
@@ -831,7 +835,6 @@ async fn sqlite_batch<'a>(
         }
         sqlx::raw_sql("COMMIT").execute(&mut *c).await?;
     }
-    drop(stmts);
     Ok(plan)
 }
 
