@@ -16,7 +16,9 @@
 //! `LOAD_RAMP_MS` (the turns' starts spread evenly over it; default 0, all
 //! at once), `LOAD_ROUNDS` (default 1; each round runs every store once, in
 //! turn, and a last table gives each store's median CPU per turn and its
-//! ratio to the memory store's of the same round).
+//! ratio to the memory store's of the same round), `LOAD_TAIL_MS` (unset:
+//! off; else, after each store's row, where in the run the deltas older
+//! than that many ms arrived: per 250 ms window, how many and the oldest).
 //!
 //! CPU is the orchestrator's own: the threads of the runtime it runs on (and
 //! SQLite's worker threads), read from /proc; the client, the fake LLM and
@@ -320,12 +322,13 @@ async fn connect(url: &str) -> Client {
         .max_decoding_message_size(omicos_proto::MAX_MESSAGE_BYTES)
 }
 
-/// One turn's Chat stream, checked. Returns (session, events received, delta ages µs).
+/// One turn's Chat stream, checked. Returns (session, events received, per
+/// delta (when it arrived, µs on the bench's clock; its age, µs)).
 async fn one_turn(
     mut c: Client,
     i: usize,
     full_check: bool,
-) -> Result<(String, Vec<ChatEvent>, Vec<u64>), String> {
+) -> Result<(String, Vec<ChatEvent>, Vec<(u64, u64)>), String> {
     let (tx, rx) = mpsc::channel(4);
     tx.send(ChatClientMessage {
         msg: Some(chat_client_message::Msg::Request(ChatRequest {
@@ -352,9 +355,10 @@ async fn one_turn(
         match &m.kind {
             Some(chat_event::Kind::Heartbeat(_)) => continue,
             Some(chat_event::Kind::TextDelta(t)) => {
-                ages.push(age_us(&t.text).ok_or_else(|| {
+                let age = age_us(&t.text).ok_or_else(|| {
                     format!("turn {i}: delta {:?} is not one the model sent", t.text)
-                })?)
+                })?;
+                ages.push((now_us(), age));
             }
             _ => {}
         }
@@ -444,7 +448,8 @@ struct Figures {
     wall: Duration,
     cpu_ms: u64,
     events: u64,
-    ages: Vec<u64>,
+    /// Per delta: when it arrived (µs on the bench's clock) and its age (µs).
+    ages: Vec<(u64, u64)>,
 }
 
 impl Figures {
@@ -452,8 +457,29 @@ impl Figures {
         self.cpu_ms as f64 / self.turns as f64
     }
 
+    /// Where the slow deltas were: per 250 ms of the run (by arrival) that
+    /// had any delta older than `over_ms`, how many, and the oldest.
+    fn tail(&self, over_ms: u64) -> String {
+        let Some(start) = self.ages.iter().map(|(at, _)| *at).min() else {
+            return String::new();
+        };
+        let mut windows: std::collections::BTreeMap<u64, (usize, u64)> = Default::default();
+        for (at, age) in &self.ages {
+            if *age > over_ms * 1000 {
+                let w = windows.entry((at - start) / 250_000).or_default();
+                w.0 += 1;
+                w.1 = w.1.max(*age);
+            }
+        }
+        windows
+            .iter()
+            .map(|(w, (n, max))| format!("{:.2}s:{n}<={:.0}ms", *w as f64 * 0.25, *max as f64 / 1000.0))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
     fn row(&self, store: &str) -> String {
-        let mut a = self.ages.clone();
+        let mut a: Vec<u64> = self.ages.iter().map(|(_, age)| *age).collect();
         a.sort_unstable();
         format!(
             "| {store} | {} | {:.2} | {:.0} | {:.1} | {:.1} |",
@@ -678,6 +704,7 @@ fn main() {
     let pause = Duration::from_millis(num("LOAD_DELTA_MS", 10));
     let ramp = Duration::from_millis(num("LOAD_RAMP_MS", 0));
     let rounds: usize = num("LOAD_ROUNDS", 1).max(1);
+    let tail_ms: Option<u64> = std::env::var("LOAD_TAIL_MS").ok().and_then(|v| v.parse().ok());
 
     // The server side on its own runtime, so that its CPU can be told apart.
     let orch = tokio::runtime::Builder::new_multi_thread()
@@ -738,6 +765,9 @@ fn main() {
             for st in &stacks {
                 let f = load.block_on(run_turns(&st.url, Some(&st.store), n, n, true, ramp));
                 println!("{}", f.row(&st.name));
+                if let Some(over) = tail_ms {
+                    println!("<!-- {} slow deltas (> {over} ms): {} -->", st.name, f.tail(over));
+                }
                 cpu.entry((st.name.clone(), n))
                     .or_default()
                     .push(f.per_turn());

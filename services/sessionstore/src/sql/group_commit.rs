@@ -30,8 +30,11 @@
 //!   deleted through another store refuses them, and the batch is retried as
 //!   above; deletes through this store come through this queue and forget
 //!   the session;
-//! - PostgreSQL still locks every session of the batch in sorted order before
-//!   it reads, so two replicas' batches on one session serialize.
+//! - PostgreSQL locks every session of a batch in sorted order before it
+//!   writes (and before it reads cursors it does not know), so two replicas'
+//!   batches on one session serialize and cannot deadlock. A batch whose
+//!   cursors are all remembered (the usual case) is one statement that
+//!   locks, writes and notifies, committed on its own: one round trip.
 
 use crate::{Notice, Notices, StoreError, StoreResult, now_ms};
 use omicos_sqldb::Db;
@@ -49,7 +52,7 @@ pub(super) const LINGER: Duration = Duration::from_millis(1);
 /// statements far below SQLite's and PostgreSQL's bind limits).
 pub(super) const MAX_JOBS: usize = 512;
 
-/// The most rows per INSERT statement. A batch's rows are cut into
+/// SQLite: the most rows per INSERT statement. A batch's rows are cut into
 /// statements of 256, 128, … 1 rows, so that nine statement texts serve every
 /// batch size and stay prepared (a cut at 256 made the last statement of
 /// nearly every batch a text of its own, prepared anew).
@@ -579,10 +582,7 @@ fn plan<'a>(jobs: &[(&'a str, &'a Rows)], cursors: &mut BTreeMap<&'a str, Cursor
 
 /// What the batch did, once committed.
 fn outcome<'a>(plan: Plan<'a>, cursors: BTreeMap<&'a str, Cursor>) -> Outcome<'a> {
-    let mut last_seqs = BTreeMap::new();
-    for (s, seq, _) in &plan.events {
-        last_seqs.insert((*s).to_owned(), *seq);
-    }
+    let last_seqs = last_seqs(&plan);
     let cursors = cursors
         .into_iter()
         .filter(|(_, c)| c.exists)
@@ -601,7 +601,16 @@ fn outcome<'a>(plan: Plan<'a>, cursors: BTreeMap<&'a str, Cursor>) -> Outcome<'a
     }
 }
 
-/// One statement of a batch's writes.
+/// Per session that gets events in `plan`, its last seq.
+fn last_seqs(plan: &Plan<'_>) -> BTreeMap<String, i64> {
+    let mut last = BTreeMap::new();
+    for (s, seq, _) in &plan.events {
+        last.insert((*s).to_owned(), *seq);
+    }
+    last
+}
+
+/// One statement of a batch's writes (SQLite).
 enum Stmt<'p, 'a> {
     Events(&'p [(&'a str, i64, &'a [u8])]),
     Messages(&'p [(&'a str, i64, &'a str)]),
@@ -731,6 +740,13 @@ async fn write_batch<'a>(
             Ok(outcome(plan, cursors))
         }
         Conn::Pg(c) => {
+            if unknown_ids.is_empty() {
+                // Every cursor is remembered (the usual case): one statement,
+                // committed on its own (it locks the sessions first).
+                let plan = plan(jobs, &mut cursors);
+                pg_write(&mut **c, channel, &plan, &cursors, now).await?;
+                return Ok(outcome(plan, cursors));
+            }
             use sqlx::Connection;
             let mut tx = c.begin().await?;
             // Every session's row is locked first, in sorted order, by a
@@ -751,44 +767,76 @@ async fn write_batch<'a>(
             for (s, c) in cursors.iter_mut() {
                 c.exists = c.exists && locked.contains(*s);
             }
-            if !unknown_ids.is_empty() {
-                read_cursors!(sqlx::Postgres, &mut *tx, &unknown_ids, cursors);
-            }
+            read_cursors!(sqlx::Postgres, &mut *tx, &unknown_ids, cursors);
             let plan = plan(jobs, &mut cursors);
-            // PostgreSQL prepares one statement per query: one at a time.
-            let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new("");
-            for stmt in statements(&plan, &cursors) {
-                q.reset();
-                push_stmt(&mut q, &stmt, now);
-                q.build().execute(&mut *tx).await?;
-            }
-            let out = outcome(plan, cursors);
-            if !out.last_seqs.is_empty() {
-                // Sent inside the transaction: delivered exactly when it
-                // commits. One statement for the batch's sessions.
-                let payloads: Vec<String> = out
-                    .last_seqs
-                    .iter()
-                    .map(|(s, seq)| {
-                        Notice::Event {
-                            session: s.clone(),
-                            seq: *seq as u64,
-                        }
-                        .payload()
-                    })
-                    .collect();
-                let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new("SELECT pg_notify(");
-                q.push_bind(channel).push(", p) FROM (");
-                q.push_values(&payloads, |mut b, p| {
-                    b.push_bind(p.as_str());
-                });
-                q.push(") AS t(p)");
-                q.build().execute(&mut *tx).await?;
-            }
+            pg_write(&mut *tx, channel, &plan, &cursors, now).await?;
             tx.commit().await?;
-            Ok(out)
+            Ok(outcome(plan, cursors))
         }
     }
+}
+
+/// PostgreSQL: the one statement that writes a planned batch, whatever its
+/// size (the rows go as arrays, so one prepared statement serves every
+/// batch). It first locks the batch's sessions in sorted order (`lk`; each
+/// write below waits for it, a one-time filter on its count), so two
+/// replicas' batches on a session serialize and cannot deadlock; then the
+/// events, the messages, the sessions' last activity, and the notifications,
+/// which PostgreSQL delivers when (and only if) the transaction commits: one
+/// per session, with its last seq.
+const PG_WRITE: &str = "WITH \
+     lk AS (SELECT id FROM sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE), \
+     ev AS (INSERT INTO session_events (session_id, seq, body) \
+            SELECT * FROM UNNEST($2::text[], $3::int8[], $4::bytea[]) \
+            WHERE (SELECT count(*) FROM lk) >= 0), \
+     ms AS (INSERT INTO session_messages (session_id, idx, body) \
+            SELECT * FROM UNNEST($5::text[], $6::int8[], $7::text[]) \
+            WHERE (SELECT count(*) FROM lk) >= 0), \
+     tc AS (UPDATE sessions SET last_active_ms = $8 \
+            WHERE id = ANY($9::text[]) AND (SELECT count(*) FROM lk) >= 0) \
+     SELECT pg_notify($10, p) FROM UNNEST($11::text[]) AS t(p)";
+
+/// Runs [`PG_WRITE`] for `plan` on `ex` (a connection: a transaction of its
+/// own; or the batch's transaction).
+async fn pg_write<'c>(
+    ex: impl sqlx::PgExecutor<'c>,
+    channel: &str,
+    plan: &Plan<'_>,
+    cursors: &BTreeMap<&str, Cursor>,
+    now: i64,
+) -> StoreResult<()> {
+    // The cursors' keys: every session of the batch, sorted.
+    let sessions: Vec<&str> = cursors.keys().copied().collect();
+    let touched: Vec<&str> = cursors
+        .iter()
+        .filter(|(_, c)| c.messages)
+        .map(|(s, _)| *s)
+        .collect();
+    let payloads: Vec<String> = last_seqs(plan)
+        .into_iter()
+        .map(|(session, seq)| {
+            Notice::Event {
+                session,
+                seq: seq as u64,
+            }
+            .payload()
+        })
+        .collect();
+    sqlx::query(PG_WRITE)
+        .bind(sessions)
+        .bind(plan.events.iter().map(|e| e.0).collect::<Vec<&str>>())
+        .bind(plan.events.iter().map(|e| e.1).collect::<Vec<i64>>())
+        .bind(plan.events.iter().map(|e| e.2).collect::<Vec<&[u8]>>())
+        .bind(plan.messages.iter().map(|m| m.0).collect::<Vec<&str>>())
+        .bind(plan.messages.iter().map(|m| m.1).collect::<Vec<i64>>())
+        .bind(plan.messages.iter().map(|m| m.2).collect::<Vec<&str>>())
+        .bind(now)
+        .bind(touched)
+        .bind(channel)
+        .bind(payloads)
+        .execute(ex)
+        .await?;
+    Ok(())
 }
 
 /// SQLite: a small batch whose sessions' cursors the writer knows (the
