@@ -473,7 +473,13 @@ impl Figures {
         }
         windows
             .iter()
-            .map(|(w, (n, max))| format!("{:.2}s:{n}<={:.0}ms", *w as f64 * 0.25, *max as f64 / 1000.0))
+            .map(|(w, (n, max))| {
+                format!(
+                    "{:.2}s:{n}<={:.0}ms",
+                    *w as f64 * 0.25,
+                    *max as f64 / 1000.0
+                )
+            })
             .collect::<Vec<_>>()
             .join(" ")
     }
@@ -704,7 +710,9 @@ fn main() {
     let pause = Duration::from_millis(num("LOAD_DELTA_MS", 10));
     let ramp = Duration::from_millis(num("LOAD_RAMP_MS", 0));
     let rounds: usize = num("LOAD_ROUNDS", 1).max(1);
-    let tail_ms: Option<u64> = std::env::var("LOAD_TAIL_MS").ok().and_then(|v| v.parse().ok());
+    let tail_ms: Option<u64> = std::env::var("LOAD_TAIL_MS")
+        .ok()
+        .and_then(|v| v.parse().ok());
 
     // The server side on its own runtime, so that its CPU can be told apart.
     let orch = tokio::runtime::Builder::new_multi_thread()
@@ -766,7 +774,11 @@ fn main() {
                 let f = load.block_on(run_turns(&st.url, Some(&st.store), n, n, true, ramp));
                 println!("{}", f.row(&st.name));
                 if let Some(over) = tail_ms {
-                    println!("<!-- {} slow deltas (> {over} ms): {} -->", st.name, f.tail(over));
+                    println!(
+                        "<!-- {} slow deltas (> {over} ms): {} -->",
+                        st.name,
+                        f.tail(over)
+                    );
                 }
                 cpu.entry((st.name.clone(), n))
                     .or_default()

@@ -430,6 +430,16 @@ impl SqlStore {
         }
     }
 
+    /// SQLite: runs `write` on the write connection in the group-commit
+    /// writer's next batch: in its transaction, committed with its rows
+    /// (a transaction of its own cost its commit, and the writer giving its
+    /// connection up and taking it back); the write's answer.
+    async fn own_write(&self, session: &str, write: group_commit::OwnWrite) -> StoreResult<bool> {
+        self.writer
+            .write(session, group_commit::Rows::Own(write))
+            .await
+    }
+
     /// For a write of the store's own on SQLite's write connection, which
     /// the group-commit writer holds between its batches: asks for it.
     fn lend(&self) -> Option<group_commit::Lend> {
@@ -531,27 +541,49 @@ macro_rules! notify {
 impl SessionStore for SqlStore {
     async fn put_session(&self, meta: &SessionMeta) -> StoreResult<()> {
         let team = serde_json::to_string(&meta.team_members).unwrap_or_else(|_| "[]".into());
-        let _lend = self.lend();
-        on_db!(&self.writes, p => {
-            sqlx::query(
-                // The owner columns are written once, at creation.
-                "INSERT INTO sessions (id, title, agent, team_members, created_ms, last_active_ms, tenant, subject) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-                 ON CONFLICT (id) DO UPDATE SET title = excluded.title, agent = excluded.agent, \
-                 team_members = excluded.team_members, created_ms = excluded.created_ms, \
-                 last_active_ms = excluded.last_active_ms",
-            )
-            .bind(&meta.id)
-            .bind(&meta.title)
-            .bind(&meta.agent)
-            .bind(&team)
-            .bind(meta.created_ms)
-            .bind(meta.last_active_ms)
-            .bind(&meta.tenant)
-            .bind(&meta.subject)
-            .execute(p)
-            .await?;
-        });
+        macro_rules! put {
+            ($ex:expr, $meta:expr, $team:expr) => {
+                sqlx::query(
+                    // The owner columns are written once, at creation.
+                    "INSERT INTO sessions (id, title, agent, team_members, created_ms, last_active_ms, tenant, subject) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                     ON CONFLICT (id) DO UPDATE SET title = excluded.title, agent = excluded.agent, \
+                     team_members = excluded.team_members, created_ms = excluded.created_ms, \
+                     last_active_ms = excluded.last_active_ms",
+                )
+                .bind(&$meta.id)
+                .bind(&$meta.title)
+                .bind(&$meta.agent)
+                .bind($team)
+                .bind($meta.created_ms)
+                .bind($meta.last_active_ms)
+                .bind(&$meta.tenant)
+                .bind(&$meta.subject)
+                .execute($ex)
+                .await
+            };
+        }
+        match &self.writes {
+            Db::Sqlite(_) => {
+                let meta = Arc::new(meta.clone());
+                let id = meta.id.clone();
+                let team: Arc<str> = team.into();
+                self.own_write(
+                    &id,
+                    group_commit::own(move |c| {
+                        let (meta, team) = (meta.clone(), team.clone());
+                        Box::pin(async move {
+                            put!(c, meta, &*team)?;
+                            Ok(Ok(true))
+                        })
+                    }),
+                )
+                .await?;
+            }
+            Db::Pg(p) => {
+                put!(p, meta, &team)?;
+            }
+        }
         Ok(())
     }
 
@@ -704,46 +736,98 @@ impl SessionStore for SqlStore {
 
     async fn try_lease_turn(&self, id: &str, owner: &str, ttl_ms: i64) -> StoreResult<bool> {
         let now = now_ms();
-        let _lend = self.lend();
-        on_db!(&self.writes, p => {
-            // One statement: insert, or take over a lease that is ours or has
-            // expired, for a session that exists. When another owner's lease
-            // is live, nothing changes.
-            let r = sqlx::query(
-                "INSERT INTO session_leases (session_id, owner, expires_ms) \
-                 SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1) \
-                 ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, expires_ms = excluded.expires_ms \
-                 WHERE session_leases.owner = excluded.owner OR session_leases.expires_ms <= $4",
-            )
-            .bind(id)
-            .bind(owner)
-            .bind(now.saturating_add(ttl_ms))
-            .bind(now)
-            .execute(p)
-            .await?;
-            if r.rows_affected() == 1 {
-                return Ok(true);
+        // One statement: insert, or take over a lease that is ours or has
+        // expired, for a session that exists. When another owner's lease is
+        // live, nothing changes. Refused: a live lease of another owner, or
+        // no such session.
+        macro_rules! lease {
+            ($ex:expr, $id:expr, $owner:expr) => {{
+                let r = sqlx::query(
+                    "INSERT INTO session_leases (session_id, owner, expires_ms) \
+                     SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1) \
+                     ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, expires_ms = excluded.expires_ms \
+                     WHERE session_leases.owner = excluded.owner OR session_leases.expires_ms <= $4",
+                )
+                .bind($id)
+                .bind($owner)
+                .bind(now.saturating_add(ttl_ms))
+                .bind(now)
+                .execute(&mut *$ex)
+                .await?;
+                if r.rows_affected() == 1 {
+                    Ok(true)
+                } else if sqlx::query("SELECT 1 FROM sessions WHERE id = $1")
+                    .bind($id)
+                    .fetch_optional(&mut *$ex)
+                    .await?
+                    .is_some()
+                {
+                    Ok(false)
+                } else {
+                    Err(StoreError::NotFound($id.to_owned()))
+                }
+            }};
+        }
+        match &self.writes {
+            Db::Sqlite(_) => {
+                let key: Arc<(String, String)> = Arc::new((id.to_owned(), owner.to_owned()));
+                self.own_write(
+                    id,
+                    group_commit::own(move |c| {
+                        let key = key.clone();
+                        Box::pin(async move { Ok(lease!(c, key.0.as_str(), key.1.as_str())) })
+                    }),
+                )
+                .await
             }
-            // Refused: a live lease of another owner, or no such session.
-            let exists = sqlx::query("SELECT 1 FROM sessions WHERE id = $1").bind(id).fetch_optional(p).await?.is_some();
-            if !exists {
-                return Err(StoreError::NotFound(id.into()));
+            Db::Pg(p) => {
+                let mut c = p.acquire().await?;
+                lease!(c, id, owner)
             }
-            Ok(false)
-        })
+        }
     }
 
     async fn release_turn(&self, id: &str, owner: &str) -> StoreResult<()> {
-        let _lend = self.lend();
-        in_tx!(&self.writes, tx, _pg => {
-            for sql in [
-                "DELETE FROM session_leases WHERE session_id = $1 AND owner = $2",
-                "DELETE FROM session_approvals WHERE session_id = $1 AND owner = $2",
-                "DELETE FROM session_cancels WHERE session_id = $1 AND owner = $2",
-            ] {
-                sqlx::query(sql).bind(id).bind(owner).execute(&mut *tx).await?;
+        const RELEASE: [&str; 3] = [
+            "DELETE FROM session_leases WHERE session_id = $1 AND owner = $2",
+            "DELETE FROM session_approvals WHERE session_id = $1 AND owner = $2",
+            "DELETE FROM session_cancels WHERE session_id = $1 AND owner = $2",
+        ];
+        match &self.writes {
+            Db::Sqlite(_) => {
+                let key: Arc<(String, String)> = Arc::new((id.to_owned(), owner.to_owned()));
+                self.own_write(
+                    id,
+                    group_commit::own(move |c| {
+                        let key = key.clone();
+                        Box::pin(async move {
+                            for sql in RELEASE {
+                                sqlx::query(sql)
+                                    .bind(&key.0)
+                                    .bind(&key.1)
+                                    .execute(&mut *c)
+                                    .await?;
+                            }
+                            Ok(Ok(true))
+                        })
+                    }),
+                )
+                .await?;
             }
-        });
+            Db::Pg(p) => {
+                use sqlx::Connection;
+                let mut c = p.acquire().await?;
+                let mut tx = c.begin().await?;
+                for sql in RELEASE {
+                    sqlx::query(sql)
+                        .bind(id)
+                        .bind(owner)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+            }
+        }
         Ok(())
     }
 

@@ -933,3 +933,54 @@ async fn sqlite_writes_share_one_connection_with_the_batches() {
         .await
         .expect("close returns");
 }
+
+/// On SQLite the store's own writes to a session's metadata and turn lease
+/// run inside the group-commit writer's batches: queued at once with
+/// appends, each still gets its own answer (taken, refused, no such
+/// session), and every row of the batch commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_own_writes_in_a_batch_keep_their_answers() {
+    let b = common::sqlite();
+    let store = Arc::new(SqlStore::open(&b.url).await.unwrap());
+    for id in ["held", "free", "rows"] {
+        store.put_session(&meta(id, 1)).await.unwrap();
+    }
+    assert!(store.try_lease_turn("held", "other", 60_000).await.unwrap());
+    for round in 0..20u64 {
+        let (s1, s2, s3, s4, s5) = (
+            store.clone(),
+            store.clone(),
+            store.clone(),
+            store.clone(),
+            store.clone(),
+        );
+        let owner = format!("me{round}");
+        let (held, free, missing, appended, created) = tokio::join!(
+            async move { s1.try_lease_turn("held", "me", 60_000).await },
+            async move { s2.try_lease_turn("free", &owner, 60_000).await },
+            async move { s3.try_lease_turn("missing", "me", 60_000).await },
+            async move {
+                s4.append_events("rows", round * 2 + 1, vec![b"a".to_vec(), b"b".to_vec()])
+                    .await
+            },
+            async move { s5.put_session(&meta(&format!("new{round}"), 2)).await },
+        );
+        assert!(!held.unwrap(), "another owner's live lease is refused");
+        assert!(free.unwrap(), "a free lease is taken");
+        assert!(
+            matches!(missing, Err(StoreError::NotFound(_))),
+            "{missing:?}"
+        );
+        appended.unwrap();
+        created.unwrap();
+        store
+            .release_turn("free", &format!("me{round}"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.last_seq("rows").await.unwrap(), 40);
+    assert_eq!(store.lease("held").await.unwrap().unwrap().owner, "other");
+    assert!(store.lease("free").await.unwrap().is_none());
+    assert!(store.get_session("new19").await.unwrap().is_some());
+    assert_eq!(store.integrity_check().await.unwrap(), "ok");
+}

@@ -8,7 +8,9 @@
 //! queued while the previous batch committed, and when the last batch held
 //! more than one job it lingers up to [`LINGER`] for more (never past
 //! [`MAX_JOBS`]); an idle store commits a lone row at once. `delete_session`
-//! goes through the same queue, so a session's log changes in one order.
+//! goes through the same queue, so a session's log changes in one order. On
+//! SQLite, a session's metadata and turn lease writes come as jobs too
+//! ([`Rows::Own`]), run in the batch's transaction before its rows.
 //!
 //! Order and gap-free seqs hold as before: jobs are applied in queue order,
 //! each event's seq is checked against the session's last seq plus the
@@ -37,6 +39,7 @@
 //!   locks, writes and notifies, committed on its own: one round trip.
 
 use crate::{Notice, Notices, StoreError, StoreResult, now_ms};
+use futures::future::BoxFuture;
 use omicos_sqldb::Db;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -86,7 +89,21 @@ pub(super) enum Rows {
     Messages(Vec<String>),
     /// The session with everything it owns (its own transaction).
     Delete,
+    /// SQLite: a write of the store's own on the write connection (a
+    /// session's metadata, its turn lease), run in the batch's transaction
+    /// before the batch's rows; its answer is the job's.
+    Own(OwnWrite),
 }
+
+/// A write of the store's own, run on SQLite's write connection inside a
+/// batch's transaction. The outer error is SQLite's (the batch fails and is
+/// retried job by job, so it may run again); the inner one is the job's
+/// answer.
+pub(super) type OwnWrite = Arc<
+    dyn for<'c> Fn(&'c mut sqlx::SqliteConnection) -> BoxFuture<'c, StoreResult<StoreResult<bool>>>
+        + Send
+        + Sync,
+>;
 
 /// A queued write and who waits for its commit: true, or for a delete
 /// whether the session existed.
@@ -125,6 +142,18 @@ impl Drop for Lend {
     fn drop(&mut self) {
         self.0.waiting.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// An [`OwnWrite`] from a closure (which names the higher-ranked signature
+/// for the compiler).
+pub(super) fn own<F>(f: F) -> OwnWrite
+where
+    F: for<'c> Fn(&'c mut sqlx::SqliteConnection) -> BoxFuture<'c, StoreResult<StoreResult<bool>>>
+        + Send
+        + Sync
+        + 'static,
+{
+    Arc::new(f)
 }
 
 impl Writer {
@@ -367,7 +396,7 @@ impl Batcher<'_> {
         let e = match self.write(cache, &refs).await {
             Ok(results) => {
                 for (job, r) in batch.into_iter().zip(results) {
-                    let _ = job.done.send(r.map(|()| true));
+                    let _ = job.done.send(r);
                 }
                 return;
             }
@@ -388,13 +417,13 @@ impl Batcher<'_> {
         for job in batch {
             let one = [(job.session.as_str(), &job.rows)];
             let r = match self.write(cache, &one).await {
-                Ok(mut results) => results.pop().unwrap_or(Ok(())),
+                Ok(mut results) => results.pop().unwrap_or(Ok(true)),
                 Err(e) => {
                     cache.remove(&job.session);
                     Err(e)
                 }
             };
-            let _ = job.done.send(r.map(|()| true));
+            let _ = job.done.send(r);
         }
     }
 
@@ -404,7 +433,7 @@ impl Batcher<'_> {
         &mut self,
         cache: &mut Cache,
         jobs: &[(&str, &Rows)],
-    ) -> StoreResult<Vec<StoreResult<()>>> {
+    ) -> StoreResult<Vec<StoreResult<bool>>> {
         let channel = self.channel;
         let conn = self.conn().await?;
         let outcome = match write_batch(conn, channel, cache, jobs).await {
@@ -438,8 +467,8 @@ fn announce(db: &Db, notices: &Notices, last_seqs: &BTreeMap<String, i64>) {
 
 /// What a committed batch did.
 struct Outcome<'a> {
-    /// One result per job, in order.
-    results: Vec<StoreResult<()>>,
+    /// One answer per job, in order.
+    results: Vec<StoreResult<bool>>,
     /// Per session that got events, the last seq written.
     last_seqs: BTreeMap<String, i64>,
     /// The cursors of the batch's existing sessions after it.
@@ -486,6 +515,7 @@ fn trusted<'a>(cache: &Cache, jobs: &[(&'a str, &Rows)]) -> BTreeMap<&'a str, Kn
     for &(s, rows) in jobs {
         let seq = match rows {
             Rows::Events { first_seq, .. } => Some(*first_seq),
+            Rows::Own(_) => continue,
             _ => None,
         };
         let first = first_seq.entry(s).or_insert(seq);
@@ -506,8 +536,8 @@ fn trusted<'a>(cache: &Cache, jobs: &[(&'a str, &Rows)]) -> BTreeMap<&'a str, Kn
 
 /// The rows a batch writes, planned on its sessions' cursors.
 struct Plan<'a> {
-    /// One result per job, in order.
-    results: Vec<StoreResult<()>>,
+    /// One answer per job, in order (a row job's is true).
+    results: Vec<StoreResult<bool>>,
     events: Vec<(&'a str, i64, &'a [u8])>,
     messages: Vec<(&'a str, i64, &'a str)>,
 }
@@ -543,6 +573,13 @@ fn plan<'a>(jobs: &[(&'a str, &'a Rows)], cursors: &mut BTreeMap<&'a str, Cursor
     let mut events: Vec<(&str, i64, &[u8])> = Vec::new();
     let mut messages: Vec<(&str, i64, &str)> = Vec::new();
     for &(s, rows) in jobs {
+        if matches!(rows, Rows::Own(_)) {
+            // Answered by SQLite's batch, which runs it.
+            results.push(Err(StoreError::Backend(
+                "a write of the SQLite store's own reached another engine".into(),
+            )));
+            continue;
+        }
         let c = cursors.get_mut(s).expect("every session has a cursor");
         if !c.exists {
             results.push(Err(StoreError::NotFound(s.to_owned())));
@@ -569,9 +606,11 @@ fn plan<'a>(jobs: &[(&'a str, &'a Rows)], cursors: &mut BTreeMap<&'a str, Cursor
                 }
                 c.messages = true;
             }
-            Rows::Delete => unreachable!("deletes are committed on their own"),
+            Rows::Delete | Rows::Own(_) => {
+                unreachable!("deletes are committed on their own; own writes were skipped")
+            }
         }
-        results.push(Ok(()));
+        results.push(Ok(true));
     }
     Plan {
         results,
@@ -711,8 +750,12 @@ async fn write_batch<'a>(
     cache: &Cache,
     jobs: &[(&'a str, &'a Rows)],
 ) -> StoreResult<Outcome<'a>> {
-    // Sessions locked in sorted order: two replicas' batches cannot deadlock.
-    let sessions: BTreeSet<&str> = jobs.iter().map(|(s, _)| *s).collect();
+    // The sessions that get rows (an own write names its session too).
+    let sessions: BTreeSet<&str> = jobs
+        .iter()
+        .filter(|(_, r)| !matches!(r, Rows::Own(_)))
+        .map(|(s, _)| *s)
+        .collect();
     let known = trusted(cache, jobs);
     let unknown: BTreeSet<&str> = sessions
         .iter()
@@ -843,9 +886,9 @@ async fn pg_write<'c>(
 /// usual case) in one round trip to the connection's worker thread:
 /// `BEGIN IMMEDIATE`, the inserts and `COMMIT` as one query (sqlx's
 /// `begin`, `execute` and `commit` were three, each a wake-up of that thread
-/// and of ours); unknown cursors are read first, and a larger batch goes one
-/// statement at a time ([`ONE_QUERY_ROWS`]). Err: the caller rolls back
-/// what began.
+/// and of ours). The store's own writes run first, then unknown cursors are
+/// read, and a larger batch goes one statement at a time
+/// ([`ONE_QUERY_ROWS`]). Err: the caller rolls back what began.
 async fn sqlite_batch<'a>(
     c: &mut sqlx::SqliteConnection,
     unknown_ids: &[&str],
@@ -853,13 +896,31 @@ async fn sqlite_batch<'a>(
     cursors: &mut BTreeMap<&'a str, Cursor>,
     now: i64,
 ) -> StoreResult<Plan<'a>> {
-    let mut began = false;
-    if !unknown_ids.is_empty() {
+    let owns: Vec<(usize, &OwnWrite)> = jobs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (_, rows))| match rows {
+            Rows::Own(w) => Some((i, w)),
+            _ => None,
+        })
+        .collect();
+    // Statements whose answers the batch needs begin the transaction on
+    // their own; without, BEGIN goes with the rows.
+    let began = !owns.is_empty() || !unknown_ids.is_empty();
+    if began {
         sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut *c).await?;
-        began = true;
+    }
+    let mut answers = Vec::with_capacity(owns.len());
+    for (i, write) in owns {
+        answers.push((i, write(&mut *c).await?));
+    }
+    if !unknown_ids.is_empty() {
         read_cursors!(sqlx::Sqlite, &mut *c, unknown_ids, cursors);
     }
-    let plan = plan(jobs, cursors);
+    let mut plan = plan(jobs, cursors);
+    for (i, answer) in answers {
+        plan.results[i] = answer;
+    }
     let stmts = statements(&plan, cursors);
     let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new("");
     if plan.events.len() + plan.messages.len() <= ONE_QUERY_ROWS {
