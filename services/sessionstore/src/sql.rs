@@ -440,6 +440,30 @@ impl SqlStore {
             .await
     }
 
+    /// [`Self::own_write`] of a write on a session and a lease owner.
+    async fn own_write_of<F>(&self, id: &str, owner: &str, write: F) -> StoreResult<bool>
+    where
+        F: for<'c> Fn(
+                &'c mut sqlx::SqliteConnection,
+                &'c (String, String),
+            )
+                -> futures::future::BoxFuture<'c, StoreResult<StoreResult<bool>>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let key = Arc::new((id.to_owned(), owner.to_owned()));
+        let write = Arc::new(write);
+        self.own_write(
+            id,
+            group_commit::own(move |c| {
+                let (key, write) = (key.clone(), write.clone());
+                Box::pin(async move { write(c, &key).await })
+            }),
+        )
+        .await
+    }
+
     /// For a write of the store's own on SQLite's write connection, which
     /// the group-commit writer holds between its batches: asks for it.
     fn lend(&self) -> Option<group_commit::Lend> {
@@ -770,14 +794,9 @@ impl SessionStore for SqlStore {
         }
         match &self.writes {
             Db::Sqlite(_) => {
-                let key: Arc<(String, String)> = Arc::new((id.to_owned(), owner.to_owned()));
-                self.own_write(
-                    id,
-                    group_commit::own(move |c| {
-                        let key = key.clone();
-                        Box::pin(async move { Ok(lease!(c, key.0.as_str(), key.1.as_str())) })
-                    }),
-                )
+                self.own_write_of(id, owner, move |c, (id, owner)| {
+                    Box::pin(async move { Ok(lease!(c, id.as_str(), owner.as_str())) })
+                })
                 .await
             }
             Db::Pg(p) => {
@@ -788,43 +807,37 @@ impl SessionStore for SqlStore {
     }
 
     async fn release_turn(&self, id: &str, owner: &str) -> StoreResult<()> {
-        const RELEASE: [&str; 3] = [
-            "DELETE FROM session_leases WHERE session_id = $1 AND owner = $2",
-            "DELETE FROM session_approvals WHERE session_id = $1 AND owner = $2",
-            "DELETE FROM session_cancels WHERE session_id = $1 AND owner = $2",
-        ];
+        // The lease, with the approvals and cancel requests of its turn.
+        macro_rules! release {
+            ($ex:expr, $id:expr, $owner:expr) => {
+                for sql in [
+                    "DELETE FROM session_leases WHERE session_id = $1 AND owner = $2",
+                    "DELETE FROM session_approvals WHERE session_id = $1 AND owner = $2",
+                    "DELETE FROM session_cancels WHERE session_id = $1 AND owner = $2",
+                ] {
+                    sqlx::query(sql)
+                        .bind($id)
+                        .bind($owner)
+                        .execute(&mut *$ex)
+                        .await?;
+                }
+            };
+        }
         match &self.writes {
             Db::Sqlite(_) => {
-                let key: Arc<(String, String)> = Arc::new((id.to_owned(), owner.to_owned()));
-                self.own_write(
-                    id,
-                    group_commit::own(move |c| {
-                        let key = key.clone();
-                        Box::pin(async move {
-                            for sql in RELEASE {
-                                sqlx::query(sql)
-                                    .bind(&key.0)
-                                    .bind(&key.1)
-                                    .execute(&mut *c)
-                                    .await?;
-                            }
-                            Ok(Ok(true))
-                        })
-                    }),
-                )
+                self.own_write_of(id, owner, |c, (id, owner)| {
+                    Box::pin(async move {
+                        release!(c, id, owner);
+                        Ok(Ok(true))
+                    })
+                })
                 .await?;
             }
             Db::Pg(p) => {
                 use sqlx::Connection;
                 let mut c = p.acquire().await?;
                 let mut tx = c.begin().await?;
-                for sql in RELEASE {
-                    sqlx::query(sql)
-                        .bind(id)
-                        .bind(owner)
-                        .execute(&mut *tx)
-                        .await?;
-                }
+                release!(tx, id, owner);
                 tx.commit().await?;
             }
         }
