@@ -20,6 +20,9 @@
 //! off; else, after each store's row, where in the run the deltas older
 //! than that many ms arrived: per 250 ms window, how many and the oldest).
 //!
+//! The last column is the host's CPU steal during the run (/proc/stat): on
+//! a shared VM, a run with much of it measured the host, not the event path.
+//!
 //! CPU is the orchestrator's own: the threads of the runtime it runs on (and
 //! SQLite's worker threads), read from /proc; the client, the fake LLM and
 //! the tool-runner run on another runtime. A PostgreSQL server's CPU is not
@@ -292,6 +295,18 @@ fn server_cpu_ms() -> u64 {
     ticks * 10
 }
 
+/// The machine's CPU steal so far (ticks of all CPUs, /proc/stat): time the
+/// host gave the VM's CPUs to others. A run with much of it measured the
+/// host, not the event path.
+fn steal_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    stat.lines()
+        .find(|l| l.starts_with("cpu "))
+        .and_then(|l| l.split_whitespace().nth(8))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 fn rss_kib() -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     s.lines()
@@ -448,6 +463,8 @@ struct Figures {
     wall: Duration,
     cpu_ms: u64,
     events: u64,
+    /// CPU steal ticks during the run (all CPUs).
+    steal: u64,
     /// Per delta: when it arrived (µs on the bench's clock) and its age (µs).
     ages: Vec<(u64, u64)>,
 }
@@ -455,6 +472,13 @@ struct Figures {
 impl Figures {
     fn per_turn(&self) -> f64 {
         self.cpu_ms as f64 / self.turns as f64
+    }
+
+    /// The share of the machine's CPU time the host took during the run.
+    fn steal_pct(&self) -> f64 {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        // Ticks are 10 ms.
+        self.steal as f64 * 10.0 / (self.wall.as_secs_f64() * 1000.0 * cpus) * 100.0
     }
 
     /// Where the slow deltas were: per 250 ms of the run (by arrival) that
@@ -488,12 +512,13 @@ impl Figures {
         let mut a: Vec<u64> = self.ages.iter().map(|(_, age)| *age).collect();
         a.sort_unstable();
         format!(
-            "| {store} | {} | {:.2} | {:.0} | {:.1} | {:.1} |",
+            "| {store} | {} | {:.2} | {:.0} | {:.1} | {:.1} | {:.0} |",
             self.turns,
             self.per_turn(),
             self.events as f64 / self.wall.as_secs_f64(),
             pct(&a, 0.50),
             pct(&a, 0.99),
+            self.steal_pct(),
         )
     }
 }
@@ -517,6 +542,7 @@ async fn run_turns(
     };
     let started = Instant::now();
     let cpu0 = server_cpu_ms();
+    let steal0 = steal_ticks();
     let sem = Arc::new(tokio::sync::Semaphore::new(window));
     let events = Arc::new(AtomicU64::new(0));
     let mut tasks = tokio::task::JoinSet::new();
@@ -548,6 +574,7 @@ async fn run_turns(
     }
     let wall = started.elapsed();
     let cpu_ms = server_cpu_ms() - cpu0;
+    let steal = steal_ticks().saturating_sub(steal0);
     if let Some(store) = store {
         for (s, ev) in &done {
             if let Err(e) = check_against_store(store.as_ref(), s, ev).await {
@@ -564,6 +591,7 @@ async fn run_turns(
         turns,
         wall,
         cpu_ms,
+        steal,
         events: events.load(Ordering::Relaxed),
         ages,
     }
@@ -733,9 +761,9 @@ fn main() {
     );
     println!();
     println!(
-        "| store | concurrent turns | orchestrator CPU ms/turn | events/s | latency p50 ms | latency p99 ms |"
+        "| store | concurrent turns | orchestrator CPU ms/turn | events/s | latency p50 ms | latency p99 ms | host steal % |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
 
     // The floor: the same events over a bare tonic stream.
     let floor_url = orch.block_on(async {
@@ -758,7 +786,7 @@ fn main() {
     for name in &stores {
         match start_stack(name, &orch, &load, pause) {
             Some(s) => stacks.push(s),
-            None => println!("| {name} | (skipped: PostgreSQL does not answer) | | | | |"),
+            None => println!("| {name} | (skipped: PostgreSQL does not answer) | | | | | |"),
         }
     }
     // Per store and turn count, each round's CPU ms per turn.

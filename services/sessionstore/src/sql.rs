@@ -245,8 +245,9 @@ pub struct SqlStore {
     /// The group-commit writer of events and messages.
     writer: group_commit::Writer,
     /// Where writes go. SQLite: a pool of one connection on the same file,
-    /// shared by the group-commit writer and the store's other writes
-    /// (sessions, leases, approvals, grants, cancels). SQLite lets one
+    /// held by the group-commit writer (which also runs the session and
+    /// lease writes in its batches) and lent to the store's other writes
+    /// (approvals, grants, cancels). SQLite lets one
     /// connection write at a time anyway; through one connection, writers
     /// queue in the pool instead of sleeping in SQLite's busy handler (1 ms,
     /// then 2, 5, 10 ms … when two connections want the lock), and a commit

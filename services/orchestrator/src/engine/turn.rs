@@ -110,7 +110,10 @@ impl Engine {
                                  "cost": usage.cost, "model_calls": usage.model_calls}}),
             )
             .await;
+        // Stopped before the release: a renewal polled at this moment on
+        // another thread queues its write before the release's, not after.
         renew.abort();
+        let _ = renew.await;
         if let Err(e) = st.store().release_turn(&st.id, &lease_owner).await {
             // Not fatal: the lease expires on its own after `lease`.
             tracing::warn!(session = %st.id, error = %e, "turn lease not released");

@@ -12,7 +12,9 @@
 //! SQLite, a session's metadata and turn lease writes come as jobs too
 //! ([`Rows::Own`]), run in the batch's transaction before its rows.
 //!
-//! Order and gap-free seqs hold as before: jobs are applied in queue order,
+//! Order and gap-free seqs hold as before: a batch's rows are applied in
+//! queue order (its own writes before them: their callers ran concurrently,
+//! each waiting for its commit, so any order among them is a serial one),
 //! each event's seq is checked against the session's last seq plus the
 //! events of that session earlier in the batch. A job that fails its check
 //! gets its own error and the others commit. A batch whose transaction fails
@@ -105,8 +107,8 @@ pub(super) type OwnWrite = Arc<
         + Sync,
 >;
 
-/// A queued write and who waits for its commit: true, or for a delete
-/// whether the session existed.
+/// A queued write and who waits for its commit: true; for a delete whether
+/// the session existed; for an own write its answer.
 pub(super) struct Job {
     session: String,
     rows: Rows,
@@ -206,7 +208,8 @@ impl Writer {
     }
 
     /// Queues `rows` for `session` and waits until they are committed (or
-    /// refused). True, except for a delete of a session that did not exist.
+    /// refused). True, except for a delete of a session that did not exist
+    /// and an own write's false.
     pub(super) async fn write(&self, session: &str, rows: Rows) -> StoreResult<bool> {
         let (done, rx) = oneshot::channel();
         let job = Job {
@@ -948,10 +951,21 @@ async fn sqlite_batch<'a>(
 }
 
 /// Deletes a session with its messages, events, lease, grants, approvals
-/// and cancel requests in one transaction; whether it existed.
+/// and cancel requests in one transaction; whether it existed. PostgreSQL
+/// locks the session's row first, as a batch does: a batch of another
+/// replica on it commits before the delete reads what to delete, or waits
+/// for the delete and finds the session gone (locking it last let the
+/// delete fail on the batch's rows, or deadlock with a batch whose insert
+/// waited for a key the delete held).
 async fn delete_session(conn: &mut Conn, id: &str) -> StoreResult<bool> {
     macro_rules! body {
-        ($tx:ident) => {{
+        ($tx:ident, $pg:ident) => {{
+            if $pg {
+                sqlx::query("SELECT id FROM sessions WHERE id = $1 FOR UPDATE")
+                    .bind(id)
+                    .fetch_optional(&mut *$tx)
+                    .await?;
+            }
             for sql in [
                 "DELETE FROM session_messages WHERE session_id = $1",
                 "DELETE FROM session_events WHERE session_id = $1",
@@ -970,7 +984,7 @@ async fn delete_session(conn: &mut Conn, id: &str) -> StoreResult<bool> {
                 > 0
         }};
     }
-    Ok(in_conn_tx!(conn, tx, _pg, _Engine => body!(tx)))
+    Ok(in_conn_tx!(conn, tx, pg, _Engine => body!(tx, pg)))
 }
 
 #[cfg(test)]
