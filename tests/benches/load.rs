@@ -16,8 +16,8 @@
 //! `LOAD_RAMP_MS` (the turns' starts spread evenly over it; default 0, all
 //! at once), `LOAD_ROUNDS` (default 1; each round runs every store once, in
 //! turn, and a last table gives each store's median CPU per turn and its
-//! ratio to the memory store's of the same round), `LOAD_TAIL_MS` (unset:
-//! off; else, after each store's row, where in the run the deltas older
+//! ratio to the memory store's of the same round), `LOAD_TAIL_MS` (unset
+//! or 0: off; else, after each store's row, where in the run the deltas older
 //! than that many ms arrived: per 250 ms window, how many and the oldest).
 //!
 //! The last column is the host's CPU steal during the run (/proc/stat): on
@@ -738,9 +738,7 @@ fn main() {
     let pause = Duration::from_millis(num("LOAD_DELTA_MS", 10));
     let ramp = Duration::from_millis(num("LOAD_RAMP_MS", 0));
     let rounds: usize = num("LOAD_ROUNDS", 1).max(1);
-    let tail_ms: Option<u64> = std::env::var("LOAD_TAIL_MS")
-        .ok()
-        .and_then(|v| v.parse().ok());
+    let tail_ms: u64 = num("LOAD_TAIL_MS", 0);
 
     // The server side on its own runtime, so that its CPU can be told apart.
     let orch = tokio::runtime::Builder::new_multi_thread()
@@ -801,11 +799,11 @@ fn main() {
             for st in &stacks {
                 let f = load.block_on(run_turns(&st.url, Some(&st.store), n, n, true, ramp));
                 println!("{}", f.row(&st.name));
-                if let Some(over) = tail_ms {
+                if tail_ms > 0 {
                     println!(
-                        "<!-- {} slow deltas (> {over} ms): {} -->",
+                        "<!-- {} slow deltas (> {tail_ms} ms): {} -->",
                         st.name,
-                        f.tail(over)
+                        f.tail(tail_ms)
                     );
                 }
                 cpu.entry((st.name.clone(), n))

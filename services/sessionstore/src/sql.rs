@@ -590,13 +590,12 @@ impl SessionStore for SqlStore {
         }
         match &self.writes {
             Db::Sqlite(_) => {
-                let meta = Arc::new(meta.clone());
-                let id = meta.id.clone();
+                let shared = Arc::new(meta.clone());
                 let team: Arc<str> = team.into();
                 self.own_write(
-                    &id,
+                    &meta.id,
                     group_commit::own(move |c| {
-                        let (meta, team) = (meta.clone(), team.clone());
+                        let (meta, team) = (shared.clone(), team.clone());
                         Box::pin(async move {
                             put!(c, meta, &*team)?;
                             Ok(Ok(true))
