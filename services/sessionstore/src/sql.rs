@@ -435,34 +435,17 @@ impl SqlStore {
     /// writer's next batch: in its transaction, committed with its rows
     /// (a transaction of its own cost its commit, and the writer giving its
     /// connection up and taking it back); the write's answer.
-    async fn own_write(&self, session: &str, write: group_commit::OwnWrite) -> StoreResult<bool> {
+    async fn own_write(
+        &self,
+        session: &str,
+        write: impl Fn(&rusqlite::Connection) -> StoreResult<StoreResult<bool>>
+        + Send
+        + Sync
+        + 'static,
+    ) -> StoreResult<bool> {
         self.writer
-            .write(session, group_commit::Rows::Own(write))
+            .write(session, group_commit::Rows::Own(Arc::new(write)))
             .await
-    }
-
-    /// [`Self::own_write`] of a write on a session and a lease owner.
-    async fn own_write_of<F>(&self, id: &str, owner: &str, write: F) -> StoreResult<bool>
-    where
-        F: for<'c> Fn(
-                &'c mut sqlx::SqliteConnection,
-                &'c (String, String),
-            )
-                -> futures::future::BoxFuture<'c, StoreResult<StoreResult<bool>>>
-            + Send
-            + Sync
-            + 'static,
-    {
-        let key = Arc::new((id.to_owned(), owner.to_owned()));
-        let write = Arc::new(write);
-        self.own_write(
-            id,
-            group_commit::own(move |c| {
-                let (key, write) = (key.clone(), write.clone());
-                Box::pin(async move { write(c, &key).await })
-            }),
-        )
-        .await
     }
 
     /// For a write of the store's own on SQLite's write connection, which
@@ -562,50 +545,67 @@ macro_rules! notify {
     };
 }
 
+/// A session's metadata, created or updated (the owner columns are
+/// written once, at creation).
+const PUT_SESSION: &str = "INSERT INTO sessions (id, title, agent, team_members, created_ms, last_active_ms, tenant, subject) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+     ON CONFLICT (id) DO UPDATE SET title = excluded.title, agent = excluded.agent, \
+     team_members = excluded.team_members, created_ms = excluded.created_ms, \
+     last_active_ms = excluded.last_active_ms";
+
+/// A turn's lease in one statement: inserted, or taken over when it is
+/// ours or has expired, for a session that exists; when another owner's
+/// lease is live, nothing changes. `$1` session, `$2` owner, `$3` expiry,
+/// `$4` now.
+const LEASE: &str = "INSERT INTO session_leases (session_id, owner, expires_ms) \
+     SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1) \
+     ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, expires_ms = excluded.expires_ms \
+     WHERE session_leases.owner = excluded.owner OR session_leases.expires_ms <= $4";
+
+const SESSION_EXISTS: &str = "SELECT 1 FROM sessions WHERE id = $1";
+
+/// A turn's release: its lease, with the approvals and cancel requests of
+/// its turn (`$1` session, `$2` owner).
+const RELEASE: [&str; 3] = [
+    "DELETE FROM session_leases WHERE session_id = $1 AND owner = $2",
+    "DELETE FROM session_approvals WHERE session_id = $1 AND owner = $2",
+    "DELETE FROM session_cancels WHERE session_id = $1 AND owner = $2",
+];
+
 #[async_trait]
 impl SessionStore for SqlStore {
     async fn put_session(&self, meta: &SessionMeta) -> StoreResult<()> {
         let team = serde_json::to_string(&meta.team_members).unwrap_or_else(|_| "[]".into());
-        macro_rules! put {
-            ($ex:expr, $meta:expr, $team:expr) => {
-                sqlx::query(
-                    // The owner columns are written once, at creation.
-                    "INSERT INTO sessions (id, title, agent, team_members, created_ms, last_active_ms, tenant, subject) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-                     ON CONFLICT (id) DO UPDATE SET title = excluded.title, agent = excluded.agent, \
-                     team_members = excluded.team_members, created_ms = excluded.created_ms, \
-                     last_active_ms = excluded.last_active_ms",
-                )
-                .bind(&$meta.id)
-                .bind(&$meta.title)
-                .bind(&$meta.agent)
-                .bind($team)
-                .bind($meta.created_ms)
-                .bind($meta.last_active_ms)
-                .bind(&$meta.tenant)
-                .bind(&$meta.subject)
-                .execute($ex)
-                .await
-            };
-        }
         match &self.writes {
             Db::Sqlite(_) => {
-                let shared = Arc::new(meta.clone());
-                let team: Arc<str> = team.into();
-                self.own_write(
-                    &meta.id,
-                    group_commit::own(move |c| {
-                        let (meta, team) = (shared.clone(), team.clone());
-                        Box::pin(async move {
-                            put!(c, meta, &*team)?;
-                            Ok(Ok(true))
-                        })
-                    }),
-                )
+                let m = meta.clone();
+                self.own_write(&meta.id, move |c| {
+                    c.prepare_cached(PUT_SESSION)?.execute(rusqlite::params![
+                        m.id,
+                        m.title,
+                        m.agent,
+                        team,
+                        m.created_ms,
+                        m.last_active_ms,
+                        m.tenant,
+                        m.subject,
+                    ])?;
+                    Ok(Ok(true))
+                })
                 .await?;
             }
             Db::Pg(p) => {
-                put!(p, meta, &team)?;
+                sqlx::query(PUT_SESSION)
+                    .bind(&meta.id)
+                    .bind(&meta.title)
+                    .bind(&meta.agent)
+                    .bind(&team)
+                    .bind(meta.created_ms)
+                    .bind(meta.last_active_ms)
+                    .bind(&meta.tenant)
+                    .bind(&meta.subject)
+                    .execute(p)
+                    .await?;
             }
         }
         Ok(())
@@ -760,76 +760,62 @@ impl SessionStore for SqlStore {
 
     async fn try_lease_turn(&self, id: &str, owner: &str, ttl_ms: i64) -> StoreResult<bool> {
         let now = now_ms();
-        // One statement: insert, or take over a lease that is ours or has
-        // expired, for a session that exists. When another owner's lease is
-        // live, nothing changes. Refused: a live lease of another owner, or
-        // no such session.
-        macro_rules! lease {
-            ($ex:expr, $id:expr, $owner:expr) => {{
-                let r = sqlx::query(
-                    "INSERT INTO session_leases (session_id, owner, expires_ms) \
-                     SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1) \
-                     ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, expires_ms = excluded.expires_ms \
-                     WHERE session_leases.owner = excluded.owner OR session_leases.expires_ms <= $4",
-                )
-                .bind($id)
-                .bind($owner)
-                .bind(now.saturating_add(ttl_ms))
-                .bind(now)
-                .execute(&mut *$ex)
-                .await?;
-                if r.rows_affected() == 1 {
-                    Ok(true)
-                } else if sqlx::query("SELECT 1 FROM sessions WHERE id = $1")
-                    .bind($id)
-                    .fetch_optional(&mut *$ex)
-                    .await?
-                    .is_some()
-                {
-                    Ok(false)
-                } else {
-                    Err(StoreError::NotFound($id.to_owned()))
-                }
-            }};
-        }
+        let expires = now.saturating_add(ttl_ms);
+        // Refused: a live lease of another owner (false), or no such
+        // session (NotFound).
+        let refused = |exists: bool, id: &str| {
+            if exists {
+                Ok(false)
+            } else {
+                Err(StoreError::NotFound(id.to_owned()))
+            }
+        };
         match &self.writes {
             Db::Sqlite(_) => {
-                self.own_write_of(id, owner, move |c, (id, owner)| {
-                    Box::pin(async move { Ok(lease!(c, id.as_str(), owner.as_str())) })
+                let (id, owner) = (id.to_owned(), owner.to_owned());
+                self.own_write(&id.clone(), move |c| {
+                    let n = c
+                        .prepare_cached(LEASE)?
+                        .execute(rusqlite::params![id, owner, expires, now])?;
+                    if n == 1 {
+                        return Ok(Ok(true));
+                    }
+                    let exists = c.prepare_cached(SESSION_EXISTS)?.exists([&id])?;
+                    Ok(refused(exists, &id))
                 })
                 .await
             }
             Db::Pg(p) => {
                 let mut c = p.acquire().await?;
-                lease!(c, id, owner)
+                let r = sqlx::query(LEASE)
+                    .bind(id)
+                    .bind(owner)
+                    .bind(expires)
+                    .bind(now)
+                    .execute(&mut *c)
+                    .await?;
+                if r.rows_affected() == 1 {
+                    return Ok(true);
+                }
+                let exists = sqlx::query(SESSION_EXISTS)
+                    .bind(id)
+                    .fetch_optional(&mut *c)
+                    .await?
+                    .is_some();
+                refused(exists, id)
             }
         }
     }
 
     async fn release_turn(&self, id: &str, owner: &str) -> StoreResult<()> {
-        // The lease, with the approvals and cancel requests of its turn.
-        macro_rules! release {
-            ($ex:expr, $id:expr, $owner:expr) => {
-                for sql in [
-                    "DELETE FROM session_leases WHERE session_id = $1 AND owner = $2",
-                    "DELETE FROM session_approvals WHERE session_id = $1 AND owner = $2",
-                    "DELETE FROM session_cancels WHERE session_id = $1 AND owner = $2",
-                ] {
-                    sqlx::query(sql)
-                        .bind($id)
-                        .bind($owner)
-                        .execute(&mut *$ex)
-                        .await?;
-                }
-            };
-        }
         match &self.writes {
             Db::Sqlite(_) => {
-                self.own_write_of(id, owner, |c, (id, owner)| {
-                    Box::pin(async move {
-                        release!(c, id, owner);
-                        Ok(Ok(true))
-                    })
+                let (id, owner) = (id.to_owned(), owner.to_owned());
+                self.own_write(&id.clone(), move |c| {
+                    for sql in RELEASE {
+                        c.prepare_cached(sql)?.execute([&id, &owner])?;
+                    }
+                    Ok(Ok(true))
                 })
                 .await?;
             }
@@ -837,7 +823,13 @@ impl SessionStore for SqlStore {
                 use sqlx::Connection;
                 let mut c = p.acquire().await?;
                 let mut tx = c.begin().await?;
-                release!(tx, id, owner);
+                for sql in RELEASE {
+                    sqlx::query(sql)
+                        .bind(id)
+                        .bind(owner)
+                        .execute(&mut *tx)
+                        .await?;
+                }
                 tx.commit().await?;
             }
         }

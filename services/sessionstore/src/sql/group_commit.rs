@@ -41,11 +41,11 @@
 //!   locks, writes and notifies, committed on its own: one round trip.
 
 use crate::{Notice, Notices, StoreError, StoreResult, now_ms};
-use futures::future::BoxFuture;
 use omicos_sqldb::Db;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use sqlx::pool::PoolConnection;
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -56,18 +56,6 @@ pub(super) const LINGER: Duration = Duration::from_millis(1);
 /// The most jobs in one transaction (3 bound values per row keeps a batch's
 /// statements far below SQLite's and PostgreSQL's bind limits).
 pub(super) const MAX_JOBS: usize = 512;
-
-/// SQLite: the most rows per INSERT statement. A batch's rows are cut into
-/// statements of 256, 128, … 1 rows, so that nine statement texts serve every
-/// batch size and stay prepared (a cut at 256 made the last statement of
-/// nearly every batch a text of its own, prepared anew).
-const ROWS_PER_INSERT: usize = 256;
-
-/// SQLite: the most rows a batch may have to be sent as one query with its
-/// `BEGIN IMMEDIATE` and `COMMIT`. The query's whole text is the key of the
-/// connection's statement cache, so only small batches, whose texts are
-/// few and recur, go as one; a larger batch is one round trip per statement.
-const ONE_QUERY_ROWS: usize = 32;
 
 /// How many jobs may queue before callers wait for room.
 const QUEUE: usize = 8192;
@@ -98,14 +86,17 @@ pub(super) enum Rows {
 }
 
 /// A write of the store's own, run on SQLite's write connection inside a
-/// batch's transaction. The outer error is SQLite's (the batch fails and is
-/// retried job by job, so it may run again); the inner one is the job's
-/// answer.
-pub(super) type OwnWrite = Arc<
-    dyn for<'c> Fn(&'c mut sqlx::SqliteConnection) -> BoxFuture<'c, StoreResult<StoreResult<bool>>>
-        + Send
-        + Sync,
->;
+/// batch's transaction (synchronously: the writer drives the connection
+/// itself). The outer error is SQLite's (the batch fails and is retried job
+/// by job, so it may run again); the inner one is the job's answer.
+pub(super) type OwnWrite =
+    Arc<dyn Fn(&rusqlite::Connection) -> StoreResult<StoreResult<bool>> + Send + Sync>;
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Backend(e.to_string())
+    }
+}
 
 /// A queued write and who waits for its commit: true; for a delete whether
 /// the session existed; for an own write its answer.
@@ -146,27 +137,13 @@ impl Drop for Lend {
     }
 }
 
-/// An [`OwnWrite`] from a closure (which names the higher-ranked signature
-/// for the compiler).
-pub(super) fn own<F>(f: F) -> OwnWrite
-where
-    F: for<'c> Fn(&'c mut sqlx::SqliteConnection) -> BoxFuture<'c, StoreResult<StoreResult<bool>>>
-        + Send
-        + Sync
-        + 'static,
-{
-    Arc::new(f)
-}
-
 impl Writer {
     /// Starts the writer task on `db`. `channel` is the PostgreSQL
     /// notification channel; `notices` the in-process bus (SQLite). With
-    /// `hold`, the task keeps its connection from one batch to the next (a
-    /// connection taken from the pool per batch cost two round trips to
-    /// SQLite's worker thread, and a task) until the store's other writes
-    /// want it ([`Writer::lend`]) or the store closes; without (SQLite's
-    /// `:memory:`, whose one connection serves the reads too), it gives it
-    /// back after each batch.
+    /// `hold`, the task keeps its connection from one batch to the next
+    /// until the store's other writes want it ([`Writer::lend`]) or the
+    /// store closes; without (SQLite's `:memory:`, whose one connection
+    /// serves the reads too), it gives it back after each batch.
     pub(super) fn spawn(db: Db, channel: Arc<str>, notices: Notices, hold: bool) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
         let give_back = CancellationToken::new();
@@ -174,14 +151,20 @@ impl Writer {
             give_back.cancel();
         }
         let wanted = Arc::new(Wanted::default());
-        tokio::spawn(run(
-            db,
-            channel,
-            notices,
-            rx,
-            give_back.clone(),
-            wanted.clone(),
-        ));
+        match db {
+            Db::Sqlite(pool) => {
+                tokio::spawn(run_sqlite(
+                    pool,
+                    notices,
+                    rx,
+                    give_back.clone(),
+                    wanted.clone(),
+                ));
+            }
+            Db::Pg(pool) => {
+                tokio::spawn(run_pg(pool, channel, rx, give_back.clone()));
+            }
+        }
         Self {
             tx,
             give_back,
@@ -233,21 +216,74 @@ struct Known {
 /// The writer's cursor cache (see the module's documentation).
 type Cache = HashMap<String, Known>;
 
-async fn run(
-    db: Db,
+/// What one writer task keeps from batch to batch.
+struct Queue {
+    rx: mpsc::Receiver<Job>,
+    batch: Vec<Job>,
+    cache: Cache,
+    /// The last batch held more than one job: linger for more.
+    busy: bool,
+}
+
+impl Queue {
+    fn new(rx: mpsc::Receiver<Job>) -> Self {
+        Self {
+            rx,
+            batch: Vec::with_capacity(MAX_JOBS),
+            cache: Cache::new(),
+            busy: false,
+        }
+    }
+
+    /// Adds to the batch (which holds its first job) what queued behind it,
+    /// lingering up to [`LINGER`] for more when the last batch was not
+    /// alone; takes the batch.
+    async fn gather(&mut self) -> Vec<Job> {
+        let deadline = tokio::time::Instant::now() + LINGER;
+        loop {
+            while self.batch.len() < MAX_JOBS {
+                match self.rx.try_recv() {
+                    Ok(j) => self.batch.push(j),
+                    Err(_) => break,
+                }
+            }
+            if !self.busy || self.batch.len() >= MAX_JOBS {
+                break;
+            }
+            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                Ok(Some(j)) => self.batch.push(j),
+                _ => break,
+            }
+        }
+        self.busy = self.batch.len() > 1;
+        if self.cache.len() > KNOWN_SESSIONS {
+            self.cache.clear();
+        }
+        std::mem::take(&mut self.batch)
+    }
+
+    /// Answers the batch with `error` (the writer has no connection).
+    async fn refuse(&mut self, error: &str) {
+        for job in self.gather().await {
+            let e = StoreError::Backend(format!("the store's writer has no connection: {error}"));
+            let _ = job.done.send(Err(e));
+        }
+    }
+}
+
+/// PostgreSQL's writer: batches on a connection kept until the store closes
+/// (PostgreSQL prepares statements per connection).
+async fn run_pg(
+    pool: sqlx::PgPool,
     channel: Arc<str>,
-    notices: Notices,
-    mut rx: mpsc::Receiver<Job>,
+    rx: mpsc::Receiver<Job>,
     give_back: CancellationToken,
-    wanted: Arc<Wanted>,
 ) {
-    let mut batch: Vec<Job> = Vec::with_capacity(MAX_JOBS);
-    let mut cache = Cache::new();
-    let mut held: Option<Conn> = None;
-    let mut busy = false;
+    let mut q = Queue::new(rx);
+    let mut held: Option<PoolConnection<sqlx::Postgres>> = None;
     loop {
         let first = tokio::select! {
-            j = rx.recv() => match j {
+            j = q.rx.recv() => match j {
                 Some(j) => j,
                 None => break,
             },
@@ -255,100 +291,160 @@ async fn run(
                 held = None;
                 continue;
             }
-            () = wanted.notify.notified(), if held.is_some() => {
-                held = None;
-                continue;
-            }
         };
-        batch.push(first);
-        let deadline = tokio::time::Instant::now() + LINGER;
-        loop {
-            while batch.len() < MAX_JOBS {
-                match rx.try_recv() {
-                    Ok(j) => batch.push(j),
-                    Err(_) => break,
-                }
-            }
-            if !busy || batch.len() >= MAX_JOBS {
-                break;
-            }
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(Some(j)) => batch.push(j),
-                _ => break,
-            }
-        }
-        busy = batch.len() > 1;
-        if cache.len() > KNOWN_SESSIONS {
-            cache.clear();
-        }
-        let mut w = Batcher {
-            db: &db,
-            channel: &channel,
-            notices: &notices,
-            conn: &mut held,
+        q.batch.push(first);
+        let batch = q.gather().await;
+        let mut b = Batcher {
+            notices: None,
+            conn: Conn::Pg {
+                pool: &pool,
+                channel: &channel,
+                held: &mut held,
+            },
         };
-        w.commit(&mut cache, std::mem::take(&mut batch)).await;
-        if give_back.is_cancelled() || wanted.waiting.load(Ordering::Acquire) > 0 {
-            // SQLite's one write connection is shared: another write of the
-            // store, or a closing pool, waits for it.
+        b.commit(&mut q.cache, batch).await;
+        if give_back.is_cancelled() {
             held = None;
         }
     }
 }
 
-/// The connection a batch is written on, kept from one batch to the next
-/// (or until it fails). SQLite: the store's one write connection, which the
-/// store's other writes borrow ([`Writer::lend`]); sharing it keeps its page
-/// cache warm (another connection's commit would empty it). PostgreSQL:
-/// until the store closes, as PostgreSQL prepares statements per connection.
-enum Conn {
-    Sqlite(sqlx::pool::PoolConnection<sqlx::Sqlite>),
-    Pg(sqlx::pool::PoolConnection<sqlx::Postgres>),
+/// SQLite's writer. It takes the store's one write connection from the
+/// pool, locks its handle out of sqlx's worker thread, and runs its batches
+/// on it in-process, synchronously, through rusqlite: a batch is its
+/// SQLite calls and nothing else, where through sqlx each statement was a
+/// round trip to the worker thread (two thread wake-ups, and the writer
+/// task's). It keeps the connection between batches (which keeps its page
+/// cache warm) until one of the store's other writes wants it
+/// ([`Writer::lend`]) or the store closes, and gives it back at once on
+/// `:memory:`, whose one connection serves the reads too.
+///
+/// No transaction is open across an await: each batch begins and commits
+/// (or rolls back) within one poll. A connection that could not roll back
+/// is closed, and the next batch takes a new one.
+async fn run_sqlite(
+    pool: sqlx::SqlitePool,
+    notices: Notices,
+    rx: mpsc::Receiver<Job>,
+    give_back: CancellationToken,
+    wanted: Arc<Wanted>,
+) {
+    let mut q = Queue::new(rx);
+    while let Some(first) = q.rx.recv().await {
+        q.batch.push(first);
+        let mut pc = match pool.acquire().await {
+            Ok(c) => c,
+            Err(e) => {
+                q.refuse(&e.to_string()).await;
+                continue;
+            }
+        };
+        let end = hold(&mut pc, &mut q, &notices, &give_back, &wanted).await;
+        if end.broken {
+            pc.close_on_drop();
+        }
+        drop(pc);
+        if end.closed {
+            break;
+        }
+    }
 }
 
-/// Runs `$body` in one write transaction on the held connection and commits
-/// it (SQLite: `BEGIN IMMEDIATE`). In `$body`, `$pg` tells the engine and
-/// `$db` names its sqlx type.
-macro_rules! in_conn_tx {
-    ($conn:expr, $tx:ident, $pg:ident, $db:ident => $body:expr) => {{
-        use sqlx::Connection;
-        match $conn {
-            Conn::Sqlite(c) => {
-                let $pg = false;
-                type $db = sqlx::Sqlite;
-                let mut $tx = c.begin_with("BEGIN IMMEDIATE").await?;
-                let r = $body;
-                $tx.commit().await?;
-                r
-            }
-            Conn::Pg(c) => {
-                let $pg = true;
-                type $db = sqlx::Postgres;
-                let mut $tx = c.begin().await?;
-                let r = $body;
-                $tx.commit().await?;
-                r
+/// Why [`hold`] gave its connection back.
+struct Given {
+    /// The connection failed: it is closed, not reused.
+    broken: bool,
+    /// The queue closed: the writer ends.
+    closed: bool,
+}
+
+/// Locks `pc`'s handle out of sqlx's worker thread and commits the batch
+/// in `q`, and the batches that follow, on it until another write of the
+/// store wants the connection, the store closes or the queue does.
+async fn hold(
+    pc: &mut sqlx::SqliteConnection,
+    q: &mut Queue,
+    notices: &Notices,
+    give_back: &CancellationToken,
+    wanted: &Wanted,
+) -> Given {
+    let mut end = Given {
+        broken: true,
+        closed: false,
+    };
+    let mut locked = match pc.lock_handle().await {
+        Ok(l) => l,
+        Err(e) => {
+            q.refuse(&e.to_string()).await;
+            return end;
+        }
+    };
+    // SAFETY: the handle is sqlx's open connection, which its worker
+    // thread does not use while `locked` lives; `conn` is dropped before
+    // `locked`, and a connection made from a handle does not close it.
+    let conn = unsafe { rusqlite::Connection::from_handle(locked.as_raw_handle().as_ptr()) };
+    let conn = match conn {
+        Ok(c) => std::sync::Mutex::new(c),
+        Err(e) => {
+            q.refuse(&e.to_string()).await;
+            return end;
+        }
+    };
+    end.broken = false;
+    loop {
+        let batch = q.gather().await;
+        let mut b = Batcher {
+            notices: Some(notices),
+            conn: Conn::Sqlite {
+                conn: &conn,
+                broken: &mut end.broken,
+            },
+        };
+        b.commit(&mut q.cache, batch).await;
+        if end.broken || give_back.is_cancelled() || wanted.waiting.load(Ordering::Acquire) > 0 {
+            break;
+        }
+        // Idle, holding the connection (no transaction open).
+        let next = tokio::select! {
+            j = q.rx.recv() => j,
+            () = give_back.cancelled() => break,
+            () = wanted.notify.notified() => break,
+        };
+        match next {
+            Some(j) => q.batch.push(j),
+            None => {
+                end.closed = true;
+                break;
             }
         }
-    }};
+    }
+    drop(conn);
+    end
 }
 
-impl Conn {
-    async fn acquire(db: &Db) -> StoreResult<Self> {
-        Ok(match db {
-            Db::Sqlite(p) => Conn::Sqlite(p.acquire().await?),
-            Db::Pg(p) => Conn::Pg(p.acquire().await?),
-        })
-    }
+/// The connection a batch is written on.
+enum Conn<'a> {
+    /// SQLite's write connection, driven in-process (see [`run_sqlite`]).
+    Sqlite {
+        conn: &'a std::sync::Mutex<rusqlite::Connection>,
+        /// Set when a failed transaction could not be rolled back: the
+        /// connection is not used again.
+        broken: &'a mut bool,
+    },
+    /// PostgreSQL: the held connection, or a new one from the pool.
+    Pg {
+        pool: &'a sqlx::PgPool,
+        channel: &'a str,
+        /// Dropped after a failure: a broken connection is not used again.
+        held: &'a mut Option<PoolConnection<sqlx::Postgres>>,
+    },
 }
 
 /// What a batch is committed with.
 struct Batcher<'a> {
-    db: &'a Db,
-    channel: &'a str,
-    notices: &'a Notices,
-    /// Dropped after a failure: a broken connection is not used again.
-    conn: &'a mut Option<Conn>,
+    /// SQLite: the in-process bus that hears of committed events.
+    notices: Option<&'a Notices>,
+    conn: Conn<'a>,
 }
 
 impl Batcher<'_> {
@@ -361,13 +457,7 @@ impl Batcher<'_> {
             if matches!(job.rows, Rows::Delete) {
                 self.commit_writes(cache, std::mem::take(&mut writes)).await;
                 cache.remove(&job.session);
-                let r = match self.conn().await {
-                    Ok(c) => delete_session(c, &job.session).await,
-                    Err(e) => Err(e),
-                };
-                if r.is_err() {
-                    *self.conn = None;
-                }
+                let r = self.delete(&job.session).await;
                 let _ = job.done.send(r);
             } else {
                 writes.push(job);
@@ -376,12 +466,23 @@ impl Batcher<'_> {
         self.commit_writes(cache, writes).await;
     }
 
-    /// The held connection, or a new one from the pool.
-    async fn conn(&mut self) -> StoreResult<&mut Conn> {
-        if self.conn.is_none() {
-            *self.conn = Some(Conn::acquire(self.db).await?);
+    async fn delete(&mut self, id: &str) -> StoreResult<bool> {
+        match &mut self.conn {
+            Conn::Sqlite { conn, broken } => {
+                let c = lock(conn);
+                sqlite_tx(&c, broken, |c| sqlite_delete(c, id))
+            }
+            Conn::Pg { pool, held, .. } => {
+                let r = match pg_conn(pool, held).await {
+                    Ok(c) => pg_delete(c, id).await,
+                    Err(e) => Err(e),
+                };
+                if r.is_err() {
+                    **held = None;
+                }
+                r
+            }
         }
-        Ok(self.conn.as_mut().expect("just set"))
     }
 
     async fn commit_writes(&mut self, cache: &mut Cache, batch: Vec<Job>) {
@@ -437,34 +538,61 @@ impl Batcher<'_> {
         cache: &mut Cache,
         jobs: &[(&str, &Rows)],
     ) -> StoreResult<Vec<StoreResult<bool>>> {
-        let channel = self.channel;
-        let conn = self.conn().await?;
-        let outcome = match write_batch(conn, channel, cache, jobs).await {
-            Ok(o) => o,
-            Err(e) => {
-                *self.conn = None;
-                return Err(e);
+        let outcome = match &mut self.conn {
+            Conn::Sqlite { conn, broken } => sqlite_batch(&lock(conn), broken, cache, jobs)?,
+            Conn::Pg {
+                pool,
+                channel,
+                held,
+            } => {
+                let r = match pg_conn(pool, held).await {
+                    Ok(c) => pg_batch(c, channel, cache, jobs).await,
+                    Err(e) => Err(e),
+                };
+                if r.is_err() {
+                    **held = None;
+                }
+                r?
             }
         };
         for (s, k) in outcome.cursors {
             cache.insert(s.to_owned(), k);
         }
-        announce(self.db, self.notices, &outcome.last_seqs);
+        if let Some(notices) = self.notices {
+            announce(notices, &outcome.last_seqs);
+        }
         Ok(outcome.results)
     }
+}
+
+/// The writer's rusqlite connection (a poisoned lock only means a panic in
+/// an earlier batch, whose transaction the next one's `BEGIN` would refuse).
+fn lock(
+    conn: &std::sync::Mutex<rusqlite::Connection>,
+) -> std::sync::MutexGuard<'_, rusqlite::Connection> {
+    conn.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// PostgreSQL: the held connection, or a new one from the pool.
+async fn pg_conn<'c>(
+    pool: &sqlx::PgPool,
+    held: &'c mut Option<PoolConnection<sqlx::Postgres>>,
+) -> StoreResult<&'c mut PoolConnection<sqlx::Postgres>> {
+    if held.is_none() {
+        *held = Some(pool.acquire().await?);
+    }
+    Ok(held.as_mut().expect("just set"))
 }
 
 /// SQLite: the in-process bus hears of the committed events (PostgreSQL's
 /// notifications went out with the transaction). One notice per session and
 /// batch, with its last seq: a notice only wakes a reader, who reads the log.
-fn announce(db: &Db, notices: &Notices, last_seqs: &BTreeMap<String, i64>) {
-    if matches!(db, Db::Sqlite(_)) {
-        for (session, seq) in last_seqs {
-            notices.publish(Notice::Event {
-                session: session.clone(),
-                seq: *seq as u64,
-            });
-        }
+fn announce(notices: &Notices, last_seqs: &BTreeMap<String, i64>) {
+    for (session, seq) in last_seqs {
+        notices.publish(Notice::Event {
+            session: session.clone(),
+            seq: *seq as u64,
+        });
     }
 }
 
@@ -498,11 +626,7 @@ fn padded<'a>(ids: &BTreeSet<&'a str>) -> Vec<&'a str> {
 }
 
 /// Appends the ids as binds and the closing parenthesis of an `IN (`.
-fn push_ids<DB>(q: &mut sqlx::QueryBuilder<DB>, ids: &[&str])
-where
-    DB: sqlx::Database,
-    for<'a> &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
-{
+fn push_ids(q: &mut sqlx::QueryBuilder<sqlx::Postgres>, ids: &[&str]) {
     let mut sep = q.separated(", ");
     for id in ids {
         sep.push_bind(*id);
@@ -652,108 +776,13 @@ fn last_seqs(plan: &Plan<'_>) -> BTreeMap<String, i64> {
     last
 }
 
-/// One statement of a batch's writes (SQLite).
-enum Stmt<'p, 'a> {
-    Events(&'p [(&'a str, i64, &'a [u8])]),
-    Messages(&'p [(&'a str, i64, &'a str)]),
-    /// A session's last activity, where messages came.
-    Touch(&'a str),
-}
-
-/// `rows` cut into runs of 256, 128, … 1 (see [`ROWS_PER_INSERT`]).
-fn runs<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
-    std::iter::from_fn(move || {
-        if rows.is_empty() {
-            return None;
-        }
-        let n = rows.len().min(ROWS_PER_INSERT);
-        let n = 1 << n.ilog2();
-        let (run, rest) = rows.split_at(n);
-        rows = rest;
-        Some(run)
-    })
-}
-
-/// The statements that write `plan`, in order.
-fn statements<'p, 'a>(
-    plan: &'p Plan<'a>,
-    cursors: &BTreeMap<&'a str, Cursor>,
-) -> Vec<Stmt<'p, 'a>> {
-    let mut out: Vec<Stmt> = runs(&plan.events).map(Stmt::Events).collect();
-    out.extend(runs(&plan.messages).map(Stmt::Messages));
-    out.extend(
-        cursors
-            .iter()
-            .filter(|(_, c)| c.messages)
-            .map(|(s, _)| Stmt::Touch(s)),
-    );
-    out
-}
-
-/// Appends `stmt` to `q` (no terminator).
-fn push_stmt<DB>(q: &mut sqlx::QueryBuilder<DB>, stmt: &Stmt<'_, '_>, now: i64)
-where
-    DB: sqlx::Database,
-    for<'x> &'x str: sqlx::Encode<'x, DB> + sqlx::Type<DB>,
-    for<'x> &'x [u8]: sqlx::Encode<'x, DB> + sqlx::Type<DB>,
-    for<'x> i64: sqlx::Encode<'x, DB> + sqlx::Type<DB>,
-{
-    match stmt {
-        Stmt::Events(rows) => {
-            q.push("INSERT INTO session_events (session_id, seq, body) ");
-            q.push_values(rows.iter(), |mut b, (s, seq, body)| {
-                b.push_bind(*s).push_bind(*seq).push_bind(*body);
-            });
-        }
-        Stmt::Messages(rows) => {
-            q.push("INSERT INTO session_messages (session_id, idx, body) ");
-            q.push_values(rows.iter(), |mut b, (s, idx, body)| {
-                b.push_bind(*s).push_bind(*idx).push_bind(*body);
-            });
-        }
-        Stmt::Touch(s) => {
-            q.push("UPDATE sessions SET last_active_ms = ");
-            q.push_bind(now);
-            q.push(" WHERE id = ");
-            q.push_bind(*s);
-        }
-    }
-}
-
-/// Reads the cursors of `ids` (padded) into `cursors`: each MAX is an
-/// index lookup on the (session_id, seq|idx) key.
-macro_rules! read_cursors {
-    ($db:ty, $ex:expr, $ids:expr, $cursors:expr) => {{
-        let mut q = sqlx::QueryBuilder::<$db>::new(
-            "SELECT s.id, \
-             COALESCE((SELECT MAX(e.seq) FROM session_events e WHERE e.session_id = s.id), 0), \
-             COALESCE((SELECT MAX(m.idx) FROM session_messages m WHERE m.session_id = s.id), 0) \
-             FROM sessions s WHERE s.id IN (",
-        );
-        push_ids(&mut q, $ids);
-        for (id, seq, idx) in q
-            .build_query_as::<(String, i64, i64)>()
-            .fetch_all($ex)
-            .await?
-        {
-            if let Some(c) = $cursors.get_mut(id.as_str()) {
-                c.exists = true;
-                c.last_seq = seq;
-                c.last_idx = idx;
-            }
-        }
-    }};
-}
-
-/// Writes the jobs in one transaction. Err: the transaction failed and
-/// nothing of it was committed.
-async fn write_batch<'a>(
-    conn: &mut Conn,
-    channel: &str,
+/// The cursors a batch starts from: its sessions (an own write's is not
+/// one) with their remembered cursors where they can be trusted, and the
+/// sessions whose cursors must be read (sorted).
+fn start<'a>(
     cache: &Cache,
     jobs: &[(&'a str, &'a Rows)],
-) -> StoreResult<Outcome<'a>> {
-    // The sessions that get rows (an own write names its session too).
+) -> (BTreeMap<&'a str, Cursor>, BTreeSet<&'a str>) {
     let sessions: BTreeSet<&str> = jobs
         .iter()
         .filter(|(_, r)| !matches!(r, Rows::Own(_)))
@@ -765,61 +794,72 @@ async fn write_batch<'a>(
         .copied()
         .filter(|s| !known.contains_key(s))
         .collect();
+    (start_cursors(&known, &unknown), unknown)
+}
+
+/// PostgreSQL: writes the jobs in one transaction. Err: the transaction
+/// failed and nothing of it was committed.
+async fn pg_batch<'a>(
+    c: &mut sqlx::PgConnection,
+    channel: &str,
+    cache: &Cache,
+    jobs: &[(&'a str, &'a Rows)],
+) -> StoreResult<Outcome<'a>> {
+    let (mut cursors, unknown) = start(cache, jobs);
     let now = now_ms();
-    // One statement locks (PostgreSQL) and one reads the cursors of the
-    // sessions the writer does not know, whatever their number (a statement
-    // per session cost more than the inserts). The id lists are padded to a
-    // power of two, so that a few prepared statements serve every batch size.
-    let unknown_ids = padded(&unknown);
-    let mut cursors = start_cursors(&known, &unknown);
-    match conn {
-        Conn::Sqlite(c) => {
-            let r = sqlite_batch(c, &unknown_ids, jobs, &mut cursors, now).await;
-            if r.is_err() {
-                // Nothing of it stays: roll back what began. A connection
-                // that cannot (none began, or it is broken) is not used again.
-                if sqlx::raw_sql("ROLLBACK").execute(&mut **c).await.is_err() {
-                    c.close_on_drop();
-                }
-            }
-            let plan = r?;
-            Ok(outcome(plan, cursors))
-        }
-        Conn::Pg(c) => {
-            if unknown_ids.is_empty() {
-                // Every cursor is remembered (the usual case): one statement,
-                // committed on its own (it locks the sessions first).
-                let plan = plan(jobs, &mut cursors);
-                pg_write(&mut **c, channel, &plan, &cursors, now).await?;
-                return Ok(outcome(plan, cursors));
-            }
-            use sqlx::Connection;
-            let mut tx = c.begin().await?;
-            // Every session's row is locked first, in sorted order, by a
-            // statement of its own, so another replica's batch on the same
-            // session waits for this one, the read that follows (a new
-            // snapshot: READ COMMITTED) sees what it committed, and a
-            // session deleted meanwhile is seen gone.
-            let mut q =
-                sqlx::QueryBuilder::<sqlx::Postgres>::new("SELECT id FROM sessions WHERE id IN (");
-            push_ids(&mut q, &padded(&sessions));
-            q.push(" ORDER BY id FOR UPDATE");
-            let locked: BTreeSet<String> = q
-                .build_query_scalar::<String>()
-                .fetch_all(&mut *tx)
-                .await?
-                .into_iter()
-                .collect();
-            for (s, c) in cursors.iter_mut() {
-                c.exists = c.exists && locked.contains(*s);
-            }
-            read_cursors!(sqlx::Postgres, &mut *tx, &unknown_ids, cursors);
-            let plan = plan(jobs, &mut cursors);
-            pg_write(&mut *tx, channel, &plan, &cursors, now).await?;
-            tx.commit().await?;
-            Ok(outcome(plan, cursors))
+    if unknown.is_empty() {
+        // Every cursor is remembered (the usual case): one statement,
+        // committed on its own (it locks the sessions first).
+        let plan = plan(jobs, &mut cursors);
+        pg_write(&mut *c, channel, &plan, &cursors, now).await?;
+        return Ok(outcome(plan, cursors));
+    }
+    use sqlx::Connection;
+    let mut tx = c.begin().await?;
+    // Every session's row is locked first, in sorted order, by a statement
+    // of its own, so another replica's batch on the same session waits for
+    // this one, the read that follows (a new snapshot: READ COMMITTED) sees
+    // what it committed, and a session deleted meanwhile is seen gone. The
+    // id lists are padded to a power of two, so that a few prepared
+    // statements serve every batch size.
+    let sessions: BTreeSet<&str> = cursors.keys().copied().collect();
+    let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new("SELECT id FROM sessions WHERE id IN (");
+    push_ids(&mut q, &padded(&sessions));
+    q.push(" ORDER BY id FOR UPDATE");
+    let locked: BTreeSet<String> = q
+        .build_query_scalar::<String>()
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .collect();
+    for (s, c) in cursors.iter_mut() {
+        c.exists = c.exists && locked.contains(*s);
+    }
+    // The cursors the writer does not know, in one statement whatever their
+    // number (a statement per session cost more than the inserts): each MAX
+    // is an index lookup on the (session_id, seq|idx) key.
+    let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new(
+        "SELECT s.id, \
+         COALESCE((SELECT MAX(e.seq) FROM session_events e WHERE e.session_id = s.id), 0), \
+         COALESCE((SELECT MAX(m.idx) FROM session_messages m WHERE m.session_id = s.id), 0) \
+         FROM sessions s WHERE s.id IN (",
+    );
+    push_ids(&mut q, &padded(&unknown));
+    for (id, seq, idx) in q
+        .build_query_as::<(String, i64, i64)>()
+        .fetch_all(&mut *tx)
+        .await?
+    {
+        if let Some(c) = cursors.get_mut(id.as_str()) {
+            c.exists = true;
+            c.last_seq = seq;
+            c.last_idx = idx;
         }
     }
+    let plan = plan(jobs, &mut cursors);
+    pg_write(&mut *tx, channel, &plan, &cursors, now).await?;
+    tx.commit().await?;
+    Ok(outcome(plan, cursors))
 }
 
 /// PostgreSQL: the one statement that writes a planned batch, whatever its
@@ -885,126 +925,150 @@ async fn pg_write<'c>(
     Ok(())
 }
 
-/// SQLite: a small batch whose sessions' cursors the writer knows (the
-/// usual case) in one round trip to the connection's worker thread:
-/// `BEGIN IMMEDIATE`, the inserts and `COMMIT` as one query (sqlx's
-/// `begin`, `execute` and `commit` were three, each a wake-up of that thread
-/// and of ours). The store's own writes run first, then unknown cursors are
-/// read, and a larger batch goes one statement at a time
-/// ([`ONE_QUERY_ROWS`]). Err: the caller rolls back what began.
-async fn sqlite_batch<'a>(
-    c: &mut sqlx::SqliteConnection,
-    unknown_ids: &[&str],
+/// SQLite: a session's cursor, if it exists (each MAX is an index lookup
+/// on the (session_id, seq|idx) key).
+const SQLITE_CURSOR: &str = "SELECT \
+     COALESCE((SELECT MAX(seq) FROM session_events WHERE session_id = $1), 0), \
+     COALESCE((SELECT MAX(idx) FROM session_messages WHERE session_id = $1), 0) \
+     FROM sessions WHERE id = $1";
+
+/// SQLite: writes the jobs in one transaction on the writer's connection:
+/// the store's own writes first, then the cursors it does not know are
+/// read, then one prepared single-row statement per row. Single-row
+/// inserts need no statement journal (a multi-row INSERT copied each page
+/// it touched into one, in case the statement failed halfway), and
+/// in-process a statement per row costs no round trip. Err: nothing of it
+/// was committed.
+fn sqlite_batch<'a>(
+    c: &rusqlite::Connection,
+    broken: &mut bool,
+    cache: &Cache,
     jobs: &[(&'a str, &'a Rows)],
-    cursors: &mut BTreeMap<&'a str, Cursor>,
-    now: i64,
-) -> StoreResult<Plan<'a>> {
-    let owns: Vec<(usize, &OwnWrite)> = jobs
-        .iter()
-        .enumerate()
-        .filter_map(|(i, (_, rows))| match rows {
-            Rows::Own(w) => Some((i, w)),
-            _ => None,
-        })
-        .collect();
-    // Statements whose answers the batch needs begin the transaction on
-    // their own; without, BEGIN goes with the rows.
-    let began = !owns.is_empty() || !unknown_ids.is_empty();
-    if began {
-        sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut *c).await?;
-    }
-    let mut answers = Vec::with_capacity(owns.len());
-    for (i, write) in owns {
-        answers.push((i, write(&mut *c).await?));
-    }
-    if !unknown_ids.is_empty() {
-        read_cursors!(sqlx::Sqlite, &mut *c, unknown_ids, cursors);
-    }
-    let mut plan = plan(jobs, cursors);
-    for (i, answer) in answers {
-        plan.results[i] = answer;
-    }
-    let stmts = statements(&plan, cursors);
-    let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new("");
-    if plan.events.len() + plan.messages.len() <= ONE_QUERY_ROWS {
-        if !began {
-            q.push("BEGIN IMMEDIATE; ");
+) -> StoreResult<Outcome<'a>> {
+    let (mut cursors, unknown) = start(cache, jobs);
+    let now = now_ms();
+    let plan = sqlite_tx(c, broken, |c| {
+        let mut answers = Vec::new();
+        for (i, (_, rows)) in jobs.iter().enumerate() {
+            if let Rows::Own(write) = rows {
+                answers.push((i, write(c)?));
+            }
         }
-        for stmt in &stmts {
-            push_stmt(&mut q, stmt, now);
-            q.push("; ");
+        if !unknown.is_empty() {
+            let mut read = c.prepare_cached(SQLITE_CURSOR)?;
+            for s in &unknown {
+                let mut rows = read.query([s])?;
+                if let Some(row) = rows.next()? {
+                    let cur = cursors.get_mut(s).expect("every session has a cursor");
+                    cur.exists = true;
+                    cur.last_seq = row.get(0)?;
+                    cur.last_idx = row.get(1)?;
+                }
+            }
         }
-        q.push("COMMIT");
-        q.build().execute(&mut *c).await?;
-    } else {
-        if !began {
-            sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut *c).await?;
+        let mut plan = plan(jobs, &mut cursors);
+        for (i, answer) in answers {
+            plan.results[i] = answer;
         }
-        for stmt in &stmts {
-            q.reset();
-            push_stmt(&mut q, stmt, now);
-            q.build().execute(&mut *c).await?;
+        if !plan.events.is_empty() {
+            let mut ins = c.prepare_cached(
+                "INSERT INTO session_events (session_id, seq, body) VALUES ($1, $2, $3)",
+            )?;
+            for (s, seq, body) in &plan.events {
+                ins.execute(rusqlite::params![s, seq, body])?;
+            }
         }
-        sqlx::raw_sql("COMMIT").execute(&mut *c).await?;
-    }
-    Ok(plan)
+        if !plan.messages.is_empty() {
+            let mut ins = c.prepare_cached(
+                "INSERT INTO session_messages (session_id, idx, body) VALUES ($1, $2, $3)",
+            )?;
+            for (s, idx, body) in &plan.messages {
+                ins.execute(rusqlite::params![s, idx, body])?;
+            }
+            let mut touch = c.prepare_cached("UPDATE sessions SET last_active_ms = $1 WHERE id = $2")?;
+            for (s, _) in cursors.iter().filter(|(_, c)| c.messages) {
+                touch.execute(rusqlite::params![now, s])?;
+            }
+        }
+        Ok(plan)
+    })?;
+    Ok(outcome(plan, cursors))
 }
 
-/// Deletes a session with its messages, events, lease, grants, approvals
-/// and cancel requests in one transaction; whether it existed. PostgreSQL
-/// locks the session's row first, as a batch does: a batch of another
-/// replica on it commits before the delete reads what to delete, or waits
-/// for the delete and finds the session gone (locking it last let the
-/// delete fail on the batch's rows, or deadlock with a batch whose insert
-/// waited for a key the delete held).
-async fn delete_session(conn: &mut Conn, id: &str) -> StoreResult<bool> {
-    macro_rules! body {
-        ($tx:ident, $pg:ident) => {{
-            if $pg {
-                sqlx::query("SELECT id FROM sessions WHERE id = $1 FOR UPDATE")
-                    .bind(id)
-                    .fetch_optional(&mut *$tx)
-                    .await?;
-            }
-            for sql in [
-                "DELETE FROM session_messages WHERE session_id = $1",
-                "DELETE FROM session_events WHERE session_id = $1",
-                "DELETE FROM session_leases WHERE session_id = $1",
-                "DELETE FROM session_grants WHERE session_id = $1",
-                "DELETE FROM session_approvals WHERE session_id = $1",
-                "DELETE FROM session_cancels WHERE session_id = $1",
-            ] {
-                sqlx::query(sql).bind(id).execute(&mut *$tx).await?;
-            }
-            sqlx::query("DELETE FROM sessions WHERE id = $1")
-                .bind(id)
-                .execute(&mut *$tx)
-                .await?
-                .rows_affected()
-                > 0
-        }};
-    }
-    Ok(in_conn_tx!(conn, tx, pg, _Engine => body!(tx, pg)))
+/// Runs one prepared statement without parameters (`BEGIN IMMEDIATE`, …).
+fn exec(c: &rusqlite::Connection, sql: &str) -> rusqlite::Result<()> {
+    c.prepare_cached(sql)?.execute([])?;
+    Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::runs;
-
-    #[test]
-    fn rows_are_cut_into_runs_of_powers_of_two() {
-        let lens = |n: usize| -> Vec<usize> {
-            let rows: Vec<usize> = (0..n).collect();
-            let cut: Vec<&[usize]> = runs(&rows).collect();
-            // In order, nothing lost or doubled.
-            assert_eq!(cut.concat(), rows);
-            cut.iter().map(|r| r.len()).collect()
-        };
-        assert_eq!(lens(0), Vec::<usize>::new());
-        assert_eq!(lens(1), [1]);
-        assert_eq!(lens(7), [4, 2, 1]);
-        assert_eq!(lens(32), [32]);
-        assert_eq!(lens(300), [256, 32, 8, 4]);
-        assert_eq!(lens(513), [256, 256, 1]);
+/// SQLite: `body` in one `BEGIN IMMEDIATE` transaction, committed; on any
+/// error rolled back, and a connection that cannot roll back is `broken`.
+fn sqlite_tx<T>(
+    c: &rusqlite::Connection,
+    broken: &mut bool,
+    body: impl FnOnce(&rusqlite::Connection) -> StoreResult<T>,
+) -> StoreResult<T> {
+    if *broken {
+        return Err(StoreError::Backend(
+            "the write connection failed to roll back".into(),
+        ));
     }
+    let r = (|| {
+        exec(c, "BEGIN IMMEDIATE")?;
+        let v = body(c)?;
+        exec(c, "COMMIT")?;
+        Ok(v)
+    })();
+    if r.is_err() && !c.is_autocommit() && exec(c, "ROLLBACK").is_err() {
+        *broken = true;
+    }
+    r
+}
+
+/// What deleting a session deletes before its row, in order.
+const DELETE_OWNED: [&str; 6] = [
+    "DELETE FROM session_messages WHERE session_id = $1",
+    "DELETE FROM session_events WHERE session_id = $1",
+    "DELETE FROM session_leases WHERE session_id = $1",
+    "DELETE FROM session_grants WHERE session_id = $1",
+    "DELETE FROM session_approvals WHERE session_id = $1",
+    "DELETE FROM session_cancels WHERE session_id = $1",
+];
+
+/// SQLite: deletes a session with its messages, events, lease, grants,
+/// approvals and cancel requests (in the caller's transaction); whether it
+/// existed.
+fn sqlite_delete(c: &rusqlite::Connection, id: &str) -> StoreResult<bool> {
+    for sql in DELETE_OWNED {
+        c.prepare_cached(sql)?.execute([id])?;
+    }
+    Ok(c.prepare_cached("DELETE FROM sessions WHERE id = $1")?
+        .execute([id])?
+        > 0)
+}
+
+/// PostgreSQL: [`sqlite_delete`] in one transaction that locks the
+/// session's row first, as a batch does: a batch of another replica on it
+/// commits before the delete reads what to delete, or waits for the delete
+/// and finds the session gone (locking it last let the delete fail on the
+/// batch's rows, or deadlock with a batch whose insert waited for a key the
+/// delete held).
+async fn pg_delete(c: &mut sqlx::PgConnection, id: &str) -> StoreResult<bool> {
+    use sqlx::Connection;
+    let mut tx = c.begin().await?;
+    sqlx::query("SELECT id FROM sessions WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    for sql in DELETE_OWNED {
+        sqlx::query(sql).bind(id).execute(&mut *tx).await?;
+    }
+    let existed = sqlx::query("DELETE FROM sessions WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+        > 0;
+    tx.commit().await?;
+    Ok(existed)
 }
