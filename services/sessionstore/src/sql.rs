@@ -10,6 +10,7 @@
 
 use crate::{Lease, Notice, Notices, SessionMeta, SessionStore, StoreError, StoreResult, now_ms};
 use async_trait::async_trait;
+use rusqlite::OptionalExtension;
 use serde_json::Value;
 use sqlx::Row;
 use std::sync::Arc;
@@ -29,30 +30,6 @@ macro_rules! on_db {
         match $db {
             Db::Sqlite($p) => $body,
             Db::Pg($p) => $body,
-        }
-    };
-}
-
-/// Runs the body in a write transaction (`BEGIN IMMEDIATE` on SQLite, so
-/// writers queue on the busy timeout instead of failing a lock upgrade).
-/// `$pg` is true inside the PostgreSQL arm.
-macro_rules! in_tx {
-    ($db:expr, $tx:ident, $pg:ident => $body:expr) => {
-        match $db {
-            Db::Sqlite(p) => {
-                let $pg = false;
-                let mut $tx = p.begin_with("BEGIN IMMEDIATE").await?;
-                let r = $body;
-                $tx.commit().await?;
-                r
-            }
-            Db::Pg(p) => {
-                let $pg = true;
-                let mut $tx = p.begin().await?;
-                let r = $body;
-                $tx.commit().await?;
-                r
-            }
         }
     };
 }
@@ -245,14 +222,14 @@ pub struct SqlStore {
     /// The group-commit writer of events and messages.
     writer: group_commit::Writer,
     /// Where writes go. SQLite: a pool of one connection on the same file,
-    /// held by the group-commit writer (which also runs the session and
-    /// lease writes in its batches) and lent to the store's other writes
-    /// (approvals, grants, cancels). SQLite lets one
-    /// connection write at a time anyway; through one connection, writers
-    /// queue in the pool instead of sleeping in SQLite's busy handler (1 ms,
-    /// then 2, 5, 10 ms … when two connections want the lock), and a commit
-    /// never empties the writer's page cache, as another connection's commit
-    /// does. PostgreSQL: the same pool as reads.
+    /// held by the group-commit writer, which runs every write of the store
+    /// in its batches (events, messages, sessions, leases, grants,
+    /// approvals, cancels). SQLite lets one connection write at a time
+    /// anyway; through one connection, writes queue in the writer instead of
+    /// sleeping in SQLite's busy handler (1 ms, then 2, 5, 10 ms … when two
+    /// connections want the lock), and a commit never empties the writer's
+    /// page cache, as another connection's commit does. PostgreSQL: the same
+    /// pool as reads.
     writes: Db,
     /// SQLite's checkpoint task (see [`checkpoints`]).
     checkpointer: Option<Background>,
@@ -398,14 +375,6 @@ impl SqlStore {
         Ok(me)
     }
 
-    /// Announces a committed write to this process's subscribers; on
-    /// PostgreSQL the write's own transaction already sent it (see [`notify`]).
-    fn announce_local(&self, n: Notice) {
-        if matches!(self.db, Db::Sqlite(_)) {
-            self.notices.publish(n);
-        }
-    }
-
     /// `sqlite` or `postgres`.
     pub fn backend(&self) -> &'static str {
         self.db.backend()
@@ -438,20 +407,11 @@ impl SqlStore {
     async fn own_write(
         &self,
         session: &str,
-        write: impl Fn(&rusqlite::Connection) -> StoreResult<StoreResult<bool>>
-        + Send
-        + Sync
-        + 'static,
+        write: impl Fn(&rusqlite::Connection) -> StoreResult<StoreResult<bool>> + Send + Sync + 'static,
     ) -> StoreResult<bool> {
         self.writer
             .write(session, group_commit::Rows::Own(Arc::new(write)))
             .await
-    }
-
-    /// For a write of the store's own on SQLite's write connection, which
-    /// the group-commit writer holds between its batches: asks for it.
-    fn lend(&self) -> Option<group_commit::Lend> {
-        matches!(self.writes, Db::Sqlite(_)).then(|| self.writer.lend())
     }
 
     /// Closes the pool (and the notification listener and the group-commit
@@ -531,18 +491,15 @@ fn tracing_warn(e: &sqlx::Error) {
     tracing::warn!(error = %e, "conversation store: notification listener failed; reconnecting");
 }
 
-/// Sends `$n` on the store's channel inside the transaction (PostgreSQL
-/// only), so it is delivered exactly when the write commits.
-macro_rules! notify {
-    ($self:ident, $tx:ident, $pg:ident, $n:expr) => {
-        if $pg {
-            sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(&*$self.channel)
-                .bind($n.payload())
-                .execute(&mut *$tx)
-                .await?;
-        }
-    };
+/// PostgreSQL: sends `n` on the store's channel inside the transaction, so
+/// it is delivered exactly when the write commits.
+async fn notify(tx: &mut sqlx::PgConnection, channel: &str, n: &Notice) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(channel)
+        .bind(n.payload())
+        .execute(tx)
+        .await?;
+    Ok(())
 }
 
 /// A session's metadata, created or updated (the owner columns are
@@ -580,7 +537,7 @@ impl SessionStore for SqlStore {
             Db::Sqlite(_) => {
                 let m = meta.clone();
                 self.own_write(&meta.id, move |c| {
-                    c.prepare_cached(PUT_SESSION)?.execute(rusqlite::params![
+                    group_commit::prepared(c, PUT_SESSION)?.execute(rusqlite::params![
                         m.id,
                         m.title,
                         m.agent,
@@ -774,13 +731,12 @@ impl SessionStore for SqlStore {
             Db::Sqlite(_) => {
                 let (id, owner) = (id.to_owned(), owner.to_owned());
                 self.own_write(&id.clone(), move |c| {
-                    let n = c
-                        .prepare_cached(LEASE)?
+                    let n = group_commit::prepared(c, LEASE)?
                         .execute(rusqlite::params![id, owner, expires, now])?;
                     if n == 1 {
                         return Ok(Ok(true));
                     }
-                    let exists = c.prepare_cached(SESSION_EXISTS)?.exists([&id])?;
+                    let exists = group_commit::prepared(c, SESSION_EXISTS)?.exists([&id])?;
                     Ok(refused(exists, &id))
                 })
                 .await
@@ -813,7 +769,7 @@ impl SessionStore for SqlStore {
                 let (id, owner) = (id.to_owned(), owner.to_owned());
                 self.own_write(&id.clone(), move |c| {
                     for sql in RELEASE {
-                        c.prepare_cached(sql)?.execute([&id, &owner])?;
+                        group_commit::prepared(c, sql)?.execute([&id, &owner])?;
                     }
                     Ok(Ok(true))
                 })
@@ -861,14 +817,21 @@ impl SessionStore for SqlStore {
     }
 
     async fn add_grant(&self, id: &str, tool: &str) -> StoreResult<()> {
-        let _lend = self.lend();
-        on_db!(&self.writes, p => {
-            sqlx::query("INSERT INTO session_grants (session_id, tool) VALUES ($1, $2) ON CONFLICT (session_id, tool) DO NOTHING")
-                .bind(id)
-                .bind(tool)
-                .execute(p)
+        const ADD: &str = "INSERT INTO session_grants (session_id, tool) VALUES ($1, $2) \
+                           ON CONFLICT (session_id, tool) DO NOTHING";
+        match &self.writes {
+            Db::Sqlite(_) => {
+                let key = [id.to_owned(), tool.to_owned()];
+                self.own_write(id, move |c| {
+                    group_commit::prepared(c, ADD)?.execute(rusqlite::params_from_iter(&key))?;
+                    Ok(Ok(true))
+                })
                 .await?;
-        });
+            }
+            Db::Pg(p) => {
+                sqlx::query(ADD).bind(id).bind(tool).execute(p).await?;
+            }
+        }
         Ok(())
     }
 
@@ -882,18 +845,26 @@ impl SessionStore for SqlStore {
     }
 
     async fn put_approval(&self, id: &str, call_id: &str, owner: &str) -> StoreResult<()> {
-        let _lend = self.lend();
-        on_db!(&self.writes, p => {
-            sqlx::query(
-                "INSERT INTO session_approvals (session_id, call_id, owner, decision) VALUES ($1, $2, $3, NULL) \
-                 ON CONFLICT (session_id, call_id) DO UPDATE SET owner = excluded.owner, decision = NULL, rule = ''",
-            )
-            .bind(id)
-            .bind(call_id)
-            .bind(owner)
-            .execute(p)
-            .await?;
-        });
+        const PUT: &str = "INSERT INTO session_approvals (session_id, call_id, owner, decision) VALUES ($1, $2, $3, NULL) \
+             ON CONFLICT (session_id, call_id) DO UPDATE SET owner = excluded.owner, decision = NULL, rule = ''";
+        match &self.writes {
+            Db::Sqlite(_) => {
+                let key = [id.to_owned(), call_id.to_owned(), owner.to_owned()];
+                self.own_write(id, move |c| {
+                    group_commit::prepared(c, PUT)?.execute(rusqlite::params_from_iter(&key))?;
+                    Ok(Ok(true))
+                })
+                .await?;
+            }
+            Db::Pg(p) => {
+                sqlx::query(PUT)
+                    .bind(id)
+                    .bind(call_id)
+                    .bind(owner)
+                    .execute(p)
+                    .await?;
+            }
+        }
         Ok(())
     }
 
@@ -904,33 +875,46 @@ impl SessionStore for SqlStore {
         decision: i32,
         rule: &str,
     ) -> StoreResult<bool> {
+        const DECIDE: &str = "UPDATE session_approvals SET decision = $1, rule = $2 \
+             WHERE session_id = $3 AND call_id = $4 AND decision IS NULL";
         let n = Notice::Approval {
             session: id.into(),
             call_id: call_id.into(),
             decision,
             rule: rule.into(),
         };
-        let _lend = self.lend();
-        let decided = in_tx!(&self.writes, tx, pg => {
-            let r = sqlx::query(
-                "UPDATE session_approvals SET decision = $3, rule = $4 WHERE session_id = $1 AND call_id = $2 AND decision IS NULL",
-            )
-            .bind(id)
-            .bind(call_id)
-            .bind(decision)
-            .bind(rule)
-            .execute(&mut *tx)
-            .await?;
-            let decided = r.rows_affected() == 1;
-            if decided {
-                notify!(self, tx, pg, n);
+        match &self.writes {
+            Db::Sqlite(_) => {
+                let (id, call_id, rule) = (id.to_owned(), call_id.to_owned(), rule.to_owned());
+                let decided = self
+                    .own_write(&id.clone(), move |c| {
+                        let n = group_commit::prepared(c, DECIDE)?
+                            .execute(rusqlite::params![decision, rule, id, call_id])?;
+                        Ok(Ok(n == 1))
+                    })
+                    .await?;
+                if decided {
+                    self.notices.publish(n);
+                }
+                Ok(decided)
             }
-            decided
-        });
-        if decided {
-            self.announce_local(n);
+            Db::Pg(p) => {
+                let mut tx = p.begin().await?;
+                let r = sqlx::query(DECIDE)
+                    .bind(decision)
+                    .bind(rule)
+                    .bind(id)
+                    .bind(call_id)
+                    .execute(&mut *tx)
+                    .await?;
+                let decided = r.rows_affected() == 1;
+                if decided {
+                    notify(&mut tx, &self.channel, &n).await?;
+                }
+                tx.commit().await?;
+                Ok(decided)
+            }
         }
-        Ok(decided)
     }
 
     async fn approval_decision(
@@ -949,45 +933,76 @@ impl SessionStore for SqlStore {
     }
 
     async fn clear_approval(&self, id: &str, call_id: &str) -> StoreResult<()> {
-        let _lend = self.lend();
-        on_db!(&self.writes, p => {
-            sqlx::query("DELETE FROM session_approvals WHERE session_id = $1 AND call_id = $2")
-                .bind(id)
-                .bind(call_id)
-                .execute(p)
+        const CLEAR: &str = "DELETE FROM session_approvals WHERE session_id = $1 AND call_id = $2";
+        match &self.writes {
+            Db::Sqlite(_) => {
+                let key = [id.to_owned(), call_id.to_owned()];
+                self.own_write(id, move |c| {
+                    group_commit::prepared(c, CLEAR)?.execute(rusqlite::params_from_iter(&key))?;
+                    Ok(Ok(true))
+                })
                 .await?;
-        });
+            }
+            Db::Pg(p) => {
+                sqlx::query(CLEAR).bind(id).bind(call_id).execute(p).await?;
+            }
+        }
         Ok(())
     }
 
     async fn request_cancel(&self, id: &str) -> StoreResult<Option<String>> {
+        // The live lease's owner, whose turn is asked to stop.
+        const OWNER: &str =
+            "SELECT owner FROM session_leases WHERE session_id = $1 AND expires_ms > $2";
+        const CANCEL: &str = "INSERT INTO session_cancels (session_id, owner) VALUES ($1, $2) \
+                              ON CONFLICT (session_id, owner) DO NOTHING";
         let now = now_ms();
-        let _lend = self.lend();
-        let owner = in_tx!(&self.writes, tx, pg => {
-            let owner: Option<String> = sqlx::query_scalar(
-                "SELECT owner FROM session_leases WHERE session_id = $1 AND expires_ms > $2",
-            )
-            .bind(id)
-            .bind(now)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if let Some(o) = &owner {
-                sqlx::query("INSERT INTO session_cancels (session_id, owner) VALUES ($1, $2) ON CONFLICT (session_id, owner) DO NOTHING")
-                    .bind(id)
-                    .bind(o)
-                    .execute(&mut *tx)
-                    .await?;
-                notify!(self, tx, pg, Notice::Cancel { session: id.into(), owner: o.clone() });
+        let cancel = |owner: &String| Notice::Cancel {
+            session: id.into(),
+            owner: owner.clone(),
+        };
+        match &self.writes {
+            Db::Sqlite(_) => {
+                // The write's answer is a bool: the owner comes back beside
+                // it (set by the run that committed, should it run twice).
+                let found: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+                let (session, slot) = (id.to_owned(), found.clone());
+                self.own_write(id, move |c| {
+                    let owner: Option<String> = group_commit::prepared(c, OWNER)?
+                        .query_row(rusqlite::params![session, now], |r| r.get(0))
+                        .optional()?;
+                    if let Some(o) = &owner {
+                        group_commit::prepared(c, CANCEL)?.execute([&session, o])?;
+                    }
+                    *slot.lock().unwrap_or_else(|p| p.into_inner()) = owner;
+                    Ok(Ok(true))
+                })
+                .await?;
+                let owner = found.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let Some(o) = &owner {
+                    self.notices.publish(cancel(o));
+                }
+                Ok(owner)
             }
-            owner
-        });
-        if let Some(o) = &owner {
-            self.announce_local(Notice::Cancel {
-                session: id.into(),
-                owner: o.clone(),
-            });
+            Db::Pg(p) => {
+                let mut tx = p.begin().await?;
+                let owner: Option<String> = sqlx::query_scalar(OWNER)
+                    .bind(id)
+                    .bind(now)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                if let Some(o) = &owner {
+                    sqlx::query(CANCEL)
+                        .bind(id)
+                        .bind(o)
+                        .execute(&mut *tx)
+                        .await?;
+                    notify(&mut tx, &self.channel, &cancel(o)).await?;
+                }
+                tx.commit().await?;
+                Ok(owner)
+            }
         }
-        Ok(owner)
     }
 
     async fn cancel_requested(&self, id: &str, owner: &str) -> StoreResult<bool> {

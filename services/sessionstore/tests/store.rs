@@ -863,12 +863,12 @@ async fn sqlite_checkpoints_the_wal_while_open() {
     store.close().await;
 }
 
-/// The group-commit writer keeps SQLite's write connection while idle, and
-/// lends it: a write of the store's own after an append (the writer holding
-/// the connection, its queue empty) is not left waiting, nor is the append
-/// after it, and close() still returns.
+/// The group-commit writer keeps SQLite's write connection while idle: a
+/// write of the store's own after an append (the writer holding the
+/// connection, its queue empty) is not left waiting, nor is the append after
+/// it, and close() still returns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_writer_lends_its_idle_connection() {
+async fn sqlite_writer_keeps_its_idle_connection_for_every_write() {
     async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
         tokio::time::timeout(std::time::Duration::from_secs(10), f)
             .await
@@ -982,5 +982,78 @@ async fn sqlite_own_writes_in_a_batch_keep_their_answers() {
     assert_eq!(store.lease("held").await.unwrap().unwrap().owner, "other");
     assert!(store.lease("free").await.unwrap().is_none());
     assert!(store.get_session("new19").await.unwrap().is_some());
+    assert_eq!(store.integrity_check().await.unwrap(), "ok");
+}
+
+/// On SQLite, grants, approvals and cancel requests are written in the
+/// group-commit writer's batches too, among appends: each keeps its answer
+/// (one decision of many racing wins; a cancel names the lease's owner and
+/// is announced), and nothing of the batches around them is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_approvals_and_cancels_in_batches_keep_their_answers() {
+    let b = common::sqlite();
+    let store = Arc::new(SqlStore::open(&b.url).await.unwrap());
+    store.put_session(&meta("s", 1)).await.unwrap();
+    assert!(store.try_lease_turn("s", "turn-1", 60_000).await.unwrap());
+    // Appends stream while the other writes come.
+    let appender = {
+        let s = store.clone();
+        tokio::spawn(async move {
+            for seq in 1..=200u64 {
+                s.append_event("s", seq, b"delta").await.unwrap();
+            }
+        })
+    };
+    store.put_approval("s", "call-1", "turn-1").await.unwrap();
+    let mut notices = store.notices();
+    let mut deciders = tokio::task::JoinSet::new();
+    for i in 0..8 {
+        let s = store.clone();
+        deciders.spawn(async move {
+            let decision = if i % 2 == 0 { 1 } else { 2 };
+            let won = s
+                .decide_approval("s", "call-1", decision, &format!("rule{i}"))
+                .await
+                .unwrap();
+            won.then_some((decision, format!("rule{i}")))
+        });
+    }
+    let mut winners = Vec::new();
+    while let Some(r) = deciders.join_next().await {
+        winners.extend(r.unwrap());
+    }
+    assert_eq!(winners.len(), 1, "exactly one decision wins: {winners:?}");
+    assert_eq!(
+        store.approval_decision("s", "call-1").await.unwrap(),
+        Some(winners[0].clone())
+    );
+    store.add_grant("s", "shell").await.unwrap();
+    store.add_grant("s", "shell").await.unwrap();
+    assert_eq!(store.grants("s").await.unwrap(), ["shell"]);
+    assert_eq!(
+        store.request_cancel("s").await.unwrap().as_deref(),
+        Some("turn-1")
+    );
+    assert!(store.cancel_requested("s", "turn-1").await.unwrap());
+    assert_eq!(store.request_cancel("nobody").await.unwrap(), None);
+    // The decision and the cancel were announced on the bus (among the
+    // appends' notices; the bus keeps the last 4,096).
+    let (mut approval, mut cancel) = (false, false);
+    while let Ok(n) = notices.try_recv() {
+        match n {
+            omicos_sessionstore::Notice::Approval { call_id, .. } => {
+                approval |= call_id == "call-1"
+            }
+            omicos_sessionstore::Notice::Cancel { owner, .. } => cancel |= owner == "turn-1",
+            _ => {}
+        }
+    }
+    assert!(approval && cancel, "approval {approval}, cancel {cancel}");
+    store.clear_approval("s", "call-1").await.unwrap();
+    assert_eq!(store.approval_decision("s", "call-1").await.unwrap(), None);
+    appender.await.unwrap();
+    assert_eq!(store.last_seq("s").await.unwrap(), 200);
+    store.release_turn("s", "turn-1").await.unwrap();
+    assert!(!store.cancel_requested("s", "turn-1").await.unwrap());
     assert_eq!(store.integrity_check().await.unwrap(), "ok");
 }

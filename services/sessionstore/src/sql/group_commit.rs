@@ -9,7 +9,8 @@
 //! more than one job it lingers up to [`LINGER`] for more (never past
 //! [`MAX_JOBS`]); an idle store commits a lone row at once. `delete_session`
 //! goes through the same queue, so a session's log changes in one order. On
-//! SQLite, a session's metadata and turn lease writes come as jobs too
+//! SQLite, every other write of the store (a session's metadata, its turn
+//! lease, grants, approvals, cancel requests) comes as a job too
 //! ([`Rows::Own`]), run in the batch's transaction before its rows.
 //!
 //! Order and gap-free seqs hold as before: a batch's rows are applied in
@@ -39,22 +40,26 @@
 //!   batches on one session serialize and cannot deadlock. A batch whose
 //!   cursors are all remembered (the usual case) is one statement that
 //!   locks, writes and notifies, committed on its own: one round trip.
+//!
+//! **SQLite in-process.** SQLite's writer does not go through sqlx's
+//! connection worker for its batches: it locks the write connection's handle
+//! out of that thread and drives it itself through rusqlite ([`run_sqlite`]),
+//! a batch being one synchronous `BEGIN IMMEDIATE` … `COMMIT` within one poll
+//! of the task (no transaction is ever open across an await).
 
 use crate::{Notice, Notices, StoreError, StoreResult, now_ms};
 use omicos_sqldb::Db;
+use sqlx::pool::PoolConnection;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use sqlx::pool::PoolConnection;
 use std::time::Duration;
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 /// How long the writer waits for more rows once it has seen concurrent writers.
 pub(super) const LINGER: Duration = Duration::from_millis(1);
 
-/// The most jobs in one transaction (3 bound values per row keeps a batch's
-/// statements far below SQLite's and PostgreSQL's bind limits).
+/// The most jobs in one transaction.
 pub(super) const MAX_JOBS: usize = 512;
 
 /// How many jobs may queue before callers wait for room.
@@ -114,35 +119,13 @@ pub(super) struct Writer {
     /// Cancelled: the task keeps no connection between batches (once the
     /// store closes).
     give_back: CancellationToken,
-    /// The store's other writes that wait for the writer's connection.
-    wanted: Arc<Wanted>,
-}
-
-/// How many of the store's other writes wait for the connection the writer
-/// holds (SQLite's one write connection), and the writer's wake-up.
-#[derive(Debug, Default)]
-struct Wanted {
-    waiting: AtomicUsize,
-    notify: Notify,
-}
-
-/// A write of the store's own waiting for, or using, the write connection
-/// (from [`Writer::lend`]); while one lives, the writer takes the connection
-/// for a batch and gives it back after it.
-pub(super) struct Lend(Arc<Wanted>);
-
-impl Drop for Lend {
-    fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 impl Writer {
     /// Starts the writer task on `db`. `channel` is the PostgreSQL
     /// notification channel; `notices` the in-process bus (SQLite). With
     /// `hold`, the task keeps its connection from one batch to the next
-    /// until the store's other writes want it ([`Writer::lend`]) or the
-    /// store closes; without (SQLite's `:memory:`, whose one connection
+    /// until the store closes; without (SQLite's `:memory:`, whose one connection
     /// serves the reads too), it gives it back after each batch.
     pub(super) fn spawn(db: Db, channel: Arc<str>, notices: Notices, hold: bool) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
@@ -150,37 +133,15 @@ impl Writer {
         if !hold {
             give_back.cancel();
         }
-        let wanted = Arc::new(Wanted::default());
         match db {
             Db::Sqlite(pool) => {
-                tokio::spawn(run_sqlite(
-                    pool,
-                    notices,
-                    rx,
-                    give_back.clone(),
-                    wanted.clone(),
-                ));
+                tokio::spawn(run_sqlite(pool, notices, rx, give_back.clone()));
             }
             Db::Pg(pool) => {
                 tokio::spawn(run_pg(pool, channel, rx, give_back.clone()));
             }
         }
-        Self {
-            tx,
-            give_back,
-            wanted,
-        }
-    }
-
-    /// Asks the writer for the connection it holds, for one of the store's
-    /// own writes on the same pool (SQLite's one write connection): the
-    /// writer gives it back after its batch (at once when idle), and takes
-    /// it again from the pool for the next batch once the guard is dropped.
-    /// Take it before the pool's connection.
-    pub(super) fn lend(&self) -> Lend {
-        self.wanted.waiting.fetch_add(1, Ordering::AcqRel);
-        self.wanted.notify.notify_one();
-        Lend(self.wanted.clone())
+        Self { tx, give_back }
     }
 
     /// Gives the writer's connection back to the pool, now or after the
@@ -314,10 +275,10 @@ async fn run_pg(
 /// on it in-process, synchronously, through rusqlite: a batch is its
 /// SQLite calls and nothing else, where through sqlx each statement was a
 /// round trip to the worker thread (two thread wake-ups, and the writer
-/// task's). It keeps the connection between batches (which keeps its page
-/// cache warm) until one of the store's other writes wants it
-/// ([`Writer::lend`]) or the store closes, and gives it back at once on
-/// `:memory:`, whose one connection serves the reads too.
+/// task's). Every SQLite write of the store comes through it (the store's
+/// own as [`Rows::Own`]), so it keeps the connection between batches, which
+/// keeps its page cache warm, until the store closes; on `:memory:`, whose
+/// one connection serves the reads too, it gives it back after each batch.
 ///
 /// No transaction is open across an await: each batch begins and commits
 /// (or rolls back) within one poll. A connection that could not roll back
@@ -327,7 +288,6 @@ async fn run_sqlite(
     notices: Notices,
     rx: mpsc::Receiver<Job>,
     give_back: CancellationToken,
-    wanted: Arc<Wanted>,
 ) {
     let mut q = Queue::new(rx);
     while let Some(first) = q.rx.recv().await {
@@ -339,7 +299,7 @@ async fn run_sqlite(
                 continue;
             }
         };
-        let end = hold(&mut pc, &mut q, &notices, &give_back, &wanted).await;
+        let end = hold(&mut pc, &mut q, &notices, &give_back).await;
         if end.broken {
             pc.close_on_drop();
         }
@@ -366,7 +326,6 @@ async fn hold(
     q: &mut Queue,
     notices: &Notices,
     give_back: &CancellationToken,
-    wanted: &Wanted,
 ) -> Given {
     let mut end = Given {
         broken: true,
@@ -401,14 +360,13 @@ async fn hold(
             },
         };
         b.commit(&mut q.cache, batch).await;
-        if end.broken || give_back.is_cancelled() || wanted.waiting.load(Ordering::Acquire) > 0 {
+        if end.broken || give_back.is_cancelled() {
             break;
         }
         // Idle, holding the connection (no transaction open).
         let next = tokio::select! {
             j = q.rx.recv() => j,
             () = give_back.cancelled() => break,
-            () = wanted.notify.notified() => break,
         };
         match next {
             Some(j) => q.batch.push(j),
@@ -955,7 +913,7 @@ fn sqlite_batch<'a>(
             }
         }
         if !unknown.is_empty() {
-            let mut read = c.prepare_cached(SQLITE_CURSOR)?;
+            let mut read = prepared(c, SQLITE_CURSOR)?;
             for s in &unknown {
                 let mut rows = read.query([s])?;
                 if let Some(row) = rows.next()? {
@@ -971,7 +929,8 @@ fn sqlite_batch<'a>(
             plan.results[i] = answer;
         }
         if !plan.events.is_empty() {
-            let mut ins = c.prepare_cached(
+            let mut ins = prepared(
+                c,
                 "INSERT INTO session_events (session_id, seq, body) VALUES ($1, $2, $3)",
             )?;
             for (s, seq, body) in &plan.events {
@@ -979,13 +938,14 @@ fn sqlite_batch<'a>(
             }
         }
         if !plan.messages.is_empty() {
-            let mut ins = c.prepare_cached(
+            let mut ins = prepared(
+                c,
                 "INSERT INTO session_messages (session_id, idx, body) VALUES ($1, $2, $3)",
             )?;
             for (s, idx, body) in &plan.messages {
                 ins.execute(rusqlite::params![s, idx, body])?;
             }
-            let mut touch = c.prepare_cached("UPDATE sessions SET last_active_ms = $1 WHERE id = $2")?;
+            let mut touch = prepared(c, "UPDATE sessions SET last_active_ms = $1 WHERE id = $2")?;
             for (s, _) in cursors.iter().filter(|(_, c)| c.messages) {
                 touch.execute(rusqlite::params![now, s])?;
             }
@@ -995,9 +955,27 @@ fn sqlite_batch<'a>(
     Ok(outcome(plan, cursors))
 }
 
+/// `sql` prepared once per connection. Its parameters, in the texts shared
+/// with PostgreSQL, are `$1`, `$2`, …, which SQLite numbers in the order they
+/// first appear, and rusqlite binds by that number: each must first appear in
+/// order, or a value would be bound to another's place (checked here in
+/// debug builds, so a test catches a text that breaks it).
+pub(super) fn prepared<'c>(
+    c: &'c rusqlite::Connection,
+    sql: &str,
+) -> rusqlite::Result<rusqlite::CachedStatement<'c>> {
+    let stmt = c.prepare_cached(sql)?;
+    debug_assert!(
+        (1..=stmt.parameter_count())
+            .all(|i| stmt.parameter_name(i) == Some(format!("${i}").as_str())),
+        "parameters out of order in {sql}"
+    );
+    Ok(stmt)
+}
+
 /// Runs one prepared statement without parameters (`BEGIN IMMEDIATE`, …).
 fn exec(c: &rusqlite::Connection, sql: &str) -> rusqlite::Result<()> {
-    c.prepare_cached(sql)?.execute([])?;
+    prepared(c, sql)?.execute([])?;
     Ok(())
 }
 
@@ -1040,11 +1018,9 @@ const DELETE_OWNED: [&str; 6] = [
 /// existed.
 fn sqlite_delete(c: &rusqlite::Connection, id: &str) -> StoreResult<bool> {
     for sql in DELETE_OWNED {
-        c.prepare_cached(sql)?.execute([id])?;
+        prepared(c, sql)?.execute([id])?;
     }
-    Ok(c.prepare_cached("DELETE FROM sessions WHERE id = $1")?
-        .execute([id])?
-        > 0)
+    Ok(prepared(c, "DELETE FROM sessions WHERE id = $1")?.execute([id])? > 0)
 }
 
 /// PostgreSQL: [`sqlite_delete`] in one transaction that locks the
