@@ -3,8 +3,9 @@
 //!
 //! Every write is one transaction, so a crash loses at most the write in
 //! progress. Events and messages go through one writer task per store that
-//! commits what arrives together in one transaction ([`group_commit`]). SQLite runs in WAL mode with `BEGIN IMMEDIATE` write
-//! transactions; PostgreSQL locks the session row for appends so that two
+//! commits what arrives together in one transaction ([`group_commit`]); on
+//! SQLite every other write goes through it too. SQLite runs in WAL mode
+//! with `BEGIN IMMEDIATE` write transactions; PostgreSQL locks the session row for appends so that two
 //! replicas never interleave one session's messages or events. The turn lease
 //! is a row (owner, expiry) taken with one atomic upsert.
 
@@ -219,7 +220,7 @@ pub struct SqlStore {
     channel: Arc<str>,
     /// The PostgreSQL listener (its connection must go back to the pool).
     listener: Option<Background>,
-    /// The group-commit writer of events and messages.
+    /// The group-commit writer of events and messages (SQLite: of every write).
     writer: group_commit::Writer,
     /// Where writes go. SQLite: a pool of one connection on the same file,
     /// held by the group-commit writer, which runs every write of the store
@@ -402,8 +403,7 @@ impl SqlStore {
 
     /// SQLite: runs `write` on the write connection in the group-commit
     /// writer's next batch: in its transaction, committed with its rows
-    /// (a transaction of its own cost its commit, and the writer giving its
-    /// connection up and taking it back); the write's answer.
+    /// (a transaction of its own would cost its commit); the write's answer.
     async fn own_write(
         &self,
         session: &str,

@@ -1057,3 +1057,33 @@ async fn sqlite_approvals_and_cancels_in_batches_keep_their_answers() {
     assert!(!store.cancel_requested("s", "turn-1").await.unwrap());
     assert_eq!(store.integrity_check().await.unwrap(), "ok");
 }
+
+/// SQLite's writer runs its batches on the runtime's threads. When another
+/// connection holds the write lock, its `BEGIN` waits without blocking the
+/// runtime: on a one-thread runtime, the holder (a task of that runtime)
+/// still runs, commits, and the append then lands.
+#[tokio::test]
+async fn sqlite_writer_waits_for_the_write_lock_without_blocking_the_runtime() {
+    use sqlx::Connection;
+    let b = common::sqlite();
+    let store = SqlStore::open(&b.url).await.unwrap();
+    store.put_session(&meta("s", 1)).await.unwrap();
+    let mut other = sqlx::SqliteConnection::connect(&b.url).await.unwrap();
+    sqlx::raw_sql("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let s = store.clone();
+    let append = tokio::spawn(async move { s.append_event("s", 1, b"e").await });
+    // This task still runs while the writer waits for the lock.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!append.is_finished(), "the append waits for the lock");
+    sqlx::raw_sql("COMMIT").execute(&mut other).await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), append)
+        .await
+        .expect("the append lands once the lock is free")
+        .unwrap()
+        .unwrap();
+    assert_eq!(store.last_seq("s").await.unwrap(), 1);
+    store.close().await;
+}

@@ -85,8 +85,9 @@ pub(super) enum Rows {
     /// The session with everything it owns (its own transaction).
     Delete,
     /// SQLite: a write of the store's own on the write connection (a
-    /// session's metadata, its turn lease), run in the batch's transaction
-    /// before the batch's rows; its answer is the job's.
+    /// session's metadata, its turn lease, a grant, an approval, a cancel
+    /// request), run in the batch's transaction before the batch's rows; its
+    /// answer is the job's.
     Own(OwnWrite),
 }
 
@@ -257,6 +258,7 @@ async fn run_pg(
         let batch = q.gather().await;
         let mut b = Batcher {
             notices: None,
+            timed_out: false,
             conn: Conn::Pg {
                 pool: &pool,
                 channel: &channel,
@@ -319,8 +321,9 @@ struct Given {
 }
 
 /// Locks `pc`'s handle out of sqlx's worker thread and commits the batch
-/// in `q`, and the batches that follow, on it until another write of the
-/// store wants the connection, the store closes or the queue does.
+/// in `q`, and the batches that follow, on it until the store closes
+/// (on `:memory:`: after each batch), the connection fails or
+/// the queue closes.
 async fn hold(
     pc: &mut sqlx::SqliteConnection,
     q: &mut Queue,
@@ -342,8 +345,8 @@ async fn hold(
     // thread does not use while `locked` lives; `conn` is dropped before
     // `locked`, and a connection made from a handle does not close it.
     let conn = unsafe { rusqlite::Connection::from_handle(locked.as_raw_handle().as_ptr()) };
-    let conn = match conn {
-        Ok(c) => std::sync::Mutex::new(c),
+    let conn = match conn.and_then(Driven::new) {
+        Ok(c) => c,
         Err(e) => {
             q.refuse(&e.to_string()).await;
             return end;
@@ -354,6 +357,7 @@ async fn hold(
         let batch = q.gather().await;
         let mut b = Batcher {
             notices: Some(notices),
+            timed_out: false,
             conn: Conn::Sqlite {
                 conn: &conn,
                 broken: &mut end.broken,
@@ -376,15 +380,73 @@ async fn hold(
             }
         }
     }
-    drop(conn);
+    end.broken |= !conn.give_back();
     end
+}
+
+/// How many prepared statements the writer's connection keeps (the writer
+/// prepares about 26 texts; rusqlite keeps 16 by default).
+const STATEMENTS: usize = 64;
+
+/// The writer's rusqlite connection on sqlx's locked handle. While the
+/// writer holds it, SQLite's busy handler is off: a `BEGIN` that finds the
+/// write lock taken (by the checkpointer's RESTART, or another process on
+/// the file) waits in [`sqlite_begin`], which yields the runtime, instead
+/// of sleeping in SQLite on a runtime thread. Given back, or dropped by a
+/// panic, it rolls back a transaction left open and restores sqlx's busy
+/// timeout.
+struct Driven {
+    conn: std::sync::Mutex<rusqlite::Connection>,
+    /// sqlx's busy timeout: how long a batch waits for the write lock.
+    busy: Duration,
+    given: bool,
+}
+
+impl Driven {
+    fn new(c: rusqlite::Connection) -> rusqlite::Result<Self> {
+        let busy_ms: i64 = c.query_row("PRAGMA busy_timeout", [], |r| r.get(0))?;
+        c.busy_timeout(Duration::ZERO)?;
+        c.set_prepared_statement_cache_capacity(STATEMENTS);
+        Ok(Self {
+            conn: std::sync::Mutex::new(c),
+            busy: Duration::from_millis(busy_ms.max(0) as u64),
+            given: false,
+        })
+    }
+
+    /// The connection, for one synchronous step (never held across an await).
+    fn lock(&self) -> std::sync::MutexGuard<'_, rusqlite::Connection> {
+        // Poisoned: a batch panicked, and the task is unwinding.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Leaves the connection as sqlx knows it: outside a transaction, with
+    /// its busy timeout. False: it could not roll back (close it).
+    fn give_back(mut self) -> bool {
+        self.reset()
+    }
+
+    fn reset(&mut self) -> bool {
+        self.given = true;
+        let c = self.conn.get_mut().unwrap_or_else(|p| p.into_inner());
+        let clean = c.is_autocommit() || c.execute_batch("ROLLBACK").is_ok();
+        clean && c.busy_timeout(self.busy).is_ok()
+    }
+}
+
+impl Drop for Driven {
+    fn drop(&mut self) {
+        if !self.given {
+            self.reset();
+        }
+    }
 }
 
 /// The connection a batch is written on.
 enum Conn<'a> {
     /// SQLite's write connection, driven in-process (see [`run_sqlite`]).
     Sqlite {
-        conn: &'a std::sync::Mutex<rusqlite::Connection>,
+        conn: &'a Driven,
         /// Set when a failed transaction could not be rolled back: the
         /// connection is not used again.
         broken: &'a mut bool,
@@ -403,6 +465,9 @@ struct Batcher<'a> {
     /// SQLite: the in-process bus that hears of committed events.
     notices: Option<&'a Notices>,
     conn: Conn<'a>,
+    /// The last write waited out SQLite's busy timeout: its jobs are not
+    /// retried one by one (each would wait as long again).
+    timed_out: bool,
 }
 
 impl Batcher<'_> {
@@ -427,8 +492,8 @@ impl Batcher<'_> {
     async fn delete(&mut self, id: &str) -> StoreResult<bool> {
         match &mut self.conn {
             Conn::Sqlite { conn, broken } => {
-                let c = lock(conn);
-                sqlite_tx(&c, broken, |c| sqlite_delete(c, id))
+                sqlite_begin(conn, **broken, &mut self.timed_out).await?;
+                sqlite_tx(&conn.lock(), broken, |c| sqlite_delete(c, id))
             }
             Conn::Pg { pool, held, .. } => {
                 let r = match pg_conn(pool, held).await {
@@ -454,7 +519,9 @@ impl Batcher<'_> {
         // A remembered cursor may be stale (another replica, or another
         // store on the file, wrote since): a failed batch that used one is
         // retried on fresh reads, even a batch of one job.
-        let used_cache = refs.iter().any(|(s, _)| cache.contains_key(*s));
+        let used_cache = refs
+            .iter()
+            .any(|(s, r)| !matches!(r, Rows::Own(_)) && cache.contains_key(*s));
         let e = match self.write(cache, &refs).await {
             Ok(results) => {
                 for (job, r) in batch.into_iter().zip(results) {
@@ -467,9 +534,9 @@ impl Batcher<'_> {
         for (s, _) in &refs {
             cache.remove(*s);
         }
-        if batch.len() == 1 && !used_cache {
-            if let Some(job) = batch.into_iter().next() {
-                let _ = job.done.send(Err(e));
+        if (batch.len() == 1 && !used_cache) || self.timed_out {
+            for job in batch {
+                let _ = job.done.send(Err(again(&e)));
             }
             return;
         }
@@ -497,7 +564,10 @@ impl Batcher<'_> {
         jobs: &[(&str, &Rows)],
     ) -> StoreResult<Vec<StoreResult<bool>>> {
         let outcome = match &mut self.conn {
-            Conn::Sqlite { conn, broken } => sqlite_batch(&lock(conn), broken, cache, jobs)?,
+            Conn::Sqlite { conn, broken } => {
+                sqlite_begin(conn, **broken, &mut self.timed_out).await?;
+                sqlite_batch(&conn.lock(), broken, cache, jobs)?
+            }
             Conn::Pg {
                 pool,
                 channel,
@@ -523,12 +593,12 @@ impl Batcher<'_> {
     }
 }
 
-/// The writer's rusqlite connection (a poisoned lock only means a panic in
-/// an earlier batch, whose transaction the next one's `BEGIN` would refuse).
-fn lock(
-    conn: &std::sync::Mutex<rusqlite::Connection>,
-) -> std::sync::MutexGuard<'_, rusqlite::Connection> {
-    conn.lock().unwrap_or_else(|p| p.into_inner())
+/// The same error, for another job.
+fn again(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::NotFound(s) => StoreError::NotFound(s.clone()),
+        StoreError::Backend(m) => StoreError::Backend(m.clone()),
+    }
 }
 
 /// PostgreSQL: the held connection, or a new one from the pool.
@@ -979,20 +1049,47 @@ fn exec(c: &rusqlite::Connection, sql: &str) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// SQLite: `body` in one `BEGIN IMMEDIATE` transaction, committed; on any
-/// error rolled back, and a connection that cannot roll back is `broken`.
+/// SQLite: takes the write lock (`BEGIN IMMEDIATE`). When another
+/// connection holds it, waits for it up to sqlx's busy timeout, yielding
+/// between tries; `timed_out` tells whether it waited that long in vain.
+async fn sqlite_begin(conn: &Driven, broken: bool, timed_out: &mut bool) -> StoreResult<()> {
+    *timed_out = false;
+    if broken {
+        return Err(StoreError::Backend(
+            "the write connection failed to roll back".into(),
+        ));
+    }
+    let deadline = tokio::time::Instant::now() + conn.busy;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let r = exec(&conn.lock(), "BEGIN IMMEDIATE");
+        match r {
+            Ok(()) => return Ok(()),
+            Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => {
+                if tokio::time::Instant::now() >= deadline {
+                    *timed_out = true;
+                    return Err(StoreError::Backend(format!(
+                        "SQLite's write lock stayed taken for {} ms: {e}",
+                        conn.busy.as_millis()
+                    )));
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(20));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// SQLite: `body` in the transaction [`sqlite_begin`] began, committed; on
+/// any error rolled back, and a connection that cannot roll back is
+/// `broken`.
 fn sqlite_tx<T>(
     c: &rusqlite::Connection,
     broken: &mut bool,
     body: impl FnOnce(&rusqlite::Connection) -> StoreResult<T>,
 ) -> StoreResult<T> {
-    if *broken {
-        return Err(StoreError::Backend(
-            "the write connection failed to roll back".into(),
-        ));
-    }
     let r = (|| {
-        exec(c, "BEGIN IMMEDIATE")?;
         let v = body(c)?;
         exec(c, "COMMIT")?;
         Ok(v)
