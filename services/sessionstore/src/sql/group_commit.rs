@@ -998,23 +998,17 @@ fn sqlite_batch<'a>(
         for (i, answer) in answers {
             plan.results[i] = answer;
         }
-        if !plan.events.is_empty() {
-            let mut ins = prepared(
-                c,
-                "INSERT INTO session_events (session_id, seq, body) VALUES ($1, $2, $3)",
-            )?;
-            for (s, seq, body) in &plan.events {
-                ins.execute(rusqlite::params![s, seq, body])?;
-            }
-        }
+        insert(
+            c,
+            "INSERT INTO session_events (session_id, seq, body) VALUES ($1, $2, $3)",
+            &plan.events,
+        )?;
         if !plan.messages.is_empty() {
-            let mut ins = prepared(
+            insert(
                 c,
                 "INSERT INTO session_messages (session_id, idx, body) VALUES ($1, $2, $3)",
+                &plan.messages,
             )?;
-            for (s, idx, body) in &plan.messages {
-                ins.execute(rusqlite::params![s, idx, body])?;
-            }
             let mut touch = prepared(c, "UPDATE sessions SET last_active_ms = $1 WHERE id = $2")?;
             for (s, _) in cursors.iter().filter(|(_, c)| c.messages) {
                 touch.execute(rusqlite::params![now, s])?;
@@ -1041,6 +1035,23 @@ pub(super) fn prepared<'c>(
         "parameters out of order in {sql}"
     );
     Ok(stmt)
+}
+
+/// SQLite: `rows` (session, seq or index, body) through `sql`, one
+/// execution of the prepared statement per row.
+fn insert<B: rusqlite::ToSql>(
+    c: &rusqlite::Connection,
+    sql: &str,
+    rows: &[(&str, i64, B)],
+) -> rusqlite::Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut ins = prepared(c, sql)?;
+    for (s, n, body) in rows {
+        ins.execute(rusqlite::params![s, n, body])?;
+    }
+    Ok(())
 }
 
 /// Runs one prepared statement without parameters (`BEGIN IMMEDIATE`, …).
