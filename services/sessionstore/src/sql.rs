@@ -523,11 +523,19 @@ const SESSION_EXISTS: &str = "SELECT 1 FROM sessions WHERE id = $1";
 
 /// A turn's release: its lease, with the approvals and cancel requests of
 /// its turn (`$1` session, `$2` owner).
+/// SQLite: one statement each, in the writer's batch.
 const RELEASE: [&str; 3] = [
     "DELETE FROM session_leases WHERE session_id = $1 AND owner = $2",
     "DELETE FROM session_approvals WHERE session_id = $1 AND owner = $2",
     "DELETE FROM session_cancels WHERE session_id = $1 AND owner = $2",
 ];
+
+/// PostgreSQL: [`RELEASE`] as one statement (data-modifying CTEs all run,
+/// in one snapshot, whatever the main query reads).
+const PG_RELEASE: &str = "WITH \
+     a AS (DELETE FROM session_approvals WHERE session_id = $1 AND owner = $2), \
+     c AS (DELETE FROM session_cancels WHERE session_id = $1 AND owner = $2) \
+     DELETE FROM session_leases WHERE session_id = $1 AND owner = $2";
 
 #[async_trait]
 impl SessionStore for SqlStore {
@@ -776,17 +784,13 @@ impl SessionStore for SqlStore {
                 .await?;
             }
             Db::Pg(p) => {
-                use sqlx::Connection;
-                let mut c = p.acquire().await?;
-                let mut tx = c.begin().await?;
-                for sql in RELEASE {
-                    sqlx::query(sql)
-                        .bind(id)
-                        .bind(owner)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                tx.commit().await?;
+                // One statement, committed on its own: one round trip
+                // instead of five (BEGIN, the three deletes, COMMIT).
+                sqlx::query(PG_RELEASE)
+                    .bind(id)
+                    .bind(owner)
+                    .execute(p)
+                    .await?;
             }
         }
         Ok(())
