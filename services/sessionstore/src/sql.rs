@@ -414,6 +414,35 @@ impl SqlStore {
             .await
     }
 
+    /// One statement whose parameters are all text, on the write path:
+    /// on SQLite in the writer's next batch ([`Self::own_write`]), on
+    /// PostgreSQL on its own.
+    async fn write_text(
+        &self,
+        session: &str,
+        sql: &'static str,
+        params: &[&str],
+    ) -> StoreResult<()> {
+        match &self.writes {
+            Db::Sqlite(_) => {
+                let params: Vec<String> = params.iter().map(|p| (*p).to_owned()).collect();
+                self.own_write(session, move |c| {
+                    group_commit::prepared(c, sql)?.execute(rusqlite::params_from_iter(&params))?;
+                    Ok(Ok(true))
+                })
+                .await?;
+            }
+            Db::Pg(p) => {
+                let mut q = sqlx::query(sql);
+                for v in params {
+                    q = q.bind(*v);
+                }
+                q.execute(p).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Closes the pool (and the notification listener and the group-commit
     /// writer, which hold a connection of it).
     pub async fn close(&self) {
@@ -823,20 +852,7 @@ impl SessionStore for SqlStore {
     async fn add_grant(&self, id: &str, tool: &str) -> StoreResult<()> {
         const ADD: &str = "INSERT INTO session_grants (session_id, tool) VALUES ($1, $2) \
                            ON CONFLICT (session_id, tool) DO NOTHING";
-        match &self.writes {
-            Db::Sqlite(_) => {
-                let key = [id.to_owned(), tool.to_owned()];
-                self.own_write(id, move |c| {
-                    group_commit::prepared(c, ADD)?.execute(rusqlite::params_from_iter(&key))?;
-                    Ok(Ok(true))
-                })
-                .await?;
-            }
-            Db::Pg(p) => {
-                sqlx::query(ADD).bind(id).bind(tool).execute(p).await?;
-            }
-        }
-        Ok(())
+        self.write_text(id, ADD, &[id, tool]).await
     }
 
     async fn grants(&self, id: &str) -> StoreResult<Vec<String>> {
@@ -851,25 +867,7 @@ impl SessionStore for SqlStore {
     async fn put_approval(&self, id: &str, call_id: &str, owner: &str) -> StoreResult<()> {
         const PUT: &str = "INSERT INTO session_approvals (session_id, call_id, owner, decision) VALUES ($1, $2, $3, NULL) \
              ON CONFLICT (session_id, call_id) DO UPDATE SET owner = excluded.owner, decision = NULL, rule = ''";
-        match &self.writes {
-            Db::Sqlite(_) => {
-                let key = [id.to_owned(), call_id.to_owned(), owner.to_owned()];
-                self.own_write(id, move |c| {
-                    group_commit::prepared(c, PUT)?.execute(rusqlite::params_from_iter(&key))?;
-                    Ok(Ok(true))
-                })
-                .await?;
-            }
-            Db::Pg(p) => {
-                sqlx::query(PUT)
-                    .bind(id)
-                    .bind(call_id)
-                    .bind(owner)
-                    .execute(p)
-                    .await?;
-            }
-        }
-        Ok(())
+        self.write_text(id, PUT, &[id, call_id, owner]).await
     }
 
     async fn decide_approval(
@@ -938,20 +936,7 @@ impl SessionStore for SqlStore {
 
     async fn clear_approval(&self, id: &str, call_id: &str) -> StoreResult<()> {
         const CLEAR: &str = "DELETE FROM session_approvals WHERE session_id = $1 AND call_id = $2";
-        match &self.writes {
-            Db::Sqlite(_) => {
-                let key = [id.to_owned(), call_id.to_owned()];
-                self.own_write(id, move |c| {
-                    group_commit::prepared(c, CLEAR)?.execute(rusqlite::params_from_iter(&key))?;
-                    Ok(Ok(true))
-                })
-                .await?;
-            }
-            Db::Pg(p) => {
-                sqlx::query(CLEAR).bind(id).bind(call_id).execute(p).await?;
-            }
-        }
-        Ok(())
+        self.write_text(id, CLEAR, &[id, call_id]).await
     }
 
     async fn request_cancel(&self, id: &str) -> StoreResult<Option<String>> {

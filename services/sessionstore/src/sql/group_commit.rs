@@ -257,7 +257,6 @@ async fn run_pg(
         q.batch.push(first);
         let batch = q.gather().await;
         let mut b = Batcher {
-            notices: None,
             timed_out: false,
             conn: Conn::Pg {
                 pool: &pool,
@@ -356,10 +355,10 @@ async fn hold(
     loop {
         let batch = q.gather().await;
         let mut b = Batcher {
-            notices: Some(notices),
             timed_out: false,
             conn: Conn::Sqlite {
                 conn: &conn,
+                notices,
                 broken: &mut end.broken,
             },
         };
@@ -399,7 +398,6 @@ struct Driven {
     conn: std::sync::Mutex<rusqlite::Connection>,
     /// sqlx's busy timeout: how long a batch waits for the write lock.
     busy: Duration,
-    given: bool,
 }
 
 impl Driven {
@@ -410,7 +408,6 @@ impl Driven {
         Ok(Self {
             conn: std::sync::Mutex::new(c),
             busy: Duration::from_millis(busy_ms.max(0) as u64),
-            given: false,
         })
     }
 
@@ -421,13 +418,13 @@ impl Driven {
     }
 
     /// Leaves the connection as sqlx knows it: outside a transaction, with
-    /// its busy timeout. False: it could not roll back (close it).
+    /// its busy timeout (again when dropped, which changes nothing then).
+    /// False: it could not roll back (close it).
     fn give_back(mut self) -> bool {
         self.reset()
     }
 
     fn reset(&mut self) -> bool {
-        self.given = true;
         let c = self.conn.get_mut().unwrap_or_else(|p| p.into_inner());
         let clean = c.is_autocommit() || c.execute_batch("ROLLBACK").is_ok();
         clean && c.busy_timeout(self.busy).is_ok()
@@ -436,9 +433,7 @@ impl Driven {
 
 impl Drop for Driven {
     fn drop(&mut self) {
-        if !self.given {
-            self.reset();
-        }
+        self.reset();
     }
 }
 
@@ -447,6 +442,8 @@ enum Conn<'a> {
     /// SQLite's write connection, driven in-process (see [`run_sqlite`]).
     Sqlite {
         conn: &'a Driven,
+        /// The in-process bus that hears of committed events.
+        notices: &'a Notices,
         /// Set when a failed transaction could not be rolled back: the
         /// connection is not used again.
         broken: &'a mut bool,
@@ -462,8 +459,6 @@ enum Conn<'a> {
 
 /// What a batch is committed with.
 struct Batcher<'a> {
-    /// SQLite: the in-process bus that hears of committed events.
-    notices: Option<&'a Notices>,
     conn: Conn<'a>,
     /// The last write waited out SQLite's busy timeout: its jobs are not
     /// retried one by one (each would wait as long again).
@@ -491,7 +486,7 @@ impl Batcher<'_> {
 
     async fn delete(&mut self, id: &str) -> StoreResult<bool> {
         match &mut self.conn {
-            Conn::Sqlite { conn, broken } => {
+            Conn::Sqlite { conn, broken, .. } => {
                 sqlite_begin(conn, **broken, &mut self.timed_out).await?;
                 sqlite_tx(&conn.lock(), broken, |c| sqlite_delete(c, id))
             }
@@ -564,7 +559,7 @@ impl Batcher<'_> {
         jobs: &[(&str, &Rows)],
     ) -> StoreResult<Vec<StoreResult<bool>>> {
         let outcome = match &mut self.conn {
-            Conn::Sqlite { conn, broken } => {
+            Conn::Sqlite { conn, broken, .. } => {
                 sqlite_begin(conn, **broken, &mut self.timed_out).await?;
                 sqlite_batch(&conn.lock(), broken, cache, jobs)?
             }
@@ -586,7 +581,7 @@ impl Batcher<'_> {
         for (s, k) in outcome.cursors {
             cache.insert(s.to_owned(), k);
         }
-        if let Some(notices) = self.notices {
+        if let Conn::Sqlite { notices, .. } = &self.conn {
             announce(notices, &outcome.last_seqs);
         }
         Ok(outcome.results)
