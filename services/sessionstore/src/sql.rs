@@ -188,6 +188,18 @@ ALTER TABLE session_messages ADD FOREIGN KEY (session_id) REFERENCES sessions(id
 ALTER TABLE session_events ADD FOREIGN KEY (session_id) REFERENCES sessions(id);
 "#;
 
+/// v6 (issue 15), PostgreSQL: the event log and the history lose the
+/// foreign keys that v5 gave them. Every row is written by a store's
+/// group-commit writer, under a lock on its session's row, by a statement
+/// that writes nothing unless each of its sessions still exists
+/// (`group_commit::PG_WRITE`); the per-row checks of the keys were a third
+/// of that statement's time. SQLite keeps them (in-process, a check costs
+/// a lookup in a page already cached).
+const PG_SCHEMA_V6_NO_FK: &str = r#"
+ALTER TABLE session_messages DROP CONSTRAINT IF EXISTS session_messages_session_id_fkey;
+ALTER TABLE session_events DROP CONSTRAINT IF EXISTS session_events_session_id_fkey;
+"#;
+
 /// Schema steps in order; index + 1 is the version.
 const SQLITE_MIGRATIONS: &[&str] = &[
     SQLITE_SCHEMA_V1,
@@ -202,6 +214,7 @@ const PG_MIGRATIONS: &[&str] = &[
     SCHEMA_V3_STATE,
     SCHEMA_V4_APPROVAL_RULE,
     PG_SCHEMA_V5_FK,
+    PG_SCHEMA_V6_NO_FK,
 ];
 
 /// The columns `meta_from_row!` reads.
@@ -539,6 +552,18 @@ const PUT_SESSION: &str = "INSERT INTO sessions (id, title, agent, team_members,
      team_members = excluded.team_members, created_ms = excluded.created_ms, \
      last_active_ms = excluded.last_active_ms";
 
+/// PostgreSQL: [`PUT_SESSION`], answering whether it created the session.
+/// The insert does nothing on a conflict, and the update then changes the
+/// row the statement's snapshot holds (a row that another transaction
+/// inserts meanwhile is one created for another request's new id, which
+/// never happens with ids drawn at random).
+const PG_PUT_SESSION: &str = "WITH \
+     ins AS (INSERT INTO sessions (id, title, agent, team_members, created_ms, last_active_ms, tenant, subject) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING RETURNING 1), \
+     upd AS (UPDATE sessions SET title = $2, agent = $3, team_members = $4, created_ms = $5, \
+             last_active_ms = $6 WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ins)) \
+     SELECT EXISTS (SELECT 1 FROM ins)";
+
 /// A turn's lease in one statement: inserted, or taken over when it is
 /// ours or has expired, for a session that exists; when another owner's
 /// lease is live, nothing changes. `$1` session, `$2` owner, `$3` expiry,
@@ -589,7 +614,7 @@ impl SessionStore for SqlStore {
                 .await?;
             }
             Db::Pg(p) => {
-                sqlx::query(PUT_SESSION)
+                let created: bool = sqlx::query_scalar(PG_PUT_SESSION)
                     .bind(&meta.id)
                     .bind(&meta.title)
                     .bind(&meta.agent)
@@ -598,8 +623,11 @@ impl SessionStore for SqlStore {
                     .bind(meta.last_active_ms)
                     .bind(&meta.tenant)
                     .bind(&meta.subject)
-                    .execute(p)
+                    .fetch_one(p)
                     .await?;
+                if created {
+                    self.writer.created(&meta.id);
+                }
             }
         }
         Ok(())

@@ -428,6 +428,28 @@ async fn a_remembered_cursor_gives_way_to_another_stores_writes() {
             b.name
         );
         assert!(a.messages("s").await.unwrap().is_empty(), "{}", b.name);
+        // A session a store has just created starts from seq 1 without a
+        // read (PostgreSQL's writer is told so); when another store wrote
+        // first, that cursor gives way like a remembered one.
+        a.put_session(&meta("u", 1)).await.unwrap();
+        for seq in 1..=2 {
+            other.append_event("u", seq, b"o").await.unwrap();
+        }
+        let stale = a.append_event("u", 1, b"stale").await;
+        assert!(
+            matches!(stale, Err(StoreError::Backend(ref m)) if m.contains("out of order")),
+            "{}: {stale:?}",
+            b.name
+        );
+        a.append_event("u", 3, b"a").await.unwrap();
+        let seqs: Vec<u64> = a
+            .events_since("u", 0)
+            .await
+            .unwrap()
+            .iter()
+            .map(|(q, _)| *q)
+            .collect();
+        assert_eq!(seqs, [1, 2, 3], "{}", b.name);
         // And through its own store: the next append is refused too.
         a.put_session(&meta("t", 1)).await.unwrap();
         a.append_event("t", 1, b"a").await.unwrap();

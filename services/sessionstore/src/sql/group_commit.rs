@@ -65,6 +65,17 @@ pub(super) const MAX_JOBS: usize = 512;
 /// How many jobs may queue before callers wait for room.
 const QUEUE: usize = 8192;
 
+/// PostgreSQL's writers: the sessions are spread over this many writer
+/// tasks, each with its connection, queue and cursor cache, by a hash of
+/// their id, so one session's writes keep one queue (and their order) while
+/// two batches of different sessions are written at once. One writer's
+/// batches follow one another, each a round trip in which the server
+/// spends most of the time; alone it served about 15,000 events/s, and
+/// near that its batches, and every event's wait, grew (at 1,000 new
+/// turns in 2 s, batches of 300 jobs took 16–30 ms). SQLite has one
+/// writer: it lets one connection write at a time.
+const PG_WRITERS: usize = 2;
+
 /// How many sessions' cursors the writer remembers; past it, it forgets all
 /// of them and reads them again as they come (about 100 bytes each).
 const KNOWN_SESSIONS: usize = 65_536;
@@ -84,6 +95,11 @@ pub(super) enum Rows {
     Messages(Vec<String>),
     /// The session with everything it owns (its own transaction).
     Delete,
+    /// The session was just created (PostgreSQL's `put_session` inserted
+    /// it): it has no events and no messages, so its cursor is known
+    /// without a read. Writes nothing; sent without waiting
+    /// ([`Writer::created`]), ahead of the session's first rows.
+    Created,
     /// SQLite: a write of the store's own on the write connection (a
     /// session's metadata, its turn lease, a grant, an approval, a cancel
     /// request), run in the batch's transaction before the batch's rows; its
@@ -116,7 +132,8 @@ pub(super) struct Job {
 /// the last clone is dropped.
 #[derive(Clone, Debug)]
 pub(super) struct Writer {
-    tx: mpsc::Sender<Job>,
+    /// One queue per writer task (see [`PG_WRITERS`]).
+    tx: Arc<[mpsc::Sender<Job>]>,
     /// Cancelled: the task keeps no connection between batches (once the
     /// store closes).
     give_back: CancellationToken,
@@ -129,20 +146,38 @@ impl Writer {
     /// until the store closes; without (SQLite's `:memory:`, whose one connection
     /// serves the reads too), it gives it back after each batch.
     pub(super) fn spawn(db: Db, channel: Arc<str>, notices: Notices, hold: bool) -> Self {
-        let (tx, rx) = mpsc::channel(QUEUE);
         let give_back = CancellationToken::new();
         if !hold {
             give_back.cancel();
         }
+        let mut tx = Vec::new();
         match db {
             Db::Sqlite(pool) => {
+                let (t, rx) = mpsc::channel(QUEUE);
+                tx.push(t);
                 tokio::spawn(run_sqlite(pool, notices, rx, give_back.clone()));
             }
             Db::Pg(pool) => {
-                tokio::spawn(run_pg(pool, channel, rx, give_back.clone()));
+                for _ in 0..PG_WRITERS {
+                    let (t, rx) = mpsc::channel(QUEUE);
+                    tx.push(t);
+                    let (pool, channel) = (pool.clone(), channel.clone());
+                    tokio::spawn(run_pg(pool, channel, rx, give_back.clone()));
+                }
             }
         }
-        Self { tx, give_back }
+        Self {
+            tx: tx.into(),
+            give_back,
+        }
+    }
+
+    /// The queue of the writer task that writes `session`.
+    fn queue(&self, session: &str) -> &mpsc::Sender<Job> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        session.hash(&mut h);
+        &self.tx[(h.finish() % self.tx.len() as u64) as usize]
     }
 
     /// Gives the writer's connection back to the pool, now or after the
@@ -150,6 +185,21 @@ impl Writer {
     /// a connection from the pool again (and fail once it is closed).
     pub(super) fn release(&self) {
         self.give_back.cancel();
+    }
+
+    /// Tells the writer that `session` was just created, so that its first
+    /// rows need not read its cursor (a batch with a cursor to read is a
+    /// transaction of four round trips on PostgreSQL instead of one
+    /// statement, and during a burst of new sessions nearly every batch had
+    /// one). Only a hint: dropped when the queue is full, and a wrong one
+    /// would only make a batch fail on the rows' key and be retried.
+    pub(super) fn created(&self, session: &str) {
+        let (done, _) = oneshot::channel();
+        let _ = self.queue(session).try_send(Job {
+            session: session.to_owned(),
+            rows: Rows::Created,
+            done,
+        });
     }
 
     /// Queues `rows` for `session` and waits until they are committed (or
@@ -163,7 +213,10 @@ impl Writer {
             done,
         };
         let stopped = || StoreError::Backend("the store's writer has stopped".into());
-        self.tx.send(job).await.map_err(|_| stopped())?;
+        self.queue(session)
+            .send(job)
+            .await
+            .map_err(|_| stopped())?;
         rx.await.map_err(|_| stopped())?
     }
 }
@@ -472,13 +525,22 @@ impl Batcher<'_> {
     async fn commit(&mut self, cache: &mut Cache, batch: Vec<Job>) {
         let mut writes: Vec<Job> = Vec::with_capacity(batch.len());
         for job in batch {
-            if matches!(job.rows, Rows::Delete) {
-                self.commit_writes(cache, std::mem::take(&mut writes)).await;
-                cache.remove(&job.session);
-                let r = self.delete(&job.session).await;
-                let _ = job.done.send(r);
-            } else {
-                writes.push(job);
+            match job.rows {
+                Rows::Delete => {
+                    self.commit_writes(cache, std::mem::take(&mut writes)).await;
+                    cache.remove(&job.session);
+                    let r = self.delete(&job.session).await;
+                    let _ = job.done.send(r);
+                }
+                // Before the session's first rows, which queued after it.
+                Rows::Created => {
+                    let fresh = Known {
+                        last_seq: 0,
+                        last_idx: 0,
+                    };
+                    cache.insert(job.session, fresh);
+                }
+                _ => writes.push(job),
             }
         }
         self.commit_writes(cache, writes).await;
@@ -596,16 +658,36 @@ fn again(e: &StoreError) -> StoreError {
     }
 }
 
-/// PostgreSQL: the held connection, or a new one from the pool.
+/// PostgreSQL: the held connection, or a new one from the pool, set to
+/// plan by key ([`BY_KEY`]).
 async fn pg_conn<'c>(
     pool: &sqlx::PgPool,
     held: &'c mut Option<PoolConnection<sqlx::Postgres>>,
 ) -> StoreResult<&'c mut PoolConnection<sqlx::Postgres>> {
     if held.is_none() {
-        *held = Some(pool.acquire().await?);
+        let mut c = pool.acquire().await?;
+        // Closed, not pooled, when the writer lets it go: the pool's other
+        // users keep PostgreSQL's default planning.
+        c.close_on_drop();
+        sqlx::query(BY_KEY).execute(&mut *c).await?;
+        *held = Some(c);
     }
     Ok(held.as_mut().expect("just set"))
 }
+
+/// The writer's statements reach every row by its key (the sessions' locks
+/// and last activity by id, the rows' keys, the foreign keys' checks, the
+/// cursors' `MAX` on the `(session_id, seq|idx)` keys), so its connection
+/// tells the planner to use those indexes whatever the statistics say. A
+/// prepared statement's generic plan is made once and kept until the
+/// table's statistics change (autovacuum's ANALYZE, up to a minute after
+/// enough rows changed): planned while `sessions` was nearly empty, the
+/// batch's `id = ANY($1)` locks were a sequential scan, kept as the table
+/// grew, each batch comparing every session's id with each of its own (half
+/// of the writer's backend CPU at 1,000 sessions, measured with `perf`).
+/// Planning each execution for its values instead cost a third of that
+/// CPU, and still chose the scan on a table of a few dozen pages.
+const BY_KEY: &str = "SET enable_seqscan = off";
 
 /// SQLite: the in-process bus hears of the committed events (PostgreSQL's
 /// notifications went out with the transaction). One notice per session and
@@ -756,8 +838,8 @@ fn plan<'a>(jobs: &[(&'a str, &'a Rows)], cursors: &mut BTreeMap<&'a str, Cursor
                 }
                 c.messages = true;
             }
-            Rows::Delete | Rows::Own(_) => {
-                unreachable!("deletes are committed on their own; own writes were skipped")
+            Rows::Delete | Rows::Created | Rows::Own(_) => {
+                unreachable!("deletes are committed on their own, creations noted; own writes were skipped")
             }
         }
         results.push(Ok(true));
@@ -887,23 +969,34 @@ async fn pg_batch<'a>(
 
 /// PostgreSQL: the one statement that writes a planned batch, whatever its
 /// size (the rows go as arrays, so one prepared statement serves every
-/// batch). It first locks the batch's sessions in sorted order (`lk`; each
-/// write below waits for it, a one-time filter on its count), so two
-/// replicas' batches on a session serialize and cannot deadlock; then the
-/// events, the messages, the sessions' last activity, and the notifications,
-/// which PostgreSQL delivers when (and only if) the transaction commits: one
-/// per session, with its last seq.
+/// batch). It first locks the batch's sessions in sorted order (`lk`), so
+/// two replicas' batches on a session serialize and cannot deadlock, and
+/// writes only if every one of them still exists (`ok`, a one-time filter
+/// of each write below, which therefore waits for the locks): the events,
+/// the messages, the sessions' last activity, and the notifications, which
+/// PostgreSQL delivers when (and only if) the transaction commits: one per
+/// session, with its last seq. It answers `ok`: false, it wrote nothing (a
+/// session was deleted through another store since the writer remembered
+/// its cursor), and the batch is retried job by job on fresh reads.
+///
+/// That check is what keeps a deleted session's rows out on PostgreSQL
+/// (schema 6 dropped the foreign keys of the events and messages there:
+/// their per-row checks were a third of the statement's time, and every
+/// row is written here, under its session's lock).
 const PG_WRITE: &str = "WITH \
      lk AS (SELECT id FROM sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE), \
+     ok AS (SELECT count(*) = cardinality($1::text[]) AS ok FROM lk), \
      ev AS (INSERT INTO session_events (session_id, seq, body) \
             SELECT * FROM UNNEST($2::text[], $3::int8[], $4::bytea[]) \
-            WHERE (SELECT count(*) FROM lk) >= 0), \
+            WHERE (SELECT ok FROM ok)), \
      ms AS (INSERT INTO session_messages (session_id, idx, body) \
             SELECT * FROM UNNEST($5::text[], $6::int8[], $7::text[]) \
-            WHERE (SELECT count(*) FROM lk) >= 0), \
+            WHERE (SELECT ok FROM ok)), \
      tc AS (UPDATE sessions SET last_active_ms = $8 \
-            WHERE id = ANY($9::text[]) AND (SELECT count(*) FROM lk) >= 0) \
-     SELECT pg_notify($10, p) FROM UNNEST($11::text[]) AS t(p)";
+            WHERE id = ANY($9::text[]) AND (SELECT ok FROM ok)), \
+     nt AS (SELECT pg_notify($10, p) FROM UNNEST($11::text[]) AS t(p) \
+            WHERE (SELECT ok FROM ok)) \
+     SELECT (SELECT ok FROM ok), (SELECT count(*) FROM nt)";
 
 /// Runs [`PG_WRITE`] for `plan` on `ex` (a connection: a transaction of its
 /// own; or the batch's transaction).
@@ -914,8 +1007,13 @@ async fn pg_write<'c>(
     cursors: &BTreeMap<&str, Cursor>,
     now: i64,
 ) -> StoreResult<()> {
-    // The cursors' keys: every session of the batch, sorted.
-    let sessions: Vec<&str> = cursors.keys().copied().collect();
+    // Every session the batch writes, sorted (a session found gone inside
+    // the batch's transaction has no rows in it).
+    let sessions: Vec<&str> = cursors
+        .iter()
+        .filter(|(_, c)| c.exists)
+        .map(|(s, _)| *s)
+        .collect();
     let touched: Vec<&str> = cursors
         .iter()
         .filter(|(_, c)| c.messages)
@@ -931,7 +1029,7 @@ async fn pg_write<'c>(
             .payload()
         })
         .collect();
-    sqlx::query(PG_WRITE)
+    let (ok, _): (bool, i64) = sqlx::query_as(PG_WRITE)
         .bind(sessions)
         .bind(plan.events.iter().map(|e| e.0).collect::<Vec<&str>>())
         .bind(plan.events.iter().map(|e| e.1).collect::<Vec<i64>>())
@@ -943,8 +1041,13 @@ async fn pg_write<'c>(
         .bind(touched)
         .bind(channel)
         .bind(payloads)
-        .execute(ex)
+        .fetch_one(ex)
         .await?;
+    if !ok {
+        return Err(StoreError::Backend(
+            "a session of the batch was deleted meanwhile; nothing of it was written".into(),
+        ));
+    }
     Ok(())
 }
 
