@@ -2,8 +2,8 @@
 //! (several orchestrator replicas sharing sessions).
 //!
 //! Every write is one transaction, so a crash loses at most the write in
-//! progress. Events and messages go through one writer task per store that
-//! commits what arrives together in one transaction ([`group_commit`]); on
+//! progress. Events and messages go through the store's writer tasks, which
+//! commit what arrives together in one transaction ([`group_commit`]); on
 //! SQLite every other write goes through it too. SQLite runs in WAL mode
 //! with `BEGIN IMMEDIATE` write transactions; PostgreSQL locks the session row for appends so that two
 //! replicas never interleave one session's messages or events. The turn lease

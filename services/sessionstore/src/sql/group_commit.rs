@@ -1,5 +1,7 @@
-//! Group commit: one writer task per [`SqlStore`](super::SqlStore) writes the
-//! event log and the message history in batches, one transaction per batch.
+//! Group commit: a writer task of each [`SqlStore`](super::SqlStore) (one on
+//! SQLite, [`PG_WRITERS`] on PostgreSQL, each with its share of the sessions)
+//! writes the event log and the message history in batches, one transaction
+//! per batch.
 //!
 //! Every `append_event` and `append_messages` call queues its rows and waits
 //! for the commit of the batch that holds them, so a caller (the hub, which
@@ -31,10 +33,14 @@
 //!   stale, on the `(session_id, seq)` or `(session_id, idx)` key: the batch
 //!   fails as a whole, its sessions are forgotten, and its jobs are retried
 //!   one by one on fresh reads;
-//! - the rows refer to their session (a foreign key, schema v5): a session
-//!   deleted through another store refuses them, and the batch is retried as
-//!   above; deletes through this store come through this queue and forget
-//!   the session;
+//! - a session deleted through another store takes no more rows (SQLite:
+//!   the rows refer to their session, a foreign key of schema v5;
+//!   PostgreSQL: [`PG_WRITE`] writes nothing unless each session of the
+//!   batch is there under its lock, schema v6 having dropped the keys), and
+//!   the batch is retried as above; deletes through this store come through
+//!   this queue and forget the session;
+//! - a session PostgreSQL's `put_session` has just created is known to be
+//!   empty ([`Rows::Created`]) without a read;
 //! - PostgreSQL locks every session of a batch in sorted order before it
 //!   writes (and before it reads cursors it does not know), so two replicas'
 //!   batches on one session serialize and cannot deadlock. A batch whose
@@ -676,7 +682,7 @@ async fn pg_conn<'c>(
 }
 
 /// The writer's statements reach every row by its key (the sessions' locks
-/// and last activity by id, the rows' keys, the foreign keys' checks, the
+/// and last activity by id, the rows' keys, SQLite's foreign keys' checks, the
 /// cursors' `MAX` on the `(session_id, seq|idx)` keys), so its connection
 /// tells the planner to use those indexes whatever the statistics say. A
 /// prepared statement's generic plan is made once and kept until the
