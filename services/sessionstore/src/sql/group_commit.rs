@@ -181,13 +181,17 @@ impl Writer {
     /// The queue of the writer task that writes `session`.
     fn queue(&self, session: &str) -> &mpsc::Sender<Job> {
         use std::hash::{Hash, Hasher};
+        if let [one] = &self.tx[..] {
+            return one;
+        }
         let mut h = std::hash::DefaultHasher::new();
         session.hash(&mut h);
         &self.tx[(h.finish() % self.tx.len() as u64) as usize]
     }
 
-    /// Gives the writer's connection back to the pool, now or after the
-    /// batch being committed, so that the pool can close. Later writes take
+    /// Lets the writers' connections go, now or after the batch being
+    /// committed, so that the pool can close (SQLite's goes back to the
+    /// pool; PostgreSQL's, set to plan by key, are closed). Later writes take
     /// a connection from the pool again (and fail once it is closed).
     pub(super) fn release(&self) {
         self.give_back.cancel();
@@ -227,8 +231,9 @@ impl Writer {
     }
 }
 
-/// A session's cursor as the writer's last commit left it.
-#[derive(Clone, Copy, Debug)]
+/// A session's cursor as the writer's last commit left it (default: a
+/// session without events or messages).
+#[derive(Clone, Copy, Debug, Default)]
 struct Known {
     last_seq: i64,
     last_idx: i64,
@@ -540,11 +545,7 @@ impl Batcher<'_> {
                 }
                 // Before the session's first rows, which queued after it.
                 Rows::Created => {
-                    let fresh = Known {
-                        last_seq: 0,
-                        last_idx: 0,
-                    };
-                    cache.insert(job.session, fresh);
+                    cache.insert(job.session, Known::default());
                 }
                 _ => writes.push(job),
             }
@@ -682,8 +683,8 @@ async fn pg_conn<'c>(
 }
 
 /// The writer's statements reach every row by its key (the sessions' locks
-/// and last activity by id, the rows' keys, SQLite's foreign keys' checks, the
-/// cursors' `MAX` on the `(session_id, seq|idx)` keys), so its connection
+/// and last activity by id, the rows' keys, the cursors' `MAX` on the
+/// `(session_id, seq|idx)` keys), so its connection
 /// tells the planner to use those indexes whatever the statistics say. A
 /// prepared statement's generic plan is made once and kept until the
 /// table's statistics change (autovacuum's ANALYZE, up to a minute after
