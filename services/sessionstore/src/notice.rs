@@ -73,7 +73,80 @@ impl Notice {
     pub fn parse(payload: &str) -> Option<Notice> {
         serde_json::from_str(payload).ok()
     }
+
+    /// The notices of one payload: a notice's ([`Notice::payload`]), or
+    /// several sessions' new events ([`Notice::event_payloads`]). Empty when
+    /// it is neither (another writer on the channel).
+    pub fn parse_all(payload: &str) -> Vec<Notice> {
+        if let Ok(b) = serde_json::from_str::<EventBatch>(payload) {
+            return b
+                .e
+                .into_iter()
+                .map(|(session, seq)| Notice::Event { session, seq })
+                .collect();
+        }
+        Notice::parse(payload).into_iter().collect()
+    }
+
+    /// Payloads announcing each session's last new seq, several sessions to
+    /// a payload (each under [`PAYLOAD_MAX`] bytes, PostgreSQL taking up to
+    /// 8,000): a batch of events for hundreds of sessions is a few
+    /// notifications, not one per session. Each notification costs the
+    /// server a queue entry under its notify lock and a message to every
+    /// listening replica, and that replica a message to read; one per
+    /// session was most of the notifications' cost at 1,000 streams.
+    /// A session whose entry alone is over the limit goes in a
+    /// [`Notice::Event`] of its own.
+    pub fn event_payloads<'a>(last: impl IntoIterator<Item = (&'a str, u64)>) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut cur = String::from(BATCH_HEAD);
+        for (session, seq) in last {
+            let entry = serde_json::to_string(&(session, seq)).unwrap_or_default();
+            if BATCH_HEAD.len() + entry.len() + BATCH_TAIL.len() > PAYLOAD_MAX {
+                let one = Notice::Event {
+                    session: session.to_owned(),
+                    seq,
+                };
+                out.push(one.payload());
+                continue;
+            }
+            if cur.len() + 1 + entry.len() + BATCH_TAIL.len() > PAYLOAD_MAX {
+                cur.push_str(BATCH_TAIL);
+                out.push(std::mem::replace(&mut cur, String::from(BATCH_HEAD)));
+            }
+            if cur.len() > BATCH_HEAD.len() {
+                cur.push(',');
+            }
+            cur.push_str(&entry);
+        }
+        if cur.len() > BATCH_HEAD.len() {
+            cur.push_str(BATCH_TAIL);
+            out.push(cur);
+        }
+        out
+    }
 }
+
+/// The most bytes of a batched payload ([`Notice::event_payloads`]).
+pub const PAYLOAD_MAX: usize = 7_900;
+
+/// Several sessions' new events in one payload: `{"k":"events","e":[[session, seq], …]}`.
+#[derive(Deserialize)]
+struct EventBatch {
+    #[allow(dead_code)]
+    k: EventsTag,
+    e: Vec<(String, u64)>,
+}
+
+/// The tag of an [`EventBatch`] payload.
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum EventsTag {
+    Events,
+}
+
+const BATCH_HEAD: &str = r#"{"k":"events","e":["#;
+const BATCH_TAIL: &str = "]}";
 
 /// Where notices are published and subscribed to.
 #[derive(Clone, Debug)]
@@ -145,6 +218,43 @@ mod tests {
         }
         assert_eq!(Notice::parse("hello"), None);
         assert_eq!(Notice::parse(r#"{"k":"other"}"#), None);
+        assert!(Notice::parse_all("hello").is_empty());
+        assert!(Notice::parse_all(r#"{"k":"other","e":[["s",1]]}"#).is_empty());
+        let one = Notice::Cancel {
+            session: "s".into(),
+            owner: "o".into(),
+        };
+        assert_eq!(Notice::parse_all(&one.payload()), vec![one]);
+    }
+
+    #[test]
+    fn event_payloads_carry_every_session_within_the_limit() {
+        assert!(Notice::event_payloads([]).is_empty());
+        // 1,000 sessions with quotes and backslashes in their ids, and one
+        // id too long for a batch: every one comes back once (the order
+        // between sessions means nothing).
+        let ids: Vec<String> = (0..1000).map(|i| format!("sess-\"{i}\\-{i:0>30}")).collect();
+        let long = "x".repeat(PAYLOAD_MAX);
+        let mut last: Vec<(&str, u64)> = ids.iter().map(|s| s.as_str()).zip(1..).collect();
+        last.insert(500, (long.as_str(), 9));
+        let payloads = Notice::event_payloads(last.iter().copied());
+        assert!(payloads.len() > 1 && payloads.len() < 20, "{} payloads", payloads.len());
+        let mut back = Vec::new();
+        for p in &payloads {
+            assert!(p.len() <= PAYLOAD_MAX || Notice::parse(p).is_some(), "{} bytes", p.len());
+            back.extend(Notice::parse_all(p));
+        }
+        let key = |n: &Notice| n.session().map(str::to_owned);
+        back.sort_by_key(key);
+        let mut want: Vec<Notice> = last
+            .iter()
+            .map(|(s, seq)| Notice::Event {
+                session: (*s).to_owned(),
+                seq: *seq,
+            })
+            .collect();
+        want.sort_by_key(key);
+        assert_eq!(back, want);
     }
 
     #[test]

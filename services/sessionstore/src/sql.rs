@@ -510,7 +510,7 @@ async fn listen(
             };
             match r {
                 Ok(Some(n)) => {
-                    if let Some(n) = Notice::parse(n.payload()) {
+                    for n in Notice::parse_all(n.payload()) {
                         notices.publish(n);
                     }
                 }

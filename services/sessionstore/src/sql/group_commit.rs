@@ -981,8 +981,9 @@ async fn pg_batch<'a>(
 /// writes only if every one of them still exists (`ok`, a one-time filter
 /// of each write below, which therefore waits for the locks): the events,
 /// the messages, the sessions' last activity, and the notifications, which
-/// PostgreSQL delivers when (and only if) the transaction commits: one per
-/// session, with its last seq. It answers `ok`: false, it wrote nothing (a
+/// PostgreSQL delivers when (and only if) the transaction commits: each
+/// session's last seq, many sessions to a notification
+/// ([`Notice::event_payloads`]). It answers `ok`: false, it wrote nothing (a
 /// session was deleted through another store since the writer remembered
 /// its cursor), and the batch is retried job by job on fresh reads.
 ///
@@ -1026,16 +1027,8 @@ async fn pg_write<'c>(
         .filter(|(_, c)| c.messages)
         .map(|(s, _)| *s)
         .collect();
-    let payloads: Vec<String> = last_seqs(plan)
-        .into_iter()
-        .map(|(session, seq)| {
-            Notice::Event {
-                session,
-                seq: seq as u64,
-            }
-            .payload()
-        })
-        .collect();
+    let last = last_seqs(plan);
+    let payloads = Notice::event_payloads(last.iter().map(|(s, seq)| (s.as_str(), *seq as u64)));
     let (ok, _): (bool, i64) = sqlx::query_as(PG_WRITE)
         .bind(sessions)
         .bind(plan.events.iter().map(|e| e.0).collect::<Vec<&str>>())
