@@ -1109,3 +1109,63 @@ async fn sqlite_writer_waits_for_the_write_lock_without_blocking_the_runtime() {
     assert_eq!(store.last_seq("s").await.unwrap(), 1);
     store.close().await;
 }
+
+/// Events of many sessions written at once (batches of hundreds of sessions,
+/// whose notices PostgreSQL carries several sessions to a notification) are
+/// each announced on another replica, with the session's last seq.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_sessions_events_are_announced_on_another_replica() {
+    use omicos_sessionstore::Notice;
+    const SESSIONS: usize = 400;
+    for b in common::all("announce").await {
+        let a = open(&b.url).await.unwrap();
+        let other = open(&b.url).await.unwrap();
+        let ids: Vec<String> = (0..SESSIONS)
+            .map(|i| format!("{:08x}-announce-{i}", i * 7919))
+            .collect();
+        for id in &ids {
+            a.put_session(&meta(id, 1)).await.unwrap();
+        }
+        let mut rx = other.notices();
+        // Two appends per session, all sessions at once: each batch holds
+        // many sessions.
+        let mut tasks = tokio::task::JoinSet::new();
+        for id in ids.clone() {
+            let a = a.clone();
+            tasks.spawn(async move {
+                a.append_event(&id, 1, b"e1").await.unwrap();
+                a.append_events(&id, 2, vec![b"e2".to_vec(), b"e3".to_vec()])
+                    .await
+                    .unwrap();
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap();
+        }
+        let mut last: std::collections::HashMap<String, u64> = Default::default();
+        let all_seen = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while last.len() < SESSIONS || last.values().any(|s| *s < 3) {
+                match rx.recv().await.expect("notice bus open") {
+                    Notice::Event { session, seq } => {
+                        let e = last.entry(session).or_default();
+                        assert!(seq > *e, "{}: seqs announced in order", b.name);
+                        *e = seq;
+                    }
+                    other => panic!("{}: unexpected notice {other:?}", b.name),
+                }
+            }
+        })
+        .await;
+        assert!(
+            all_seen.is_ok(),
+            "{}: {} of {SESSIONS} sessions announced up to seq 3",
+            b.name,
+            last.values().filter(|s| **s == 3).count()
+        );
+        let mut announced: Vec<&String> = last.keys().collect();
+        announced.sort();
+        let mut want: Vec<&String> = ids.iter().collect();
+        want.sort();
+        assert_eq!(announced, want, "{}", b.name);
+    }
+}
