@@ -78,9 +78,8 @@ impl Notice {
     /// several sessions' new events ([`Notice::event_payloads`]). Empty when
     /// it is neither (another writer on the channel).
     pub fn parse_all(payload: &str) -> Vec<Notice> {
-        if let Ok(b) = serde_json::from_str::<EventBatch>(payload) {
-            return b
-                .e
+        if let Ok(EventBatch::Events { e }) = serde_json::from_str(payload) {
+            return e
                 .into_iter()
                 .map(|(session, seq)| Notice::Event { session, seq })
                 .collect();
@@ -132,17 +131,9 @@ pub const PAYLOAD_MAX: usize = 7_900;
 
 /// Several sessions' new events in one payload: `{"k":"events","e":[[session, seq], …]}`.
 #[derive(Deserialize)]
-struct EventBatch {
-    #[allow(dead_code)]
-    k: EventsTag,
-    e: Vec<(String, u64)>,
-}
-
-/// The tag of an [`EventBatch`] payload.
-#[derive(Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum EventsTag {
-    Events,
+#[serde(tag = "k", rename_all = "snake_case")]
+enum EventBatch {
+    Events { e: Vec<(String, u64)> },
 }
 
 const BATCH_HEAD: &str = r#"{"k":"events","e":["#;
@@ -233,15 +224,25 @@ mod tests {
         // 1,000 sessions with quotes and backslashes in their ids, and one
         // id too long for a batch: every one comes back once (the order
         // between sessions means nothing).
-        let ids: Vec<String> = (0..1000).map(|i| format!("sess-\"{i}\\-{i:0>30}")).collect();
+        let ids: Vec<String> = (0..1000)
+            .map(|i| format!("sess-\"{i}\\-{i:0>30}"))
+            .collect();
         let long = "x".repeat(PAYLOAD_MAX);
         let mut last: Vec<(&str, u64)> = ids.iter().map(|s| s.as_str()).zip(1..).collect();
         last.insert(500, (long.as_str(), 9));
         let payloads = Notice::event_payloads(last.iter().copied());
-        assert!(payloads.len() > 1 && payloads.len() < 20, "{} payloads", payloads.len());
+        assert!(
+            payloads.len() > 1 && payloads.len() < 20,
+            "{} payloads",
+            payloads.len()
+        );
         let mut back = Vec::new();
         for p in &payloads {
-            assert!(p.len() <= PAYLOAD_MAX || Notice::parse(p).is_some(), "{} bytes", p.len());
+            assert!(
+                p.len() <= PAYLOAD_MAX || Notice::parse(p).is_some(),
+                "{} bytes",
+                p.len()
+            );
             back.extend(Notice::parse_all(p));
         }
         let key = |n: &Notice| n.session().map(str::to_owned);

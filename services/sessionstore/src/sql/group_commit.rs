@@ -223,10 +223,7 @@ impl Writer {
             done,
         };
         let stopped = || StoreError::Backend("the store's writer has stopped".into());
-        self.queue(session)
-            .send(job)
-            .await
-            .map_err(|_| stopped())?;
+        self.queue(session).send(job).await.map_err(|_| stopped())?;
         rx.await.map_err(|_| stopped())?
     }
 }
@@ -699,10 +696,10 @@ const BY_KEY: &str = "SET enable_seqscan = off";
 /// SQLite: the in-process bus hears of the committed events (PostgreSQL's
 /// notifications went out with the transaction). One notice per session and
 /// batch, with its last seq: a notice only wakes a reader, who reads the log.
-fn announce(notices: &Notices, last_seqs: &BTreeMap<String, i64>) {
+fn announce(notices: &Notices, last_seqs: &BTreeMap<&str, i64>) {
     for (session, seq) in last_seqs {
         notices.publish(Notice::Event {
-            session: session.clone(),
+            session: (*session).to_owned(),
             seq: *seq as u64,
         });
     }
@@ -713,7 +710,7 @@ struct Outcome<'a> {
     /// One answer per job, in order.
     results: Vec<StoreResult<bool>>,
     /// Per session that got events, the last seq written.
-    last_seqs: BTreeMap<String, i64>,
+    last_seqs: BTreeMap<&'a str, i64>,
     /// The cursors of the batch's existing sessions after it.
     cursors: Vec<(&'a str, Known)>,
 }
@@ -846,7 +843,9 @@ fn plan<'a>(jobs: &[(&'a str, &'a Rows)], cursors: &mut BTreeMap<&'a str, Cursor
                 c.messages = true;
             }
             Rows::Delete | Rows::Created | Rows::Own(_) => {
-                unreachable!("deletes are committed on their own, creations noted; own writes were skipped")
+                unreachable!(
+                    "deletes are committed on their own, creations noted; own writes were skipped"
+                )
             }
         }
         results.push(Ok(true));
@@ -880,12 +879,8 @@ fn outcome<'a>(plan: Plan<'a>, cursors: BTreeMap<&'a str, Cursor>) -> Outcome<'a
 }
 
 /// Per session that gets events in `plan`, its last seq.
-fn last_seqs(plan: &Plan<'_>) -> BTreeMap<String, i64> {
-    let mut last = BTreeMap::new();
-    for (s, seq, _) in &plan.events {
-        last.insert((*s).to_owned(), *seq);
-    }
-    last
+fn last_seqs<'a>(plan: &Plan<'a>) -> BTreeMap<&'a str, i64> {
+    plan.events.iter().map(|(s, seq, _)| (*s, *seq)).collect()
 }
 
 /// The cursors a batch starts from: its sessions (an own write's is not
@@ -1027,8 +1022,8 @@ async fn pg_write<'c>(
         .filter(|(_, c)| c.messages)
         .map(|(s, _)| *s)
         .collect();
-    let last = last_seqs(plan);
-    let payloads = Notice::event_payloads(last.iter().map(|(s, seq)| (s.as_str(), *seq as u64)));
+    let payloads =
+        Notice::event_payloads(last_seqs(plan).into_iter().map(|(s, seq)| (s, seq as u64)));
     let (ok, _): (bool, i64) = sqlx::query_as(PG_WRITE)
         .bind(sessions)
         .bind(plan.events.iter().map(|e| e.0).collect::<Vec<&str>>())
