@@ -3,7 +3,9 @@
 
 mod common;
 
-use omicos_sessionstore::{SessionMeta, SessionStore, SqlStore, StoreError, now_ms, open};
+use omicos_sessionstore::{
+    SessionMeta, SessionStore, SqlStore, StoreError, StoreResult, now_ms, open,
+};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -373,11 +375,7 @@ async fn a_remembered_cursor_gives_way_to_another_stores_writes() {
             .unwrap();
         // a's cursor says 3: seq 4 was taken by the other, and is refused...
         let stale = a.append_event("s", 4, b"stale").await;
-        assert!(
-            matches!(stale, Err(StoreError::Backend(ref m)) if m.contains("out of order")),
-            "{}: {stale:?}",
-            b.name
-        );
+        refused_out_of_order(&stale, b.name);
         // ...while the seq after the other's (what a hub that re-read asks) is taken.
         a.append_event("s", 6, b"a").await.unwrap();
         a.append_messages("s", &[json!({"role": "user", "content": "a2"})])
@@ -436,11 +434,7 @@ async fn a_remembered_cursor_gives_way_to_another_stores_writes() {
             other.append_event("u", seq, b"o").await.unwrap();
         }
         let stale = a.append_event("u", 1, b"stale").await;
-        assert!(
-            matches!(stale, Err(StoreError::Backend(ref m)) if m.contains("out of order")),
-            "{}: {stale:?}",
-            b.name
-        );
+        refused_out_of_order(&stale, b.name);
         a.append_event("u", 3, b"a").await.unwrap();
         let seqs: Vec<u64> = a
             .events_since("u", 0)
@@ -651,6 +645,14 @@ async fn kill_9_during_batched_writes_loses_nothing_committed() {
             s.close().await;
         }
     }
+}
+
+/// `stale` is the refusal of an event whose seq is not the session's next.
+fn refused_out_of_order(stale: &StoreResult<()>, name: &str) {
+    assert!(
+        matches!(stale, Err(StoreError::Backend(m)) if m.contains("out of order")),
+        "{name}: {stale:?}"
+    );
 }
 
 /// The next notice about `session` within 5 s (other sessions' notices skipped).
