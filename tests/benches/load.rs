@@ -264,10 +264,11 @@ impl Orchestrator for Floor {
 
 /// CPU time (ms) of this process's threads that belong to the server side:
 /// named `orch` (its runtime), `sqlx-sqlite-*` (SQLite's connection workers)
-/// or the orchestrator's trajectory writer.
-fn server_cpu_ms() -> u64 {
-    // Clock ticks: 100 per second on Linux.
-    let mut ticks = 0u64;
+/// or the orchestrator's trajectory writer. Read from each thread's
+/// `schedstat` (time on a CPU, in ns), not from `stat`'s clock ticks, whose
+/// 10 ms steps were a tenth of a turn's CPU at 100 turns.
+fn server_cpu_ms() -> f64 {
+    let mut ns = 0u64;
     for t in std::fs::read_dir("/proc/self/task")
         .into_iter()
         .flatten()
@@ -282,17 +283,14 @@ fn server_cpu_ms() -> u64 {
         {
             continue;
         }
-        let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
-        // Fields after the `(comm)`: state is field 3, utime 14, stime 15.
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-            continue;
-        };
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        if f.len() > 12 {
-            ticks += f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0);
-        }
+        let stat = std::fs::read_to_string(p.join("schedstat")).unwrap_or_default();
+        ns += stat
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
     }
-    ticks * 10
+    ns as f64 / 1e6
 }
 
 /// The machine's CPU steal so far (ticks of all CPUs, /proc/stat): time the
@@ -461,7 +459,7 @@ async fn check_against_store(
 struct Figures {
     turns: usize,
     wall: Duration,
-    cpu_ms: u64,
+    cpu_ms: f64,
     events: u64,
     /// CPU steal ticks during the run (all CPUs).
     steal: u64,
@@ -471,7 +469,7 @@ struct Figures {
 
 impl Figures {
     fn per_turn(&self) -> f64 {
-        self.cpu_ms as f64 / self.turns as f64
+        self.cpu_ms / self.turns as f64
     }
 
     /// The share of the machine's CPU time the host took during the run.

@@ -3,26 +3,38 @@
 //! (as the hub does: a session's next event waits for the previous commit).
 //! Prints, per store, the process's CPU per event (user + system, all
 //! threads: the runtime, SQLite's workers) and events per second; the memory
-//! store in the same run is the floor (its CPU is below the clock's 10 ms
-//! resolution at the default size). A PostgreSQL server's own CPU is not in
-//! it.
+//! store in the same run is the floor. A PostgreSQL server's own CPU is not
+//! in it.
 //!
 //! `cargo bench -p omicos-sessionstore --bench append` (release). Settings:
-//! `APPEND_SESSIONS` (default 200), `APPEND_EVENTS` (86), `APPEND_STORES`
+//! `APPEND_SESSIONS` (default 200), `APPEND_EVENTS` (86), `APPEND_PAUSE_MS`
+//! (a session's pause before each append, default 0: the load bench's model
+//! sends a turn's deltas 10 ms apart), `APPEND_STORES`
 //! (`memory,sqlite,postgres`; PostgreSQL is skipped when it does not answer).
 
 use omicos_sessionstore::{SessionMeta, SessionStore};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// User + system CPU of the whole process (every thread: the runtime and
-/// SQLite's connection workers), from /proc/self/stat in clock ticks (100/s).
+/// CPU time of the whole process so far (every thread: the runtime and
+/// SQLite's connection workers), from each thread's `schedstat` (ns; the
+/// clock ticks of `/proc/self/stat` are 10 ms, too coarse for a run of a
+/// second).
 fn cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+    let mut ns = 0u64;
+    for t in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let stat = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+        ns += stat
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Duration::from_nanos(ns)
 }
 
 fn env(var: &str, default: usize) -> usize {
@@ -32,7 +44,12 @@ fn env(var: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-async fn run(store: Arc<dyn SessionStore>, sessions: usize, events: usize) -> (Duration, Duration) {
+async fn run(
+    store: Arc<dyn SessionStore>,
+    sessions: usize,
+    events: usize,
+    pause: Duration,
+) -> (Duration, Duration) {
     let body = vec![7u8; 60];
     let ids: Vec<String> = (0..sessions)
         .map(|i| format!("bench-{i}-{}", uuid::Uuid::new_v4()))
@@ -56,6 +73,9 @@ async fn run(store: Arc<dyn SessionStore>, sessions: usize, events: usize) -> (D
         let body = body.clone();
         tasks.spawn(async move {
             for seq in 1..=events as u64 {
+                if !pause.is_zero() {
+                    tokio::time::sleep(pause).await;
+                }
                 store.append_event(&id, seq, &body).await.expect("append");
             }
             id
@@ -80,13 +100,14 @@ async fn run(store: Arc<dyn SessionStore>, sessions: usize, events: usize) -> (D
 fn main() {
     let sessions = env("APPEND_SESSIONS", 200);
     let events = env("APPEND_EVENTS", 86);
+    let pause = Duration::from_millis(env("APPEND_PAUSE_MS", 0) as u64);
     let stores = std::env::var("APPEND_STORES").unwrap_or_else(|_| "memory,sqlite,postgres".into());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    println!("{sessions} sessions × {events} events, each append awaited");
+    println!("{sessions} sessions × {events} events, each append awaited, {pause:?} apart");
     println!();
     println!("| store | CPU µs per event | events/s |");
     println!("|---|---|---|");
@@ -107,8 +128,8 @@ fn main() {
         };
         let store = rt.block_on(omicos_sessionstore::open(&url)).expect("open");
         // A warm-up round, then the measured one.
-        rt.block_on(run(store.clone(), sessions.min(20), 10));
-        let (wall, used) = rt.block_on(run(store, sessions, events));
+        rt.block_on(run(store.clone(), sessions.min(20), 10, pause));
+        let (wall, used) = rt.block_on(run(store, sessions, events, pause));
         let n = (sessions * events) as f64;
         let per = used.as_secs_f64() * 1e6 / n;
         println!("| {name} | {per:.1} | {:.0} |", n / wall.as_secs_f64());
