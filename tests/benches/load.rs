@@ -22,6 +22,9 @@
 //!
 //! The last column is the host's CPU steal during the run (/proc/stat): on
 //! a shared VM, a run with much of it measured the host, not the event path.
+//! Before each run the bench writes the machine's dirty pages back
+//! (`sync(2)`) and pauses 0.3 s, so that no run pays for the disk writes of
+//! the one before.
 //!
 //! CPU is the orchestrator's own: the threads of the runtime it runs on (and
 //! SQLite's worker threads), read from /proc; the client, the fake LLM and
@@ -291,6 +294,17 @@ fn server_cpu_ms() -> f64 {
             .unwrap_or(0);
     }
     ns as f64 / 1e6
+}
+
+/// Writes the machine's dirty pages back (`sync(2)`, which waits for them)
+/// and pauses, so that a run does not pay for the disk writes of the run
+/// before it: a SQLite run at 1,000 turns leaves hundreds of MB for the
+/// kernel to write back, and each of PostgreSQL's commits waits for its WAL
+/// to reach the same disk.
+fn settle() {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+    std::thread::sleep(Duration::from_millis(300));
 }
 
 /// The machine's CPU steal so far (ticks of all CPUs, /proc/stat): time the
@@ -789,12 +803,14 @@ fn main() {
     let mut cpu: std::collections::BTreeMap<(String, usize), Vec<f64>> = Default::default();
     for &n in &turns {
         for _ in 0..rounds {
+            settle();
             let f = load.block_on(run_turns(&floor_url, None, n, n, false, ramp));
             println!("{}", f.row("floor (bare tonic)"));
             cpu.entry(("floor (bare tonic)".into(), n))
                 .or_default()
                 .push(f.per_turn());
             for st in &stacks {
+                settle();
                 let f = load.block_on(run_turns(&st.url, Some(&st.store), n, n, true, ramp));
                 println!("{}", f.row(&st.name));
                 if tail_ms > 0 {
