@@ -136,6 +136,22 @@ pub trait SessionStore: Send + Sync + 'static {
     async fn last_seq(&self, id: &str) -> StoreResult<u64>;
     /// Takes the session's turn lease for `owner` for `ttl_ms`; false if another owner holds a live lease.
     async fn try_lease_turn(&self, id: &str, owner: &str, ttl_ms: i64) -> StoreResult<bool>;
+    /// [`put_session`](SessionStore::put_session) then
+    /// [`try_lease_turn`](SessionStore::try_lease_turn) for `meta.id`, as
+    /// one write where the store can: a turn on a session made for it (its
+    /// id drawn just now) starts with both. The SQL store writes a new
+    /// session and its lease in one statement (PostgreSQL) or one job of
+    /// its writer (SQLite), and a session that was already there as the two
+    /// calls would.
+    async fn create_leased_session(
+        &self,
+        meta: &SessionMeta,
+        owner: &str,
+        ttl_ms: i64,
+    ) -> StoreResult<bool> {
+        self.put_session(meta).await?;
+        self.try_lease_turn(&meta.id, owner, ttl_ms).await
+    }
     /// Releases the lease if `owner` holds it, with the approvals and cancel
     /// requests of that turn.
     async fn release_turn(&self, id: &str, owner: &str) -> StoreResult<()>;

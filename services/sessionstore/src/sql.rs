@@ -575,6 +575,65 @@ const LEASE: &str = "INSERT INTO session_leases (session_id, owner, expires_ms) 
 
 const SESSION_EXISTS: &str = "SELECT 1 FROM sessions WHERE id = $1";
 
+/// PostgreSQL: a new session and its first turn's lease in one statement,
+/// one commit (`put_session`, then `try_lease_turn`, were two round trips
+/// and two commits for every new chat). It writes nothing when the session
+/// is already there (the caller then makes the two calls), and no lease
+/// when a lease row of the id was left; it answers whether it created the
+/// session and whether it wrote the lease. `$1`–`$8` as [`PG_PUT_SESSION`],
+/// `$9` owner, `$10` expiry.
+const PG_CREATE_LEASED: &str = "WITH \
+     ins AS (INSERT INTO sessions (id, title, agent, team_members, created_ms, last_active_ms, tenant, subject) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING RETURNING 1), \
+     ls AS (INSERT INTO session_leases (session_id, owner, expires_ms) \
+            SELECT $1, $9, $10 WHERE EXISTS (SELECT 1 FROM ins) \
+            ON CONFLICT (session_id) DO NOTHING RETURNING 1) \
+     SELECT EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM ls)";
+
+/// SQLite: [`PUT_SESSION`] for `m` (`team`: its members as JSON), in the
+/// writer's transaction.
+fn sqlite_put_session(c: &rusqlite::Connection, m: &SessionMeta, team: &str) -> StoreResult<()> {
+    group_commit::prepared(c, PUT_SESSION)?.execute(rusqlite::params![
+        m.id,
+        m.title,
+        m.agent,
+        team,
+        m.created_ms,
+        m.last_active_ms,
+        m.tenant,
+        m.subject,
+    ])?;
+    Ok(())
+}
+
+/// SQLite: [`LEASE`] in the writer's transaction; the job's answer as
+/// `try_lease_turn`'s.
+fn sqlite_lease(
+    c: &rusqlite::Connection,
+    id: &str,
+    owner: &str,
+    expires: i64,
+    now: i64,
+) -> StoreResult<StoreResult<bool>> {
+    let n =
+        group_commit::prepared(c, LEASE)?.execute(rusqlite::params![id, owner, expires, now])?;
+    if n == 1 {
+        return Ok(Ok(true));
+    }
+    let exists = group_commit::prepared(c, SESSION_EXISTS)?.exists([id])?;
+    Ok(lease_refused(exists, id))
+}
+
+/// A lease refused: another owner's live lease (false), or no such session
+/// (NotFound).
+fn lease_refused(exists: bool, id: &str) -> StoreResult<bool> {
+    if exists {
+        Ok(false)
+    } else {
+        Err(StoreError::NotFound(id.to_owned()))
+    }
+}
+
 /// A turn's release: its lease, with the approvals and cancel requests of
 /// its turn (`$1` session, `$2` owner).
 /// SQLite: one statement each, in the writer's batch.
@@ -599,16 +658,7 @@ impl SessionStore for SqlStore {
             Db::Sqlite(_) => {
                 let m = meta.clone();
                 self.own_write(&meta.id, move |c| {
-                    group_commit::prepared(c, PUT_SESSION)?.execute(rusqlite::params![
-                        m.id,
-                        m.title,
-                        m.agent,
-                        team,
-                        m.created_ms,
-                        m.last_active_ms,
-                        m.tenant,
-                        m.subject,
-                    ])?;
+                    sqlite_put_session(c, &m, &team)?;
                     Ok(Ok(true))
                 })
                 .await?;
@@ -783,26 +833,11 @@ impl SessionStore for SqlStore {
     async fn try_lease_turn(&self, id: &str, owner: &str, ttl_ms: i64) -> StoreResult<bool> {
         let now = now_ms();
         let expires = now.saturating_add(ttl_ms);
-        // Refused: a live lease of another owner (false), or no such
-        // session (NotFound).
-        let refused = |exists: bool, id: &str| {
-            if exists {
-                Ok(false)
-            } else {
-                Err(StoreError::NotFound(id.to_owned()))
-            }
-        };
         match &self.writes {
             Db::Sqlite(_) => {
                 let (id, owner) = (id.to_owned(), owner.to_owned());
                 self.own_write(&id.clone(), move |c| {
-                    let n = group_commit::prepared(c, LEASE)?
-                        .execute(rusqlite::params![id, owner, expires, now])?;
-                    if n == 1 {
-                        return Ok(Ok(true));
-                    }
-                    let exists = group_commit::prepared(c, SESSION_EXISTS)?.exists([&id])?;
-                    Ok(refused(exists, &id))
+                    sqlite_lease(c, &id, &owner, expires, now)
                 })
                 .await
             }
@@ -823,7 +858,57 @@ impl SessionStore for SqlStore {
                     .fetch_optional(&mut *c)
                     .await?
                     .is_some();
-                refused(exists, id)
+                lease_refused(exists, id)
+            }
+        }
+    }
+
+    async fn create_leased_session(
+        &self,
+        meta: &SessionMeta,
+        owner: &str,
+        ttl_ms: i64,
+    ) -> StoreResult<bool> {
+        let now = now_ms();
+        let expires = now.saturating_add(ttl_ms);
+        let team = serde_json::to_string(&meta.team_members).unwrap_or_else(|_| "[]".into());
+        match &self.writes {
+            Db::Sqlite(_) => {
+                // One job of the writer instead of two.
+                let (m, owner) = (meta.clone(), owner.to_owned());
+                self.own_write(&meta.id, move |c| {
+                    sqlite_put_session(c, &m, &team)?;
+                    sqlite_lease(c, &m.id, &owner, expires, now)
+                })
+                .await
+            }
+            Db::Pg(p) => {
+                let (created, leased): (bool, bool) = sqlx::query_as(PG_CREATE_LEASED)
+                    .bind(&meta.id)
+                    .bind(&meta.title)
+                    .bind(&meta.agent)
+                    .bind(&team)
+                    .bind(meta.created_ms)
+                    .bind(meta.last_active_ms)
+                    .bind(&meta.tenant)
+                    .bind(&meta.subject)
+                    .bind(owner)
+                    .bind(expires)
+                    .fetch_one(p)
+                    .await?;
+                if !created {
+                    // The session was there: its metadata and lease as
+                    // the two calls write them.
+                    self.put_session(meta).await?;
+                    return self.try_lease_turn(&meta.id, owner, ttl_ms).await;
+                }
+                self.writer.created(&meta.id);
+                if leased {
+                    return Ok(true);
+                }
+                // A lease row of the id was left (none is, with ids drawn
+                // at random): taken over as `try_lease_turn` does.
+                self.try_lease_turn(&meta.id, owner, ttl_ms).await
             }
         }
     }

@@ -251,6 +251,73 @@ async fn restart_keeps_history_and_attach_resumes_from_an_old_seq() {
     }
 }
 
+/// A new session and its first turn's lease, written together: both are
+/// there after it, another owner is refused the lease, a session that was
+/// already there is updated and leased as `put_session` and
+/// `try_lease_turn` would, and the new session takes its first events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_session_is_written_with_its_lease() {
+    let mut stores: Vec<(Arc<dyn SessionStore>, String)> =
+        vec![(open("memory:").await.unwrap(), "memory".into())];
+    let backends = common::all("created").await;
+    for b in &backends {
+        stores.push((open(&b.url).await.unwrap(), b.name.to_string()));
+    }
+    for (s, name) in stores {
+        let m = meta("fresh", 5);
+        assert!(
+            s.create_leased_session(&m, "turn-1", 60_000).await.unwrap(),
+            "{name}"
+        );
+        assert_eq!(s.get_session("fresh").await.unwrap().unwrap(), m, "{name}");
+        let lease = s.lease("fresh").await.unwrap().expect("a lease");
+        assert_eq!(lease.owner, "turn-1", "{name}");
+        assert!(
+            !s.try_lease_turn("fresh", "turn-2", 60_000).await.unwrap(),
+            "{name}: the lease is live"
+        );
+        s.append_events("fresh", 1, vec![b"one".to_vec(), b"two".to_vec()])
+            .await
+            .unwrap();
+        assert_eq!(s.last_seq("fresh").await.unwrap(), 2, "{name}");
+
+        // Already there: its metadata is updated, and a live lease of
+        // another owner refuses the turn.
+        let mut again = meta("fresh", 9);
+        again.title = "renamed".into();
+        assert!(
+            !s.create_leased_session(&again, "turn-2", 60_000)
+                .await
+                .unwrap(),
+            "{name}"
+        );
+        assert_eq!(
+            s.get_session("fresh").await.unwrap().unwrap().title,
+            "renamed",
+            "{name}"
+        );
+        assert_eq!(
+            s.lease("fresh").await.unwrap().unwrap().owner,
+            "turn-1",
+            "{name}"
+        );
+        // Released, the next one takes it; the log is as it was.
+        s.release_turn("fresh", "turn-1").await.unwrap();
+        assert!(
+            s.create_leased_session(&again, "turn-2", 60_000)
+                .await
+                .unwrap(),
+            "{name}"
+        );
+        assert_eq!(
+            s.lease("fresh").await.unwrap().unwrap().owner,
+            "turn-2",
+            "{name}"
+        );
+        assert_eq!(s.events_since("fresh", 0).await.unwrap().len(), 2, "{name}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_contend_for_the_turn_lease() {
     for b in common::all("lease").await {

@@ -211,10 +211,13 @@ impl OrchestratorService {
             tenant: who.tenant.clone(),
             subject: who.subject.clone(),
         };
-        store.put_session(&meta).await?;
         // A session made for this turn (its id was drawn just now) has
-        // nothing to read back: no events, grants, history or open turn.
+        // nothing to read back: no events, grants, history or open turn;
+        // it is written with the turn's lease, below, in one write.
         let new_session = existing.is_none();
+        if !new_session {
+            store.put_session(&meta).await?;
+        }
         let state = if new_session {
             self.hub.new_session(&session_id)
         } else {
@@ -232,7 +235,12 @@ impl OrchestratorService {
         }) {
             return Err(OrchestratorError::SessionBusy(session_id));
         }
-        match store.try_lease_turn(&session_id, &owner, lease_ms).await {
+        let leased = if new_session {
+            store.create_leased_session(&meta, &owner, lease_ms).await
+        } else {
+            store.try_lease_turn(&session_id, &owner, lease_ms).await
+        };
+        match leased {
             Ok(true) => {}
             Ok(false) => {
                 state.end_turn(&turn_id);
