@@ -590,6 +590,22 @@ const PG_CREATE_LEASED: &str = "WITH \
             ON CONFLICT (session_id) DO NOTHING RETURNING 1) \
      SELECT EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM ls)";
 
+/// A PostgreSQL query whose rows decode as `O`.
+type PgQueryAs<'q, O> = sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>;
+
+/// PostgreSQL: `meta` bound as `$1`–`$8` of [`PG_PUT_SESSION`] and
+/// [`PG_CREATE_LEASED`] (`team`: its members as JSON).
+fn bind_meta<'q, O>(q: PgQueryAs<'q, O>, meta: &'q SessionMeta, team: &'q str) -> PgQueryAs<'q, O> {
+    q.bind(&meta.id)
+        .bind(&meta.title)
+        .bind(&meta.agent)
+        .bind(team)
+        .bind(meta.created_ms)
+        .bind(meta.last_active_ms)
+        .bind(&meta.tenant)
+        .bind(&meta.subject)
+}
+
 /// SQLite: [`PUT_SESSION`] for `m` (`team`: its members as JSON), in the
 /// writer's transaction.
 fn sqlite_put_session(c: &rusqlite::Connection, m: &SessionMeta, team: &str) -> StoreResult<()> {
@@ -664,15 +680,7 @@ impl SessionStore for SqlStore {
                 .await?;
             }
             Db::Pg(p) => {
-                let created: bool = sqlx::query_scalar(PG_PUT_SESSION)
-                    .bind(&meta.id)
-                    .bind(&meta.title)
-                    .bind(&meta.agent)
-                    .bind(&team)
-                    .bind(meta.created_ms)
-                    .bind(meta.last_active_ms)
-                    .bind(&meta.tenant)
-                    .bind(&meta.subject)
+                let (created,): (bool,) = bind_meta(sqlx::query_as(PG_PUT_SESSION), meta, &team)
                     .fetch_one(p)
                     .await?;
                 if created {
@@ -883,19 +891,12 @@ impl SessionStore for SqlStore {
                 .await
             }
             Db::Pg(p) => {
-                let (created, leased): (bool, bool) = sqlx::query_as(PG_CREATE_LEASED)
-                    .bind(&meta.id)
-                    .bind(&meta.title)
-                    .bind(&meta.agent)
-                    .bind(&team)
-                    .bind(meta.created_ms)
-                    .bind(meta.last_active_ms)
-                    .bind(&meta.tenant)
-                    .bind(&meta.subject)
-                    .bind(owner)
-                    .bind(expires)
-                    .fetch_one(p)
-                    .await?;
+                let (created, leased): (bool, bool) =
+                    bind_meta(sqlx::query_as(PG_CREATE_LEASED), meta, &team)
+                        .bind(owner)
+                        .bind(expires)
+                        .fetch_one(p)
+                        .await?;
                 if !created {
                     // The session was there: its metadata and lease as
                     // the two calls write them.
