@@ -200,6 +200,25 @@ ALTER TABLE session_messages DROP CONSTRAINT IF EXISTS session_messages_session_
 ALTER TABLE session_events DROP CONSTRAINT IF EXISTS session_events_session_id_fkey;
 "#;
 
+/// v6 (issue 15), SQLite: the event log's tail. The group-commit writer
+/// appends each batch's events here, in arrival order (one or two pages per
+/// batch), and moves the tail into `session_events` in the background,
+/// sorted by session, many events to a page (`group_commit::MOVE`): written
+/// straight into the log, keyed by (session, seq), each event of a batch
+/// dirtied its own session's page, a 4 KiB WAL frame per event. Reads take
+/// both tables. No index: one on the session would dirty a page per session
+/// again (reads scan the tail, which the writer keeps under
+/// `group_commit::MOVE_ROWS` rows). The foreign key keeps a deleted
+/// session's rows out, as v5's do.
+const SQLITE_SCHEMA_V6_TAIL: &str = r#"
+CREATE TABLE session_event_tail (
+    pos INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    seq INTEGER NOT NULL,
+    body BLOB NOT NULL
+);
+"#;
+
 /// Schema steps in order; index + 1 is the version.
 const SQLITE_MIGRATIONS: &[&str] = &[
     SQLITE_SCHEMA_V1,
@@ -207,6 +226,7 @@ const SQLITE_MIGRATIONS: &[&str] = &[
     SCHEMA_V3_STATE,
     SCHEMA_V4_APPROVAL_RULE,
     SQLITE_SCHEMA_V5_FK,
+    SQLITE_SCHEMA_V6_TAIL,
 ];
 const PG_MIGRATIONS: &[&str] = &[
     PG_SCHEMA_V1,
@@ -813,8 +833,21 @@ impl SessionStore for SqlStore {
 
     async fn events_since(&self, id: &str, since: u64) -> StoreResult<Vec<(u64, Vec<u8>)>> {
         let since = i64::try_from(since).unwrap_or(i64::MAX);
+        let sql = match &self.db {
+            // One statement, so one snapshot: a move of the tail is seen
+            // whole or not at all.
+            Db::Sqlite(_) => {
+                "SELECT seq, body FROM session_events WHERE session_id = $1 AND seq > $2 \
+                 UNION ALL \
+                 SELECT seq, body FROM session_event_tail WHERE session_id = $1 AND seq > $2 \
+                 ORDER BY seq"
+            }
+            Db::Pg(_) => {
+                "SELECT seq, body FROM session_events WHERE session_id = $1 AND seq > $2 ORDER BY seq"
+            }
+        };
         on_db!(&self.db, p => {
-            let rows = sqlx::query("SELECT seq, body FROM session_events WHERE session_id = $1 AND seq > $2 ORDER BY seq")
+            let rows = sqlx::query(sql)
                 .bind(id)
                 .bind(since)
                 .fetch_all(p)
@@ -829,8 +862,12 @@ impl SessionStore for SqlStore {
     }
 
     async fn last_seq(&self, id: &str) -> StoreResult<u64> {
+        let sql = match &self.db {
+            Db::Sqlite(_) => group_commit::SQLITE_LAST_SEQ,
+            Db::Pg(_) => "SELECT COALESCE(MAX(seq), 0) FROM session_events WHERE session_id = $1",
+        };
         let last: i64 = on_db!(&self.db, p => {
-            sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM session_events WHERE session_id = $1")
+            sqlx::query_scalar(sql)
                 .bind(id)
                 .fetch_one(p)
                 .await?

@@ -559,13 +559,15 @@ async fn a_schema_4_store_upgrades_with_its_rows() {
             "PRAGMA foreign_keys = OFF;
              CREATE TABLE ev4 (session_id TEXT NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL, PRIMARY KEY (session_id, seq));
              INSERT INTO ev4 SELECT * FROM session_events;
+             INSERT INTO ev4 SELECT session_id, seq, body FROM session_event_tail;
+             DROP TABLE session_event_tail;
              DROP TABLE session_events; ALTER TABLE ev4 RENAME TO session_events;
              CREATE TABLE ms4 (session_id TEXT NOT NULL, idx INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (session_id, idx));
              INSERT INTO ms4 SELECT * FROM session_messages;
              DROP TABLE session_messages; ALTER TABLE ms4 RENAME TO session_messages;
              INSERT INTO session_events VALUES ('gone', 1, x'00');
              INSERT INTO session_messages VALUES ('gone', 1, '{}');
-             DELETE FROM omicos_sessions_schema WHERE version = 5;",
+             DELETE FROM omicos_sessions_schema WHERE version >= 5;",
         )
         .execute(&mut c)
         .await
@@ -586,6 +588,177 @@ async fn a_schema_4_store_upgrades_with_its_rows() {
         Err(StoreError::NotFound(_))
     ));
     assert_eq!(store.integrity_check().await.unwrap(), "ok");
+}
+
+/// Rows of SQLite's event tail and log, through a connection of the test's.
+async fn tail_and_log(url: &str) -> (i64, i64) {
+    use sqlx::Connection;
+    let mut c = sqlx::SqliteConnection::connect(url).await.unwrap();
+    let r = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM session_event_tail), (SELECT count(*) FROM session_events)",
+    )
+    .fetch_one(&mut c)
+    .await
+    .unwrap();
+    c.close().await.unwrap();
+    r
+}
+
+/// Waits (up to 10 s) until SQLite's event tail is empty; the log's rows.
+async fn tail_moved(url: &str) -> i64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (tail, log) = tail_and_log(url).await;
+        if tail == 0 {
+            return log;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tail still holds {tail} rows after 10 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// SQLite's writer appends events to a tail and moves it into the log
+/// (past `MOVE_ROWS` rows, and when idle). Readers during the writes and
+/// the moves see each session's log gap-free, as a prefix of what was
+/// written, never a row twice or missing; afterwards the tail is empty and
+/// the log holds every event once, with its content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_events_move_from_the_tail_without_a_gap() {
+    const SESSIONS: u64 = 6;
+    const EVENTS: u64 = 600;
+    let b = common::sqlite();
+    let store = Arc::new(SqlStore::open(&b.url).await.unwrap());
+    for s in 0..SESSIONS {
+        store.put_session(&meta(&format!("m{s}"), 1)).await.unwrap();
+    }
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = tokio::task::JoinSet::new();
+    for s in 0..SESSIONS {
+        let store = store.clone();
+        writers.spawn(async move {
+            let id = format!("m{s}");
+            for seq in 1..=EVENTS {
+                let body = format!("{id} {seq}");
+                store.append_event(&id, seq, body.as_bytes()).await.unwrap();
+            }
+        });
+    }
+    let reader = {
+        let (store, done) = (store.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut reads = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                for s in 0..SESSIONS {
+                    let id = format!("m{s}");
+                    let last = store.last_seq(&id).await.unwrap();
+                    let events = store.events_since(&id, 0).await.unwrap();
+                    assert!(
+                        events.len() as u64 >= last,
+                        "{id}: {} < {last}",
+                        events.len()
+                    );
+                    for (i, (seq, body)) in events.iter().enumerate() {
+                        assert_eq!(*seq, i as u64 + 1, "{id}: gap-free");
+                        assert_eq!(body, format!("{id} {seq}").as_bytes());
+                    }
+                    let since = store.events_since(&id, last).await.unwrap();
+                    assert!(since.iter().all(|(q, _)| *q > last));
+                    reads += 1;
+                }
+            }
+            reads
+        })
+    };
+    while let Some(r) = writers.join_next().await {
+        r.unwrap();
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        reader.await.unwrap() > 0,
+        "the reader read during the writes"
+    );
+    // Past MOVE_ROWS the writer moved the tail while writing.
+    let (tail, log) = tail_and_log(&b.url).await;
+    assert!(
+        log > 0,
+        "no move during {} events (tail {tail})",
+        SESSIONS * EVENTS
+    );
+    // Idle, it moves the rest.
+    assert_eq!(tail_moved(&b.url).await, (SESSIONS * EVENTS) as i64);
+    for s in 0..SESSIONS {
+        let id = format!("m{s}");
+        assert_eq!(store.last_seq(&id).await.unwrap(), EVENTS);
+        let events = store.events_since(&id, EVENTS - 2).await.unwrap();
+        let seqs: Vec<u64> = events.iter().map(|(q, _)| *q).collect();
+        assert_eq!(seqs, [EVENTS - 1, EVENTS]);
+    }
+    assert_eq!(store.integrity_check().await.unwrap(), "ok");
+    store.close().await;
+}
+
+/// A tail left unmoved (a crash between a batch and the move) is read as
+/// part of the log, the next seq follows it, and the reopened store moves
+/// it; deleting a session deletes what the tail holds of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_tail_left_by_a_crash_is_read_and_moved() {
+    let b = common::sqlite();
+    let store = SqlStore::open(&b.url).await.unwrap();
+    for id in ["left", "other"] {
+        store.put_session(&meta(id, 1)).await.unwrap();
+        store.append_event(id, 1, b"e1").await.unwrap();
+    }
+    tail_moved(&b.url).await;
+    store.close().await;
+    drop(store);
+    // What a killed writer leaves: events committed to the tail, not moved.
+    {
+        use sqlx::Connection;
+        let mut c = sqlx::SqliteConnection::connect(&b.url).await.unwrap();
+        sqlx::raw_sql(
+            "INSERT INTO session_event_tail (session_id, seq, body) VALUES
+             ('left', 2, x'6532'), ('other', 2, x'6532'), ('left', 3, x'6533')",
+        )
+        .execute(&mut c)
+        .await
+        .unwrap();
+        c.close().await.unwrap();
+    }
+    let store = SqlStore::open(&b.url).await.unwrap();
+    assert_eq!(store.last_seq("left").await.unwrap(), 3);
+    let bodies: Vec<Vec<u8>> = store
+        .events_since("left", 1)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect();
+    assert_eq!(bodies, [b"e2".to_vec(), b"e3".to_vec()]);
+    // The writer reads the cursor through the tail: 3 is taken, 4 is next.
+    refused_out_of_order(&store.append_event("left", 3, b"again").await, "sqlite");
+    store.append_event("left", 4, b"e4").await.unwrap();
+    assert_eq!(tail_moved(&b.url).await, 6);
+    let seqs: Vec<u64> = store
+        .events_since("left", 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|(q, _)| *q)
+        .collect();
+    assert_eq!(seqs, [1, 2, 3, 4]);
+    // A delete takes the session's rows from the tail as well as the log.
+    store.append_event("left", 5, b"e5").await.unwrap();
+    store.append_event("other", 3, b"e3").await.unwrap();
+    assert!(store.delete_session("left").await.unwrap());
+    assert!(store.events_since("left", 0).await.unwrap().is_empty());
+    assert_eq!(store.last_seq("left").await.unwrap(), 0);
+    assert_eq!(tail_moved(&b.url).await, 3, "only other's events are left");
+    assert_eq!(store.last_seq("other").await.unwrap(), 3);
+    assert_eq!(store.integrity_check().await.unwrap(), "ok");
+    store.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -68,6 +68,24 @@ pub(super) const LINGER: Duration = Duration::from_millis(1);
 /// The most jobs in one transaction.
 pub(super) const MAX_JOBS: usize = 512;
 
+/// SQLite: the tail rows past which the writer moves the tail into the log
+/// after a batch ([`MOVE`]). Reads scan the tail, so it bounds their scan;
+/// each move writes each session's events of the tail to its pages
+/// together (at 100 sessions, about 10 events a page).
+pub(super) const MOVE_ROWS: usize = 1024;
+
+/// SQLite: how long the writer idles before it moves what the tail holds.
+const MOVE_IDLE: Duration = Duration::from_millis(20);
+
+/// SQLite: moves the tail into the log, sorted by session and seq, and
+/// empties it, in one transaction (a reader's statement sees the events in
+/// one table or the other, never both or neither).
+const MOVE: [&str; 2] = [
+    "INSERT INTO session_events (session_id, seq, body) \
+     SELECT session_id, seq, body FROM session_event_tail ORDER BY session_id, seq",
+    "DELETE FROM session_event_tail",
+];
+
 /// How many jobs may queue before callers wait for room.
 const QUEUE: usize = 8192;
 
@@ -246,6 +264,10 @@ struct Queue {
     cache: Cache,
     /// The last batch held more than one job: linger for more.
     busy: bool,
+    /// SQLite: the events this writer appended to the tail since its last
+    /// move; 1 at start, so that the first idle moves what a crash or
+    /// another store left.
+    unmoved: usize,
 }
 
 impl Queue {
@@ -255,6 +277,7 @@ impl Queue {
             batch: Vec::with_capacity(MAX_JOBS),
             cache: Cache::new(),
             busy: false,
+            unmoved: 1,
         }
     }
 
@@ -413,6 +436,9 @@ async fn hold(
         }
     };
     end.broken = false;
+    // The connection's `PRAGMA data_version` at the writer's last batch
+    // (unknown for a connection it has just taken).
+    let mut version = None;
     loop {
         let batch = q.gather().await;
         let mut b = Batcher {
@@ -421,23 +447,39 @@ async fn hold(
                 conn: &conn,
                 notices,
                 broken: &mut end.broken,
+                version: &mut version,
+                unmoved: &mut q.unmoved,
             },
         };
         b.commit(&mut q.cache, batch).await;
+        if q.unmoved >= MOVE_ROWS && !end.broken {
+            move_tail(&conn, &mut end.broken, &mut q.unmoved).await;
+        }
         if end.broken || give_back.is_cancelled() {
             break;
         }
-        // Idle, holding the connection (no transaction open).
-        let next = tokio::select! {
-            j = q.rx.recv() => j,
-            () = give_back.cancelled() => break,
+        // Idle, holding the connection (no transaction open); the tail
+        // moves once nothing came for a while. None: give the connection
+        // back.
+        let next = loop {
+            tokio::select! {
+                j = q.rx.recv() => break Some(j),
+                () = give_back.cancelled() => break None,
+                () = tokio::time::sleep(MOVE_IDLE), if q.unmoved > 0 => {
+                    move_tail(&conn, &mut end.broken, &mut q.unmoved).await;
+                    if end.broken {
+                        break None;
+                    }
+                }
+            }
         };
         match next {
-            Some(j) => q.batch.push(j),
-            None => {
+            Some(Some(j)) => q.batch.push(j),
+            Some(None) => {
                 end.closed = true;
                 break;
             }
+            None => break,
         }
     }
     end.broken |= !conn.give_back();
@@ -508,6 +550,12 @@ enum Conn<'a> {
         /// Set when a failed transaction could not be rolled back: the
         /// connection is not used again.
         broken: &'a mut bool,
+        /// The connection's data version at the last batch: when it
+        /// changed, another connection committed, and every remembered
+        /// cursor may be stale.
+        version: &'a mut Option<i64>,
+        /// Events appended to the tail since its last move.
+        unmoved: &'a mut usize,
     },
     /// PostgreSQL: the held connection, or a new one from the pool.
     Pg {
@@ -625,9 +673,17 @@ impl Batcher<'_> {
         jobs: &[(&str, &Rows)],
     ) -> StoreResult<Vec<StoreResult<bool>>> {
         let outcome = match &mut self.conn {
-            Conn::Sqlite { conn, broken, .. } => {
+            Conn::Sqlite {
+                conn,
+                broken,
+                version,
+                unmoved,
+                ..
+            } => {
                 sqlite_begin(conn, **broken, &mut self.timed_out).await?;
-                sqlite_batch(&conn.lock(), broken, cache, jobs)?
+                let outcome = sqlite_batch(&conn.lock(), broken, cache, version, jobs)?;
+                **unmoved += outcome.events;
+                outcome
             }
             Conn::Pg {
                 pool,
@@ -711,6 +767,8 @@ struct Outcome<'a> {
     results: Vec<StoreResult<bool>>,
     /// Per session that got events, the last seq written.
     last_seqs: BTreeMap<&'a str, i64>,
+    /// How many events it wrote.
+    events: usize,
     /// The cursors of the batch's existing sessions after it.
     cursors: Vec<(&'a str, Known)>,
 }
@@ -860,6 +918,7 @@ fn plan<'a>(jobs: &[(&'a str, &'a Rows)], cursors: &mut BTreeMap<&'a str, Cursor
 /// What the batch did, once committed.
 fn outcome<'a>(plan: Plan<'a>, cursors: BTreeMap<&'a str, Cursor>) -> Outcome<'a> {
     let last_seqs = last_seqs(&plan);
+    let events = plan.events.len();
     let cursors = cursors
         .into_iter()
         .filter(|(_, c)| c.exists)
@@ -874,6 +933,7 @@ fn outcome<'a>(plan: Plan<'a>, cursors: BTreeMap<&'a str, Cursor>) -> Outcome<'a
     Outcome {
         results: plan.results,
         last_seqs,
+        events,
         cursors,
     }
 }
@@ -1046,29 +1106,50 @@ async fn pg_write<'c>(
     Ok(())
 }
 
-/// SQLite: a session's cursor, if it exists (each MAX is an index lookup
-/// on the (session_id, seq|idx) key).
-const SQLITE_CURSOR: &str = "SELECT \
+/// SQLite: a session's last seq, in the log or its tail (the log's MAX is
+/// an index lookup on its (session_id, seq) key; the tail's a scan of at
+/// most about [`MOVE_ROWS`] rows).
+pub(in crate::sql) const SQLITE_LAST_SEQ: &str = "SELECT MAX(\
      COALESCE((SELECT MAX(seq) FROM session_events WHERE session_id = $1), 0), \
+     COALESCE((SELECT MAX(seq) FROM session_event_tail WHERE session_id = $1), 0))";
+
+/// SQLite: a session's cursor, if it exists (as [`SQLITE_LAST_SEQ`]; the
+/// index's MAX is a lookup on the (session_id, idx) key).
+const SQLITE_CURSOR: &str = "SELECT MAX(\
+     COALESCE((SELECT MAX(seq) FROM session_events WHERE session_id = $1), 0), \
+     COALESCE((SELECT MAX(seq) FROM session_event_tail WHERE session_id = $1), 0)), \
      COALESCE((SELECT MAX(idx) FROM session_messages WHERE session_id = $1), 0) \
      FROM sessions WHERE id = $1";
 
 /// SQLite: writes the jobs in one transaction on the writer's connection:
 /// the store's own writes first, then the cursors it does not know are
-/// read, then one prepared single-row statement per row. Single-row
+/// read, then one prepared single-row statement per row, the events into
+/// the log's tail. Single-row
 /// inserts need no statement journal (a multi-row INSERT copied each page
 /// it touched into one, in case the statement failed halfway), and
 /// in-process a statement per row costs no round trip. Err: nothing of it
 /// was committed.
+///
+/// The tail has no key to refuse a row written on a stale cursor, so the
+/// writer trusts its cursors only while no other connection has committed
+/// to the file: `PRAGMA data_version`, read under the write lock, changes
+/// when another connection committed (another store on the file, another
+/// process), and then the writer forgets every cursor and reads the
+/// batch's sessions again.
 fn sqlite_batch<'a>(
     c: &rusqlite::Connection,
     broken: &mut bool,
-    cache: &Cache,
+    cache: &mut Cache,
+    version: &mut Option<i64>,
     jobs: &[(&'a str, &'a Rows)],
 ) -> StoreResult<Outcome<'a>> {
-    let (mut cursors, unknown) = start(cache, jobs);
     let now = now_ms();
-    let plan = sqlite_tx(c, broken, |c| {
+    let (plan, cursors) = sqlite_tx(c, broken, |c| {
+        let v: i64 = prepared(c, "PRAGMA data_version")?.query_row([], |r| r.get(0))?;
+        if version.replace(v) != Some(v) {
+            cache.clear();
+        }
+        let (mut cursors, unknown) = start(cache, jobs);
         let mut answers = Vec::new();
         for (i, (_, rows)) in jobs.iter().enumerate() {
             if let Rows::Own(write) = rows {
@@ -1093,7 +1174,7 @@ fn sqlite_batch<'a>(
         }
         insert(
             c,
-            "INSERT INTO session_events (session_id, seq, body) VALUES ($1, $2, $3)",
+            "INSERT INTO session_event_tail (session_id, seq, body) VALUES ($1, $2, $3)",
             &plan.events,
         )?;
         if !plan.messages.is_empty() {
@@ -1107,9 +1188,30 @@ fn sqlite_batch<'a>(
                 touch.execute(rusqlite::params![now, s])?;
             }
         }
-        Ok(plan)
+        Ok((plan, cursors))
     })?;
     Ok(outcome(plan, cursors))
+}
+
+/// SQLite: moves the log's tail into the log ([`MOVE`]) in a transaction
+/// of its own, and restarts the count of unmoved events. A failed move
+/// changes nothing (reads see the tail as before) and is logged; the next
+/// is tried after [`MOVE_ROWS`] more events or when idle.
+async fn move_tail(conn: &Driven, broken: &mut bool, unmoved: &mut usize) {
+    let mut timed_out = false;
+    let r = match sqlite_begin(conn, *broken, &mut timed_out).await {
+        Ok(()) => sqlite_tx(&conn.lock(), broken, |c| {
+            for sql in MOVE {
+                exec(c, sql)?;
+            }
+            Ok(())
+        }),
+        Err(e) => Err(e),
+    };
+    *unmoved = 0;
+    if let Err(e) = r {
+        tracing::warn!(error = %e, "conversation store: moving the event log's tail failed");
+    }
 }
 
 /// `sql` prepared once per connection. Its parameters, in the texts shared
@@ -1218,6 +1320,7 @@ const DELETE_OWNED: [&str; 6] = [
 /// approvals and cancel requests (in the caller's transaction); whether it
 /// existed.
 fn sqlite_delete(c: &rusqlite::Connection, id: &str) -> StoreResult<bool> {
+    prepared(c, "DELETE FROM session_event_tail WHERE session_id = $1")?.execute([id])?;
     for sql in DELETE_OWNED {
         prepared(c, sql)?.execute([id])?;
     }
