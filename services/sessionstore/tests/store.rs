@@ -758,7 +758,10 @@ async fn sqlite_tail_left_by_a_crash_is_read_and_moved() {
     assert_eq!(tail_moved(&b.url).await, 3, "only other's events are left");
     assert_eq!(store.last_seq("other").await.unwrap(), 3);
     assert_eq!(store.integrity_check().await.unwrap(), "ok");
+    // Closed right after a write, the store leaves its log in one table.
+    store.append_event("other", 4, b"e4").await.unwrap();
     store.close().await;
+    assert_eq!(tail_and_log(&b.url).await, (0, 4));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

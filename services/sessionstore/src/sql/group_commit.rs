@@ -29,12 +29,17 @@
 //! The cache is a hint that can never make a wrong row durable:
 //! - a job whose seq is not the remembered one + 1 makes the writer read that
 //!   session again (another replica wrote since, and the hub has re-read);
-//! - a row written on a stale cursor collides with the row that made it
-//!   stale, on the `(session_id, seq)` or `(session_id, idx)` key: the batch
-//!   fails as a whole, its sessions are forgotten, and its jobs are retried
-//!   one by one on fresh reads;
+//! - PostgreSQL: a row written on a stale cursor collides with the row that
+//!   made it stale, on the `(session_id, seq)` or `(session_id, idx)` key:
+//!   the batch fails as a whole, its sessions are forgotten, and its jobs
+//!   are retried one by one on fresh reads;
+//! - SQLite: a cursor is used only while no other connection has committed
+//!   to the file since the writer's last batch (`PRAGMA data_version`, read
+//!   under the write lock); otherwise every cursor is forgotten and the
+//!   batch's are read again (the events' tail has no key to collide on);
 //! - a session deleted through another store takes no more rows (SQLite:
-//!   the rows refer to their session, a foreign key of schema v5;
+//!   the rows refer to their session, a foreign key of schema v5, and the
+//!   delete changed the data version;
 //!   PostgreSQL: [`PG_WRITE`] writes nothing unless each session of the
 //!   batch is there under its lock, schema v6 having dropped the keys), and
 //!   the batch is retried as above; deletes through this store come through
@@ -46,6 +51,17 @@
 //!   batches on one session serialize and cannot deadlock. A batch whose
 //!   cursors are all remembered (the usual case) is one statement that
 //!   locks, writes and notifies, committed on its own: one round trip.
+//!
+//! **SQLite's tail.** On SQLite a batch's events are appended to
+//! `session_event_tail`, in arrival order and without an index, instead of
+//! into the log keyed by (session, seq), where each event dirtied its own
+//! session's page: a 4 KiB WAL frame per event. The writer moves the tail
+//! into the log, sorted, in a transaction of its own ([`MOVE`]) past
+//! [`MOVE_ROWS`] events, after [`MOVE_IDLE`] without a job, and when the
+//! store closes; reads take both tables in one statement. With no key on
+//! the tail, a row on a stale cursor would not collide with anything, so
+//! the SQLite writer trusts its cursors only while `PRAGMA data_version`
+//! shows no other connection's commit (see [`sqlite_batch`]).
 //!
 //! **SQLite in-process.** SQLite's writer does not go through sqlx's
 //! connection worker for its batches: it locks the write connection's handle
@@ -179,7 +195,7 @@ impl Writer {
             Db::Sqlite(pool) => {
                 let (t, rx) = mpsc::channel(QUEUE);
                 tx.push(t);
-                tokio::spawn(run_sqlite(pool, notices, rx, give_back.clone()));
+                tokio::spawn(run_sqlite(pool, notices, rx, give_back.clone(), hold));
             }
             Db::Pg(pool) => {
                 for _ in 0..PG_WRITERS {
@@ -373,6 +389,7 @@ async fn run_sqlite(
     notices: Notices,
     rx: mpsc::Receiver<Job>,
     give_back: CancellationToken,
+    keep: bool,
 ) {
     let mut q = Queue::new(rx);
     while let Some(first) = q.rx.recv().await {
@@ -384,7 +401,7 @@ async fn run_sqlite(
                 continue;
             }
         };
-        let end = hold(&mut pc, &mut q, &notices, &give_back).await;
+        let end = hold(&mut pc, &mut q, &notices, &give_back, keep).await;
         if end.broken {
             pc.close_on_drop();
         }
@@ -405,13 +422,15 @@ struct Given {
 
 /// Locks `pc`'s handle out of sqlx's worker thread and commits the batch
 /// in `q`, and the batches that follow, on it until the store closes
-/// (on `:memory:`: after each batch), the connection fails or
-/// the queue closes.
+/// (on `:memory:`, without `keep`: after each batch), the connection fails or
+/// the queue closes. When the store closes (or is dropped) it moves the
+/// tail first, so that a cleanly stopped store leaves its log in one table.
 async fn hold(
     pc: &mut sqlx::SqliteConnection,
     q: &mut Queue,
     notices: &Notices,
     give_back: &CancellationToken,
+    keep: bool,
 ) -> Given {
     let mut end = Given {
         broken: true,
@@ -439,6 +458,8 @@ async fn hold(
     // The connection's `PRAGMA data_version` at the writer's last batch
     // (unknown for a connection it has just taken).
     let mut version = None;
+    // The store is closing (or dropped): move the tail before giving back.
+    let mut closing = false;
     loop {
         let batch = q.gather().await;
         let mut b = Batcher {
@@ -455,7 +476,11 @@ async fn hold(
         if q.unmoved >= MOVE_ROWS && !end.broken {
             move_tail(&conn, &mut end.broken, &mut q.unmoved).await;
         }
-        if end.broken || give_back.is_cancelled() {
+        if end.broken {
+            break;
+        }
+        if give_back.is_cancelled() {
+            closing = keep;
             break;
         }
         // Idle, holding the connection (no transaction open); the tail
@@ -477,10 +502,17 @@ async fn hold(
             Some(Some(j)) => q.batch.push(j),
             Some(None) => {
                 end.closed = true;
+                closing = keep;
                 break;
             }
-            None => break,
+            None => {
+                closing = keep && !end.broken;
+                break;
+            }
         }
+    }
+    if closing && q.unmoved > 0 {
+        move_tail(&conn, &mut end.broken, &mut q.unmoved).await;
     }
     end.broken |= !conn.give_back();
     end
