@@ -621,14 +621,14 @@ async fn tail_moved(url: &str) -> i64 {
 }
 
 /// SQLite's writer appends events to a tail and moves it into the log
-/// (past `MOVE_ROWS` rows, and when idle). Readers during the writes and
-/// the moves see each session's log gap-free, as a prefix of what was
-/// written, never a row twice or missing; afterwards the tail is empty and
-/// the log holds every event once, with its content.
+/// (past `MOVE_ROWS` rows, 64 sessions a step, and when idle). Readers
+/// during the writes and the moves see each session's log gap-free, as a
+/// prefix of what was written, never a row twice or missing; afterwards
+/// the tail is empty and the log holds every event once, with its content.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_events_move_from_the_tail_without_a_gap() {
-    const SESSIONS: u64 = 6;
-    const EVENTS: u64 = 600;
+    const SESSIONS: u64 = 150;
+    const EVENTS: u64 = 30;
     let b = common::sqlite();
     let store = Arc::new(SqlStore::open(&b.url).await.unwrap());
     for s in 0..SESSIONS {
