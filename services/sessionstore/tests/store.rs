@@ -700,6 +700,71 @@ async fn sqlite_events_move_from_the_tail_without_a_gap() {
     store.close().await;
 }
 
+/// When sessions get too few events each for the tail to pay (here one
+/// per session in a window of 1,024 events), SQLite's writer writes them
+/// straight into the log; when they get many again, into the tail. A
+/// session's events split over both tables in any way read back in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_writes_past_the_tail_while_it_would_not_pay() {
+    const SESSIONS: u64 = 1100;
+    let b = common::sqlite();
+    let store = Arc::new(SqlStore::open(&b.url).await.unwrap());
+    let id = |s: u64| format!("w{s}");
+    for s in 0..SESSIONS {
+        store.put_session(&meta(&id(s), 1)).await.unwrap();
+    }
+    // One event per session: the first window goes to the tail.
+    for s in 0..SESSIONS {
+        store.append_event(&id(s), 1, b"1").await.unwrap();
+    }
+    tail_moved(&b.url).await;
+    // The next go to the log directly: the tail stays empty.
+    for s in 0..500 {
+        store.append_event(&id(s), 2, b"2").await.unwrap();
+    }
+    let (tail, log) = tail_and_log(&b.url).await;
+    assert_eq!(
+        (tail, log),
+        (0, SESSIONS as i64 + 500),
+        "written past the tail"
+    );
+    // Many events per session: after a window, they go to the tail again.
+    let mut tasks = tokio::task::JoinSet::new();
+    for s in 0..20 {
+        let store = store.clone();
+        let id = id(s);
+        tasks.spawn(async move {
+            for seq in 3..=102 {
+                store.append_event(&id, seq, b"n").await.unwrap();
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap();
+    }
+    let (tail, _) = tail_and_log(&b.url).await;
+    let last = tail_moved(&b.url).await;
+    assert_eq!(last, SESSIONS as i64 + 500 + 2000);
+    for s in [0, 19, 20, 499, 500, SESSIONS - 1] {
+        let events = store.events_since(&id(s), 0).await.unwrap();
+        let want: u64 = if s < 20 {
+            102
+        } else if s < 500 {
+            2
+        } else {
+            1
+        };
+        let seqs: Vec<u64> = events.iter().map(|(q, _)| *q).collect();
+        assert_eq!(seqs, (1..=want).collect::<Vec<_>>(), "{}", id(s));
+        assert_eq!(store.last_seq(&id(s)).await.unwrap(), want);
+    }
+    assert!(
+        tail > 0,
+        "back to the tail once sessions got many events each"
+    );
+    store.close().await;
+}
+
 /// A tail left unmoved (a crash between a batch and the move) is read as
 /// part of the log, the next seq follows it, and the reopened store moves
 /// it; deleting a session deletes what the tail holds of it.

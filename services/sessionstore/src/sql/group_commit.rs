@@ -309,7 +309,19 @@ struct Queue {
     tail: Tail,
 }
 
+/// SQLite: the events over which the writer measures how many a session
+/// gets ([`Tail::note`]).
+const WINDOW: usize = 1024;
+
+/// SQLite: the events a session must get per [`WINDOW`], on average, for
+/// the tail to pay: below, a move writes about a page per event anyway,
+/// after the tail's own page, and its steps hold the events behind them
+/// (at 1,000 streams of ten events a second, a session gets about one per
+/// window).
+const GROUPING: usize = 3;
+
 /// SQLite: what the writer knows of the events' tail.
+#[derive(Default)]
 struct Tail {
     /// About how many events it holds: those this writer appended, less
     /// those it moved (1 at start, so that the first idle moves what a
@@ -320,6 +332,50 @@ struct Tail {
     moving: bool,
     /// The last session the move under way moved (None: from the first).
     after: Option<String>,
+    /// Batches write their events straight into the log: in the last
+    /// window, sessions got fewer than [`GROUPING`] events each.
+    direct: bool,
+    /// Events written in the current window.
+    window_events: usize,
+    /// The sessions that got them (hashes of their ids).
+    window_sessions: std::collections::HashSet<u64>,
+}
+
+impl Tail {
+    /// At start: the tail may hold what a crash or another store left, so
+    /// the first idle moves it.
+    fn new() -> Self {
+        Self {
+            unmoved: 1,
+            ..Self::default()
+        }
+    }
+
+    /// Counts a committed batch's events; at the end of a window, chooses
+    /// where the next window's go.
+    fn note(&mut self, outcome: &Outcome<'_>, direct: bool) {
+        use std::hash::{Hash, Hasher};
+        if !direct {
+            self.unmoved += outcome.events;
+        }
+        self.window_events += outcome.events;
+        for s in outcome.last_seqs.keys() {
+            let mut h = std::hash::DefaultHasher::new();
+            s.hash(&mut h);
+            self.window_sessions.insert(h.finish());
+        }
+        if self.window_events >= WINDOW {
+            self.direct = self.window_events < GROUPING * self.window_sessions.len();
+            self.window_events = 0;
+            self.window_sessions.clear();
+        }
+    }
+
+    /// A move has ended (or failed): nothing under way.
+    fn moved(&mut self) {
+        self.moving = false;
+        self.after = None;
+    }
 }
 
 impl Queue {
@@ -329,11 +385,7 @@ impl Queue {
             batch: Vec::with_capacity(MAX_JOBS),
             cache: Cache::new(),
             busy: false,
-            tail: Tail {
-                unmoved: 1,
-                moving: false,
-                after: None,
-            },
+            tail: Tail::new(),
         }
     }
 
@@ -509,7 +561,7 @@ async fn hold(
                 notices,
                 broken: &mut end.broken,
                 version: &mut version,
-                unmoved: &mut q.tail.unmoved,
+                tail: &mut q.tail,
             },
         };
         b.commit(&mut q.cache, batch).await;
@@ -631,8 +683,8 @@ enum Conn<'a> {
         /// changed, another connection committed, and every remembered
         /// cursor may be stale.
         version: &'a mut Option<i64>,
-        /// Events appended to the tail since its last move.
-        unmoved: &'a mut usize,
+        /// What the writer knows of the events' tail.
+        tail: &'a mut Tail,
     },
     /// PostgreSQL: the held connection, or a new one from the pool.
     Pg {
@@ -754,12 +806,13 @@ impl Batcher<'_> {
                 conn,
                 broken,
                 version,
-                unmoved,
+                tail,
                 ..
             } => {
                 sqlite_begin(conn, **broken, &mut self.timed_out).await?;
-                let outcome = sqlite_batch(&conn.lock(), broken, cache, version, jobs)?;
-                **unmoved += outcome.events;
+                let direct = tail.direct;
+                let outcome = sqlite_batch(&conn.lock(), broken, cache, version, direct, jobs)?;
+                tail.note(&outcome, direct);
                 outcome
             }
             Conn::Pg {
@@ -1218,6 +1271,7 @@ fn sqlite_batch<'a>(
     broken: &mut bool,
     cache: &mut Cache,
     version: &mut Option<i64>,
+    direct: bool,
     jobs: &[(&'a str, &'a Rows)],
 ) -> StoreResult<Outcome<'a>> {
     let now = now_ms();
@@ -1249,11 +1303,12 @@ fn sqlite_batch<'a>(
         for (i, answer) in answers {
             plan.results[i] = answer;
         }
-        insert(
-            c,
-            "INSERT INTO session_event_tail (session_id, seq, body) VALUES ($1, $2, $3)",
-            &plan.events,
-        )?;
+        let events = if direct {
+            "INSERT INTO session_events (session_id, seq, body) VALUES ($1, $2, $3)"
+        } else {
+            "INSERT INTO session_event_tail (session_id, seq, body) VALUES ($1, $2, $3)"
+        };
+        insert(c, events, &plan.events)?;
         if !plan.messages.is_empty() {
             insert(
                 c,
@@ -1284,11 +1339,8 @@ async fn move_tail(conn: &Driven, broken: &mut bool, tail: &mut Tail) {
         }),
         Err(e) => Err(e),
     };
-    *tail = Tail {
-        unmoved: 0,
-        moving: false,
-        after: None,
-    };
+    tail.unmoved = 0;
+    tail.moved();
     if let Err(e) = r {
         tracing::warn!(error = %e, "conversation store: moving the event log's tail failed");
     }
@@ -1329,16 +1381,12 @@ async fn move_step(conn: &Driven, broken: &mut bool, tail: &mut Tail) {
                 // The tail is empty.
                 tail.unmoved = 0;
             }
-            tail.moving = false;
-            tail.after = None;
+            tail.moved();
         }
         Err(e) => {
             tracing::warn!(error = %e, "conversation store: moving the event log's tail failed");
-            *tail = Tail {
-                unmoved: 0,
-                moving: false,
-                after: None,
-            };
+            tail.unmoved = 0;
+            tail.moved();
         }
     }
 }
