@@ -203,7 +203,7 @@ ALTER TABLE session_events DROP CONSTRAINT IF EXISTS session_events_session_id_f
 /// v6 (issue 15), SQLite: the event log's tail. The group-commit writer
 /// appends each batch's events here, in arrival order (one or two pages per
 /// batch), and moves the tail into `session_events` in the background,
-/// sorted by session, many events to a page (`group_commit::MOVE`): written
+/// sorted by session, many events to a page (`group_commit::MOVE_STEP`): written
 /// straight into the log, keyed by (session, seq), each event of a batch
 /// dirtied its own session's page, a 4 KiB WAL frame per event. Reads take
 /// both tables. No index: one on the session would dirty a page per session

@@ -503,14 +503,7 @@ async fn a_remembered_cursor_gives_way_to_another_stores_writes() {
         let stale = a.append_event("u", 1, b"stale").await;
         refused_out_of_order(&stale, b.name);
         a.append_event("u", 3, b"a").await.unwrap();
-        let seqs: Vec<u64> = a
-            .events_since("u", 0)
-            .await
-            .unwrap()
-            .iter()
-            .map(|(q, _)| *q)
-            .collect();
-        assert_eq!(seqs, [1, 2, 3], "{}", b.name);
+        assert_eq!(seqs(&a, "u", 0).await, [1, 2, 3], "{}", b.name);
         // And through its own store: the next append is refused too.
         a.put_session(&meta("t", 1)).await.unwrap();
         a.append_event("t", 1, b"a").await.unwrap();
@@ -588,6 +581,12 @@ async fn a_schema_4_store_upgrades_with_its_rows() {
         Err(StoreError::NotFound(_))
     ));
     assert_eq!(store.integrity_check().await.unwrap(), "ok");
+}
+
+/// The seqs of `id`'s events after `since`, in the order read.
+async fn seqs(store: &dyn SessionStore, id: &str, since: u64) -> Vec<u64> {
+    let events = store.events_since(id, since).await.unwrap();
+    events.iter().map(|(q, _)| *q).collect()
 }
 
 /// Rows of SQLite's event tail and log, through a connection of the test's.
@@ -692,9 +691,7 @@ async fn sqlite_events_move_from_the_tail_without_a_gap() {
     for s in 0..SESSIONS {
         let id = format!("m{s}");
         assert_eq!(store.last_seq(&id).await.unwrap(), EVENTS);
-        let events = store.events_since(&id, EVENTS - 2).await.unwrap();
-        let seqs: Vec<u64> = events.iter().map(|(q, _)| *q).collect();
-        assert_eq!(seqs, [EVENTS - 1, EVENTS]);
+        assert_eq!(seqs(&*store, &id, EVENTS - 2).await, [EVENTS - 1, EVENTS]);
     }
     assert_eq!(store.integrity_check().await.unwrap(), "ok");
     store.close().await;
@@ -746,7 +743,6 @@ async fn sqlite_writes_past_the_tail_while_it_would_not_pay() {
     let last = tail_moved(&b.url).await;
     assert_eq!(last, SESSIONS as i64 + 500 + 2000);
     for s in [0, 19, 20, 499, 500, SESSIONS - 1] {
-        let events = store.events_since(&id(s), 0).await.unwrap();
         let want: u64 = if s < 20 {
             102
         } else if s < 500 {
@@ -754,7 +750,7 @@ async fn sqlite_writes_past_the_tail_while_it_would_not_pay() {
         } else {
             1
         };
-        let seqs: Vec<u64> = events.iter().map(|(q, _)| *q).collect();
+        let seqs = seqs(&*store, &id(s), 0).await;
         assert_eq!(seqs, (1..=want).collect::<Vec<_>>(), "{}", id(s));
         assert_eq!(store.last_seq(&id(s)).await.unwrap(), want);
     }
@@ -806,14 +802,7 @@ async fn sqlite_tail_left_by_a_crash_is_read_and_moved() {
     refused_out_of_order(&store.append_event("left", 3, b"again").await, "sqlite");
     store.append_event("left", 4, b"e4").await.unwrap();
     assert_eq!(tail_moved(&b.url).await, 6);
-    let seqs: Vec<u64> = store
-        .events_since("left", 0)
-        .await
-        .unwrap()
-        .iter()
-        .map(|(q, _)| *q)
-        .collect();
-    assert_eq!(seqs, [1, 2, 3, 4]);
+    assert_eq!(seqs(&store, "left", 0).await, [1, 2, 3, 4]);
     // A delete takes the session's rows from the tail as well as the log.
     store.append_event("left", 5, b"e5").await.unwrap();
     store.append_event("other", 3, b"e3").await.unwrap();

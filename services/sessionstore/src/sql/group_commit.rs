@@ -59,7 +59,7 @@
 //! into the log, sorted, past [`MOVE_ROWS`] events (a step of
 //! [`MOVE_SESSIONS`] sessions after each batch, each in a transaction of
 //! its own), after [`MOVE_IDLE`] without a job, and when the store closes
-//! (all at once); reads take both tables in one statement. With no key on
+//! (every step at once); reads take both tables in one statement. With no key on
 //! the tail, a row on a stale cursor would not collide with anything, so
 //! the SQLite writer trusts its cursors only while `PRAGMA data_version`
 //! shows no other connection's commit (see [`sqlite_batch`]).
@@ -117,14 +117,6 @@ const MOVE_STEP: [&str; 2] = [
      SELECT session_id, seq, body FROM session_event_tail \
      WHERE (session_id > $1 OR $2) AND session_id <= $3 ORDER BY session_id, seq",
     "DELETE FROM session_event_tail WHERE (session_id > $1 OR $2) AND session_id <= $3",
-];
-
-/// SQLite: moves the whole tail into the log in one transaction (when the
-/// store closes).
-const MOVE: [&str; 2] = [
-    "INSERT INTO session_events (session_id, seq, body) \
-     SELECT session_id, seq, body FROM session_event_tail ORDER BY session_id, seq",
-    "DELETE FROM session_event_tail",
 ];
 
 /// How many jobs may queue before callers wait for room.
@@ -239,13 +231,10 @@ impl Writer {
 
     /// The queue of the writer task that writes `session`.
     fn queue(&self, session: &str) -> &mpsc::Sender<Job> {
-        use std::hash::{Hash, Hasher};
         if let [one] = &self.tx[..] {
             return one;
         }
-        let mut h = std::hash::DefaultHasher::new();
-        session.hash(&mut h);
-        &self.tx[(h.finish() % self.tx.len() as u64) as usize]
+        &self.tx[(session_hash(session) % self.tx.len() as u64) as usize]
     }
 
     /// Lets the writers' connections go, now or after the batch being
@@ -285,6 +274,15 @@ impl Writer {
         self.queue(session).send(job).await.map_err(|_| stopped())?;
         rx.await.map_err(|_| stopped())?
     }
+}
+
+/// A hash of a session's id (which writer takes it; the sessions of a
+/// window).
+fn session_hash(session: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    session.hash(&mut h);
+    h.finish()
 }
 
 /// A session's cursor as the writer's last commit left it (default: a
@@ -354,15 +352,12 @@ impl Tail {
     /// Counts a committed batch's events; at the end of a window, chooses
     /// where the next window's go.
     fn note(&mut self, outcome: &Outcome<'_>, direct: bool) {
-        use std::hash::{Hash, Hasher};
         if !direct {
             self.unmoved += outcome.events;
         }
         self.window_events += outcome.events;
         for s in outcome.last_seqs.keys() {
-            let mut h = std::hash::DefaultHasher::new();
-            s.hash(&mut h);
-            self.window_sessions.insert(h.finish());
+            self.window_sessions.insert(session_hash(s));
         }
         if self.window_events >= WINDOW {
             self.direct = self.window_events < GROUPING * self.window_sessions.len();
@@ -1239,17 +1234,27 @@ async fn pg_write<'c>(
 /// SQLite: a session's last seq, in the log or its tail (the log's MAX is
 /// an index lookup on its (session_id, seq) key; the tail's a scan of at
 /// most about [`MOVE_ROWS`] rows).
-pub(in crate::sql) const SQLITE_LAST_SEQ: &str = "SELECT MAX(\
-     COALESCE((SELECT MAX(seq) FROM session_events WHERE session_id = $1), 0), \
-     COALESCE((SELECT MAX(seq) FROM session_event_tail WHERE session_id = $1), 0))";
+pub(in crate::sql) const SQLITE_LAST_SEQ: &str = concat!("SELECT ", sqlite_last_seq!());
+
+/// The expression of [`SQLITE_LAST_SEQ`] (session `$1`), for the texts
+/// that read it with more.
+macro_rules! sqlite_last_seq {
+    () => {
+        "MAX(\
+         COALESCE((SELECT MAX(seq) FROM session_events WHERE session_id = $1), 0), \
+         COALESCE((SELECT MAX(seq) FROM session_event_tail WHERE session_id = $1), 0))"
+    };
+}
+use sqlite_last_seq;
 
 /// SQLite: a session's cursor, if it exists (as [`SQLITE_LAST_SEQ`]; the
 /// index's MAX is a lookup on the (session_id, idx) key).
-const SQLITE_CURSOR: &str = "SELECT MAX(\
-     COALESCE((SELECT MAX(seq) FROM session_events WHERE session_id = $1), 0), \
-     COALESCE((SELECT MAX(seq) FROM session_event_tail WHERE session_id = $1), 0)), \
-     COALESCE((SELECT MAX(idx) FROM session_messages WHERE session_id = $1), 0) \
-     FROM sessions WHERE id = $1";
+const SQLITE_CURSOR: &str = concat!(
+    "SELECT ",
+    sqlite_last_seq!(),
+    ", COALESCE((SELECT MAX(idx) FROM session_messages WHERE session_id = $1), 0) \
+     FROM sessions WHERE id = $1"
+);
 
 /// SQLite: writes the jobs in one transaction on the writer's connection:
 /// the store's own writes first, then the cursors it does not know are
@@ -1325,24 +1330,15 @@ fn sqlite_batch<'a>(
     Ok(outcome(plan, cursors))
 }
 
-/// SQLite: moves the whole tail into the log ([`MOVE`]) in a transaction
-/// of its own. A failed move changes nothing (reads see the tail as
-/// before) and is logged.
+/// SQLite: moves the whole tail into the log (when the store closes): a
+/// new move, step after step until it ends (or fails).
 async fn move_tail(conn: &Driven, broken: &mut bool, tail: &mut Tail) {
-    let mut timed_out = false;
-    let r = match sqlite_begin(conn, *broken, &mut timed_out).await {
-        Ok(()) => sqlite_tx(&conn.lock(), broken, |c| {
-            for sql in MOVE {
-                exec(c, sql)?;
-            }
-            Ok(())
-        }),
-        Err(e) => Err(e),
-    };
-    tail.unmoved = 0;
     tail.moved();
-    if let Err(e) = r {
-        tracing::warn!(error = %e, "conversation store: moving the event log's tail failed");
+    loop {
+        move_step(conn, broken, tail).await;
+        if !tail.moving {
+            return;
+        }
     }
 }
 
