@@ -15,6 +15,7 @@ use rusqlite::OptionalExtension;
 use serde_json::Value;
 use sqlx::Row;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 impl From<sqlx::Error> for StoreError {
@@ -289,6 +290,17 @@ impl Background {
 /// How often the checkpoint task copies SQLite's WAL back into the database.
 const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// WAL frames (pages, 4 KiB) past which the checkpoint task, once it has
+/// copied them back, has the writer let the WAL start over (64 MiB; see
+/// `group_commit::restart_wal`).
+const RESTART_FRAMES: i64 = if cfg!(test) { 1024 } else { 16_384 };
+
+/// Passes the checkpoint task makes, each copying what was written during
+/// the last, before it hands the rest to the writer (whose pass is on the
+/// commit path), unless a pass finds at most [`CATCH_UP_FRAMES`] new frames.
+const CATCH_UP_PASSES: usize = 3;
+const CATCH_UP_FRAMES: i64 = 256;
+
 /// WAL frames (pages, 4 KiB) past which the checkpoint task, when a passive
 /// checkpoint could not catch up with the writers, waits for them to let it
 /// finish and start the WAL over (about 400 MiB).
@@ -302,7 +314,9 @@ const WAL_FRAMES_MAX: i64 = 100_000;
 /// blocks the writer (which keeps appending to the WAL meanwhile), and once
 /// it has caught up the next commit starts the WAL over. If writers outrun
 /// it past [`WAL_FRAMES_MAX`] frames, a RESTART checkpoint makes them wait.
-async fn checkpoints(pool: sqlx::SqlitePool, stop: CancellationToken) {
+/// A WAL copied back but longer than [`RESTART_FRAMES`] is started over by
+/// the writer, asked through `restart`.
+async fn checkpoints(pool: sqlx::SqlitePool, stop: CancellationToken, restart: Arc<AtomicBool>) {
     let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -310,9 +324,36 @@ async fn checkpoints(pool: sqlx::SqlitePool, stop: CancellationToken) {
             () = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let r = sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(PASSIVE)")
-            .fetch_one(&pool)
-            .await;
+        let passive = || {
+            sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(PASSIVE)").fetch_one(&pool)
+        };
+        let mut r = passive().await;
+        // A long WAL, copied back: copy what came during the pass (less
+        // each time), then hand the rest to the writer.
+        if let Ok((0, log, copied)) = r
+            && log >= RESTART_FRAMES
+            && copied >= log
+        {
+            let mut last = log;
+            for _ in 0..CATCH_UP_PASSES {
+                match passive().await {
+                    Ok((0, log, copied)) if copied >= log => {
+                        let new = log - last;
+                        last = log;
+                        if new <= CATCH_UP_FRAMES {
+                            break;
+                        }
+                    }
+                    other => {
+                        r = other;
+                        break;
+                    }
+                }
+            }
+            if matches!(r, Ok((0, _, _))) {
+                restart.store(true, Ordering::Relaxed);
+            }
+        }
         let r = match r {
             Ok((_, log, copied)) if log > WAL_FRAMES_MAX && copied < log => {
                 sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(RESTART)")
@@ -371,6 +412,7 @@ impl SqlStore {
         };
         // `hold`: the writer keeps its connection between batches, except
         // `:memory:`'s one connection, which serves the reads too.
+        let restart = Arc::new(AtomicBool::new(false));
         let (writes, checkpointer, hold) = match &db {
             // `:memory:` is one connection already (a database per connection).
             Db::Sqlite(p) if p.options().get_max_connections() > 1 => {
@@ -388,14 +430,19 @@ impl SqlStore {
                     )
                     .await?;
                 let stop = CancellationToken::new();
-                tokio::spawn(checkpoints(p.clone(), stop.clone()));
+                tokio::spawn(checkpoints(p.clone(), stop.clone(), restart.clone()));
                 (Db::Sqlite(w), Some(Background::new(stop)), true)
             }
             Db::Sqlite(p) => (Db::Sqlite(p.clone()), None, false),
             Db::Pg(p) => (Db::Pg(p.clone()), None, true),
         };
-        let writer =
-            group_commit::Writer::spawn(writes.clone(), channel.clone(), notices.clone(), hold);
+        let writer = group_commit::Writer::spawn(
+            writes.clone(),
+            channel.clone(),
+            notices.clone(),
+            hold,
+            restart,
+        );
         let me = Self {
             db,
             writes,
@@ -1162,3 +1209,81 @@ impl SessionStore for SqlStore {
 }
 
 mod group_commit;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The WAL header's checkpoint sequence, which SQLite counts up each
+    /// time the WAL starts over.
+    fn wal_sequence(wal: &str) -> u32 {
+        let h = std::fs::read(wal).unwrap_or_default();
+        h.get(12..16)
+            .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    /// Under writes that never pause, the checkpoint task never finds the
+    /// WAL copied back at a moment with no write after it; the writer lets
+    /// it start over, so the WAL stays within a few times
+    /// [`RESTART_FRAMES`] (here 4 MiB) while 24 times that is written.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_wal_starts_over_under_steady_writes() {
+        const SESSIONS: usize = 8;
+        let b = omicos_testdb::sqlite("sessions.db");
+        let wal = format!("{}-wal", b.url.strip_prefix("sqlite://").unwrap());
+        let store = Arc::new(SqlStore::open(&b.url).await.unwrap());
+        let body = vec![b'w'; 8192];
+        let frames = 24 * RESTART_FRAMES as usize;
+        // Two or three pages an event: about `frames` frames in all.
+        let events = frames / 2 / SESSIONS;
+        for s in 0..SESSIONS {
+            let meta = SessionMeta {
+                id: format!("w{s}"),
+                title: String::new(),
+                agent: "a".into(),
+                team_members: vec![],
+                created_ms: 1,
+                last_active_ms: 1,
+                tenant: "default".into(),
+                subject: "local".into(),
+            };
+            store.put_session(&meta).await.unwrap();
+        }
+        let first = wal_sequence(&wal);
+        let mut writers = tokio::task::JoinSet::new();
+        for s in 0..SESSIONS {
+            let (store, body) = (store.clone(), body.clone());
+            writers.spawn(async move {
+                let id = format!("w{s}");
+                for seq in 1..=events as u64 {
+                    store.append_event(&id, seq, &body).await.unwrap();
+                }
+            });
+        }
+        let mut largest = 0;
+        while !writers.is_empty() {
+            tokio::select! {
+                r = writers.join_next() => r.unwrap().unwrap(),
+                () = tokio::time::sleep(std::time::Duration::from_millis(20)) => {}
+            }
+            largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+        }
+        let written = (events * SESSIONS * body.len()) as u64;
+        let restarts = wal_sequence(&wal).wrapping_sub(first);
+        assert!(
+            largest < written / 2 && restarts >= 2,
+            "{written} bytes written: the WAL reached {largest} bytes and started over {restarts} times"
+        );
+        for s in 0..SESSIONS {
+            let id = format!("w{s}");
+            let got = store.events_since(&id, 0).await.unwrap();
+            assert_eq!(got.len(), events, "{id}");
+            assert!(
+                got.iter()
+                    .enumerate()
+                    .all(|(i, (q, b))| *q == i as u64 + 1 && b.len() == 8192)
+            );
+        }
+        store.close().await;
+    }
+}

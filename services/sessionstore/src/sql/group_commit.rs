@@ -75,6 +75,7 @@ use omicos_sqldb::Db;
 use sqlx::pool::PoolConnection;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -201,8 +202,16 @@ impl Writer {
     /// notification channel; `notices` the in-process bus (SQLite). With
     /// `hold`, the task keeps its connection from one batch to the next
     /// until the store closes; without (SQLite's `:memory:`, whose one connection
-    /// serves the reads too), it gives it back after each batch.
-    pub(super) fn spawn(db: Db, channel: Arc<str>, notices: Notices, hold: bool) -> Self {
+    /// serves the reads too), it gives it back after each batch. `restart`:
+    /// SQLite's checkpoint task asks the writer to let the WAL start over
+    /// (see [`restart_wal`]).
+    pub(super) fn spawn(
+        db: Db,
+        channel: Arc<str>,
+        notices: Notices,
+        hold: bool,
+        restart: Arc<AtomicBool>,
+    ) -> Self {
         let give_back = CancellationToken::new();
         if !hold {
             give_back.cancel();
@@ -212,7 +221,14 @@ impl Writer {
             Db::Sqlite(pool) => {
                 let (t, rx) = mpsc::channel(QUEUE);
                 tx.push(t);
-                tokio::spawn(run_sqlite(pool, notices, rx, give_back.clone(), hold));
+                tokio::spawn(run_sqlite(
+                    pool,
+                    notices,
+                    rx,
+                    give_back.clone(),
+                    hold,
+                    restart,
+                ));
             }
             Db::Pg(pool) => {
                 for _ in 0..PG_WRITERS {
@@ -477,6 +493,7 @@ async fn run_sqlite(
     rx: mpsc::Receiver<Job>,
     give_back: CancellationToken,
     keep: bool,
+    restart: Arc<AtomicBool>,
 ) {
     let mut q = Queue::new(rx);
     while let Some(first) = q.rx.recv().await {
@@ -488,7 +505,7 @@ async fn run_sqlite(
                 continue;
             }
         };
-        let end = hold(&mut pc, &mut q, &notices, &give_back, keep).await;
+        let end = hold(&mut pc, &mut q, &notices, &give_back, keep, &restart).await;
         if end.broken {
             pc.close_on_drop();
         }
@@ -518,6 +535,7 @@ async fn hold(
     notices: &Notices,
     give_back: &CancellationToken,
     keep: bool,
+    restart: &AtomicBool,
 ) -> Given {
     let mut end = Given {
         broken: true,
@@ -562,6 +580,9 @@ async fn hold(
         b.commit(&mut q.cache, batch).await;
         if !end.broken && (q.tail.moving || q.tail.unmoved >= MOVE_ROWS) {
             move_step(&conn, &mut end.broken, &mut q.tail).await;
+        }
+        if !end.broken && restart.swap(false, Ordering::Relaxed) {
+            restart_wal(&conn);
         }
         if end.broken {
             break;
@@ -608,6 +629,41 @@ async fn hold(
     }
     end.broken |= !conn.give_back();
     end
+}
+
+/// Lets the WAL start over. SQLite starts it over at a write that finds
+/// every frame of it copied back into the database, and the checkpoint task
+/// copies back, off the commit path, only the frames written before its
+/// pass began: under a steady load the writer appends more during every
+/// pass, the WAL never starts over and grows without end (about 500 MB in
+/// ten seconds at 1,000 streams, each event a 4 KiB frame). So when the
+/// checkpoint task has copied back a long WAL it raises `restart`, and the
+/// writer, between two batches (no other write can come between), copies
+/// back the few frames written since: the next batch starts the WAL over.
+/// A failure here loses nothing (the frames stay in the WAL); the task
+/// asks again after its next pass.
+fn restart_wal(conn: &Driven) {
+    let r = conn
+        .lock()
+        .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        });
+    match r {
+        Ok((0, log, copied)) if copied >= log => {}
+        Ok((busy, log, copied)) => {
+            tracing::debug!(
+                busy,
+                log,
+                copied,
+                "conversation store: the WAL could not start over yet"
+            );
+        }
+        Err(e) => tracing::warn!(error = %e, "conversation store: WAL checkpoint failed"),
+    }
 }
 
 /// How many prepared statements the writer's connection keeps (the writer
