@@ -57,7 +57,7 @@
 //! into the log keyed by (session, seq), where each event dirtied its own
 //! session's page: a 4 KiB WAL frame per event. The writer moves the tail
 //! into the log, sorted, past [`MOVE_ROWS`] events (a step of
-//! [`MOVE_SESSIONS`] sessions after each batch, each in a transaction of
+//! [`move_sessions!`] sessions after each batch, each in a transaction of
 //! its own), after [`MOVE_IDLE`] without a job, and when the store closes
 //! (every step at once); reads take both tables in one statement. With no key on
 //! the tail, a row on a stale cursor would not collide with anything, so
@@ -100,14 +100,26 @@ const MOVE_IDLE: Duration = Duration::from_millis(20);
 /// move in one transaction wrote about 1,000 pages at its commit, and
 /// every event queued behind it waited (p99 at 1,000 slow streams 24–29
 /// ms, against 14 without the tail).
-const MOVE_SESSIONS: i64 = 64;
+macro_rules! move_sessions {
+    () => {
+        64
+    };
+}
 
-/// SQLite: the last of the next [`MOVE_SESSIONS`] sessions of the tail
+/// SQLite: the last of the next [`move_sessions!`] sessions of the tail
 /// (in id order) after `$1`, or from the first when `$2`; NULL when none
-/// is left.
-const MOVE_UPTO: &str = "SELECT MAX(session_id) FROM (\
+/// is left. The limit is written out, not bound: with a
+/// bound `LIMIT` in the subquery SQLite compiled the statement again at
+/// every execution (its plan depends on the value), which was 6% of the
+/// orchestrator's CPU at ten streams, where the tail moves after every
+/// batch (`move_statements_are_compiled_once`).
+const MOVE_UPTO: &str = concat!(
+    "SELECT MAX(session_id) FROM (\
      SELECT DISTINCT session_id FROM session_event_tail \
-     WHERE session_id > $1 OR $2 ORDER BY session_id LIMIT $3)";
+     WHERE session_id > $1 OR $2 ORDER BY session_id LIMIT ",
+    move_sessions!(),
+    ")"
+);
 
 /// SQLite: one step of a move: the events of the sessions after `$1` (or
 /// from the first when `$2`) up to `$3` go from the tail into the log,
@@ -1399,7 +1411,7 @@ async fn move_tail(conn: &Driven, broken: &mut bool, tail: &mut Tail) {
 }
 
 /// SQLite: one step of the move under way (or of a new one): the next
-/// [`MOVE_SESSIONS`] sessions of the tail go into the log, in a
+/// [`move_sessions!`] sessions of the tail go into the log, in a
 /// transaction of its own. The move ends at a step that finds no session
 /// after the last; a failed step ends it (it changed nothing: reads see
 /// the tail as before) and is logged, and the next move is tried after
@@ -1411,8 +1423,8 @@ async fn move_step(conn: &Driven, broken: &mut bool, tail: &mut Tail) {
     let mut timed_out = false;
     let r = match sqlite_begin(conn, *broken, &mut timed_out).await {
         Ok(()) => sqlite_tx(&conn.lock(), broken, |c| {
-            let upto: Option<String> = prepared(c, MOVE_UPTO)?
-                .query_row(rusqlite::params![after, first, MOVE_SESSIONS], |r| r.get(0))?;
+            let upto: Option<String> =
+                prepared(c, MOVE_UPTO)?.query_row(rusqlite::params![after, first], |r| r.get(0))?;
             let Some(upto) = upto else {
                 return Ok(None);
             };
@@ -1580,4 +1592,73 @@ async fn pg_delete(c: &mut sqlx::PgConnection, id: &str) -> StoreResult<bool> {
         > 0;
     tx.commit().await?;
     Ok(existed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The move's statements, on a database of the store's schema, run
+    /// from different places of the tail as the writer runs them: each is
+    /// compiled once (SQLite compiles a statement again when a bound value
+    /// can change its plan, as a bound `LIMIT` in `MOVE_UPTO`'s subquery
+    /// did at every step), and each step takes the next
+    /// [`move_sessions!`] sessions.
+    #[test]
+    fn move_statements_are_compiled_once() {
+        let c = rusqlite::Connection::open_in_memory().unwrap();
+        for m in super::super::SQLITE_MIGRATIONS {
+            c.execute_batch(m).unwrap();
+        }
+        const SESSIONS: usize = move_sessions!();
+        let sessions = 2 * SESSIONS + 10;
+        for s in 0..sessions {
+            let id = format!("s{s:03}");
+            c.execute(
+                "INSERT INTO sessions (id, title, agent, team_members, created_ms, last_active_ms) \
+                 VALUES (?1, '', 'a', '[]', 1, 1)",
+                [&id],
+            )
+            .unwrap();
+            for seq in 1..=2 {
+                c.execute(
+                    "INSERT INTO session_event_tail (session_id, seq, body) VALUES (?1, ?2, x'00')",
+                    rusqlite::params![id, seq],
+                )
+                .unwrap();
+            }
+        }
+        let (mut after, mut first, mut steps) = (String::new(), true, Vec::new());
+        loop {
+            let upto: Option<String> = prepared(&c, MOVE_UPTO)
+                .unwrap()
+                .query_row(rusqlite::params![after, first], |r| r.get(0))
+                .unwrap();
+            let Some(upto) = upto else { break };
+            let moved = prepared(&c, MOVE_STEP[0])
+                .unwrap()
+                .execute(rusqlite::params![after, first, upto])
+                .unwrap();
+            prepared(&c, MOVE_STEP[1])
+                .unwrap()
+                .execute(rusqlite::params![after, first, upto])
+                .unwrap();
+            steps.push((upto.clone(), moved));
+            (after, first) = (upto, false);
+        }
+        assert_eq!(
+            steps,
+            [
+                ("s063".to_owned(), 2 * SESSIONS),
+                ("s127".to_owned(), 2 * SESSIONS),
+                ("s137".to_owned(), 20),
+            ]
+        );
+        for sql in [MOVE_UPTO, MOVE_STEP[0], MOVE_STEP[1]] {
+            let compiled_again = prepared(&c, sql)
+                .unwrap()
+                .get_status(rusqlite::StatementStatus::RePrepare);
+            assert_eq!(compiled_again, 0, "{sql}");
+        }
+    }
 }
