@@ -1598,14 +1598,13 @@ async fn pg_delete(c: &mut sqlx::PgConnection, id: &str) -> StoreResult<bool> {
 mod tests {
     use super::*;
 
-    /// The move's statements, on a database of the store's schema, run
-    /// from different places of the tail as the writer runs them: each is
-    /// compiled once (SQLite compiles a statement again when a bound value
-    /// can change its plan, as a bound `LIMIT` in `MOVE_UPTO`'s subquery
-    /// did at every step), and each step takes the next
-    /// [`move_sessions!`] sessions.
-    #[test]
-    fn move_statements_are_compiled_once() {
+    /// The writer's move ([`move_step`]) on a database of the store's
+    /// schema: each step takes the next [`move_sessions!`] sessions, and
+    /// each of the move's statements is compiled once (SQLite compiles a
+    /// statement again when a bound value can change its plan, as a bound
+    /// `LIMIT` in `MOVE_UPTO`'s subquery did at every step).
+    #[tokio::test]
+    async fn move_statements_are_compiled_once() {
         let c = rusqlite::Connection::open_in_memory().unwrap();
         for m in super::super::SQLITE_MIGRATIONS {
             c.execute_batch(m).unwrap();
@@ -1628,23 +1627,23 @@ mod tests {
                 .unwrap();
             }
         }
-        let (mut after, mut first, mut steps) = (String::new(), true, Vec::new());
+        let conn = Driven::new(c).unwrap();
+        let logged = || {
+            conn.lock()
+                .query_row("SELECT COUNT(*) FROM session_events", [], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .unwrap() as usize
+        };
+        let (mut broken, mut tail, mut steps) = (false, Tail::new(), Vec::new());
         loop {
-            let upto: Option<String> = prepared(&c, MOVE_UPTO)
-                .unwrap()
-                .query_row(rusqlite::params![after, first], |r| r.get(0))
-                .unwrap();
-            let Some(upto) = upto else { break };
-            let moved = prepared(&c, MOVE_STEP[0])
-                .unwrap()
-                .execute(rusqlite::params![after, first, upto])
-                .unwrap();
-            prepared(&c, MOVE_STEP[1])
-                .unwrap()
-                .execute(rusqlite::params![after, first, upto])
-                .unwrap();
-            steps.push((upto.clone(), moved));
-            (after, first) = (upto, false);
+            let before = logged();
+            move_step(&conn, &mut broken, &mut tail).await;
+            assert!(!broken);
+            if !tail.moving {
+                break;
+            }
+            steps.push((tail.after.clone().unwrap(), logged() - before));
         }
         assert_eq!(
             steps,
@@ -1655,7 +1654,7 @@ mod tests {
             ]
         );
         for sql in [MOVE_UPTO, MOVE_STEP[0], MOVE_STEP[1]] {
-            let compiled_again = prepared(&c, sql)
+            let compiled_again = prepared(&conn.lock(), sql)
                 .unwrap()
                 .get_status(rusqlite::StatementStatus::RePrepare);
             assert_eq!(compiled_again, 0, "{sql}");
