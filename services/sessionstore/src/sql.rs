@@ -220,6 +220,25 @@ CREATE TABLE session_event_tail (
 );
 "#;
 
+/// v7 (issue 15), SQLite: the tail's positions are never used twice
+/// (`AUTOINCREMENT`), even after the rows above them were deleted, so that
+/// a read that took a position from the writer's index of the tail
+/// (`tail::TailIndex`) knows every row committed after it lies past it.
+/// SQLite adds `AUTOINCREMENT` only by rebuilding the table; the rows keep
+/// their positions.
+const SQLITE_SCHEMA_V7_TAIL_POSITIONS: &str = r#"
+CREATE TABLE session_event_tail_v7 (
+    pos INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    seq INTEGER NOT NULL,
+    body BLOB NOT NULL
+);
+INSERT INTO session_event_tail_v7 (pos, session_id, seq, body)
+    SELECT pos, session_id, seq, body FROM session_event_tail;
+DROP TABLE session_event_tail;
+ALTER TABLE session_event_tail_v7 RENAME TO session_event_tail;
+"#;
+
 /// Schema steps in order; index + 1 is the version.
 const SQLITE_MIGRATIONS: &[&str] = &[
     SQLITE_SCHEMA_V1,
@@ -228,6 +247,7 @@ const SQLITE_MIGRATIONS: &[&str] = &[
     SCHEMA_V4_APPROVAL_RULE,
     SQLITE_SCHEMA_V5_FK,
     SQLITE_SCHEMA_V6_TAIL,
+    SQLITE_SCHEMA_V7_TAIL_POSITIONS,
 ];
 const PG_MIGRATIONS: &[&str] = &[
     PG_SCHEMA_V1,
@@ -880,45 +900,60 @@ impl SessionStore for SqlStore {
 
     async fn events_since(&self, id: &str, since: u64) -> StoreResult<Vec<(u64, Vec<u8>)>> {
         let since = i64::try_from(since).unwrap_or(i64::MAX);
-        let sql = match &self.db {
-            // One statement, so one snapshot: a move of the tail is seen
-            // whole or not at all.
-            Db::Sqlite(_) => {
-                "SELECT seq, body FROM session_events WHERE session_id = $1 AND seq > $2 \
-                 UNION ALL \
-                 SELECT seq, body FROM session_event_tail WHERE session_id = $1 AND seq > $2 \
-                 ORDER BY seq"
+        let rows: Vec<(i64, Vec<u8>)> = match &self.db {
+            Db::Sqlite(p) => {
+                let seen = self.writer.tail().seen(id, since);
+                sqlx::query_as(group_commit::SQLITE_EVENTS_SINCE)
+                    .bind(id)
+                    .bind(since)
+                    .bind(seen.positions)
+                    .bind(seen.covered)
+                    .fetch_all(p)
+                    .await?
             }
-            Db::Pg(_) => {
-                "SELECT seq, body FROM session_events WHERE session_id = $1 AND seq > $2 ORDER BY seq"
-            }
-        };
-        on_db!(&self.db, p => {
-            let rows = sqlx::query(sql)
+            Db::Pg(p) => {
+                sqlx::query_as(
+                    "SELECT seq, body FROM session_events WHERE session_id = $1 AND seq > $2 ORDER BY seq",
+                )
                 .bind(id)
                 .bind(since)
                 .fetch_all(p)
-                .await?;
-            let mut out = Vec::with_capacity(rows.len());
-            for r in &rows {
-                let seq: i64 = r.try_get("seq")?;
-                out.push((seq as u64, r.try_get::<Vec<u8>, _>("body")?));
+                .await?
             }
-            Ok(out)
-        })
+        };
+        let mut out: Vec<(u64, Vec<u8>)> = Vec::with_capacity(rows.len());
+        for (seq, body) in rows {
+            let seq = seq as u64;
+            // SQLite: a row a move has copied but not yet deleted from the
+            // tail comes twice, the same seq and body.
+            if out.last().is_some_and(|(last, _)| *last == seq) {
+                continue;
+            }
+            out.push((seq, body));
+        }
+        Ok(out)
     }
 
     async fn last_seq(&self, id: &str) -> StoreResult<u64> {
-        let sql = match &self.db {
-            Db::Sqlite(_) => group_commit::SQLITE_LAST_SEQ,
-            Db::Pg(_) => "SELECT COALESCE(MAX(seq), 0) FROM session_events WHERE session_id = $1",
-        };
-        let last: i64 = on_db!(&self.db, p => {
-            sqlx::query_scalar(sql)
+        let last: i64 = match &self.db {
+            Db::Sqlite(p) => {
+                let seen = self.writer.tail().seen_last(id);
+                sqlx::query_scalar(group_commit::SQLITE_LAST_SEQ)
+                    .bind(id)
+                    .bind(seen.positions)
+                    .bind(seen.covered)
+                    .fetch_one(p)
+                    .await?
+            }
+            Db::Pg(p) => {
+                sqlx::query_scalar(
+                    "SELECT COALESCE(MAX(seq), 0) FROM session_events WHERE session_id = $1",
+                )
                 .bind(id)
                 .fetch_one(p)
                 .await?
-        });
+            }
+        };
         Ok(last as u64)
     }
 
@@ -1209,6 +1244,7 @@ impl SessionStore for SqlStore {
 }
 
 mod group_commit;
+mod tail;
 
 #[cfg(test)]
 mod tests {

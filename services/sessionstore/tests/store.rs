@@ -620,14 +620,15 @@ async fn tail_moved(url: &str) -> i64 {
 }
 
 /// SQLite's writer appends events to a tail and moves it into the log
-/// (past `MOVE_ROWS` rows, 64 sessions a step, and when idle). Readers
+/// (past `MOVE_ROWS` live rows, 16,384, 64 sessions a step, and when idle). Readers
 /// during the writes and the moves see each session's log gap-free, as a
 /// prefix of what was written, never a row twice or missing; afterwards
 /// the tail is empty and the log holds every event once, with its content.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_events_move_from_the_tail_without_a_gap() {
     const SESSIONS: u64 = 150;
-    const EVENTS: u64 = 30;
+    // 18,000 events: past MOVE_ROWS, so that the tail moves during the writes.
+    const EVENTS: u64 = 120;
     let b = common::sqlite();
     let store = Arc::new(SqlStore::open(&b.url).await.unwrap());
     for s in 0..SESSIONS {
@@ -697,13 +698,118 @@ async fn sqlite_events_move_from_the_tail_without_a_gap() {
     store.close().await;
 }
 
+/// Two stores on one SQLite file (two processes would be the same): each
+/// writer appends to the one tail and moves it, knowing its live rows from
+/// its own index, which does not see the other's commits until it notices
+/// them (`PRAGMA data_version`). Reads through either store, during the
+/// writes and both stores' moves, see every session's log gap-free, as a
+/// prefix of what was written, whichever store wrote it; afterwards the
+/// tail is empty and the log holds every event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_two_stores_read_each_others_tail_without_a_gap() {
+    const SESSIONS: u64 = 40;
+    // 2 × 40 × 250 = 20,000 events: past MOVE_ROWS, so both stores move.
+    const EVENTS: u64 = 250;
+    let b = common::sqlite();
+    let stores = [
+        Arc::new(SqlStore::open(&b.url).await.unwrap()),
+        Arc::new(SqlStore::open(&b.url).await.unwrap()),
+    ];
+    let id = |w: usize, s: u64| format!("{}{s}", ["a", "b"][w]);
+    for (w, store) in stores.iter().enumerate() {
+        for s in 0..SESSIONS {
+            store.put_session(&meta(&id(w, s), 1)).await.unwrap();
+        }
+    }
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = tokio::task::JoinSet::new();
+    for (w, store) in stores.iter().enumerate() {
+        for s in 0..SESSIONS {
+            let store = store.clone();
+            writers.spawn(async move {
+                let id = id(w, s);
+                for seq in 1..=EVENTS {
+                    let body = format!("{id} {seq}");
+                    store.append_event(&id, seq, body.as_bytes()).await.unwrap();
+                }
+            });
+        }
+    }
+    // Each store reads the other's sessions.
+    let mut readers = Vec::new();
+    for (r, store) in stores.iter().enumerate() {
+        let (store, done) = (store.clone(), done.clone());
+        readers.push(tokio::spawn(async move {
+            let mut reads = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                for s in 0..SESSIONS {
+                    let id = id(1 - r, s);
+                    let last = store.last_seq(&id).await.unwrap();
+                    let events = store.events_since(&id, 0).await.unwrap();
+                    assert!(
+                        events.len() as u64 >= last,
+                        "{id} through store {r}: {} events, last seq {last}",
+                        events.len()
+                    );
+                    for (i, (seq, body)) in events.iter().enumerate() {
+                        assert_eq!(*seq, i as u64 + 1, "{id} through store {r}: gap-free");
+                        assert_eq!(body, format!("{id} {seq}").as_bytes());
+                    }
+                    reads += 1;
+                }
+            }
+            reads
+        }));
+    }
+    while let Some(r) = writers.join_next().await {
+        r.unwrap();
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in readers {
+        assert!(r.await.unwrap() > 0, "the reader read during the writes");
+    }
+    let (_, log) = tail_and_log(&b.url).await;
+    assert!(log > 0, "no move during the writes");
+    assert_eq!(tail_moved(&b.url).await, (2 * SESSIONS * EVENTS) as i64);
+    for (r, store) in stores.iter().enumerate() {
+        for w in 0..2 {
+            for s in [0, SESSIONS - 1] {
+                let id = id(w, s);
+                assert_eq!(
+                    store.last_seq(&id).await.unwrap(),
+                    EVENTS,
+                    "{id} through {r}"
+                );
+                assert_eq!(
+                    seqs(&**store, &id, 0).await,
+                    (1..=EVENTS).collect::<Vec<_>>(),
+                    "{id} through {r}"
+                );
+            }
+        }
+    }
+    // Writes go on through the other store on a session the first wrote.
+    stores[1]
+        .append_event(&id(0, 0), EVENTS + 1, b"b")
+        .await
+        .unwrap();
+    assert_eq!(stores[0].last_seq(&id(0, 0)).await.unwrap(), EVENTS + 1);
+    assert_eq!(stores[0].integrity_check().await.unwrap(), "ok");
+    for store in stores {
+        store.close().await;
+    }
+}
+
 /// When sessions get too few events each for the tail to pay (here one
-/// per session in a window of 1,024 events), SQLite's writer writes them
+/// per session in a window of 4,096 events), SQLite's writer writes them
 /// straight into the log; when they get many again, into the tail. A
 /// session's events split over both tables in any way read back in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_writes_past_the_tail_while_it_would_not_pay() {
-    const SESSIONS: u64 = 1100;
+    const SESSIONS: u64 = 4200;
+    // Events of each of 20 sessions at the end: past the rest of the
+    // direct window, then a window of many events a session.
+    const MANY: u64 = 300;
     let b = common::sqlite();
     let store = Arc::new(SqlStore::open(&b.url).await.unwrap());
     let id = |s: u64| format!("w{s}");
@@ -711,8 +817,17 @@ async fn sqlite_writes_past_the_tail_while_it_would_not_pay() {
         store.put_session(&meta(&id(s), 1)).await.unwrap();
     }
     // One event per session: the first window goes to the tail.
-    for s in 0..SESSIONS {
-        store.append_event(&id(s), 1, b"1").await.unwrap();
+    let mut firsts = tokio::task::JoinSet::new();
+    for chunk in 0..4 {
+        let store = store.clone();
+        firsts.spawn(async move {
+            for s in (chunk..SESSIONS).step_by(4) {
+                store.append_event(&id(s), 1, b"1").await.unwrap();
+            }
+        });
+    }
+    while let Some(r) = firsts.join_next().await {
+        r.unwrap();
     }
     tail_moved(&b.url).await;
     // The next go to the log directly: the tail stays empty.
@@ -731,7 +846,7 @@ async fn sqlite_writes_past_the_tail_while_it_would_not_pay() {
         let store = store.clone();
         let id = id(s);
         tasks.spawn(async move {
-            for seq in 3..=102 {
+            for seq in 3..=MANY + 2 {
                 store.append_event(&id, seq, b"n").await.unwrap();
             }
         });
@@ -741,10 +856,10 @@ async fn sqlite_writes_past_the_tail_while_it_would_not_pay() {
     }
     let (tail, _) = tail_and_log(&b.url).await;
     let last = tail_moved(&b.url).await;
-    assert_eq!(last, SESSIONS as i64 + 500 + 2000);
+    assert_eq!(last, (SESSIONS + 500 + 20 * MANY) as i64);
     for s in [0, 19, 20, 499, 500, SESSIONS - 1] {
         let want: u64 = if s < 20 {
-            102
+            MANY + 2
         } else if s < 500 {
             2
         } else {

@@ -80,57 +80,81 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use super::tail::TailIndex;
+
 /// How long the writer waits for more rows once it has seen concurrent writers.
 pub(super) const LINGER: Duration = Duration::from_millis(1);
 
 /// The most jobs in one transaction.
 pub(super) const MAX_JOBS: usize = 512;
 
-/// SQLite: the tail rows past which the writer starts moving the tail into
-/// the log, one step after each batch ([`MOVE_STEP`]). Reads scan the tail,
-/// so it bounds their scan; a move writes each session's events of the
-/// tail to its pages together (at 100 sessions, about 10 events a page).
-pub(super) const MOVE_ROWS: usize = 1024;
+/// SQLite: the live rows of the tail past which the writer starts moving
+/// it into the log, one step after each batch ([`move_step`]). A move
+/// writes each session's events of the tail to its pages of the log
+/// together: at 1,000 streams of ten events a second, 16,384 rows are
+/// about 16 events a session, most of a page each, where writing each
+/// event straight into the log dirtied a page per event. Reads find a
+/// session's rows in the tail by the writer's index ([`TailIndex`]), not
+/// by a scan, so the tail's length costs them nothing.
+pub(super) const MOVE_ROWS: usize = 16_384;
 
 /// SQLite: how long the writer idles before it moves what the tail holds.
 const MOVE_IDLE: Duration = Duration::from_millis(20);
 
-/// SQLite: the sessions one step of a move takes ([`MOVE_STEP`]), so one
-/// step dirties about as many pages of the log: at 1,000 sessions a whole
-/// move in one transaction wrote about 1,000 pages at its commit, and
-/// every event queued behind it waited (p99 at 1,000 slow streams 24–29
-/// ms, against 14 without the tail).
+/// SQLite: the most sessions one step of a move takes ([`move_step`]), so
+/// that one step dirties about as many pages of the log: at 1,000 sessions
+/// a whole move in one transaction wrote about 1,000 pages at its commit,
+/// and every event queued behind it waited (p99 at 1,000 slow streams
+/// 24–29 ms, against 14 without the tail).
 macro_rules! move_sessions {
     () => {
         64
     };
 }
 
-/// SQLite: the last of the next [`move_sessions!`] sessions of the tail
-/// (in id order) after `$1`, or from the first when `$2`; NULL when none
-/// is left. The limit is written out, not bound: with a
-/// bound `LIMIT` in the subquery SQLite compiled the statement again at
-/// every execution (its plan depends on the value), which was 6% of the
-/// orchestrator's CPU at ten streams, where the tail moves after every
-/// batch (`move_statements_are_compiled_once`).
-const MOVE_UPTO: &str = concat!(
-    "SELECT MAX(session_id) FROM (\
-     SELECT DISTINCT session_id FROM session_event_tail \
-     WHERE session_id > $1 OR $2 ORDER BY session_id LIMIT ",
-    move_sessions!(),
-    ")"
+/// SQLite: the rows past which a step of a move takes no more sessions
+/// (a step copies its rows in one statement, about 2 µs each; the events
+/// queued meanwhile wait for it).
+const STEP_ROWS: usize = 256;
+
+/// SQLite: the rows one step of a move's end deletes from the tail.
+/// Deleting a range of positions dirties each page of the tail once; a
+/// session's rows, spread over the whole tail, dirtied every page at every
+/// step. 16,384 rows took 12 ms in one statement. Written out, not bound
+/// (a bound value the plan depends on makes SQLite compile the statement
+/// again at every execution; `move_statements_are_compiled_once`).
+macro_rules! delete_rows {
+    () => {
+        1024
+    };
+}
+
+/// SQLite: one step of a move: the tail's rows at the positions `$1` (a
+/// JSON array from the writer's index, a step's sessions) are copied into
+/// the log, sorted by session and seq, in one transaction. They stay in
+/// the tail, no longer in the index, until the move's end deletes them
+/// ([`MOVE_DELETE`]): a read that finds one in both tables keeps one.
+const MOVE_COPY: &str = "INSERT INTO session_events (session_id, seq, body) \
+     SELECT session_id, seq, body FROM session_event_tail \
+     WHERE pos IN (SELECT value FROM json_each($1)) ORDER BY session_id, seq";
+
+/// SQLite: one step of a move's end: up to [`delete_rows!`] of the tail's
+/// rows at or below `$1` (the tail's highest position when the move
+/// began, every row below it copied by the move), lowest first.
+const MOVE_DELETE: &str = concat!(
+    "DELETE FROM session_event_tail WHERE pos <= $1 \
+     AND pos < (SELECT MIN(pos) FROM session_event_tail) + ",
+    delete_rows!()
 );
 
-/// SQLite: one step of a move: the events of the sessions after `$1` (or
-/// from the first when `$2`) up to `$3` go from the tail into the log,
-/// sorted by session and seq, in one transaction (a reader's statement
-/// sees each event in one table or the other, never both or neither).
-const MOVE_STEP: [&str; 2] = [
-    "INSERT INTO session_events (session_id, seq, body) \
-     SELECT session_id, seq, body FROM session_event_tail \
-     WHERE (session_id > $1 OR $2) AND session_id <= $3 ORDER BY session_id, seq",
-    "DELETE FROM session_event_tail WHERE (session_id > $1 OR $2) AND session_id <= $3",
-];
+/// SQLite: the tail's highest position (NULL when it is empty).
+const TAIL_TOP: &str = "SELECT MAX(pos) FROM session_event_tail";
+
+/// SQLite: the tail's live rows (not yet in the log), in position order,
+/// for the writer's index ([`sync`]).
+const TAIL_LIVE: &str = "SELECT pos, session_id, seq FROM session_event_tail t \
+     WHERE NOT EXISTS (SELECT 1 FROM session_events e \
+     WHERE e.session_id = t.session_id AND e.seq = t.seq) ORDER BY pos";
 
 /// How many jobs may queue before callers wait for room.
 const QUEUE: usize = 8192;
@@ -204,6 +228,8 @@ pub(super) struct Job {
 pub(super) struct Writer {
     /// One queue per writer task (see [`PG_WRITERS`]).
     tx: Arc<[mpsc::Sender<Job>]>,
+    /// SQLite: the live rows of the events' tail, for the store's reads.
+    tail: Arc<TailIndex>,
     /// Cancelled: the task keeps no connection between batches (once the
     /// store closes).
     give_back: CancellationToken,
@@ -229,6 +255,7 @@ impl Writer {
             give_back.cancel();
         }
         let mut tx = Vec::new();
+        let tail = Arc::new(TailIndex::default());
         match db {
             Db::Sqlite(pool) => {
                 let (t, rx) = mpsc::channel(QUEUE);
@@ -236,7 +263,7 @@ impl Writer {
                 tokio::spawn(run_sqlite(
                     pool,
                     notices,
-                    rx,
+                    Queue::new(rx, tail.clone()),
                     give_back.clone(),
                     hold,
                     restart,
@@ -253,8 +280,14 @@ impl Writer {
         }
         Self {
             tx: tx.into(),
+            tail,
             give_back,
         }
+    }
+
+    /// SQLite: the live rows of the events' tail (see [`TailIndex`]).
+    pub(super) fn tail(&self) -> &TailIndex {
+        &self.tail
     }
 
     /// The queue of the writer task that writes `session`.
@@ -337,27 +370,33 @@ struct Queue {
 
 /// SQLite: the events over which the writer measures how many a session
 /// gets ([`Tail::note`]).
-const WINDOW: usize = 1024;
+const WINDOW: usize = 4096;
 
 /// SQLite: the events a session must get per [`WINDOW`], on average, for
 /// the tail to pay: below, a move writes about a page per event anyway,
-/// after the tail's own page, and its steps hold the events behind them
-/// (at 1,000 streams of ten events a second, a session gets about one per
-/// window).
+/// after the tail's own page (at 10,000 sessions of one event each, say).
 const GROUPING: usize = 3;
 
 /// SQLite: what the writer knows of the events' tail.
-#[derive(Default)]
 struct Tail {
-    /// About how many events it holds: those this writer appended, less
-    /// those it moved (1 at start, so that the first idle moves what a
-    /// crash or another store left; a move that finds the tail empty sets
-    /// it to 0).
-    unmoved: usize,
+    /// Its live rows (see [`TailIndex`]), shared with the store's reads.
+    index: Arc<TailIndex>,
+    /// The tail may hold rows, live or copied: the next idle moves it (true
+    /// at start, for what a crash or another store left).
+    pending: bool,
     /// A move is under way, one step after each batch.
     moving: bool,
-    /// The last session the move under way moved (None: from the first).
+    /// The last session the move under way copied (None: from the first).
     after: Option<String>,
+    /// The tail's highest position when the move under way began: every
+    /// row up to it is copied by the move's end, which deletes them.
+    upto: Option<i64>,
+    /// The move under way has copied every session and deletes the rows
+    /// it copied.
+    deleting: bool,
+    /// The live rows when a move failed: the next starts after
+    /// [`MOVE_ROWS`] more (or when idle).
+    floor: usize,
     /// Batches write their events straight into the log: in the last
     /// window, sessions got fewer than [`GROUPING`] events each.
     direct: bool,
@@ -368,20 +407,26 @@ struct Tail {
 }
 
 impl Tail {
-    /// At start: the tail may hold what a crash or another store left, so
-    /// the first idle moves it.
-    fn new() -> Self {
+    fn new(index: Arc<TailIndex>) -> Self {
         Self {
-            unmoved: 1,
-            ..Self::default()
+            index,
+            pending: true,
+            moving: false,
+            after: None,
+            upto: None,
+            deleting: false,
+            floor: 0,
+            direct: false,
+            window_events: 0,
+            window_sessions: Default::default(),
         }
     }
 
     /// Counts a committed batch's events; at the end of a window, chooses
     /// where the next window's go.
     fn note(&mut self, outcome: &Outcome<'_>, direct: bool) {
-        if !direct {
-            self.unmoved += outcome.events;
+        if !direct && outcome.events > 0 {
+            self.pending = true;
         }
         self.window_events += outcome.events;
         for s in outcome.last_seqs.keys() {
@@ -398,17 +443,24 @@ impl Tail {
     fn moved(&mut self) {
         self.moving = false;
         self.after = None;
+        self.upto = None;
+        self.deleting = false;
+    }
+
+    /// A move should start, or go on, after a batch.
+    fn due(&self) -> bool {
+        self.moving || self.index.rows() >= self.floor + MOVE_ROWS
     }
 }
 
 impl Queue {
-    fn new(rx: mpsc::Receiver<Job>) -> Self {
+    fn new(rx: mpsc::Receiver<Job>, index: Arc<TailIndex>) -> Self {
         Self {
             rx,
             batch: Vec::with_capacity(MAX_JOBS),
             cache: Cache::new(),
             busy: false,
-            tail: Tail::new(),
+            tail: Tail::new(index),
         }
     }
 
@@ -456,7 +508,7 @@ async fn run_pg(
     rx: mpsc::Receiver<Job>,
     give_back: CancellationToken,
 ) {
-    let mut q = Queue::new(rx);
+    let mut q = Queue::new(rx, Arc::default());
     let mut held: Option<PoolConnection<sqlx::Postgres>> = None;
     loop {
         let first = tokio::select! {
@@ -502,12 +554,11 @@ async fn run_pg(
 async fn run_sqlite(
     pool: sqlx::SqlitePool,
     notices: Notices,
-    rx: mpsc::Receiver<Job>,
+    mut q: Queue,
     give_back: CancellationToken,
     keep: bool,
     restart: Arc<AtomicBool>,
 ) {
-    let mut q = Queue::new(rx);
     while let Some(first) = q.rx.recv().await {
         q.batch.push(first);
         let mut pc = match pool.acquire().await {
@@ -590,8 +641,12 @@ async fn hold(
             },
         };
         b.commit(&mut q.cache, batch).await;
-        if !end.broken && (q.tail.moving || q.tail.unmoved >= MOVE_ROWS) {
-            move_step(&conn, &mut end.broken, &mut q.tail).await;
+        if !end.broken && q.tail.due() {
+            let mut w = Own {
+                version: &mut version,
+                cache: &mut q.cache,
+            };
+            move_step(&conn, &mut end.broken, &mut q.tail, &mut w).await;
         }
         if !end.broken && restart.swap(false, Ordering::Relaxed) {
             restart_wal(&conn);
@@ -615,8 +670,9 @@ async fn hold(
             tokio::select! {
                 j = q.rx.recv() => break Some(j),
                 () = give_back.cancelled() => break None,
-                () = tokio::time::sleep(pause), if q.tail.moving || q.tail.unmoved > 0 => {
-                    move_step(&conn, &mut end.broken, &mut q.tail).await;
+                () = tokio::time::sleep(pause), if q.tail.moving || q.tail.pending => {
+                    let mut w = Own { version: &mut version, cache: &mut q.cache };
+                    move_step(&conn, &mut end.broken, &mut q.tail, &mut w).await;
                     if end.broken {
                         break None;
                     }
@@ -636,8 +692,12 @@ async fn hold(
             }
         }
     }
-    if closing && !end.broken && (q.tail.moving || q.tail.unmoved > 0) {
-        move_tail(&conn, &mut end.broken, &mut q.tail).await;
+    if closing && !end.broken && (q.tail.moving || q.tail.pending) {
+        let mut w = Own {
+            version: &mut version,
+            cache: &mut q.cache,
+        };
+        move_tail(&conn, &mut end.broken, &mut q.tail, &mut w).await;
     }
     end.broken |= !conn.give_back();
     end
@@ -792,9 +852,13 @@ impl Batcher<'_> {
 
     async fn delete(&mut self, id: &str) -> StoreResult<bool> {
         match &mut self.conn {
-            Conn::Sqlite { conn, broken, .. } => {
+            Conn::Sqlite {
+                conn, broken, tail, ..
+            } => {
                 sqlite_begin(conn, **broken, &mut self.timed_out).await?;
-                sqlite_tx(&conn.lock(), broken, |c| sqlite_delete(c, id))
+                let existed = sqlite_tx(&conn.lock(), broken, |c| sqlite_delete(c, id))?;
+                tail.index.forget(id);
+                Ok(existed)
             }
             Conn::Pg { pool, held, .. } => {
                 let r = match pg_conn(pool, held).await {
@@ -874,7 +938,9 @@ impl Batcher<'_> {
             } => {
                 sqlite_begin(conn, **broken, &mut self.timed_out).await?;
                 let direct = tail.direct;
-                let outcome = sqlite_batch(&conn.lock(), broken, cache, version, direct, jobs)?;
+                let mut own = Own { version, cache };
+                let index = tail.index.clone();
+                let outcome = sqlite_batch(&conn.lock(), broken, &mut own, &index, direct, jobs)?;
                 tail.note(&outcome, direct);
                 outcome
             }
@@ -1299,30 +1365,39 @@ async fn pg_write<'c>(
     Ok(())
 }
 
-/// SQLite: a session's last seq, in the log or its tail (the log's MAX is
-/// an index lookup on its (session_id, seq) key; the tail's a scan of at
-/// most about [`MOVE_ROWS`] rows).
-pub(in crate::sql) const SQLITE_LAST_SEQ: &str = concat!("SELECT ", sqlite_last_seq!());
+/// SQLite: a session's last seq, in the log or its tail (`$1`: the
+/// session; `$2`, `$3`: what the writer's index showed, [`TailIndex::seen_last`]).
+/// The log's MAX is a lookup on its (session_id, seq) key; the tail's are
+/// lookups of the positions the index gave and a range of those past the
+/// ones it covers (see [`TailIndex`]).
+pub(in crate::sql) const SQLITE_LAST_SEQ: &str = "SELECT MAX(\
+     COALESCE((SELECT MAX(seq) FROM session_events WHERE session_id = $1), 0), \
+     COALESCE((SELECT MAX(seq) FROM session_event_tail \
+     WHERE pos IN (SELECT value FROM json_each($2)) AND session_id = $1), 0), \
+     COALESCE((SELECT MAX(seq) FROM session_event_tail WHERE pos > $3 AND session_id = $1), 0))";
 
-/// The expression of [`SQLITE_LAST_SEQ`] (session `$1`), for the texts
-/// that read it with more.
-macro_rules! sqlite_last_seq {
-    () => {
-        "MAX(\
-         COALESCE((SELECT MAX(seq) FROM session_events WHERE session_id = $1), 0), \
-         COALESCE((SELECT MAX(seq) FROM session_event_tail WHERE session_id = $1), 0))"
-    };
-}
-use sqlite_last_seq;
+/// SQLite: a session's events after a seq, in seq order (`$1`: the
+/// session; `$2`: the seq; `$3`, `$4`: what the writer's index showed,
+/// [`TailIndex::seen`]), as [`SQLITE_LAST_SEQ`] reads them. One statement,
+/// so one snapshot: a step of a move is seen whole or not at all. A row a
+/// move copied but has not yet deleted from the tail may come twice, in
+/// the log and at its position: the caller keeps one of each seq.
+pub(in crate::sql) const SQLITE_EVENTS_SINCE: &str = "\
+     SELECT seq, body FROM session_events WHERE session_id = $1 AND seq > $2 \
+     UNION ALL \
+     SELECT seq, body FROM session_event_tail \
+     WHERE pos IN (SELECT value FROM json_each($3)) AND session_id = $1 AND seq > $2 \
+     UNION ALL \
+     SELECT seq, body FROM session_event_tail WHERE pos > $4 AND session_id = $1 AND seq > $2 \
+     ORDER BY seq";
 
-/// SQLite: a session's cursor, if it exists (as [`SQLITE_LAST_SEQ`]; the
-/// index's MAX is a lookup on the (session_id, idx) key).
-const SQLITE_CURSOR: &str = concat!(
-    "SELECT ",
-    sqlite_last_seq!(),
-    ", COALESCE((SELECT MAX(idx) FROM session_messages WHERE session_id = $1), 0) \
-     FROM sessions WHERE id = $1"
-);
+/// SQLite: a session's cursor in the log, if it exists (each MAX a lookup
+/// on the (session_id, seq) or (session_id, idx) key); the writer takes
+/// the tail's last seq from its index.
+const SQLITE_CURSOR: &str = "SELECT \
+     COALESCE((SELECT MAX(seq) FROM session_events WHERE session_id = $1), 0), \
+     COALESCE((SELECT MAX(idx) FROM session_messages WHERE session_id = $1), 0) \
+     FROM sessions WHERE id = $1";
 
 /// SQLite: writes the jobs in one transaction on the writer's connection:
 /// the store's own writes first, then the cursors it does not know are
@@ -1342,18 +1417,15 @@ const SQLITE_CURSOR: &str = concat!(
 fn sqlite_batch<'a>(
     c: &rusqlite::Connection,
     broken: &mut bool,
-    cache: &mut Cache,
-    version: &mut Option<i64>,
+    own: &mut Own<'_>,
+    tail: &TailIndex,
     direct: bool,
     jobs: &[(&'a str, &'a Rows)],
 ) -> StoreResult<Outcome<'a>> {
     let now = now_ms();
-    let (plan, cursors) = sqlite_tx(c, broken, |c| {
-        let v: i64 = prepared(c, "PRAGMA data_version")?.query_row([], |r| r.get(0))?;
-        if version.replace(v) != Some(v) {
-            cache.clear();
-        }
-        let (mut cursors, unknown) = start(cache, jobs);
+    let (plan, cursors, appended) = sqlite_tx(c, broken, |c| {
+        sync(c, own, tail)?;
+        let (mut cursors, unknown) = start(own.cache, jobs);
         let mut answers = Vec::new();
         for (i, (_, rows)) in jobs.iter().enumerate() {
             if let Rows::Own(write) = rows {
@@ -1367,7 +1439,8 @@ fn sqlite_batch<'a>(
                 if let Some(row) = rows.next()? {
                     let cur = cursors.get_mut(s).expect("every session has a cursor");
                     cur.exists = true;
-                    cur.last_seq = row.get(0)?;
+                    // The index is in step with the file (`sync`).
+                    cur.last_seq = row.get::<_, i64>(0)?.max(tail.last_seq(s).unwrap_or(0));
                     cur.last_idx = row.get(1)?;
                 }
             }
@@ -1376,12 +1449,24 @@ fn sqlite_batch<'a>(
         for (i, answer) in answers {
             plan.results[i] = answer;
         }
-        let events = if direct {
-            "INSERT INTO session_events (session_id, seq, body) VALUES ($1, $2, $3)"
-        } else {
-            "INSERT INTO session_event_tail (session_id, seq, body) VALUES ($1, $2, $3)"
-        };
-        insert(c, events, &plan.events)?;
+        let mut appended = Vec::new();
+        if direct {
+            insert(
+                c,
+                "INSERT INTO session_events (session_id, seq, body) VALUES ($1, $2, $3)",
+                &plan.events,
+            )?;
+        } else if !plan.events.is_empty() {
+            let mut ins = prepared(
+                c,
+                "INSERT INTO session_event_tail (session_id, seq, body) VALUES ($1, $2, $3)",
+            )?;
+            appended.reserve(plan.events.len());
+            for (s, seq, body) in &plan.events {
+                ins.execute(rusqlite::params![s, seq, body])?;
+                appended.push((*s, c.last_insert_rowid(), *seq));
+            }
+        }
         if !plan.messages.is_empty() {
             insert(
                 c,
@@ -1393,63 +1478,129 @@ fn sqlite_batch<'a>(
                 touch.execute(rusqlite::params![now, s])?;
             }
         }
-        Ok((plan, cursors))
+        Ok((plan, cursors, appended))
     })?;
+    tail.appended(&appended);
     Ok(outcome(plan, cursors))
+}
+
+/// SQLite: what the writer's transactions keep in step with the file:
+/// the connection's data version at its last transaction, and the cursors
+/// and tail index it vouches for.
+struct Own<'a> {
+    version: &'a mut Option<i64>,
+    cache: &'a mut Cache,
+}
+
+/// SQLite: at the start of a transaction of the writer, under the write
+/// lock: when another connection has committed since the writer's last
+/// transaction (`PRAGMA data_version` changed; unknown for a connection
+/// just taken), every remembered cursor may be stale and the tail may hold
+/// rows the index does not know (or no longer hold rows it knows): the
+/// cursors are forgotten and the index read again from the tail.
+fn sync(c: &rusqlite::Connection, own: &mut Own<'_>, tail: &TailIndex) -> StoreResult<()> {
+    let v: i64 = prepared(c, "PRAGMA data_version")?.query_row([], |r| r.get(0))?;
+    if own.version.replace(v) == Some(v) {
+        return Ok(());
+    }
+    own.cache.clear();
+    let top: Option<i64> = prepared(c, TAIL_TOP)?.query_row([], |r| r.get(0))?;
+    let mut read = prepared(c, TAIL_LIVE)?;
+    let rows = read
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<Vec<(i64, String, i64)>>>()?;
+    tail.reload(rows, top.unwrap_or(0));
+    Ok(())
 }
 
 /// SQLite: moves the whole tail into the log (when the store closes): a
 /// new move, step after step until it ends (or fails).
-async fn move_tail(conn: &Driven, broken: &mut bool, tail: &mut Tail) {
+async fn move_tail(conn: &Driven, broken: &mut bool, tail: &mut Tail, own: &mut Own<'_>) {
     tail.moved();
     loop {
-        move_step(conn, broken, tail).await;
+        move_step(conn, broken, tail, own).await;
         if !tail.moving {
             return;
         }
     }
 }
 
-/// SQLite: one step of the move under way (or of a new one): the next
-/// [`move_sessions!`] sessions of the tail go into the log, in a
-/// transaction of its own. The move ends at a step that finds no session
-/// after the last; a failed step ends it (it changed nothing: reads see
-/// the tail as before) and is logged, and the next move is tried after
-/// [`MOVE_ROWS`] more events or when idle.
-async fn move_step(conn: &Driven, broken: &mut bool, tail: &mut Tail) {
+/// What one step of a move did.
+enum Moved {
+    /// The tail was empty: no move.
+    Empty,
+    /// It copied the sessions up to this one into the log.
+    Copied { upto: i64, last: String },
+    /// It deleted copied rows; the move ends when none up to `upto` is
+    /// left. `lowest`: the tail's lowest position after it.
+    Deleted { upto: i64, lowest: Option<i64> },
+}
+
+/// SQLite: one step of the move under way (or of a new one), in a
+/// transaction of its own. A move notes the tail's highest position, then
+/// copies its sessions into the log, the next [`move_sessions!`] of them
+/// (in id order, from the writer's index, fewer when they hold
+/// [`STEP_ROWS`] rows) at each step; then it deletes the rows up to that
+/// position from the tail, [`delete_rows!`] at each step, and ends. A
+/// failed step ends the move (it changed nothing: reads see the tail as
+/// before) and is logged; the next move is tried after [`MOVE_ROWS`] more
+/// live rows or when idle.
+async fn move_step(conn: &Driven, broken: &mut bool, tail: &mut Tail, own: &mut Own<'_>) {
     tail.moving = true;
-    let first = tail.after.is_none();
-    let after = tail.after.clone().unwrap_or_default();
     let mut timed_out = false;
+    let index = tail.index.clone();
+    let (after, upto, deleting) = (tail.after.clone(), tail.upto, tail.deleting);
     let r = match sqlite_begin(conn, *broken, &mut timed_out).await {
         Ok(()) => sqlite_tx(&conn.lock(), broken, |c| {
-            let upto: Option<String> =
-                prepared(c, MOVE_UPTO)?.query_row(rusqlite::params![after, first], |r| r.get(0))?;
-            let Some(upto) = upto else {
-                return Ok(None);
+            sync(c, own, &index)?;
+            let upto = match upto {
+                Some(u) => u,
+                None => match prepared(c, TAIL_TOP)?.query_row([], |r| r.get(0))? {
+                    Some(u) => u,
+                    None => return Ok(Moved::Empty),
+                },
             };
-            let moved =
-                prepared(c, MOVE_STEP[0])?.execute(rusqlite::params![after, first, upto])?;
-            prepared(c, MOVE_STEP[1])?.execute(rusqlite::params![after, first, upto])?;
-            Ok(Some((upto, moved)))
+            if !deleting
+                && let Some(step) = index.step(after.as_deref(), STEP_ROWS, move_sessions!())
+            {
+                prepared(c, MOVE_COPY)?.execute([&step.positions])?;
+                return Ok(Moved::Copied {
+                    upto,
+                    last: step.last,
+                });
+            }
+            prepared(c, MOVE_DELETE)?.execute([upto])?;
+            let lowest = prepared(c, "SELECT MIN(pos) FROM session_event_tail")?
+                .query_row([], |r| r.get(0))?;
+            Ok(Moved::Deleted { upto, lowest })
         }),
         Err(e) => Err(e),
     };
     match r {
-        Ok(Some((upto, moved))) => {
-            tail.unmoved = tail.unmoved.saturating_sub(moved);
-            tail.after = Some(upto);
+        Ok(Moved::Empty) => {
+            tail.pending = false;
+            tail.floor = 0;
+            tail.moved();
         }
-        Ok(None) => {
-            if first {
-                // The tail is empty.
-                tail.unmoved = 0;
-            }
+        Ok(Moved::Copied { upto, last }) => {
+            index.moved(after.as_deref(), &last);
+            tail.upto = Some(upto);
+            tail.after = Some(last);
+        }
+        Ok(Moved::Deleted { upto, lowest }) if lowest.is_some_and(|p| p <= upto) => {
+            tail.upto = Some(upto);
+            tail.deleting = true;
+        }
+        Ok(Moved::Deleted { lowest, .. }) => {
+            // Rows written since the move began stay for the next.
+            tail.pending = lowest.is_some();
+            tail.floor = 0;
             tail.moved();
         }
         Err(e) => {
             tracing::warn!(error = %e, "conversation store: moving the event log's tail failed");
-            tail.unmoved = 0;
+            tail.pending = false;
+            tail.floor = index.rows();
             tail.moved();
         }
     }
@@ -1599,12 +1750,16 @@ mod tests {
     use super::*;
 
     /// The writer's move ([`move_step`]) on a database of the store's
-    /// schema: each step takes the next [`move_sessions!`] sessions, and
-    /// each of the move's statements is compiled once (SQLite compiles a
+    /// schema, its tail left by "another store" (rows the writer's index
+    /// has never seen, which it reads at its first step): each step copies
+    /// the next [`move_sessions!`] sessions into the log, a read in the
+    /// middle of the move sees every event once (a copied row still in the
+    /// tail is skipped by seq), the move's end deletes the tail, and each
+    /// of the move's statements is compiled once (SQLite compiles a
     /// statement again when a bound value can change its plan, as a bound
-    /// `LIMIT` in `MOVE_UPTO`'s subquery did at every step).
+    /// `LIMIT` in a subquery did at every step).
     #[tokio::test]
-    async fn move_statements_are_compiled_once() {
+    async fn a_move_copies_sessions_in_steps_then_empties_the_tail() {
         let c = rusqlite::Connection::open_in_memory().unwrap();
         for m in super::super::SQLITE_MIGRATIONS {
             c.execute_batch(m).unwrap();
@@ -1619,31 +1774,88 @@ mod tests {
                 [&id],
             )
             .unwrap();
-            for seq in 1..=2 {
+        }
+        // Interleaved, as batches leave them: seq 1 of every session, then seq 2.
+        for seq in 1..=2 {
+            for s in 0..sessions {
                 c.execute(
-                    "INSERT INTO session_event_tail (session_id, seq, body) VALUES (?1, ?2, x'00')",
-                    rusqlite::params![id, seq],
+                    "INSERT INTO session_event_tail (session_id, seq, body) VALUES (?1, ?2, ?3)",
+                    rusqlite::params![format!("s{s:03}"), seq, format!("{s}/{seq}").into_bytes()],
                 )
                 .unwrap();
             }
         }
         let conn = Driven::new(c).unwrap();
-        let logged = || {
+        let count = |table: &str| {
             conn.lock()
-                .query_row("SELECT COUNT(*) FROM session_events", [], |r| {
+                .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| {
                     r.get::<_, i64>(0)
                 })
                 .unwrap() as usize
         };
-        let (mut broken, mut tail, mut steps) = (false, Tail::new(), Vec::new());
+        // What `SqlStore::events_since` reads and keeps.
+        let read = |index: &TailIndex, id: &str| -> Vec<(i64, String)> {
+            let seen = index.seen(id, 0);
+            let c = conn.lock();
+            let mut st = c.prepare(&SQLITE_EVENTS_SINCE.replace('$', "?")).unwrap();
+            let rows: Vec<(i64, Vec<u8>)> = st
+                .query_map(
+                    rusqlite::params![id, 0, seen.positions, seen.covered],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let mut out: Vec<(i64, String)> = Vec::new();
+            for (seq, body) in rows {
+                let body = String::from_utf8(body).unwrap();
+                if let Some(last) = out.last()
+                    && last.0 == seq
+                {
+                    assert_eq!(last.1, body, "a row read twice is the same row");
+                    continue;
+                }
+                out.push((seq, body));
+            }
+            out
+        };
+        let index = Arc::new(TailIndex::default());
+        let (mut broken, mut tail, mut steps) = (false, Tail::new(index.clone()), Vec::new());
+        let (mut version, mut cache) = (None, Cache::new());
+        let mut read_mid_move = false;
         loop {
-            let before = logged();
-            move_step(&conn, &mut broken, &mut tail).await;
+            let before = count("session_events");
+            let mut own = Own {
+                version: &mut version,
+                cache: &mut cache,
+            };
+            move_step(&conn, &mut broken, &mut tail, &mut own).await;
             assert!(!broken);
             if !tail.moving {
                 break;
             }
-            steps.push((tail.after.clone().unwrap(), logged() - before));
+            assert!(
+                !tail.deleting,
+                "{} rows: one step deletes them",
+                2 * sessions
+            );
+            steps.push((
+                tail.after.clone().unwrap(),
+                count("session_events") - before,
+            ));
+            if index.rows() == 0 {
+                // Every session copied, none deleted from the tail yet.
+                read_mid_move = true;
+                assert_eq!(count("session_event_tail"), 2 * sessions);
+                for id in ["s000", "s070", "s137"] {
+                    let n: usize = id[1..].parse().unwrap();
+                    assert_eq!(
+                        read(&index, id),
+                        [(1, format!("{n}/1")), (2, format!("{n}/2"))],
+                        "{id}"
+                    );
+                }
+            }
         }
         assert_eq!(
             steps,
@@ -1653,7 +1865,16 @@ mod tests {
                 ("s137".to_owned(), 20),
             ]
         );
-        for sql in [MOVE_UPTO, MOVE_STEP[0], MOVE_STEP[1]] {
+        assert!(read_mid_move);
+        assert_eq!(count("session_event_tail"), 0);
+        assert_eq!(count("session_events"), 2 * sessions);
+        assert_eq!(index.rows(), 0);
+        assert!(!tail.pending);
+        assert_eq!(
+            read(&index, "s099"),
+            [(1, "99/1".into()), (2, "99/2".into())]
+        );
+        for sql in [MOVE_COPY, MOVE_DELETE, TAIL_TOP, TAIL_LIVE] {
             let compiled_again = prepared(&conn.lock(), sql)
                 .unwrap()
                 .get_status(rusqlite::StatementStatus::RePrepare);
