@@ -204,13 +204,13 @@ ALTER TABLE session_events DROP CONSTRAINT IF EXISTS session_events_session_id_f
 /// v6 (issue 15), SQLite: the event log's tail. The group-commit writer
 /// appends each batch's events here, in arrival order (one or two pages per
 /// batch), and moves the tail into `session_events` in the background,
-/// sorted by session, many events to a page (`group_commit::MOVE_STEP`): written
-/// straight into the log, keyed by (session, seq), each event of a batch
-/// dirtied its own session's page, a 4 KiB WAL frame per event. Reads take
-/// both tables. No index: one on the session would dirty a page per session
-/// again (reads scan the tail, which the writer keeps under
-/// `group_commit::MOVE_ROWS` rows). The foreign key keeps a deleted
-/// session's rows out, as v5's do.
+/// sorted by session, many events to a page (`group_commit::move_step`):
+/// written straight into the log, keyed by (session, seq), each event of a
+/// batch dirtied its own session's page, a 4 KiB WAL frame per event. Reads
+/// take both tables. No index: one on the session would dirty a page per
+/// session again (reads find a session's rows by their positions, which the
+/// writer keeps in memory: `tail::TailIndex`). The foreign key keeps a
+/// deleted session's rows out, as v5's do.
 const SQLITE_SCHEMA_V6_TAIL: &str = r#"
 CREATE TABLE session_event_tail (
     pos INTEGER PRIMARY KEY,

@@ -55,14 +55,18 @@
 //! **SQLite's tail.** On SQLite a batch's events are appended to
 //! `session_event_tail`, in arrival order and without an index, instead of
 //! into the log keyed by (session, seq), where each event dirtied its own
-//! session's page: a 4 KiB WAL frame per event. The writer moves the tail
-//! into the log, sorted, past [`MOVE_ROWS`] events (a step of
-//! [`move_sessions!`] sessions after each batch, each in a transaction of
-//! its own), after [`MOVE_IDLE`] without a job, and when the store closes
-//! (every step at once); reads take both tables in one statement. With no key on
-//! the tail, a row on a stale cursor would not collide with anything, so
-//! the SQLite writer trusts its cursors only while `PRAGMA data_version`
-//! shows no other connection's commit (see [`sqlite_batch`]).
+//! session's page: a 4 KiB WAL frame per event. The writer knows the
+//! tail's live rows by session in memory ([`TailIndex`], shared with the
+//! store's reads, which find a session's rows in the tail by position
+//! instead of a scan), and moves them into the log, sorted, past
+//! [`MOVE_ROWS`] live rows (a step of up to [`move_sessions!`] sessions
+//! after each batch, each in a transaction of its own, then steps that
+//! delete the copied rows by ranges of positions), after [`MOVE_IDLE`]
+//! without a job, and when the store closes (every step at once). With no
+//! key on the tail, a row on a stale cursor would not collide with
+//! anything, so the SQLite writer trusts its cursors and its index only
+//! while `PRAGMA data_version` shows no other connection's commit (see
+//! [`sync`]).
 //!
 //! **SQLite in-process.** SQLite's writer does not go through sqlx's
 //! connection worker for its batches: it locks the write connection's handle
