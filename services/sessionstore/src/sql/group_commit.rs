@@ -1504,9 +1504,12 @@ struct Own<'a> {
 /// cursors are forgotten and the index read again from the tail.
 fn sync(c: &rusqlite::Connection, own: &mut Own<'_>, tail: &TailIndex) -> StoreResult<()> {
     let v: i64 = prepared(c, "PRAGMA data_version")?.query_row([], |r| r.get(0))?;
-    if own.version.replace(v) == Some(v) {
+    if *own.version == Some(v) {
         return Ok(());
     }
+    // The version is taken only once the index is read again: a read that
+    // fails here must not leave a stale index vouched for.
+    *own.version = None;
     own.cache.clear();
     let top: Option<i64> = prepared(c, TAIL_TOP)?.query_row([], |r| r.get(0))?;
     let mut read = prepared(c, TAIL_LIVE)?;
@@ -1514,6 +1517,7 @@ fn sync(c: &rusqlite::Connection, own: &mut Own<'_>, tail: &TailIndex) -> StoreR
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
         .collect::<rusqlite::Result<Vec<(i64, String, i64)>>>()?;
     tail.reload(rows, top.unwrap_or(0));
+    *own.version = Some(v);
     Ok(())
 }
 
