@@ -603,6 +603,25 @@ async fn tail_and_log(url: &str) -> (i64, i64) {
     r
 }
 
+/// Reads `id` (through `store`, named in messages by `by`) while its
+/// events, bodies `"{id} {seq}"`, are being written: its last seq, then
+/// its log, which holds at least that many events, gap-free from seq 1,
+/// each with its body. Its last seq.
+async fn read_a_prefix_of_what_was_written(store: &SqlStore, id: &str, by: &str) -> u64 {
+    let last = store.last_seq(id).await.unwrap();
+    let events = store.events_since(id, 0).await.unwrap();
+    assert!(
+        events.len() as u64 >= last,
+        "{id}{by}: {} events, last seq {last}",
+        events.len()
+    );
+    for (i, (seq, body)) in events.iter().enumerate() {
+        assert_eq!(*seq, i as u64 + 1, "{id}{by}: gap-free");
+        assert_eq!(body, format!("{id} {seq}").as_bytes());
+    }
+    last
+}
+
 /// Waits (up to 10 s) until SQLite's event tail is empty; the log's rows.
 async fn tail_moved(url: &str) -> i64 {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -653,17 +672,7 @@ async fn sqlite_events_move_from_the_tail_without_a_gap() {
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
                 for s in 0..SESSIONS {
                     let id = format!("m{s}");
-                    let last = store.last_seq(&id).await.unwrap();
-                    let events = store.events_since(&id, 0).await.unwrap();
-                    assert!(
-                        events.len() as u64 >= last,
-                        "{id}: {} < {last}",
-                        events.len()
-                    );
-                    for (i, (seq, body)) in events.iter().enumerate() {
-                        assert_eq!(*seq, i as u64 + 1, "{id}: gap-free");
-                        assert_eq!(body, format!("{id} {seq}").as_bytes());
-                    }
+                    let last = read_a_prefix_of_what_was_written(&store, &id, "").await;
                     let since = store.events_since(&id, last).await.unwrap();
                     assert!(since.iter().all(|(q, _)| *q > last));
                     reads += 1;
@@ -744,17 +753,8 @@ async fn sqlite_two_stores_read_each_others_tail_without_a_gap() {
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
                 for s in 0..SESSIONS {
                     let id = id(1 - r, s);
-                    let last = store.last_seq(&id).await.unwrap();
-                    let events = store.events_since(&id, 0).await.unwrap();
-                    assert!(
-                        events.len() as u64 >= last,
-                        "{id} through store {r}: {} events, last seq {last}",
-                        events.len()
-                    );
-                    for (i, (seq, body)) in events.iter().enumerate() {
-                        assert_eq!(*seq, i as u64 + 1, "{id} through store {r}: gap-free");
-                        assert_eq!(body, format!("{id} {seq}").as_bytes());
-                    }
+                    let by = format!(" through store {r}");
+                    read_a_prefix_of_what_was_written(&store, &id, &by).await;
                     reads += 1;
                 }
             }

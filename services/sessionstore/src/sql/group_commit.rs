@@ -382,6 +382,7 @@ const WINDOW: usize = 4096;
 const GROUPING: usize = 3;
 
 /// SQLite: what the writer knows of the events' tail.
+#[derive(Default)]
 struct Tail {
     /// Its live rows (see [`TailIndex`]), shared with the store's reads.
     index: Arc<TailIndex>,
@@ -415,14 +416,7 @@ impl Tail {
         Self {
             index,
             pending: true,
-            moving: false,
-            after: None,
-            upto: None,
-            deleting: false,
-            floor: 0,
-            direct: false,
-            window_events: 0,
-            window_sessions: Default::default(),
+            ..Self::default()
         }
     }
 
@@ -646,11 +640,11 @@ async fn hold(
         };
         b.commit(&mut q.cache, batch).await;
         if !end.broken && q.tail.due() {
-            let mut w = Own {
+            let mut synced = Synced {
                 version: &mut version,
                 cache: &mut q.cache,
             };
-            move_step(&conn, &mut end.broken, &mut q.tail, &mut w).await;
+            move_step(&conn, &mut end.broken, &mut q.tail, &mut synced).await;
         }
         if !end.broken && restart.swap(false, Ordering::Relaxed) {
             restart_wal(&conn);
@@ -675,8 +669,8 @@ async fn hold(
                 j = q.rx.recv() => break Some(j),
                 () = give_back.cancelled() => break None,
                 () = tokio::time::sleep(pause), if q.tail.moving || q.tail.pending => {
-                    let mut w = Own { version: &mut version, cache: &mut q.cache };
-                    move_step(&conn, &mut end.broken, &mut q.tail, &mut w).await;
+                    let mut synced = Synced { version: &mut version, cache: &mut q.cache };
+                    move_step(&conn, &mut end.broken, &mut q.tail, &mut synced).await;
                     if end.broken {
                         break None;
                     }
@@ -697,11 +691,11 @@ async fn hold(
         }
     }
     if closing && !end.broken && (q.tail.moving || q.tail.pending) {
-        let mut w = Own {
+        let mut synced = Synced {
             version: &mut version,
             cache: &mut q.cache,
         };
-        move_tail(&conn, &mut end.broken, &mut q.tail, &mut w).await;
+        move_tail(&conn, &mut end.broken, &mut q.tail, &mut synced).await;
     }
     end.broken |= !conn.give_back();
     end
@@ -942,9 +936,9 @@ impl Batcher<'_> {
             } => {
                 sqlite_begin(conn, **broken, &mut self.timed_out).await?;
                 let direct = tail.direct;
-                let mut own = Own { version, cache };
-                let index = tail.index.clone();
-                let outcome = sqlite_batch(&conn.lock(), broken, &mut own, &index, direct, jobs)?;
+                let mut synced = Synced { version, cache };
+                let outcome =
+                    sqlite_batch(&conn.lock(), broken, &mut synced, &tail.index, direct, jobs)?;
                 tail.note(&outcome, direct);
                 outcome
             }
@@ -1421,15 +1415,15 @@ const SQLITE_CURSOR: &str = "SELECT \
 fn sqlite_batch<'a>(
     c: &rusqlite::Connection,
     broken: &mut bool,
-    own: &mut Own<'_>,
+    synced: &mut Synced<'_>,
     tail: &TailIndex,
     direct: bool,
     jobs: &[(&'a str, &'a Rows)],
 ) -> StoreResult<Outcome<'a>> {
     let now = now_ms();
     let (plan, cursors, appended) = sqlite_tx(c, broken, |c| {
-        sync(c, own, tail)?;
-        let (mut cursors, unknown) = start(own.cache, jobs);
+        sync(c, synced, tail)?;
+        let (mut cursors, unknown) = start(synced.cache, jobs);
         let mut answers = Vec::new();
         for (i, (_, rows)) in jobs.iter().enumerate() {
             if let Rows::Own(write) = rows {
@@ -1491,7 +1485,7 @@ fn sqlite_batch<'a>(
 /// SQLite: what the writer's transactions keep in step with the file:
 /// the connection's data version at its last transaction, and the cursors
 /// and tail index it vouches for.
-struct Own<'a> {
+struct Synced<'a> {
     version: &'a mut Option<i64>,
     cache: &'a mut Cache,
 }
@@ -1502,31 +1496,31 @@ struct Own<'a> {
 /// just taken), every remembered cursor may be stale and the tail may hold
 /// rows the index does not know (or no longer hold rows it knows): the
 /// cursors are forgotten and the index read again from the tail.
-fn sync(c: &rusqlite::Connection, own: &mut Own<'_>, tail: &TailIndex) -> StoreResult<()> {
+fn sync(c: &rusqlite::Connection, synced: &mut Synced<'_>, tail: &TailIndex) -> StoreResult<()> {
     let v: i64 = prepared(c, "PRAGMA data_version")?.query_row([], |r| r.get(0))?;
-    if *own.version == Some(v) {
+    if *synced.version == Some(v) {
         return Ok(());
     }
     // The version is taken only once the index is read again: a read that
     // fails here must not leave a stale index vouched for.
-    *own.version = None;
-    own.cache.clear();
+    *synced.version = None;
+    synced.cache.clear();
     let top: Option<i64> = prepared(c, TAIL_TOP)?.query_row([], |r| r.get(0))?;
     let mut read = prepared(c, TAIL_LIVE)?;
     let rows = read
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
         .collect::<rusqlite::Result<Vec<(i64, String, i64)>>>()?;
     tail.reload(rows, top.unwrap_or(0));
-    *own.version = Some(v);
+    *synced.version = Some(v);
     Ok(())
 }
 
 /// SQLite: moves the whole tail into the log (when the store closes): a
 /// new move, step after step until it ends (or fails).
-async fn move_tail(conn: &Driven, broken: &mut bool, tail: &mut Tail, own: &mut Own<'_>) {
+async fn move_tail(conn: &Driven, broken: &mut bool, tail: &mut Tail, synced: &mut Synced<'_>) {
     tail.moved();
     loop {
-        move_step(conn, broken, tail, own).await;
+        move_step(conn, broken, tail, synced).await;
         if !tail.moving {
             return;
         }
@@ -1553,14 +1547,14 @@ enum Moved {
 /// failed step ends the move (it changed nothing: reads see the tail as
 /// before) and is logged; the next move is tried after [`MOVE_ROWS`] more
 /// live rows or when idle.
-async fn move_step(conn: &Driven, broken: &mut bool, tail: &mut Tail, own: &mut Own<'_>) {
+async fn move_step(conn: &Driven, broken: &mut bool, tail: &mut Tail, synced: &mut Synced<'_>) {
     tail.moving = true;
     let mut timed_out = false;
     let index = tail.index.clone();
     let (after, upto, deleting) = (tail.after.clone(), tail.upto, tail.deleting);
     let r = match sqlite_begin(conn, *broken, &mut timed_out).await {
         Ok(()) => sqlite_tx(&conn.lock(), broken, |c| {
-            sync(c, own, &index)?;
+            sync(c, synced, &index)?;
             let upto = match upto {
                 Some(u) => u,
                 None => match prepared(c, TAIL_TOP)?.query_row([], |r| r.get(0))? {
@@ -1833,11 +1827,11 @@ mod tests {
         let mut read_mid_move = false;
         loop {
             let before = count("session_events");
-            let mut own = Own {
+            let mut synced = Synced {
                 version: &mut version,
                 cache: &mut cache,
             };
-            move_step(&conn, &mut broken, &mut tail, &mut own).await;
+            move_step(&conn, &mut broken, &mut tail, &mut synced).await;
             assert!(!broken);
             if !tail.moving {
                 break;
