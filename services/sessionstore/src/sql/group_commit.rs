@@ -126,7 +126,7 @@ const STEP_ROWS: usize = 256;
 /// session's rows, spread over the whole tail, dirtied every page at every
 /// step. 16,384 rows took 12 ms in one statement. Written out, not bound
 /// (a bound value the plan depends on makes SQLite compile the statement
-/// again at every execution; `move_statements_are_compiled_once`).
+/// again at every execution; `a_move_copies_sessions_in_steps_then_empties_the_tail` checks it).
 macro_rules! delete_rows {
     () => {
         1024
