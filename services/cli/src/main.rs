@@ -299,7 +299,7 @@ async fn main() -> ExitCode {
                 .unwrap_or_else(|e| Err(CliError::KernelSetup(format!("setup task failed: {e}"))));
             print_result(r, "kernel setup")
         }
-        Command::Sandbox(args) => omicos_cli::sandbox::run(args),
+        Command::Sandbox(args) => omicos_cli::sandbox::run(args).await,
         Command::Health { addr, service } => {
             let addr = addr.unwrap_or(server);
             print_result(commands::health(&addr, &service).await, "health")

@@ -2,7 +2,7 @@
 //! policy by hand, to see what the shell tool and the kernels may do.
 
 use omicos_sandbox::run::{RunRequest, run as run_sandboxed};
-use omicos_sandbox::{Sandbox, SandboxConfig, SandboxPolicy, WhenLandlockMissing};
+use omicos_sandbox::{Sandbox, SandboxConfig, SandboxPolicy, WhenMissing};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,12 +22,16 @@ pub struct SandboxArgs {
     /// More writable directories (repeatable).
     #[arg(long = "write", value_name = "DIR")]
     pub write_roots: Vec<PathBuf>,
-    /// Give network-off commands a private loopback instead of no sockets.
-    #[arg(long)]
+    /// Accepted for compatibility: a box without the network always has a
+    /// private loopback of its own.
+    #[arg(long, hide = true)]
     pub private_loopback: bool,
     /// Run even where the kernel has no Landlock (with a warning).
     #[arg(long)]
     pub warn_without_landlock: bool,
+    /// Run even where no namespaces can be made (with a warning).
+    #[arg(long)]
+    pub warn_without_namespaces: bool,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -38,7 +42,7 @@ fn absolute(p: PathBuf) -> PathBuf {
 }
 
 /// Runs the command and exits with its code (126 when it could not run).
-pub fn run(args: SandboxArgs) -> ExitCode {
+pub async fn run(args: SandboxArgs) -> ExitCode {
     let workspace = args
         .workspace
         .or_else(|| std::env::current_dir().ok())
@@ -46,11 +50,15 @@ pub fn run(args: SandboxArgs) -> ExitCode {
     let config = SandboxConfig {
         read_roots: args.read_roots.into_iter().map(absolute).collect(),
         write_roots: args.write_roots.into_iter().map(absolute).collect(),
-        private_loopback: args.private_loopback,
         when_landlock_missing: if args.warn_without_landlock {
-            WhenLandlockMissing::Warn
+            WhenMissing::Warn
         } else {
-            WhenLandlockMissing::Refuse
+            WhenMissing::Refuse
+        },
+        when_namespaces_missing: if args.warn_without_namespaces {
+            WhenMissing::Warn
+        } else {
+            WhenMissing::Refuse
         },
         ..SandboxConfig::default()
     };
@@ -66,7 +74,7 @@ pub fn run(args: SandboxArgs) -> ExitCode {
         workspace: absolute(workspace),
         argv: args.command,
     };
-    match run_sandboxed(&sandbox, &req) {
+    match run_sandboxed(&sandbox, &req).await {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
             eprintln!("omicos sandbox: {e}");

@@ -159,64 +159,58 @@ pub async fn check_index(
     Ok(())
 }
 
-/// Runs pip in `cwd` (the workspace: a name pip would resolve as a path
-/// resolves there, never in the service's own directory). Output streams to
-/// `events`; the result keeps at most `cap` bytes of it.
+/// Runs pip for the session: isolated (`python -I`: no PYTHONPATH, no
+/// user site, not the working directory on `sys.path`; `pip --isolated`:
+/// no user or environment configuration, no `PIP_*`; and the box's
+/// environment is an allowlist), into the session's own package directory
+/// `target` (as the box sees it), never into the shared interpreter. Output
+/// streams to `events`; the result keeps at most `cap` bytes of it.
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
     python: &Path,
-    cwd: &Path,
+    target: &Path,
     req: &InstallRequest,
     timeout: Duration,
     cap: usize,
     events: &EventSink,
     cancel: &CancellationToken,
-    sandbox: &omicos_sandbox::Prepared,
+    sandbox: &crate::sandboxing::KernelSandbox,
+    place: &omicos_sandbox::Placement,
 ) -> Result<Value, ToolError> {
-    let mut cmd = tokio::process::Command::new(python);
+    let mut cmd = omicos_sandbox::Command::new(python.display().to_string());
     cmd.args([
+        "-I",
         "-m",
         "pip",
         "install",
+        "--isolated",
         "--disable-pip-version-check",
         "--no-input",
         "--progress-bar",
         "off",
-    ]);
+        "--no-warn-script-location",
+        "--target",
+    ])
+    .arg(target.display().to_string());
     if req.upgrade {
         cmd.arg("--upgrade");
     }
     if let Some(u) = &req.index_url {
-        cmd.arg("--index-url").arg(u);
+        cmd.arg("--index-url").arg(u.clone());
     }
-    cmd.args(&req.packages)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+    cmd.args(req.packages.iter().cloned())
+        .stdout(omicos_sandbox::Stdio::Piped)
+        .stderr(omicos_sandbox::Stdio::Piped)
         .env("PYTHONUNBUFFERED", "1")
-        .current_dir(cwd)
-        .process_group(0)
-        .kill_on_drop(true);
+        .cwd(&place.workspace);
     let mut child = sandbox
-        .spawn(&mut cmd)
+        .spawn(place, cmd)
+        .await
         .map_err(|e| ToolError::failed(format!("cannot run {} -m pip: {e}", python.display())))?;
-    let pid = child.id().unwrap_or(0) as i32;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(&'static str, String)>(64);
     for (name, pipe) in [
-        (
-            "stdout",
-            child
-                .stdout
-                .take()
-                .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
-        ),
-        (
-            "stderr",
-            child
-                .stderr
-                .take()
-                .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
-        ),
+        ("stdout", child.stdout.take()),
+        ("stderr", child.stderr.take()),
     ] {
         let Some(mut pipe) = pipe else { continue };
         let tx = tx.clone();
@@ -237,13 +231,6 @@ pub async fn run(
     drop(tx);
     let mut output = CappedText::with_cap(cap);
     let deadline = tokio::time::Instant::now() + timeout;
-    let kill = |why: &str| {
-        if pid > 0 {
-            // SAFETY: a process group we created.
-            unsafe { libc::killpg(pid, libc::SIGKILL) };
-        }
-        tracing::info!(why, "pip stopped");
-    };
     let status = loop {
         tokio::select! {
             chunk = rx.recv() => match chunk {
@@ -254,29 +241,43 @@ pub async fn run(
                 None => break child.wait().await.map_err(|e| ToolError::failed(format!("pip could not be waited for: {e}")))?,
             },
             _ = tokio::time::sleep_until(deadline) => {
-                kill("timeout");
-                let _ = child.wait().await;
+                child.end().await;
+                tracing::info!("pip stopped: timeout");
                 return Err(ToolError::failed(format!(
                     "pip did not finish within {} s and was stopped; output so far:\n{}", timeout.as_secs(), output.text()
                 )));
             }
             _ = cancel.cancelled() => {
-                kill("cancelled");
+                child.end().await;
+                tracing::info!("pip stopped: cancelled");
                 return Err(ToolError::Cancelled);
             }
         }
     };
+    // Whatever pip started (build backends) ends with it.
+    child.end().await;
     let text = output.text();
     if status.success() {
         Ok(json!({
             "installed": req.packages,
             "python": python.display().to_string(),
+            "target": target.display().to_string(),
             "output": text,
-            "note": "already-imported modules keep their old version until the kernel restarts; new packages can be imported now",
+            "note": "installed for this session only; already-imported modules keep their old version until the kernel restarts; new packages can be imported now",
         }))
     } else {
+        let bound = child
+            .hit_memory_bound()
+            .map(|b| {
+                format!(
+                    " (the session's memory bound of {} MiB was reached)",
+                    b >> 20
+                )
+            })
+            .unwrap_or_default();
         Err(ToolError::failed(format!(
-            "pip install failed ({status}):\n{text}"
+            "pip install failed ({}){bound}:\n{text}",
+            omicos_sandbox::describe_status(status)
         )))
     }
 }

@@ -100,6 +100,8 @@ pub struct Kernel {
     /// The interpreter it runs on.
     pub interpreter: Interpreter,
     pid: i32,
+    /// Signals the kernel's process group, or ends every process it started.
+    signaller: omicos_sandbox::Signaller,
     dir: PathBuf,
     shell: tokio::sync::Mutex<jzc::DealerSendConnection>,
     control: tokio::sync::Mutex<jzc::DealerSendConnection>,
@@ -110,8 +112,6 @@ pub struct Kernel {
     workspace: PathBuf,
     tasks: Vec<JoinHandle<()>>,
     stop: CancellationToken,
-    /// Held for the kernel's life: dropping it kills what is left in its pids cgroup.
-    _sandbox: Option<omicos_sandbox::Prepared>,
 }
 
 /// How kernels are started.
@@ -121,8 +121,9 @@ pub struct StartOptions {
     pub startup_timeout: Duration,
     /// Heartbeat period.
     pub heartbeat: Duration,
-    /// The sandbox the kernel runs in (None: unconfined, for tools that start their own).
-    pub sandbox: Option<Arc<crate::sandboxing::KernelSandbox>>,
+    /// The sandbox the kernel runs in: its session's box (or, under
+    /// danger-full-access, the host).
+    pub sandbox: Arc<crate::sandboxing::KernelSandbox>,
 }
 
 fn route(routes: &Routes, chan: Chan, msg: JupyterMessage) {
@@ -146,24 +147,27 @@ fn mark_dead(tx: &watch::Sender<Option<String>>, why: String) {
     });
 }
 
-fn killpg(pid: i32, sig: i32) {
-    if pid > 0 {
-        // SAFETY: plain syscall on a process group we created.
-        unsafe {
-            libc::killpg(pid, sig);
-        }
-    }
-}
-
 impl Kernel {
-    /// Starts a kernel with `interpreter`, in `cwd`, and waits until it answers.
+    /// Starts a kernel with `interpreter`, in `cwd`, for `who`'s session
+    /// (in its box), and waits until it answers.
     pub async fn start(
         interpreter: &Interpreter,
         cwd: &Path,
         opts: &StartOptions,
+        who: &crate::sandboxing::SessionRef,
     ) -> Result<Arc<Kernel>, KernelError> {
         let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
-        let dir = std::env::temp_dir().join(format!("omicos-k-{id}"));
+        let (place, sbox, packages) = opts
+            .sandbox
+            .for_kernel(&interpreter.python, cwd, who)
+            .await
+            .map_err(|e| KernelError::Start(e.to_string()))?;
+        // Its connection file and sockets: in the box's private directory,
+        // which only the box's uid enters (and the service, from outside).
+        let dir = match &sbox {
+            Some(b) => b.private_dir().join(format!("k-{id}")),
+            None => std::env::temp_dir().join(format!("omicos-k-{id}")),
+        };
         {
             use std::os::unix::fs::DirBuilderExt;
             std::fs::DirBuilder::new()
@@ -185,53 +189,69 @@ impl Kernel {
             kernel_name: None,
         };
         let conn_file = dir.join("connection.json");
-        std::fs::write(
-            &conn_file,
-            serde_json::to_vec(&info).expect("connection info serializes"),
-        )
-        .map_err(|e| KernelError::Start(format!("cannot write the connection file: {e}")))?;
-        let mut cmd = tokio::process::Command::new(&interpreter.python);
-        cmd.arg("-m")
-            .arg("ipykernel_launcher")
-            .arg("-f")
-            .arg(&conn_file)
+        {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&conn_file)
+                .and_then(|mut f| {
+                    f.write_all(&serde_json::to_vec(&info).expect("connection info serializes"))
+                })
+                .map_err(|e| {
+                    KernelError::Start(format!("cannot write the connection file: {e}"))
+                })?;
+        }
+        if let Some(b) = &sbox {
+            for p in [&dir, &conn_file] {
+                std::os::unix::fs::chown(p, Some(b.uid()), Some(b.gid())).map_err(|e| {
+                    KernelError::Start(format!("cannot hand {} to the box: {e}", p.display()))
+                })?;
+            }
+        }
+        let mut cmd = omicos_sandbox::Command::new(interpreter.python.display().to_string());
+        cmd.args([
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            &conn_file.display().to_string(),
             // No history database: faster start, no writes outside the workspace.
-            .arg("--HistoryManager.enabled=False")
-            .arg("--InteractiveShell.colors=nocolor")
-            .current_dir(cwd)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .env("PYTHONUNBUFFERED", "1")
-            // ipykernel's parent poller: the kernel exits within a second once
-            // this process is gone, even after a SIGKILL that runs no cleanup
-            // (the way jupyter_client's kernels follow their manager).
-            .env("JPY_PARENT_PID", std::process::id().to_string())
-            // Its own process group: interrupts and kills reach its children too.
-            .process_group(0)
-            .kill_on_drop(true);
-        // Confined like shell commands; its socket directory stays writable.
-        let sandboxed = match &opts.sandbox {
-            Some(s) => Some(
-                s.for_kernel(&interpreter.python, cwd, &dir)
-                    .await
-                    .map_err(|e| KernelError::Start(e.to_string()))?,
-            ),
-            None => None,
-        };
-        let spawned = match &sandboxed {
-            Some(p) => p.spawn(&mut cmd),
-            None => cmd.spawn(),
-        };
-        let mut child = spawned.map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => KernelError::Start(format!(
-                "the interpreter {} (chosen by {}) does not exist; {SETUP_HINT}",
-                interpreter.python.display(),
-                interpreter.source
-            )),
-            _ => KernelError::Start(format!("cannot run {}: {e}", interpreter.python.display())),
+            "--HistoryManager.enabled=False",
+            "--InteractiveShell.colors=nocolor",
+        ])
+        .cwd(cwd)
+        .stderr(omicos_sandbox::Stdio::Piped)
+        .env("PYTHONUNBUFFERED", "1")
+        .env("PYTHONPATH", packages.display().to_string())
+        // A kernel lives for its session; each cell has its own timeout.
+        .cpu_seconds(None);
+        if let Some(bin) = interpreter.python.parent().filter(|b| b.is_absolute()) {
+            cmd.env(
+                "PATH",
+                format!("{}:{}", bin.display(), omicos_sandbox::config::DEFAULT_PATH),
+            );
+        }
+        if sbox.is_none() {
+            // Unconfined: ipykernel's parent poller ends the kernel within a
+            // second once this process is gone. In a box, the box's end does.
+            cmd.env("JPY_PARENT_PID", std::process::id().to_string());
+        }
+        let spawned = opts.sandbox.spawn(&place, cmd).await;
+        let mut child = spawned.map_err(|e| {
+            if e.0.contains("No such file") || e.0.contains("not found") {
+                KernelError::Start(format!(
+                    "the interpreter {} (chosen by {}) cannot be run ({e}); {SETUP_HINT}",
+                    interpreter.python.display(),
+                    interpreter.source
+                ))
+            } else {
+                KernelError::Start(format!("cannot run {}: {e}", interpreter.python.display()))
+            }
         })?;
-        let pid = child.id().map(|p| p as i32).unwrap_or(0);
+        let signaller = child.signaller();
+        let pid = child.pid();
         let stderr_tail = Arc::new(Mutex::new(String::new()));
         let mut tasks = Vec::new();
         if let Some(mut err) = child.stderr.take() {
@@ -289,13 +309,13 @@ impl Kernel {
             if (1..=5).all(|p| dir.join(format!("k-{p}")).exists()) {
                 break;
             }
-            if let Ok(Some(status)) = child.try_wait() {
+            if let Some(status) = child.try_wait() {
                 // Let the stderr reader catch the last words.
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 return Err(fail(Some(status), &stderr_tail));
             }
             if Instant::now() > deadline {
-                killpg(pid, libc::SIGKILL);
+                child.end().await;
                 return Err(KernelError::Start(format!(
                     "not ready after {:?}",
                     opts.startup_timeout
@@ -358,8 +378,7 @@ impl Kernel {
                         mark_dead(&dead_tx, why);
                     }
                     _ = stop.cancelled() => {
-                        let _ = child.start_kill();
-                        let _ = child.wait().await;
+                        child.end().await;
                     }
                 }
             }));
@@ -368,6 +387,7 @@ impl Kernel {
             id,
             interpreter: interpreter.clone(),
             pid,
+            signaller: signaller.clone(),
             dir: cleanup.keep(),
             shell: tokio::sync::Mutex::new(shell_tx),
             control: tokio::sync::Mutex::new(control_tx),
@@ -378,7 +398,6 @@ impl Kernel {
             workspace: cwd.to_path_buf(),
             tasks,
             stop,
-            _sandbox: sandboxed,
         };
         if let Err(e) = kernel.wait_ready(deadline).await {
             let dead = kernel.dead.borrow().clone();
@@ -395,7 +414,7 @@ impl Kernel {
             info,
             opts.heartbeat,
             kernel.dead_tx.clone(),
-            pid,
+            signaller,
             kernel.stop.clone(),
         )));
         Ok(Arc::new(kernel))
@@ -461,7 +480,7 @@ impl Kernel {
         self.dead.borrow().clone()
     }
 
-    /// The process id (also the process group id).
+    /// The process id (also the process group id), in the kernel's box.
     pub fn pid(&self) -> i32 {
         self.pid
     }
@@ -619,13 +638,13 @@ impl Kernel {
             0 => {
                 let msg: JupyterMessage = InterruptRequest {}.into();
                 if self.control.lock().await.send(msg).await.is_err() {
-                    killpg(self.pid, libc::SIGINT);
+                    self.signaller.signal_group(libc::SIGINT);
                     return 2;
                 }
                 1
             }
             1 => {
-                killpg(self.pid, libc::SIGINT);
+                self.signaller.signal_group(libc::SIGINT);
                 2
             }
             _ => {
@@ -633,7 +652,7 @@ impl Kernel {
                     &self.dead_tx,
                     "killed: neither interrupt_request nor SIGINT stopped the cell".into(),
                 );
-                killpg(self.pid, libc::SIGKILL);
+                self.signaller.kill();
                 3
             }
         }
@@ -651,18 +670,18 @@ impl Kernel {
             .await;
         }
         mark_dead(&self.dead_tx, "shut down".into());
-        killpg(self.pid, libc::SIGKILL);
+        self.signaller.kill();
     }
 
-    /// Kills the kernel's process group at once (tests use it to simulate OOM kills).
+    /// Kills the kernel and everything it started at once (tests use it to simulate OOM kills).
     pub fn kill(&self) {
-        killpg(self.pid, libc::SIGKILL);
+        self.signaller.kill();
     }
 }
 
 impl Drop for Kernel {
     fn drop(&mut self) {
-        killpg(self.pid, libc::SIGKILL);
+        self.signaller.kill();
         self.stop.cancel();
         for t in &self.tasks {
             t.abort();
@@ -721,7 +740,7 @@ async fn heartbeat_loop(
     info: ConnectionInfo,
     every: Duration,
     dead_tx: Arc<watch::Sender<Option<String>>>,
-    pid: i32,
+    signaller: omicos_sandbox::Signaller,
     stop: CancellationToken,
 ) {
     let mut misses = 0u32;
@@ -759,7 +778,7 @@ async fn heartbeat_loop(
                     &dead_tx,
                     format!("the kernel missed {misses} heartbeats and was killed"),
                 );
-                killpg(pid, libc::SIGKILL);
+                signaller.kill();
                 return;
             }
         }

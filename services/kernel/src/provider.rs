@@ -91,7 +91,7 @@ impl KernelProvider {
     /// cell, or for a kernel to start) ends the wait.
     async fn lease(&self, ctx: &CallCtx) -> Result<crate::sessions::Lease, ToolError> {
         tokio::select! {
-            l = self.kernels.lease(&ctx.session_id, &ctx.workspace) => l,
+            l = self.kernels.lease(&ctx.tenant, &ctx.session_id, &ctx.workspace) => l,
             _ = ctx.cancel.cancelled() => Err(ToolError::Cancelled),
         }
     }
@@ -211,25 +211,30 @@ impl KernelProvider {
             install::check_index(&self.index_policy, self.resolver.as_ref(), u).await?;
         }
         let python = self.kernels.interpreter(&ctx.workspace).python;
-        // The install leaves the network sandbox, for this process only.
-        let sandbox = self
+        // The install runs in the session's box with the network, into the
+        // session's own package directory.
+        let who = crate::sandboxing::SessionRef {
+            tenant: ctx.tenant.clone(),
+            session: ctx.session_id.clone(),
+        };
+        let (place, target) = self
             .kernels
             .sandbox()
-            .for_install(&python, &ctx.workspace, &ctx.session_id)
+            .for_install(&python, &ctx.workspace, &who)
             .await
             .map_err(|e| ToolError::failed(e.to_string()))?;
         let r = install::run(
             &python,
-            &ctx.workspace,
+            &target,
             &req,
             self.cfg().install_timeout,
             self.cfg().install_output_bytes,
             &ctx.events,
             &ctx.cancel,
-            &sandbox,
+            self.kernels.sandbox(),
+            &place,
         )
         .await;
-        drop(sandbox);
         self.lookup.invalidate(&python);
         let mut v = r?;
         // A running kernel caches the import system's view of site-packages.
@@ -384,6 +389,14 @@ impl Provider for KernelProvider {
 
     fn session_affinity(&self) -> bool {
         true
+    }
+
+    async fn end_session(&self, tenant: &str, session: &str) -> u32 {
+        let who = crate::sandboxing::SessionRef {
+            tenant: tenant.to_owned(),
+            session: session.to_owned(),
+        };
+        u32::from(self.kernels.end_session(&who).await)
     }
 
     fn tools(&self) -> Vec<ToolSpec> {

@@ -1,20 +1,28 @@
-//! The kernels' sandbox: a kernel runs under `kernel.sandbox.policy`
-//! (workspace-write by default) with its private socket directory writable
-//! and its interpreter's directories readable; kernel_install leaves the
-//! network sandbox for the install only, with the environment's prefix
-//! writable so pip can install into it.
+//! The kernels' sandbox: each session's kernel runs in the session's box
+//! (`kernel.sandbox.policy`, workspace-write by default, no network), with
+//! its interpreter's directories read-only in the view, its connection file
+//! and sockets in the box's private directory (only the box's uid enters
+//! it), and the session's own package directory at [`BOX_PACKAGES`].
+//! kernel_install runs pip in the session's network box, into that same
+//! directory: one session's packages never reach another's kernel, and the
+//! shared interpreter stays read-only.
 
-use omicos_sandbox::{Prepared, Roots, Sandbox, SandboxConfig, SandboxPolicy};
+use omicos_sandbox::{
+    Command, Placement, Process, Sandbox, SandboxConfig, SandboxPolicy, SessionBox,
+};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+/// Where a session's packages are in its boxes.
+pub const BOX_PACKAGES: &str = "/session/site-packages";
 
 /// The directories an interpreter reads, found by asking it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct InterpreterRoots {
     /// Readable: prefixes, the executable's installation, `sys.path` entries.
     pub read: Vec<PathBuf>,
-    /// `sys.prefix`: where pip installs (writable during kernel_install only).
+    /// `sys.prefix`.
     pub prefix: Option<PathBuf>,
 }
 
@@ -35,7 +43,8 @@ fn locate(python: &Path) -> Option<PathBuf> {
 
 /// Asks `python` which directories it needs. The installation around the
 /// executable as named (a venv's, or pyenv's shims) and around its real
-/// file are included, so shims and symlinked venvs work.
+/// file are included, so shims and symlinked venvs work. Run isolated (`-I`,
+/// no environment): nothing a session wrote is imported by the service.
 pub async fn interpreter_roots(python: &Path) -> InterpreterRoots {
     let mut read = Vec::new();
     if let Some(p) = locate(python) {
@@ -46,7 +55,8 @@ pub async fn interpreter_roots(python: &Path) -> InterpreterRoots {
     }
     let mut prefix = None;
     let out = tokio::process::Command::new(python)
-        .args(["-c", ASK])
+        .args(["-I", "-c", ASK])
+        .env_clear()
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
@@ -74,7 +84,7 @@ pub async fn interpreter_roots(python: &Path) -> InterpreterRoots {
 /// The sandbox every kernel of this instance runs in, or why there is none.
 #[derive(Debug)]
 pub struct KernelSandbox {
-    sandbox: Result<Sandbox, String>,
+    sandbox: Result<Arc<Sandbox>, String>,
     roots: Mutex<HashMap<PathBuf, InterpreterRoots>>,
 }
 
@@ -83,17 +93,32 @@ pub struct KernelSandbox {
 #[error("{0}")]
 pub struct SandboxRefused(pub String);
 
+/// The session a kernel serves: its tenant and id (a warm kernel has a
+/// placeholder session until one adopts it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionRef {
+    /// The tenant (empty: the root tenant).
+    pub tenant: String,
+    /// The session.
+    pub session: String,
+}
+
 impl KernelSandbox {
     /// The sandbox for `config` (validated by [`crate::KernelConfig::validate`]).
     pub fn new(config: &SandboxConfig) -> Self {
         Self {
             sandbox: Sandbox::new(config.clone())
+                .map(|s| {
+                    s.log_report();
+                    Arc::new(s)
+                })
                 .map_err(|e| format!("the kernel sandbox is not usable: {e}")),
             roots: Mutex::new(HashMap::new()),
         }
     }
 
-    fn sandbox(&self) -> Result<&Sandbox, SandboxRefused> {
+    /// The sandbox, or why it is not usable.
+    pub fn sandbox(&self) -> Result<&Arc<Sandbox>, SandboxRefused> {
         self.sandbox.as_ref().map_err(|e| SandboxRefused(e.clone()))
     }
 
@@ -118,45 +143,105 @@ impl KernelSandbox {
         r
     }
 
-    /// A kernel in `workspace` whose sockets live in `dir` (`dir/tmp` is its TMPDIR).
+    /// The session's package directory on the host (made when missing):
+    /// in the workspace's state directory, which boxes never see but here.
+    pub fn packages_dir(workspace: &Path, session: &str) -> Result<PathBuf, SandboxRefused> {
+        let name = crate::sessions::session_file_name(session)
+            .map_err(|e| SandboxRefused(e.to_string()))?;
+        let dir = workspace
+            .join(".omicos/sessions")
+            .join(name)
+            .join("site-packages");
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| SandboxRefused(format!("cannot create {}: {e}", dir.display())))?;
+        Ok(dir)
+    }
+
+    /// Where the session's packages are for its processes: the box path,
+    /// or the host path where boxes have no view of their own.
+    fn packages_path(&self, host: &Path, policy: SandboxPolicy) -> PathBuf {
+        let namespaces = self
+            .sandbox
+            .as_ref()
+            .is_ok_and(|s| s.report().mode != omicos_sandbox::Mode::NoNamespaces);
+        if namespaces && policy.is_confined() {
+            PathBuf::from(BOX_PACKAGES)
+        } else {
+            host.to_path_buf()
+        }
+    }
+
+    async fn placement(
+        &self,
+        python: &Path,
+        workspace: &Path,
+        who: &SessionRef,
+        policy: SandboxPolicy,
+    ) -> Result<(Placement, PathBuf), SandboxRefused> {
+        let host = Self::packages_dir(workspace, &who.session)?;
+        let inside = self.packages_path(&host, policy);
+        let mut place = Placement::new(&who.tenant, &who.session, workspace, policy)
+            .read(self.roots(python).await.read);
+        if inside == host {
+            place = place.write([host]);
+        } else {
+            place = place.bind(host, &inside, true);
+        }
+        Ok((place, inside))
+    }
+
+    /// A kernel's placement, its box (None under danger-full-access) and
+    /// the packages path its PYTHONPATH names.
     pub async fn for_kernel(
         &self,
         python: &Path,
         workspace: &Path,
-        dir: &Path,
-    ) -> Result<Prepared, SandboxRefused> {
+        who: &SessionRef,
+    ) -> Result<(Placement, Option<Arc<SessionBox>>, PathBuf), SandboxRefused> {
         let sandbox = self.sandbox()?;
-        let tmp = dir.join("tmp");
-        std::fs::create_dir_all(&tmp)
-            .map_err(|e| SandboxRefused(format!("cannot create {}: {e}", tmp.display())))?;
-        let roots = Roots::new(workspace)
-            .tmp(tmp)
-            .write([dir.to_path_buf()])
-            .read(self.roots(python).await.read);
-        sandbox
-            .prepare(sandbox.config().policy, &roots)
+        let (place, packages) = self
+            .placement(python, workspace, who, sandbox.config().policy)
+            .await?;
+        let sbox = sandbox
+            .prepare_box(&place)
+            .await
+            .map_err(|e| SandboxRefused(e.to_string()))?;
+        Ok((place, sbox, packages))
+    }
+
+    /// Starts `cmd` at `place`.
+    pub async fn spawn(&self, place: &Placement, cmd: Command) -> Result<Process, SandboxRefused> {
+        self.sandbox()?
+            .spawn(place, cmd)
+            .await
             .map_err(|e| SandboxRefused(e.to_string()))
     }
 
-    /// `pip install` for `session`: the kernels' policy with the network,
-    /// and the environment's prefix writable.
+    /// `pip install` for the session: the kernels' policy with the network,
+    /// into the session's package directory. Returns the placement and the
+    /// directory as the install sees it.
     pub async fn for_install(
         &self,
         python: &Path,
         workspace: &Path,
-        session: &str,
-    ) -> Result<Prepared, SandboxRefused> {
-        let sandbox = self.sandbox()?;
-        let tmp = sandbox
-            .session_tmp_dir(session)
-            .map_err(|e| SandboxRefused(e.to_string()))?;
-        let roots = self.roots(python).await;
-        let roots = Roots::new(workspace)
-            .tmp(tmp)
-            .write(roots.prefix.clone())
-            .read(roots.read);
-        sandbox
-            .prepare(sandbox.config().policy.with_network(), &roots)
-            .map_err(|e| SandboxRefused(e.to_string()))
+        who: &SessionRef,
+    ) -> Result<(Placement, PathBuf), SandboxRefused> {
+        let policy = self.policy().with_network();
+        self.placement(python, workspace, who, policy).await
+    }
+
+    /// Ends the session's boxes (its kernel and installs).
+    pub fn end_session(&self, who: &SessionRef) -> usize {
+        self.sandbox
+            .as_ref()
+            .map(|s| s.end_session(&who.tenant, &who.session))
+            .unwrap_or(0)
+    }
+
+    /// A warm kernel's boxes now belong to `to`.
+    pub fn adopt(&self, from: &SessionRef, to: &SessionRef) {
+        if let Ok(s) = &self.sandbox {
+            s.adopt((&from.tenant, &from.session), (&to.tenant, &to.session));
+        }
     }
 }

@@ -5,7 +5,7 @@
 use crate::config::KernelConfig;
 use crate::interpreter::{self, Interpreter};
 use crate::kernel::{Kernel, KernelError, StartOptions};
-use crate::sandboxing::KernelSandbox;
+use crate::sandboxing::{KernelSandbox, SessionRef};
 use omicos_toolkit::ToolError;
 use std::{
     collections::HashMap,
@@ -31,12 +31,16 @@ pub struct SessionState {
 struct Slot {
     state: Arc<AsyncMutex<SessionState>>,
     last_used: Mutex<Instant>,
+    /// The session's kernel, reachable while a cell holds `state`.
+    live: Mutex<Option<std::sync::Weak<Kernel>>>,
 }
 
 #[derive(Default)]
 struct Inner {
     sessions: HashMap<String, Arc<Slot>>,
-    warm: Vec<Arc<Kernel>>,
+    /// Started for no session yet: each in a box of its own under a
+    /// placeholder session, which the session taking it adopts.
+    warm: Vec<(Arc<Kernel>, SessionRef)>,
     /// Kernels starting, for the pool or for a session.
     starting: usize,
     /// Of `starting`, those the pool is starting (they will be warm).
@@ -149,7 +153,7 @@ impl Kernels {
         StartOptions {
             startup_timeout: self.cfg.startup_timeout,
             heartbeat: self.cfg.heartbeat_interval,
-            sandbox: Some(self.sandbox.clone()),
+            sandbox: self.sandbox.clone(),
         }
     }
 
@@ -211,7 +215,7 @@ impl Kernels {
         loop {
             {
                 let mut inner = self.inner.lock().expect("kernels lock");
-                inner.warm.retain(|k| k.death().is_none());
+                inner.warm.retain(|(k, _)| k.death().is_none());
                 let total = inner.warm.len() + inner.starting + inner.session_kernels();
                 if inner.warm.len() + inner.starting >= self.cfg.pool_size
                     || total >= self.cfg.max_kernels
@@ -223,14 +227,18 @@ impl Kernels {
                 inner.pool_starting += 1;
             }
             let py = self.interpreter(&self.workspace);
-            let r = Kernel::start(&py, &self.workspace, &self.start_options()).await;
+            let who = SessionRef {
+                tenant: String::new(),
+                session: format!("warm-{}", uuid::Uuid::new_v4().simple()),
+            };
+            let r = Kernel::start(&py, &self.workspace, &self.start_options(), &who).await;
             let ok = {
                 let mut inner = self.inner.lock().expect("kernels lock");
                 inner.starting -= 1;
                 inner.pool_starting -= 1;
                 match r {
                     Ok(k) => {
-                        inner.warm.push(k);
+                        inner.warm.push((k, who));
                         true
                     }
                     Err(e) => {
@@ -285,8 +293,9 @@ impl Kernels {
                 inner.sessions.values().cloned().collect(),
             )
         };
-        for k in warm {
+        for (k, who) in warm {
             k.shutdown().await;
+            self.sandbox.end_session(&who);
         }
         for s in slots {
             if let Some(k) = s.state.lock().await.kernel.take() {
@@ -297,7 +306,12 @@ impl Kernels {
 
     /// The session's kernel, locked for one call: started (or taken from the
     /// pool) when the session has none, with notices when state was lost.
-    pub async fn lease(&self, session: &str, workspace: &Path) -> Result<Lease, ToolError> {
+    pub async fn lease(
+        &self,
+        tenant: &str,
+        session: &str,
+        workspace: &Path,
+    ) -> Result<Lease, ToolError> {
         let file = session_file_name(session)?;
         let slot = {
             let mut inner = self.inner.lock().expect("kernels lock");
@@ -308,6 +322,7 @@ impl Kernels {
                     Arc::new(Slot {
                         state: Arc::new(AsyncMutex::new(SessionState::default())),
                         last_used: Mutex::new(Instant::now()),
+                        live: Mutex::new(None),
                     })
                 })
                 .clone()
@@ -329,7 +344,11 @@ impl Kernels {
             {
                 notices.push(n);
             }
-            let kernel = self.obtain(workspace).await?;
+            let who = SessionRef {
+                tenant: tenant.to_owned(),
+                session: session.to_owned(),
+            };
+            let kernel = self.obtain(workspace, &who).await?;
             if kernel.cwd() != workspace {
                 kernel
                     .chdir(workspace)
@@ -337,6 +356,7 @@ impl Kernels {
                     .map_err(|e| ToolError::failed(e.to_string()))?;
             }
             self.write_marker(workspace, &file, &kernel);
+            *slot.live.lock().expect("slot lock") = Some(Arc::downgrade(&kernel));
             state.kernel = Some(kernel);
             state.had_kernel = true;
         }
@@ -368,8 +388,14 @@ impl Kernels {
         slot.state.try_lock().ok().and_then(|s| s.kernel.clone())
     }
 
-    async fn obtain(&self, workspace: &Path) -> Result<Arc<Kernel>, ToolError> {
+    async fn obtain(&self, workspace: &Path, who: &SessionRef) -> Result<Arc<Kernel>, ToolError> {
         let py = self.interpreter(workspace);
+        // A session with packages of its own needs a kernel whose box binds
+        // them: a warm kernel's box binds its own (empty) directory.
+        let has_packages = KernelSandbox::packages_dir(workspace, &who.session)
+            .ok()
+            .and_then(|d| std::fs::read_dir(d).ok())
+            .is_some_and(|mut d| d.next().is_some());
         loop {
             // Registered before the lock is released, so a pool start that ends
             // in between still wakes this call.
@@ -378,15 +404,20 @@ impl Kernels {
             pool_started.as_mut().enable();
             {
                 let mut inner = self.inner.lock().expect("kernels lock");
-                inner.warm.retain(|k| k.death().is_none());
+                inner.warm.retain(|(k, _)| k.death().is_none());
                 if let Some(i) = inner
                     .warm
                     .iter()
                     // The sandbox's roots were fixed at start: only a kernel of this workspace fits.
-                    .position(|k| k.interpreter.python == py.python && k.workspace() == workspace)
+                    .position(|(k, _)| {
+                        !has_packages
+                            && k.interpreter.python == py.python
+                            && k.workspace() == workspace
+                    })
                 {
-                    let k = inner.warm.remove(i);
+                    let (k, from) = inner.warm.remove(i);
                     drop(inner);
+                    self.adopt(workspace, &from, who);
                     self.refill.notify_one();
                     return Ok(k);
                 }
@@ -417,11 +448,55 @@ impl Kernels {
         }
         // Counted down even when the caller is cancelled mid-start.
         let _counted = StartingGuard(self);
-        let r = Kernel::start(&py, workspace, &self.start_options()).await;
+        let r = Kernel::start(&py, workspace, &self.start_options(), who).await;
         r.map_err(|e| match e {
             KernelError::NoIpykernel { .. } => ToolError::Unavailable(e.to_string()),
             other => ToolError::failed(other.to_string()),
         })
+    }
+
+    /// A warm kernel becomes `to`'s: its boxes and its package directory
+    /// (renamed: the box binds the directory, not its name).
+    fn adopt(&self, workspace: &Path, from: &SessionRef, to: &SessionRef) {
+        self.sandbox.adopt(from, to);
+        if let (Ok(old), Ok(new)) = (
+            KernelSandbox::packages_dir(workspace, &from.session),
+            KernelSandbox::packages_dir(workspace, &to.session),
+        ) && let (Some(old), Some(new)) = (old.parent(), new.parent())
+        {
+            let _ = std::fs::remove_dir_all(new);
+            if let Err(e) = std::fs::rename(old, new) {
+                tracing::warn!(error = %e, "cannot hand a warm kernel's package directory to its session");
+            }
+        }
+    }
+
+    /// Ends `who`'s kernel and everything it started (its box, the
+    /// session's installs): DeleteSession and session expiry.
+    pub async fn end_session(&self, who: &SessionRef) -> bool {
+        let slot = self
+            .inner
+            .lock()
+            .expect("kernels lock")
+            .sessions
+            .remove(&who.session);
+        let mut stopped = false;
+        if let Some(slot) = slot {
+            // A cell running now holds the state: its kernel dies under it.
+            let live = slot.live.lock().expect("slot lock").take();
+            if let Some(k) = live.and_then(|w| w.upgrade()) {
+                k.shutdown().await;
+                stopped = true;
+            }
+            if let Ok(mut st) = slot.state.try_lock() {
+                st.kernel = None;
+            }
+        }
+        if self.sandbox.end_session(who) > 0 {
+            stopped = true;
+        }
+        self.refill.notify_one();
+        stopped
     }
 
     fn marker_path(workspace: &Path, file: &str) -> PathBuf {

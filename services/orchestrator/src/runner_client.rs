@@ -212,6 +212,38 @@ impl Runner {
     }
 }
 
+impl Runner {
+    /// Tells the runners the session ended (DeleteSession): they stop its
+    /// sandbox boxes and per-session servers and pass it on to every
+    /// provider (its kernel). Best effort: a failure is logged and returned.
+    pub async fn end_session(
+        &self,
+        session: &str,
+        principal: &omicos_auth::Principal,
+    ) -> Result<u32, OrchestratorError> {
+        let mut c = self.client.clone();
+        let mut req =
+            omicos_servicekit::telemetry::traced_request(omicos_proto::EndSessionRequest {
+                session_id: session.to_owned(),
+                tenant: String::new(),
+            });
+        // The runner takes the tenant from the forwarded principal.
+        omicos_auth::credentials::forward_principal(req.metadata_mut(), principal);
+        match tokio::time::timeout(END_SESSION_TIMEOUT, c.end_session(req)).await {
+            Ok(Ok(r)) => Ok(r.into_inner().stopped),
+            Ok(Err(s)) => Err(OrchestratorError::ToolRunner(RunnerStatus(s))),
+            Err(_) => Err(OrchestratorError::ToolRunner(RunnerStatus(
+                Status::deadline_exceeded(format!(
+                    "no tool-runner ended the session within {END_SESSION_TIMEOUT:?}"
+                )),
+            ))),
+        }
+    }
+}
+
+/// How long DeleteSession waits for the runners to end the session's boxes and kernel.
+const END_SESSION_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// What the event builder needs to tag events.
 #[derive(Clone, Debug)]
 pub struct EventTag {

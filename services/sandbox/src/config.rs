@@ -2,9 +2,11 @@
 //! provider.
 
 use crate::SandboxPolicy;
+use omicos_servicekit::config::duration;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Default CPU seconds of one shell call's processes (each process has its own count).
 pub const DEFAULT_CPU_SECONDS: u64 = 600;
@@ -40,15 +42,79 @@ pub const DEFAULT_HIDDEN: &[&str] = &[
     "/etc/security/opasswd",
 ];
 
-/// What to do when the kernel has no Landlock.
+/// The first uid (and gid) of the range boxes run as when the service is
+/// root: far above the ids of people and system accounts, and above the
+/// ranges `/etc/subuid` hands out for rootless containers.
+pub const DEFAULT_UID_START: u32 = 2_000_000_000;
+/// How many ids the range holds: one box holds one.
+pub const DEFAULT_UID_COUNT: u32 = 1_000_000;
+/// Memory of one session's box: enough for a data-science kernel and its
+/// shell, small enough that one session cannot take a shared host.
+pub const DEFAULT_SESSION_MEMORY_BYTES: u64 = 4 << 30;
+/// Processes and threads in one session's box.
+pub const DEFAULT_SESSION_PROCESSES: u64 = 1024;
+/// The box's `/tmp` (a tmpfs: bounded, and charged to the box's memory).
+pub const DEFAULT_TMP_BYTES: u64 = 1 << 30;
+/// The box's `/dev/shm` (multiprocessing's semaphores and shared arrays).
+pub const DEFAULT_SHM_BYTES: u64 = 256 << 20;
+/// A tenant's workspace may hold this much while its sandboxed code runs.
+pub const DEFAULT_WORKSPACE_BYTES: u64 = 50 << 30;
+/// Sandboxed code stops before the workspace's filesystem has less free.
+pub const DEFAULT_MIN_FREE_BYTES: u64 = 512 << 20;
+/// A box that ran nothing for this long is ended (its session's kernel
+/// has its own idle timeout and ends its box with it).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(1800);
+/// What boxed processes find on PATH.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// What to do when a confinement layer (Landlock, namespaces) is missing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum WhenLandlockMissing {
+pub enum WhenMissing {
     /// Refuse to run confined commands (the safe default).
     #[default]
     Refuse,
-    /// Run with seccomp, no_new_privs and limits only, and say so in a warning.
+    /// Run with the layers there are, and say what is missing in a warning.
     Warn,
+}
+
+/// The earlier name of [`WhenMissing`].
+pub type WhenLandlockMissing = WhenMissing;
+
+/// The bounds of one session's box.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionLimits {
+    /// Memory of the box, its tmpfs directories included (a cgroup); the
+    /// process the kernel's OOM killer ends is reported as over this bound.
+    pub memory_bytes: Option<u64>,
+    /// Processes and threads in the box (a pids cgroup).
+    pub processes: Option<u64>,
+    /// CPUs the box may keep busy at once (a CPU quota); null: no quota.
+    pub cpus: Option<f64>,
+    /// Size of the box's `/tmp`.
+    pub tmp_bytes: u64,
+    /// Size of the box's `/dev/shm`.
+    pub shm_bytes: u64,
+    /// The most a tenant's workspace may hold while its sandboxed code runs:
+    /// a call that grows it past this is stopped with an error saying so.
+    pub workspace_bytes: Option<u64>,
+    /// Sandboxed code is stopped before the workspace's filesystem has less free space.
+    pub min_free_bytes: Option<u64>,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        Self {
+            memory_bytes: Some(DEFAULT_SESSION_MEMORY_BYTES),
+            processes: Some(DEFAULT_SESSION_PROCESSES),
+            cpus: None,
+            tmp_bytes: DEFAULT_TMP_BYTES,
+            shm_bytes: DEFAULT_SHM_BYTES,
+            workspace_bytes: Some(DEFAULT_WORKSPACE_BYTES),
+            min_free_bytes: Some(DEFAULT_MIN_FREE_BYTES),
+        }
+    }
 }
 
 /// Where per-call process-count cgroups are made.
@@ -123,7 +189,7 @@ impl Default for Rlimits {
 }
 
 /// The `sandbox` section.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SandboxConfig {
     /// Policy of a call that names none.
@@ -151,7 +217,35 @@ pub struct SandboxConfig {
     /// period. 0: every call's process joins its cgroup itself.
     pub process_cgroup_launchers: usize,
     /// Refuse or warn when the kernel has no Landlock.
-    pub when_landlock_missing: WhenLandlockMissing,
+    pub when_landlock_missing: WhenMissing,
+    /// Refuse or warn when boxes cannot get namespaces of their own (neither
+    /// root nor unprivileged user namespaces). Under `warn` they run with
+    /// Landlock, seccomp and limits in the host's namespaces.
+    pub when_namespaces_missing: WhenMissing,
+    /// First uid (and gid) of the range boxes run as when the service is root.
+    pub uid_start: u32,
+    /// How many ids the range holds.
+    pub uid_count: u32,
+    /// Idmap the workspace into boxes when the service is root, so that the
+    /// service's files are the box user's inside and the box's writes land
+    /// as the service's on disk (the filesystem must support idmapped
+    /// mounts: ext4, xfs, btrfs, tmpfs; refused otherwise, with a warning).
+    pub idmap: bool,
+    /// Where boxes keep their private directories and the uid leases
+    /// (default: `/run/omicos-sandbox` as root, else `$XDG_RUNTIME_DIR` or the
+    /// system temp directory + `omicos-sandbox-<uid>`).
+    pub runtime_dir: Option<PathBuf>,
+    /// Bounds of each session's box.
+    pub session_limits: SessionLimits,
+    /// Variables boxed processes get beyond PATH, LANG, HOME, TMPDIR and
+    /// TERM: what the deployment declares for its tools. Boxed processes
+    /// never inherit the service's environment.
+    pub env: BTreeMap<String, String>,
+    /// A box that ran nothing for this long is ended.
+    #[serde(with = "duration")]
+    pub idle_timeout: Duration,
+    /// Bind `/sys` read-only into boxes (some libraries read CPU topology there).
+    pub mount_sys: bool,
     /// Without the network, give commands a private network namespace whose
     /// only interface is its own loopback, instead of refusing every non-unix
     /// socket: 127.0.0.1 works inside (ipykernel needs it) and reaches nothing
@@ -179,7 +273,16 @@ impl Default for SandboxConfig {
             rlimits: Rlimits::default(),
             process_cgroup: ProcessCgroup::default(),
             process_cgroup_launchers: DEFAULT_PROCESS_CGROUP_LAUNCHERS,
-            when_landlock_missing: WhenLandlockMissing::default(),
+            when_landlock_missing: WhenMissing::default(),
+            when_namespaces_missing: WhenMissing::default(),
+            uid_start: DEFAULT_UID_START,
+            uid_count: DEFAULT_UID_COUNT,
+            idmap: true,
+            runtime_dir: None,
+            session_limits: SessionLimits::default(),
+            env: BTreeMap::new(),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            mount_sys: true,
             private_loopback: false,
             simulate_landlock_missing: false,
         }
@@ -241,13 +344,67 @@ impl SandboxConfig {
                 }
             }
         }
-        if let Some(t) = &self.tmp_root
-            && !t.is_absolute()
-        {
+        for (key, dir) in [
+            ("tmp_root", &self.tmp_root),
+            ("runtime_dir", &self.runtime_dir),
+        ] {
+            if let Some(t) = dir
+                && !t.is_absolute()
+            {
+                return Err(err(
+                    key,
+                    format!("`{}` must be an absolute path", t.display()),
+                ));
+            }
+        }
+        if self.uid_count == 0 || self.uid_start == 0 {
             return Err(err(
-                "tmp_root",
-                format!("`{}` must be an absolute path", t.display()),
+                "uid_start",
+                "the range must hold at least one id, and uid 0 (root) is not one a box may run as"
+                    .into(),
             ));
+        }
+        if (self.uid_start as u64) + (self.uid_count as u64) > u32::MAX as u64 {
+            return Err(err(
+                "uid_count",
+                format!(
+                    "uid_start + uid_count passes the largest uid ({})",
+                    u32::MAX - 1
+                ),
+            ));
+        }
+        for (k, _) in &self.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                return Err(err(&format!("env.{k}"), "not a variable name".into()));
+            }
+        }
+        let l = &self.session_limits;
+        if l.cpus.is_some_and(|c| !(c.is_finite() && c >= 0.01)) {
+            return Err(err(
+                "session_limits.cpus",
+                "at least 0.01 (one hundredth of a CPU)".into(),
+            ));
+        }
+        for (key, v) in [
+            ("session_limits.memory_bytes", l.memory_bytes),
+            ("session_limits.processes", l.processes),
+            ("session_limits.workspace_bytes", l.workspace_bytes),
+        ] {
+            if v == Some(0) {
+                return Err(err(
+                    key,
+                    "0 would stop every command; leave the key out (or null) for no bound".into(),
+                ));
+            }
+        }
+        if l.memory_bytes.is_some_and(|m| m < 64 << 20) {
+            return Err(err(
+                "session_limits.memory_bytes",
+                "below 64 MiB not even a kernel starts".into(),
+            ));
+        }
+        if l.tmp_bytes < 1 << 20 || l.shm_bytes < 1 << 20 {
+            return Err(err("session_limits.tmp_bytes", "at least 1 MiB".into()));
         }
         for (key, v) in [
             ("rlimits.cpu_seconds", self.rlimits.cpu_seconds),

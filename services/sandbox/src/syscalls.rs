@@ -1,8 +1,8 @@
 //! seccomp: the syscalls a confined process may not make.
 //!
-//! Built once per [`crate::Sandbox`] into BPF programs; the child only
-//! installs one. Unlike codex, connect/bind/listen/sendto stay allowed: without
-//! a non-AF_UNIX socket they reach nothing but unix sockets, and the kernel's
+//! A box's init installs them on itself, so every process of the box
+//! inherits them. Unlike codex, connect/bind/listen/sendto stay allowed: a
+//! box without the network has only its own loopback, and the kernels'
 //! ZeroMQ channels are unix sockets the kernel binds itself.
 
 use crate::SandboxError;
@@ -38,6 +38,114 @@ const ALWAYS_DENIED: &[i64] = &[
     libc::SYS_acct,
 ];
 
+/// Denied in a box on top of [`ALWAYS_DENIED`]: making or entering
+/// namespaces and changing mounts (the box's view stays the view; a nested
+/// user namespace would hand out capabilities again), the kernel keyrings
+/// (shared per uid, outside every namespace), the kernel log, raw ports.
+const BOX_DENIED: &[i64] = &[
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_chroot,
+    libc::SYS_mount_setattr,
+    libc::SYS_move_mount,
+    libc::SYS_open_tree,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_syslog,
+    libc::SYS_vhangup,
+    libc::SYS_quotactl,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_iopl,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_ioperm,
+];
+
+/// `clone` flags that make a namespace: refused in a box.
+const NAMESPACE_FLAGS: &[u64] = &[
+    libc::CLONE_NEWNS as u64,
+    libc::CLONE_NEWUSER as u64,
+    libc::CLONE_NEWPID as u64,
+    libc::CLONE_NEWNET as u64,
+    libc::CLONE_NEWIPC as u64,
+    libc::CLONE_NEWUTS as u64,
+    libc::CLONE_NEWCGROUP as u64,
+    0x0000_0080, // CLONE_NEWTIME
+];
+
+/// Terminal ioctls that push input or reach the console: refused whatever
+/// the terminal (a boxed process has none of its own; this is the second lock).
+const DENIED_IOCTLS: &[u64] = &[
+    libc::TIOCSTI as u64,
+    0x541C, // TIOCLINUX
+];
+
+/// The box's filters, in the order they are installed. The first denies
+/// with EPERM; the second answers `clone3` with ENOSYS, so that libc falls
+/// back to `clone`, whose flags the first can see (`clone3` passes them in
+/// memory, out of seccomp's reach).
+pub fn box_program(socket_domains: &[i32]) -> Result<Vec<BpfProgram>, SandboxError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = ALWAYS_DENIED
+        .iter()
+        .chain(BOX_DENIED)
+        .map(|nr| (*nr, Vec::new()))
+        .collect();
+    rules.insert(libc::SYS_socket, vec![domain_not_in(socket_domains)?]);
+    rules.insert(libc::SYS_socketpair, vec![domain_not_in(socket_domains)?]);
+    let flag_rule = |flag: u64| {
+        SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(flag),
+            flag,
+        )
+        .and_then(|c| SeccompRule::new(vec![c]))
+        .map_err(seccomp_err)
+    };
+    rules.insert(
+        libc::SYS_clone,
+        NAMESPACE_FLAGS
+            .iter()
+            .map(|f| flag_rule(*f))
+            .collect::<Result<_, _>>()?,
+    );
+    rules.insert(
+        libc::SYS_ioctl,
+        DENIED_IOCTLS
+            .iter()
+            .map(|req| {
+                SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, *req)
+                    .and_then(|c| SeccompRule::new(vec![c]))
+                    .map_err(seccomp_err)
+            })
+            .collect::<Result<_, _>>()?,
+    );
+    let main = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        target_arch(),
+    )
+    .map_err(seccomp_err)?;
+    let mut main: BpfProgram = main.try_into().map_err(seccomp_err)?;
+    deny_x32(&mut main);
+    let clone3 = SeccompFilter::new(
+        [(libc::SYS_clone3, Vec::new())].into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        target_arch(),
+    )
+    .map_err(seccomp_err)?;
+    Ok(vec![main, clone3.try_into().map_err(seccomp_err)?])
+}
+
 fn target_arch() -> TargetArch {
     if cfg!(target_arch = "aarch64") {
         TargetArch::aarch64
@@ -50,18 +158,6 @@ fn seccomp_err(e: impl std::fmt::Display) -> SandboxError {
     SandboxError::Seccomp(e.to_string())
 }
 
-/// Which sockets a confined process may create.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sockets {
-    /// Any (the `network` policy).
-    Any,
-    /// AF_UNIX only: no network at all.
-    UnixOnly,
-    /// AF_UNIX, and AF_INET/AF_INET6/AF_NETLINK inside a private network
-    /// namespace whose only interface is its own loopback.
-    PrivateLoopback,
-}
-
 /// A rule that matches when the domain (argument 0) is none of `allowed`.
 fn domain_not_in(allowed: &[i32]) -> Result<SeccompRule, SandboxError> {
     let conditions = allowed
@@ -72,39 +168,6 @@ fn domain_not_in(allowed: &[i32]) -> Result<SeccompRule, SandboxError> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     SeccompRule::new(conditions).map_err(seccomp_err)
-}
-
-/// The rule map: syscall → conditions under which it is denied (empty: always).
-fn rules(sockets: Sockets) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SandboxError> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
-        ALWAYS_DENIED.iter().map(|nr| (*nr, Vec::new())).collect();
-    let allowed: &[i32] = match sockets {
-        Sockets::Any => return Ok(rules),
-        Sockets::UnixOnly => &[libc::AF_UNIX],
-        Sockets::PrivateLoopback => &[
-            libc::AF_UNIX,
-            libc::AF_INET,
-            libc::AF_INET6,
-            libc::AF_NETLINK,
-        ],
-    };
-    rules.insert(libc::SYS_socket, vec![domain_not_in(allowed)?]);
-    rules.insert(libc::SYS_socketpair, vec![domain_not_in(allowed)?]);
-    Ok(rules)
-}
-
-/// The BPF program for a socket regime.
-pub fn program(sockets: Sockets) -> Result<BpfProgram, SandboxError> {
-    let filter = SeccompFilter::new(
-        rules(sockets)?,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-        target_arch(),
-    )
-    .map_err(seccomp_err)?;
-    let mut prog: BpfProgram = filter.try_into().map_err(seccomp_err)?;
-    deny_x32(&mut prog);
-    Ok(prog)
 }
 
 /// On x86_64 the x32 ABI reaches the same syscalls under numbers with bit 30
@@ -140,23 +203,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn programs_build_and_offline_adds_the_socket_rules() {
-        let off = rules(Sockets::UnixOnly).unwrap();
-        let on = rules(Sockets::Any).unwrap();
-        let lo = rules(Sockets::PrivateLoopback).unwrap();
-        assert!(off.contains_key(&libc::SYS_socket) && off.contains_key(&libc::SYS_socketpair));
-        assert!(lo.contains_key(&libc::SYS_socket));
-        assert!(!on.contains_key(&libc::SYS_socket));
-        for nr in [libc::SYS_io_uring_setup, libc::SYS_ptrace, libc::SYS_reboot] {
-            assert!(on[&nr].is_empty() && off[&nr].is_empty() && lo[&nr].is_empty());
-        }
-        let p = program(Sockets::UnixOnly).unwrap();
-        assert!(p.len() > program(Sockets::Any).unwrap().len());
-        assert!(program(Sockets::PrivateLoopback).unwrap().len() > p.len());
+    fn the_box_programs_build_with_the_x32_guard_and_clone3_apart() {
+        let progs = box_program(&[libc::AF_UNIX]).unwrap();
+        assert_eq!(progs.len(), 2);
+        let p = &progs[0];
         if cfg!(target_arch = "x86_64") {
             // The syscall number is loaded (offset 0) right before the x32 test.
             assert_eq!((p[3].code, p[3].k), (0x20, 0));
             assert_eq!(p[4].k, 0x4000_0000);
         }
+        // More socket domains, a longer program.
+        let wider = box_program(&[libc::AF_UNIX, libc::AF_INET]).unwrap();
+        assert!(wider[0].len() > p.len());
     }
 }

@@ -149,3 +149,15 @@ mod tests {
         assert_eq!(logged(|| call(&rec())), "");
     }
 }
+
+/// Logs that a session ended and what was stopped with it.
+pub fn session_ended(tenant: &str, session: &str, stopped: u32) {
+    tracing::info!(
+        target: "omicos::audit",
+        event = "session_ended",
+        tenant = if tenant.is_empty() { "default" } else { tenant },
+        session,
+        stopped,
+        "session ended: its boxes, kernels and per-session servers stopped"
+    );
+}

@@ -192,6 +192,11 @@ pub struct Tools {
 }
 
 impl Tools {
+    /// The in-process providers.
+    pub fn local(&self) -> &[Arc<dyn Provider>] {
+        &self.local
+    }
+
     /// The tools of `local` providers plus whatever `registry` holds.
     pub fn new(local: Vec<Arc<dyn Provider>>, registry: Arc<Registry>) -> Self {
         let version = registry.version();

@@ -470,6 +470,17 @@ impl Registry {
         v
     }
 
+    /// The clients of every live instance (EndSession goes to all of them).
+    pub fn live_clients(&self) -> Vec<Arc<RemoteProvider>> {
+        let now = Instant::now();
+        self.lock()
+            .instances
+            .values()
+            .filter(|i| i.live(now))
+            .map(|i| i.client.clone())
+            .collect()
+    }
+
     /// The tools of live instances, one spec per tool name (the newest
     /// registration's; the provider config names, when it names one).
     pub fn live_tools(&self) -> Vec<ToolSpec> {

@@ -4,8 +4,9 @@
 
 use crate::pipeline::{CallIo, CallRequest, Pipeline, permission::Legacy};
 use omicos_proto::{
-    ExecuteClientMessage, ExecuteServerMessage, ListToolsRequest, ListToolsResponse,
-    MAX_MESSAGE_BYTES, execute_client_message, execute_server_message,
+    EndSessionRequest, EndSessionResponse, ExecuteClientMessage, ExecuteServerMessage,
+    ListToolsRequest, ListToolsResponse, MAX_MESSAGE_BYTES, execute_client_message,
+    execute_server_message,
     tool_runner_server::{ToolRunner, ToolRunnerServer},
 };
 use std::pin::Pin;
@@ -80,6 +81,24 @@ type OutStream = Pin<Box<dyn Stream<Item = Result<ExecuteServerMessage, Status>>
 #[tonic::async_trait]
 impl ToolRunner for ToolRunnerService {
     type ExecuteStream = OutStream;
+
+    async fn end_session(
+        &self,
+        req: Request<EndSessionRequest>,
+    ) -> Result<Response<EndSessionResponse>, Status> {
+        // The tenant is the forwarded principal's, never the request's field.
+        let tenant = req
+            .extensions()
+            .get::<omicos_auth::Principal>()
+            .map(|p| p.tenant.clone())
+            .unwrap_or_default();
+        let r = req.into_inner();
+        if r.session_id.is_empty() {
+            return Err(Status::invalid_argument("session_id is required"));
+        }
+        let stopped = self.pipeline.end_session(&tenant, &r.session_id).await;
+        Ok(Response::new(EndSessionResponse { stopped }))
+    }
 
     async fn execute(
         &self,

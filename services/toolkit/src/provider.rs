@@ -165,4 +165,10 @@ pub trait Provider: Send + Sync + 'static {
     /// Runs `tool`. Report progress and output through `ctx.events`; stop when
     /// `ctx.cancel` fires.
     async fn call(&self, tool: &str, args: Value, ctx: CallCtx) -> Result<Value, ToolError>;
+    /// The session ended (deleted or expired): stop what it left running
+    /// (kernels, sandbox boxes, per-session servers). Returns how many
+    /// things were stopped. Idempotent.
+    async fn end_session(&self, _tenant: &str, _session: &str) -> u32 {
+        0
+    }
 }

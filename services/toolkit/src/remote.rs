@@ -4,7 +4,7 @@ use crate::provider::{CallCtx, Provider, ToolError};
 use async_trait::async_trait;
 use omicos_auth::{AuthedChannel, Credentials};
 use omicos_proto::{
-    CallContext, CallToolRequest, DescribeRequest, ToolSpec, call_tool_event,
+    CallContext, CallToolRequest, DescribeRequest, EndSessionRequest, ToolSpec, call_tool_event,
     tool_provider_client::ToolProviderClient,
 };
 use omicos_servicekit::ClientTls;
@@ -127,6 +127,27 @@ impl Provider for RemoteProvider {
     fn session_affinity(&self) -> bool {
         self.affinity
     }
+    async fn end_session(&self, tenant: &str, session: &str) -> u32 {
+        let mut client = self.client.clone();
+        let req = omicos_servicekit::telemetry::traced_request(EndSessionRequest {
+            session_id: session.into(),
+            tenant: tenant.into(),
+        });
+        match tokio::time::timeout(std::time::Duration::from_secs(10), client.end_session(req))
+            .await
+        {
+            Ok(Ok(r)) => r.into_inner().stopped,
+            Ok(Err(e)) => {
+                tracing::warn!(provider = %self.name, endpoint = %self.endpoint, error = %e.message(), "EndSession failed");
+                0
+            }
+            Err(_) => {
+                tracing::warn!(provider = %self.name, endpoint = %self.endpoint, "EndSession timed out");
+                0
+            }
+        }
+    }
+
     async fn call(&self, tool: &str, args: Value, ctx: CallCtx) -> Result<Value, ToolError> {
         let mut client = self.client.clone();
         let req = omicos_servicekit::telemetry::traced_request(CallToolRequest {

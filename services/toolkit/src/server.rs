@@ -2,8 +2,8 @@
 
 use crate::provider::{CallCtx, EventSink, Provider, ProviderEvent, ToolError};
 use omicos_proto::{
-    CallToolEvent, CallToolRequest, DescribeRequest, DescribeResponse, MAX_MESSAGE_BYTES,
-    ProviderResult, ToolStatus, call_tool_event,
+    CallToolEvent, CallToolRequest, DescribeRequest, DescribeResponse, EndSessionRequest,
+    EndSessionResponse, MAX_MESSAGE_BYTES, ProviderResult, ToolStatus, call_tool_event,
     tool_provider_server::{ToolProvider, ToolProviderServer},
 };
 use std::{path::PathBuf, pin::Pin, sync::Arc};
@@ -82,6 +82,24 @@ impl<P: Provider> ToolProvider for ProviderService<P> {
     }
 
     type CallToolStream = EventStream;
+
+    async fn end_session(
+        &self,
+        req: Request<EndSessionRequest>,
+    ) -> Result<Response<EndSessionResponse>, Status> {
+        let r = req.into_inner();
+        if r.session_id.is_empty() {
+            return Err(Status::invalid_argument("session_id is required"));
+        }
+        if !crate::tenancy::is_root(&r.tenant) {
+            crate::tenancy::check_tenant(&r.tenant).map_err(Status::invalid_argument)?;
+        }
+        let stopped = self.provider.end_session(&r.tenant, &r.session_id).await;
+        if stopped > 0 {
+            tracing::info!(session = %r.session_id, stopped, "session ended");
+        }
+        Ok(Response::new(EndSessionResponse { stopped }))
+    }
 
     async fn call_tool(
         &self,

@@ -154,7 +154,7 @@ impl Orchestrator for OrchestratorService {
         let who = principal::of(&req)?;
         let req = req.into_inner();
         grpc(self.owned(&who, &req.session_id).await)?;
-        grpc(self.delete_session_rpc(req).await).map(Response::new)
+        grpc(self.delete_session_rpc(&who, req).await).map(Response::new)
     }
 
     async fn refresh_catalog(

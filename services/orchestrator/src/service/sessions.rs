@@ -135,9 +135,11 @@ impl OrchestratorService {
         })
     }
 
-    /// DeleteSession: refused while a turn runs here.
+    /// DeleteSession: refused while a turn runs here. The runners end what
+    /// the session left running (its boxes, kernel, per-session servers).
     pub(super) async fn delete_session_rpc(
         &self,
+        who: &omicos_auth::Principal,
         req: DeleteSessionRequest,
     ) -> Result<DeleteSessionResponse, OrchestratorError> {
         let id = req.session_id;
@@ -146,6 +148,14 @@ impl OrchestratorService {
         }
         let deleted = self.hub.store().delete_session(&id).await?;
         self.hub.forget(&id);
+        match self.engine.runner.end_session(&id, who).await {
+            Ok(stopped) => {
+                tracing::info!(session = %id, stopped, "session deleted; what it ran was ended")
+            }
+            Err(e) => {
+                tracing::warn!(session = %id, error = %e, "session deleted, but the runners could not end what it ran (idle timeouts end it)")
+            }
+        }
         Ok(DeleteSessionResponse { deleted })
     }
 }

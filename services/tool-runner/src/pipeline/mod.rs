@@ -190,6 +190,26 @@ struct Ran {
 }
 
 impl Pipeline {
+    /// The session ended: every in-process provider (the shell's boxes, MCP
+    /// servers started for it) and every live provider instance stops what
+    /// it left running. Returns how many things were stopped.
+    pub async fn end_session(&self, tenant: &str, session: &str) -> u32 {
+        let mut stopped = 0;
+        for p in self.inner.tools.local() {
+            stopped += p.end_session(tenant, session).await;
+        }
+        let remote = self.inner.tools.registry().live_clients();
+        let calls = remote
+            .iter()
+            .map(|c| omicos_toolkit::Provider::end_session(c.as_ref(), tenant, session));
+        stopped += futures::future::join_all(calls)
+            .await
+            .into_iter()
+            .sum::<u32>();
+        crate::audit::session_ended(tenant, session, stopped);
+        stopped
+    }
+
     /// Builds the pipeline over `providers` (in process) and `registry`
     /// (remote). The workspace is created if missing.
     pub fn new(

@@ -1,19 +1,23 @@
-//! `shell`: `bash -lc <command>` in the workspace, in its own process group,
-//! under the sandbox policy (workspace-write unless configured otherwise),
-//! with a timeout and an output cap; the whole group is killed on timeout or
-//! cancel, and the call's pids cgroup on return, so nothing it started
-//! outlives the call.
+//! `shell`: `bash -lc <command>` in the workspace, in the session's sandbox
+//! box (workspace-write unless configured otherwise), with a timeout and an
+//! output cap. When the command returns, times out or is cancelled,
+//! everything it started is killed (the box's reaper for the call ends
+//! double forks and `setsid` escapees too), so nothing outlives the call;
+//! the box itself lives until the session ends or idles.
 
 use async_trait::async_trait;
 use omicos_proto::{Risk, ToolSpec};
-use omicos_sandbox::{Roots, Sandbox, SandboxConfig};
+use omicos_sandbox::{Command, Placement, Process, Sandbox, SandboxConfig, Stdio};
 use omicos_toolkit::{CallCtx, Provider, ToolError, confine_path, tool};
 use serde_json::{Value, json};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
+
+/// How long a returned command's background children may keep writing to
+/// its pipes before they are ended with it.
+const PIPE_GRACE: Duration = Duration::from_millis(200);
 
 /// The shell provider.
 #[derive(Clone, Debug)]
@@ -46,10 +50,21 @@ impl Shell {
     /// The same shell under the `sandbox` config section.
     pub fn with_sandbox(mut self, config: SandboxConfig) -> Self {
         self.sandbox = match Sandbox::new(config) {
-            Ok(s) => ShellSandbox::Ready(Arc::new(s)),
+            Ok(s) => {
+                s.log_report();
+                ShellSandbox::Ready(Arc::new(s))
+            }
             Err(e) => ShellSandbox::Broken(format!("the shell sandbox is not usable: {e}")),
         };
         self
+    }
+
+    /// The sandbox, when it could be made.
+    pub fn sandbox(&self) -> Option<&Arc<Sandbox>> {
+        match &self.sandbox {
+            ShellSandbox::Ready(s) => Some(s),
+            ShellSandbox::Broken(_) => None,
+        }
     }
 
     /// Keeps what fits under the cap; returns the bytes dropped.
@@ -59,15 +74,6 @@ impl Shell {
         let buf = if stream == "stdout" { out } else { err };
         buf.extend_from_slice(&bytes[..keep]);
         bytes.len() - keep
-    }
-}
-
-fn killpg(pid: Option<u32>) {
-    if let Some(pid) = pid {
-        // SAFETY: killpg only sends a signal; the group is the one we created for this child.
-        unsafe {
-            libc::killpg(pid as i32, libc::SIGKILL);
-        }
     }
 }
 
@@ -88,6 +94,17 @@ async fn pump(
             }
         }
     }
+}
+
+/// What the box's bounds say about a call that failed: the memory bound's
+/// OOM kill, in words the model can act on.
+fn bound_note(child: &Process) -> Option<String> {
+    child.hit_memory_bound().map(|bytes| {
+        format!(
+            "a process of this command was killed because the session reached its memory bound ({} MiB, sandbox.session_limits.memory_bytes); use less memory or free some (end background jobs, delete big files in /tmp)",
+            bytes >> 20
+        )
+    })
 }
 
 #[async_trait]
@@ -112,6 +129,12 @@ impl Provider for Shell {
             .alias("bash")
             .build(),
         ]
+    }
+
+    async fn end_session(&self, tenant: &str, session: &str) -> u32 {
+        self.sandbox()
+            .map(|s| s.end_session(tenant, session) as u32)
+            .unwrap_or(0)
     }
 
     fn validate_input(&self, _tool: &str, args: &Value, ctx: &CallCtx) -> Result<(), ToolError> {
@@ -149,24 +172,15 @@ impl Provider for Shell {
             ShellSandbox::Broken(why) => return Err(ToolError::failed(why.clone())),
         };
         let policy = sandbox.config().policy_for_agent(&ctx.agent_id);
-        let sandboxed = sandbox
-            .session_tmp_dir(&ctx.session_id)
-            .and_then(|tmp| sandbox.prepare(policy, &Roots::new(&ctx.workspace).tmp(tmp)))
-            .map_err(|e| ToolError::failed(e.to_string()))?;
-        let mut cmd = tokio::process::Command::new("bash");
-        cmd.arg("-lc")
-            .arg(command)
-            .current_dir(&cwd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        // Forked inside the call's cgroup when a launcher is parked there.
-        let mut child = sandboxed.spawn(&mut cmd).map_err(|e| {
+        let place = Placement::new(&ctx.tenant, &ctx.session_id, &ctx.workspace, policy);
+        let mut cmd = Command::new("bash");
+        cmd.args(["-lc", command])
+            .cwd(&cwd)
+            .stdout(Stdio::Piped)
+            .stderr(Stdio::Piped);
+        let mut child = sandbox.spawn(&place, cmd).await.map_err(|e| {
             ToolError::failed(format!("cannot start bash in the {policy} sandbox: {e}"))
         })?;
-        let pid = child.id();
         let (tx, mut rx) = mpsc::channel::<(&'static str, Vec<u8>)>(64);
         if let Some(o) = child.stdout.take() {
             tokio::spawn(pump(o, "stdout", tx.clone()));
@@ -192,9 +206,9 @@ impl Provider for Shell {
                 },
                 s = child.wait(), if status.is_none() => {
                     status = Some(s.map_err(|e| ToolError::failed(format!("waiting for bash failed: {e}")))?);
-                    // Background children may keep the pipes open: give them a moment, then end the group.
+                    // Background children may keep the pipes open: give them a moment, then end them.
                     if pipes_open {
-                        let grace = tokio::time::sleep(Duration::from_millis(200));
+                        let grace = tokio::time::sleep(PIPE_GRACE);
                         tokio::pin!(grace);
                         loop {
                             tokio::select! {
@@ -205,25 +219,24 @@ impl Provider for Shell {
                                     }
                                     None => break,
                                 },
-                                _ = &mut grace => { killpg(pid); break; }
+                                _ = &mut grace => break,
                             }
                         }
                         pipes_open = false;
                     }
                 }
                 _ = &mut deadline => {
-                    killpg(pid);
-                    let _ = child.wait().await;
+                    child.end().await;
+                    let note = bound_note(&child).map(|n| format!(" ({n})")).unwrap_or_default();
                     return Err(ToolError::failed(format!(
-                        "the command timed out after {}s and was killed; output so far:\n{}{}",
+                        "the command timed out after {}s and was killed{note}; output so far:\n{}{}",
                         timeout.as_secs(),
                         String::from_utf8_lossy(&out),
                         String::from_utf8_lossy(&err)
                     )));
                 }
                 _ = ctx.cancel.cancelled() => {
-                    killpg(pid);
-                    let _ = child.wait().await;
+                    child.end().await;
                     return Err(ToolError::Cancelled);
                 }
             }
@@ -231,14 +244,22 @@ impl Provider for Shell {
                 break;
             }
         }
+        // Nothing the command started outlives the call.
+        child.end().await;
         let status = status.expect("loop ends after the child exits");
         let mut result = json!({
             "exit_code": status.code().unwrap_or(-1),
             "stdout": String::from_utf8_lossy(&out),
             "stderr": String::from_utf8_lossy(&err),
         });
-        if !sandboxed.warnings().is_empty() {
-            result["sandbox_warning"] = json!(sandboxed.warnings().join("; "));
+        if status.code().is_none() {
+            result["killed"] = json!(omicos_sandbox::describe_status(status));
+        }
+        if let Some(note) = bound_note(&child) {
+            result["bound"] = json!(note);
+        }
+        if !child.warnings().is_empty() {
+            result["sandbox_warning"] = json!(child.warnings().join("; "));
         }
         if dropped > 0 {
             result["truncated"] = json!(format!(
