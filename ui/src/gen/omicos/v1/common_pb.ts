@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file omicos/v1/common.proto.
  */
 export const file_omicos_v1_common: GenFile = /*@__PURE__*/
-  fileDesc("ChZvbWljb3MvdjEvY29tbW9uLnByb3RvEglvbWljb3MudjEiOwoPUGVybWlzc2lvblJ1bGVzEg0KBWFsbG93GAEgAygJEgsKA2FzaxgCIAMoCRIMCgRkZW55GAMgAygJIskBCghUb29sU3BlYxIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEhkKEWlucHV0X3NjaGVtYV9qc29uGAMgASgJEh0KBHJpc2sYBCABKA4yDy5vbWljb3MudjEuUmlzaxIPCgdhbGlhc2VzGAUgAygJEhgKEGRlcHJlY2F0ZWRfbmFtZXMYBiADKAkSDwoHdG9vbHNldBgHIAEoCRISCgphbHdheXNfYXNrGAggASgIEhAKCHByb3ZpZGVyGAkgASgJIq0BCgxUb29sUHJvZ3Jlc3MSDgoGYmFyX2lkGAEgASgJEg0KBWxhYmVsGAIgASgJEg8KB2N1cnJlbnQYAyABKAESDQoFdG90YWwYBCABKAESDwoHcGVyY2VudBgFIAEoARIRCgllbGFwc2VkX3MYBiABKAESDQoFZXRhX3MYByABKAESDAoEdW5pdBgIIAEoCRIMCgRkb25lGAkgASgIEg8KB21lc3NhZ2UYCiABKAkiLwoPVG9vbE91dHB1dENodW5rEg4KBnN0cmVhbRgBIAEoCRIMCgR0ZXh0GAIgASgJKmIKBFJpc2sSDQoJUklTS19SRUFEEAASEwoPUklTS19GSUxFX1dSSVRFEAESDwoLUklTS19QWVRIT04QAhIOCgpSSVNLX1NIRUxMEAMSFQoRUklTS19NRU1PUllfV1JJVEUQBCpsCghEZWNpc2lvbhIYChRERUNJU0lPTl9VTlNQRUNJRklFRBAAEhcKE0RFQ0lTSU9OX0FMTE9XX09OQ0UQARIaChZERUNJU0lPTl9BTExPV19TRVNTSU9OEAISEQoNREVDSVNJT05fREVOWRADKlYKClRvb2xTdGF0dXMSGwoXVE9PTF9TVEFUVVNfVU5TUEVDSUZJRUQQABIUChBUT09MX1NUQVRVU19ET05FEAESFQoRVE9PTF9TVEFUVVNfRVJST1IQAiqEAQoOUGVybWlzc2lvbk1vZGUSHwobUEVSTUlTU0lPTl9NT0RFX1VOU1BFQ0lGSUVEEAASHQoZUEVSTUlTU0lPTl9NT0RFX1JFQURfT05MWRABEhgKFFBFUk1JU1NJT05fTU9ERV9BVVRPEAISGAoUUEVSTUlTU0lPTl9NT0RFX0ZVTEwQA2IGcHJvdG8z");
+  fileDesc("ChZvbWljb3MvdjEvY29tbW9uLnByb3RvEglvbWljb3MudjEiOwoPUGVybWlzc2lvblJ1bGVzEg0KBWFsbG93GAEgAygJEgsKA2FzaxgCIAMoCRIMCgRkZW55GAMgAygJIskBCghUb29sU3BlYxIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEhkKEWlucHV0X3NjaGVtYV9qc29uGAMgASgJEh0KBHJpc2sYBCABKA4yDy5vbWljb3MudjEuUmlzaxIPCgdhbGlhc2VzGAUgAygJEhgKEGRlcHJlY2F0ZWRfbmFtZXMYBiADKAkSDwoHdG9vbHNldBgHIAEoCRISCgphbHdheXNfYXNrGAggASgIEhAKCHByb3ZpZGVyGAkgASgJIq0BCgxUb29sUHJvZ3Jlc3MSDgoGYmFyX2lkGAEgASgJEg0KBWxhYmVsGAIgASgJEg8KB2N1cnJlbnQYAyABKAESDQoFdG90YWwYBCABKAESDwoHcGVyY2VudBgFIAEoARIRCgllbGFwc2VkX3MYBiABKAESDQoFZXRhX3MYByABKAESDAoEdW5pdBgIIAEoCRIMCgRkb25lGAkgASgIEg8KB21lc3NhZ2UYCiABKAkiLwoPVG9vbE91dHB1dENodW5rEg4KBnN0cmVhbRgBIAEoCRIMCgR0ZXh0GAIgASgJIjcKEUVuZFNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDgoGdGVuYW50GAIgASgJIiUKEkVuZFNlc3Npb25SZXNwb25zZRIPCgdzdG9wcGVkGAEgASgNKmIKBFJpc2sSDQoJUklTS19SRUFEEAASEwoPUklTS19GSUxFX1dSSVRFEAESDwoLUklTS19QWVRIT04QAhIOCgpSSVNLX1NIRUxMEAMSFQoRUklTS19NRU1PUllfV1JJVEUQBCpsCghEZWNpc2lvbhIYChRERUNJU0lPTl9VTlNQRUNJRklFRBAAEhcKE0RFQ0lTSU9OX0FMTE9XX09OQ0UQARIaChZERUNJU0lPTl9BTExPV19TRVNTSU9OEAISEQoNREVDSVNJT05fREVOWRADKlYKClRvb2xTdGF0dXMSGwoXVE9PTF9TVEFUVVNfVU5TUEVDSUZJRUQQABIUChBUT09MX1NUQVRVU19ET05FEAESFQoRVE9PTF9TVEFUVVNfRVJST1IQAiqEAQoOUGVybWlzc2lvbk1vZGUSHwobUEVSTUlTU0lPTl9NT0RFX1VOU1BFQ0lGSUVEEAASHQoZUEVSTUlTU0lPTl9NT0RFX1JFQURfT05MWRABEhgKFFBFUk1JU1NJT05fTU9ERV9BVVRPEAISGAoUUEVSTUlTU0lPTl9NT0RFX0ZVTEwQA2IGcHJvdG8z");
 
 /**
  * A tool as the model and the pipeline see it.
@@ -202,6 +202,56 @@ export type ToolOutputChunk = Message<"omicos.v1.ToolOutputChunk"> & {
  */
 export const ToolOutputChunkSchema: GenMessage<ToolOutputChunk> = /*@__PURE__*/
   messageDesc(file_omicos_v1_common, 3);
+
+/**
+ * A chat session ended (deleted, or expired in the orchestrator): stop
+ * everything it left running (its sandbox boxes, its kernel and what the
+ * kernel started, its per-session MCP servers). Idempotent; a session the
+ * receiver never saw ends nothing.
+ *
+ * @generated from message omicos.v1.EndSessionRequest
+ */
+export type EndSessionRequest = Message<"omicos.v1.EndSessionRequest"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * Set by the runner when it forwards to providers: the tenant of the
+   * principal an authenticated orchestrator forwarded. The runner itself
+   * takes the tenant from that principal, never from this field.
+   *
+   * @generated from field: string tenant = 2;
+   */
+  tenant: string;
+};
+
+/**
+ * Describes the message omicos.v1.EndSessionRequest.
+ * Use `create(EndSessionRequestSchema)` to create a new message.
+ */
+export const EndSessionRequestSchema: GenMessage<EndSessionRequest> = /*@__PURE__*/
+  messageDesc(file_omicos_v1_common, 4);
+
+/**
+ * @generated from message omicos.v1.EndSessionResponse
+ */
+export type EndSessionResponse = Message<"omicos.v1.EndSessionResponse"> & {
+  /**
+   * How many things were stopped (boxes, kernels, servers), for logs.
+   *
+   * @generated from field: uint32 stopped = 1;
+   */
+  stopped: number;
+};
+
+/**
+ * Describes the message omicos.v1.EndSessionResponse.
+ * Use `create(EndSessionResponseSchema)` to create a new message.
+ */
+export const EndSessionResponseSchema: GenMessage<EndSessionResponse> = /*@__PURE__*/
+  messageDesc(file_omicos_v1_common, 5);
 
 /**
  * Risk class of a tool. Decides how the permission mode treats it.
