@@ -698,7 +698,7 @@ async fn each_tenant_works_in_its_own_workspace() {
     chat(&url, ALICE, "").await.expect("alice's turn");
     let ws = &stack.workspace;
     assert_eq!(
-        std::fs::read_to_string(ws.join("acme/note.txt")).unwrap(),
+        std::fs::read_to_string(ws.join(".omicos/tenants/acme/note.txt")).unwrap(),
         "acme only",
         "alice's file is in her tenant's workspace"
     );
@@ -722,7 +722,7 @@ async fn each_tenant_works_in_its_own_workspace() {
         assert!(r.contains("error"), "{r}");
     }
     assert!(
-        ws.join("evil").is_dir(),
+        ws.join(".omicos/tenants/evil").is_dir(),
         "mallory works in her own directory"
     );
 }
@@ -736,8 +736,8 @@ async fn files_need_the_token_and_belong_to_the_sessions_owner() {
     let stack = start(&idp, 2).await;
     let url = stack.orchestrator.clone();
     let (sid, _) = alice_session(&url).await;
-    // Alice's tenant is acme: her outputs are in <root>/acme/.
-    let dir = stack.workspace.join("acme/.omicos/outputs").join(&sid);
+    // Alice's tenant is acme: her outputs are in <root>/.omicos/tenants/acme/.
+    let dir = stack.workspace.join(".omicos/tenants/acme/.omicos/outputs").join(&sid);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("plot.png"), b"\x89PNG\r\n\x1a\n").unwrap();
     let http = reqwest::Client::new();

@@ -24,6 +24,13 @@ pub enum AgentSource {
 }
 
 impl AgentSource {
+    /// Whether the agents' own tools can write files here: the workspace's
+    /// `agents/` is (file tools, shell, kernel); `.omicos/agents/` is not (the
+    /// file tools refuse `.omicos/` and the sandbox hides it).
+    pub fn agent_writable(self) -> bool {
+        self == AgentSource::Workspace
+    }
+
     /// The name shown in `ListAgents`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -301,6 +308,20 @@ pub fn parse_agent(
         let line = frontmatter::line_of_key(text, "permissions");
         return Err(format!("agent file {origin}:{line}: skipped: {e}"));
     }
+    // `<workspace>/agents/` is a place the agent's own tools can write: a file
+    // there may narrow what its agent may do (ask, deny), never widen it. Its
+    // allow rules are dropped, loudly.
+    let mut permissions = m.permissions;
+    if source.agent_writable() && !permissions.allow.is_empty() {
+        let line = frontmatter::line_of_key(text, "permissions");
+        warnings.push(format!(
+            "agent file {origin}:{line}: agent `{id}`: permissions.allow ignored ({}): \
+             this directory is writable by agents' tools, so its files may only ask or deny; \
+             put allow rules in the deployment's config or an operator-owned agent directory",
+            permissions.allow.join(", ")
+        ));
+        permissions.allow.clear();
+    }
     let skills = m
         .skills
         .into_vec()
@@ -329,7 +350,7 @@ pub fn parse_agent(
             source,
             origin: origin.to_string(),
             locked: tier > deployment,
-            permissions: m.permissions,
+            permissions,
         },
         warnings,
     ))
@@ -444,6 +465,23 @@ mod tests {
         );
         let unknown = "---\nid: git\npermissions: {allow: [], maybe: []}\n---\nbody";
         assert!(parse_agent(unknown, "g.md", AgentSource::Cache, Tier::Lab).is_err());
+    }
+
+    #[test]
+    fn an_agent_writable_file_may_narrow_but_never_widen() {
+        let text = "---\nid: default\npermissions:\n  allow: [shell, \"kernel__*\"]\n  ask: [web__fetch]\n  deny: [\"shell(rm:*)\"]\n---\nbody";
+        let (a, w) = parse_agent(text, "agents/d.md", AgentSource::Workspace, Tier::Lab).unwrap();
+        assert!(a.permissions.allow.is_empty(), "{:?}", a.permissions);
+        assert_eq!(a.permissions.ask, vec!["web__fetch"]);
+        assert_eq!(a.permissions.deny, vec!["shell(rm:*)"]);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("agents/d.md:3") && w[0].contains("permissions.allow ignored"), "{w:?}");
+        // The same file from an operator-owned directory keeps its allow rules.
+        for source in [AgentSource::LegacyWorkspace, AgentSource::Cache] {
+            let (a, w) = parse_agent(text, "d.md", source, Tier::Lab).unwrap();
+            assert_eq!(a.permissions.allow, vec!["shell", "kernel__*"], "{source:?}");
+            assert!(w.is_empty(), "{w:?}");
+        }
     }
 
     #[test]

@@ -102,6 +102,8 @@ pub struct Kernel {
     pid: i32,
     /// Signals the kernel's process group, or ends every process it started.
     signaller: omicos_sandbox::Signaller,
+    /// The session's box (None on the host): its disk bound interrupts cells.
+    sbox: Option<Arc<omicos_sandbox::SessionBox>>,
     dir: PathBuf,
     shell: tokio::sync::Mutex<jzc::DealerSendConnection>,
     control: tokio::sync::Mutex<jzc::DealerSendConnection>,
@@ -211,7 +213,8 @@ impl Kernel {
                 })?;
             }
         }
-        let mut cmd = omicos_sandbox::Command::new(interpreter.python.display().to_string());
+        let program = crate::sandboxing::program_path(&interpreter.python);
+        let mut cmd = omicos_sandbox::Command::new(program.display().to_string());
         cmd.args([
             "-m",
             "ipykernel_launcher",
@@ -226,8 +229,11 @@ impl Kernel {
         .env("PYTHONUNBUFFERED", "1")
         .env("PYTHONPATH", packages.display().to_string())
         // A kernel lives for its session; each cell has its own timeout.
-        .cpu_seconds(None);
-        if let Some(bin) = interpreter.python.parent().filter(|b| b.is_absolute()) {
+        .cpu_seconds(None)
+        // Past the disk bound, the cell that writes is interrupted; the
+        // kernel and its state stay.
+        .interrupt_on_bound();
+        if let Some(bin) = program.parent().filter(|b| b.is_absolute()) {
             cmd.env(
                 "PATH",
                 format!("{}:{}", bin.display(), omicos_sandbox::config::DEFAULT_PATH),
@@ -242,7 +248,7 @@ impl Kernel {
         let mut child = spawned.map_err(|e| {
             if e.0.contains("No such file") || e.0.contains("not found") {
                 KernelError::Start(format!(
-                    "the interpreter {} (chosen by {}) cannot be run ({e}); {SETUP_HINT}",
+                    "the interpreter {} (chosen by {}) does not exist (or is not visible in the sandbox: {e}); {SETUP_HINT}",
                     interpreter.python.display(),
                     interpreter.source
                 ))
@@ -251,7 +257,9 @@ impl Kernel {
             }
         })?;
         let signaller = child.signaller();
-        let pid = child.pid();
+        let sbox = child.sandbox_box().cloned();
+        // The host's pid (markers, operators); in a box its own pid differs.
+        let pid = child.host_pid().unwrap_or_else(|| child.pid());
         let stderr_tail = Arc::new(Mutex::new(String::new()));
         let mut tasks = Vec::new();
         if let Some(mut err) = child.stderr.take() {
@@ -388,6 +396,7 @@ impl Kernel {
             interpreter: interpreter.clone(),
             pid,
             signaller: signaller.clone(),
+            sbox,
             dir: cleanup.keep(),
             shell: tokio::sync::Mutex::new(shell_tx),
             control: tokio::sync::Mutex::new(control_tx),
@@ -480,7 +489,7 @@ impl Kernel {
         self.dead.borrow().clone()
     }
 
-    /// The process id (also the process group id), in the kernel's box.
+    /// The kernel's process id on the host (signals go through the sandbox).
     pub fn pid(&self) -> i32 {
         self.pid
     }
@@ -544,6 +553,7 @@ impl Kernel {
             outcome.died = Some(d);
             return outcome;
         }
+        let trips_before = self.sbox.as_ref().map(|b| b.disk_trips().0);
         let mut req = ExecuteRequest::new(code.to_owned());
         req.silent = silent;
         req.store_history = !silent;
@@ -630,6 +640,14 @@ impl Kernel {
             2 => Some(Interruption::Sigint),
             _ => Some(Interruption::Killed),
         };
+        if let (Some(b), Some(before)) = (&self.sbox, trips_before) {
+            let (after, note) = b.disk_trips();
+            if after > before {
+                outcome
+                    .out
+                    .stream("stderr", &format!("\n[omicos] {note}\n"));
+            }
+        }
         outcome
     }
 

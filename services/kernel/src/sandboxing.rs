@@ -41,6 +41,17 @@ fn locate(python: &Path) -> Option<PathBuf> {
     })
 }
 
+/// `python` as a box can run it: its directory resolved (no `..` or
+/// symlinked directories whose other end the box does not see), its file
+/// name kept (a venv's `python3` symlink is what makes it that venv's).
+pub fn program_path(python: &Path) -> PathBuf {
+    let located = locate(python).unwrap_or_else(|| python.to_path_buf());
+    match (located.parent().and_then(|d| d.canonicalize().ok()), located.file_name()) {
+        (Some(dir), Some(name)) => dir.join(name),
+        _ => located,
+    }
+}
+
 /// Asks `python` which directories it needs. The installation around the
 /// executable as named (a venv's, or pyenv's shims) and around its real
 /// file are included, so shims and symlinked venvs work. Run isolated (`-I`,

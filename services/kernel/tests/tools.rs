@@ -119,8 +119,10 @@ fn pip_recorder(dir: &std::path::Path) -> String {
         &fake,
         format!(
             "#!/bin/sh\n\
+             [ \"$1\" = -I ] && isolated=1 && shift\n\
              if [ \"$1\" = -m ] && [ \"$2\" = pip ]; then\n\
              \x20 echo \"pip-cwd=$(pwd -P)\"\n\
+             \x20 echo \"pip-isolated=${{isolated:-0}} env=$(env | grep -c '^PIP_\\|SECRET')\"\n\
              \x20 shift 2\n\
              \x20 echo \"pip-args=$*\"\n\
              \x20 exit 0\n\
@@ -160,9 +162,16 @@ async fn kernel_install_runs_pip_in_the_workspace_not_the_services_directory() {
         .await
         .unwrap();
     assert_eq!(pip_cwd(&r), root.display().to_string(), "{r}");
+    let out = r["output"].as_str().unwrap();
     assert!(
-        r["output"].as_str().unwrap().contains("pip-args=install ")
-            && r["output"].as_str().unwrap().trim_end().ends_with(" six"),
+        out.contains("pip-args=install ") && out.trim_end().ends_with(" six"),
+        "{r}"
+    );
+    // Isolated: python -I, pip --isolated, into the session's own
+    // directory, with no PIP_* or secret in its environment.
+    assert!(out.contains("pip-isolated=1 env=0"), "{r}");
+    assert!(
+        out.contains(" --isolated ") && out.contains("--target /session/site-packages "),
         "{r}"
     );
 
@@ -177,7 +186,7 @@ async fn kernel_install_runs_pip_in_the_workspace_not_the_services_directory() {
         .call("kernel_install", json!({"packages": ["six"]}), c)
         .await
         .unwrap();
-    assert_eq!(pip_cwd(&r), root.join("acme").display().to_string(), "{r}");
+    assert_eq!(pip_cwd(&r), root.join(".omicos/tenants/acme").display().to_string(), "{r}");
     served.stop().await;
     p.close().await;
 }

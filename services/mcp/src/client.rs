@@ -102,9 +102,25 @@ fn token_text(t: &ProgressToken) -> String {
         .unwrap_or_default()
 }
 
+/// Where a stdio server's process runs.
+pub enum Launch<'a> {
+    /// On the host, as the runner (an HTTP server ignores it).
+    Host,
+    /// In a sandbox box: the session's, or one of the server's own.
+    Boxed {
+        /// The runner's sandbox.
+        sandbox: &'a omicos_sandbox::Sandbox,
+        /// Whose box, which workspace, which policy.
+        place: omicos_sandbox::Placement,
+    },
+}
+
 /// A started server.
 pub struct Live {
     server: String,
+    /// A boxed server's process: dropping it (with the `Live`) kills the
+    /// server and everything it started in the box.
+    process: Mutex<Option<omicos_sandbox::Process>>,
     service: RunningService<RoleClient, Handler>,
     shared: Arc<Shared>,
     stderr: Arc<Mutex<VecDeque<String>>>,
@@ -129,6 +145,7 @@ impl Live {
         cfg: &ServerConfig,
         workspace: &Path,
         list_changed: Option<mpsc::UnboundedSender<()>>,
+        launch: Launch<'_>,
     ) -> Result<Live, String> {
         let shared = Arc::new(Shared {
             progress: Mutex::default(),
@@ -139,14 +156,55 @@ impl Live {
         };
         let stderr: Arc<Mutex<VecDeque<String>>> = Arc::default();
         let name = cfg.name.clone();
+        let process: Mutex<Option<omicos_sandbox::Process>> = Mutex::default();
         let connect = async {
-            match cfg.transport() {
-                Transport::Stdio {
-                    command,
-                    args,
-                    env,
-                    cwd,
-                } => {
+            match (cfg.transport(), launch) {
+                (
+                    Transport::Stdio {
+                        command,
+                        args,
+                        env,
+                        cwd,
+                    },
+                    Launch::Boxed { sandbox, place },
+                ) => {
+                    use omicos_sandbox::Stdio;
+                    let mut cmd = omicos_sandbox::Command::new(command.clone());
+                    cmd.args(args.iter().cloned())
+                        .cwd(cwd.clone().unwrap_or_else(|| place.workspace.clone()))
+                        .stdin(Stdio::Piped)
+                        .stdout(Stdio::Piped)
+                        .stderr(Stdio::Piped);
+                    for (k, v) in &env {
+                        cmd.env(k.clone(), v.clone());
+                    }
+                    let mut proc = sandbox
+                        .spawn(&place, cmd)
+                        .await
+                        .map_err(|e| format!("cannot start `{command}` in the sandbox: {e}"))?;
+                    let (Some(stdin), Some(stdout)) = (proc.stdin.take(), proc.stdout.take())
+                    else {
+                        return Err("the sandbox gave no pipes for stdin and stdout".to_owned());
+                    };
+                    if let Some(err) = proc.stderr.take() {
+                        spawn_stderr_reader(name.clone(), err, stderr.clone());
+                    }
+                    *process.lock().unwrap_or_else(|e| e.into_inner()) = Some(proc);
+                    handler
+                        .clone()
+                        .serve((stdout, stdin))
+                        .await
+                        .map_err(|e| format!("the MCP handshake failed: {e}"))
+                }
+                (
+                    Transport::Stdio {
+                        command,
+                        args,
+                        env,
+                        cwd,
+                    },
+                    Launch::Host,
+                ) => {
                     let mut cmd = tokio::process::Command::new(&command);
                     cmd.args(&args)
                         .envs(&env)
@@ -165,11 +223,14 @@ impl Live {
                         .await
                         .map_err(|e| format!("the MCP handshake failed: {e}"))
                 }
-                Transport::Http {
-                    url,
-                    headers,
-                    bearer_token,
-                } => {
+                (
+                    Transport::Http {
+                        url,
+                        headers,
+                        bearer_token,
+                    },
+                    _,
+                ) => {
                     let mut map = HashMap::new();
                     for (k, v) in headers {
                         let k = http::HeaderName::from_bytes(k.as_bytes())
@@ -229,6 +290,7 @@ impl Live {
         tracing::info!(server = %name, tools = tools.len(), "MCP server started");
         Ok(Live {
             server: name,
+            process,
             service,
             shared,
             stderr,
@@ -339,6 +401,15 @@ impl Live {
     /// Closes the connection (a stdio child is killed).
     pub fn shutdown(&self) {
         self.service.cancellation_token().cancel();
+        // A boxed server: kill it and whatever it started in its box.
+        if let Some(p) = self
+            .process
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            p.signaller().kill();
+        }
     }
 }
 
@@ -356,7 +427,7 @@ impl Drop for Unregister<'_> {
 
 fn spawn_stderr_reader(
     server: String,
-    err: tokio::process::ChildStderr,
+    err: impl tokio::io::AsyncRead + Unpin + Send + 'static,
     tail: Arc<Mutex<VecDeque<String>>>,
 ) {
     tokio::spawn(async move {

@@ -2,6 +2,7 @@
 //! runner offers, and how the runner's own tools are served over MCP.
 
 use omicos_proto::Risk;
+use omicos_sandbox::SandboxPolicy;
 use omicos_servicekit::config::{ConfigError, duration, require_nonzero};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -67,6 +68,16 @@ pub struct ServerConfig {
     pub tool_risk: BTreeMap<String, String>,
     /// Tools of the server (by its own names) that are not offered.
     pub disabled_tools: Vec<String>,
+    /// stdio: the sandbox policy the server runs under (`read-only`,
+    /// `workspace-write`, `network`, or `danger-full-access`: unconfined, as
+    /// the runner). Default: `workspace-write` for `per_session` servers (a
+    /// box of the session's, beside its shell), `danger-full-access` for a
+    /// shared one, which serves every session and is the operator's own
+    /// program. A confined shared server gets a box of its own.
+    pub sandbox: Option<SandboxPolicy>,
+    /// stdio, confined: directories the server may read besides the system's
+    /// and the workspace, e.g. where its package is installed.
+    pub sandbox_read: Vec<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -87,6 +98,8 @@ impl Default for ServerConfig {
             default_risk: "file_write".into(),
             tool_risk: BTreeMap::new(),
             disabled_tools: Vec::new(),
+            sandbox: None,
+            sandbox_read: Vec::new(),
         }
     }
 }
@@ -132,6 +145,15 @@ impl ServerConfig {
                 bearer_token: self.bearer_token.clone(),
             },
         }
+    }
+
+    /// The sandbox policy of a stdio server (see [`ServerConfig::sandbox`]).
+    pub fn sandbox_policy(&self) -> SandboxPolicy {
+        self.sandbox.unwrap_or(if self.per_session {
+            SandboxPolicy::WorkspaceWrite
+        } else {
+            SandboxPolicy::DangerFullAccess
+        })
     }
 
     /// The risk of `tool` given its `readOnlyHint`: a per-tool override, else
@@ -249,6 +271,18 @@ impl McpConfig {
                     ));
                 }
                 _ => {}
+            }
+            if s.url.is_some() && (s.sandbox.is_some() || !s.sandbox_read.is_empty()) {
+                return Err(ConfigError::key(
+                    key("sandbox"),
+                    "sandbox and sandbox_read are for stdio (`command`) servers: an HTTP server runs elsewhere",
+                ));
+            }
+            if let Some(p) = s.sandbox_read.iter().find(|p| !p.is_absolute()) {
+                return Err(ConfigError::key(
+                    key("sandbox_read"),
+                    format!("`{}` is not an absolute path", p.display()),
+                ));
             }
             if s.command.is_some() && (!s.headers.is_empty() || s.bearer_token.is_some()) {
                 return Err(ConfigError::key(

@@ -4,7 +4,7 @@
 //! restarted on the next call, and `tools/list_changed` re-listing the tools
 //! and telling the runner (`on_change`) so its catalog version moves.
 
-use crate::client::{CallFailure, Live};
+use crate::client::{CallFailure, Launch, Live};
 use crate::config::{McpConfig, ServerConfig};
 use crate::naming;
 use async_trait::async_trait;
@@ -22,8 +22,9 @@ pub type OnChange = Arc<dyn Fn() + Send + Sync>;
 /// The provider name of every MCP tool.
 pub const PROVIDER: &str = "mcp";
 
-/// Session id used for the shared instance's key in messages.
-const SHARED: &str = "";
+/// A `per_session` instance's key: the tenant and the session (two tenants'
+/// sessions never share an instance, whatever their ids).
+type SessionKey = (String, String);
 
 struct Tools {
     /// Qualified name → the server's own name.
@@ -41,10 +42,12 @@ struct SessionSlot {
 pub struct Server {
     cfg: ServerConfig,
     workspace: PathBuf,
+    /// The runner's sandbox, for servers whose policy confines them.
+    sandbox: Result<Arc<omicos_sandbox::Sandbox>, String>,
     tools: RwLock<Tools>,
     /// The shared instance; for `per_session` servers, the one that lists tools.
     shared: Mutex<Option<Arc<Live>>>,
-    sessions: Mutex<HashMap<String, SessionSlot>>,
+    sessions: Mutex<HashMap<SessionKey, SessionSlot>>,
     list_changed: mpsc::UnboundedSender<()>,
     status: RwLock<Result<(), String>>,
 }
@@ -110,23 +113,49 @@ impl Server {
         Ok(())
     }
 
-    async fn start_live(&self) -> Result<Arc<Live>, String> {
-        Live::start(&self.cfg, &self.workspace, Some(self.list_changed.clone()))
+    /// Starts an instance: for `session` (a per-session one, in that
+    /// session's box and tenant workspace), or the shared one (`None`: in a
+    /// box of the server's own when its policy confines it).
+    async fn start_live(&self, session: Option<(&SessionKey, &Path)>) -> Result<Arc<Live>, String> {
+        let policy = self.cfg.sandbox_policy();
+        let confined = self.cfg.command.is_some() && policy.is_confined();
+        let workspace = session.map_or(self.workspace.as_path(), |(_, w)| w);
+        let launch = if confined {
+            let sandbox = self.sandbox.as_ref().map_err(|e| {
+                format!(
+                    "MCP server `{}` runs under the sandbox policy `{}`, but {e}",
+                    self.cfg.name,
+                    policy.as_str()
+                )
+            })?;
+            let (tenant, session) = match session {
+                Some(((t, s), _)) => (t.clone(), s.clone()),
+                None => (String::new(), format!("mcp-server-{}", self.cfg.name)),
+            };
+            Launch::Boxed {
+                sandbox,
+                place: omicos_sandbox::Placement::new(tenant, session, workspace, policy)
+                    .read(self.cfg.sandbox_read.iter().cloned()),
+            }
+        } else {
+            Launch::Host
+        };
+        Live::start(&self.cfg, workspace, Some(self.list_changed.clone()), launch)
             .await
             .map(Arc::new)
     }
 
     /// The instance for `session`: started, or restarted when it died.
-    async fn instance(&self, session: &str) -> Result<Arc<Live>, ToolError> {
-        if self.cfg.per_session {
+    async fn instance(&self, session: Option<(&SessionKey, &Path)>) -> Result<Arc<Live>, ToolError> {
+        if let Some((key, _)) = session {
             let mut map = self.sessions.lock().await;
-            if let Some(slot) = map.get_mut(session).filter(|s| !s.live.is_closed()) {
+            if let Some(slot) = map.get_mut(key).filter(|s| !s.live.is_closed()) {
                 slot.last_used = std::time::Instant::now();
                 return Ok(slot.live.clone());
             }
-            let live = self.start_live().await.map_err(ToolError::Unavailable)?;
+            let live = self.start_live(session).await.map_err(ToolError::Unavailable)?;
             map.insert(
-                session.to_owned(),
+                key.clone(),
                 SessionSlot {
                     live: live.clone(),
                     last_used: std::time::Instant::now(),
@@ -141,17 +170,17 @@ impl Server {
         if slot.is_some() {
             tracing::warn!(server = %self.cfg.name, "MCP server is gone; restarting it");
         }
-        let live = self.start_live().await.map_err(ToolError::Unavailable)?;
+        let live = self.start_live(None).await.map_err(ToolError::Unavailable)?;
         *slot = Some(live.clone());
         Ok(live)
     }
 
     /// Drops `live` if it is still the instance for `session`.
-    async fn forget(&self, live: &Arc<Live>, session: &str) {
-        if self.cfg.per_session {
+    async fn forget(&self, live: &Arc<Live>, session: Option<&SessionKey>) {
+        if let Some(key) = session {
             let mut map = self.sessions.lock().await;
-            if map.get(session).is_some_and(|s| Arc::ptr_eq(&s.live, live)) {
-                map.remove(session);
+            if map.get(key).is_some_and(|s| Arc::ptr_eq(&s.live, live)) {
+                map.remove(key);
             }
         } else {
             let mut slot = self.shared.lock().await;
@@ -166,11 +195,8 @@ impl Server {
         let own = self
             .own_name(qualified)
             .ok_or_else(|| ToolError::UnknownTool(qualified.to_owned()))?;
-        let session = if self.cfg.per_session {
-            ctx.session_id.as_str()
-        } else {
-            SHARED
-        };
+        let key = (ctx.tenant.clone(), ctx.session_id.clone());
+        let session = self.cfg.per_session.then_some((&key, ctx.workspace.as_path()));
         let live = self.instance(session).await?;
         match live
             .call(&own, args, ctx.events.clone(), ctx.cancel.clone())
@@ -178,7 +204,7 @@ impl Server {
         {
             Ok(r) => crate::result::convert(r, &ctx),
             Err(CallFailure::Dead(msg)) => {
-                self.forget(&live, session).await;
+                self.forget(&live, session.map(|(k, _)| k)).await;
                 Err(ToolError::Failed(msg))
             }
             Err(CallFailure::Tool(e)) => Err(e),
@@ -194,7 +220,7 @@ impl Server {
         }
         let mut map = self.sessions.lock().await;
         let before = map.len();
-        map.retain(|session, s| {
+        map.retain(|(_, session), s| {
             let keep = !s.live.is_closed()
                 && (Arc::strong_count(&s.live) > 1 || s.last_used.elapsed() < idle);
             if !keep {
@@ -204,6 +230,18 @@ impl Server {
             keep
         });
         before - map.len()
+    }
+
+    /// Stops the per-session instance of `tenant`'s `session` (the session
+    /// ended); true when there was one.
+    pub async fn end_session(&self, tenant: &str, session: &str) -> bool {
+        let key = (tenant.to_owned(), session.to_owned());
+        let Some(slot) = self.sessions.lock().await.remove(&key) else {
+            return false;
+        };
+        tracing::info!(server = %self.cfg.name, %session, "session ended: stopping its MCP server");
+        slot.live.shutdown();
+        true
     }
 
     /// Per-session instances running now.
@@ -237,6 +275,19 @@ impl McpProvider {
     /// [`Server::status`]); the others serve. `on_change` is called when a
     /// server's tool list changes.
     pub async fn start(config: &McpConfig, workspace: &Path, on_change: OnChange) -> Arc<Self> {
+        Self::start_with(config, workspace, None, on_change).await
+    }
+
+    /// [`McpProvider::start`] with the runner's sandbox, in which the servers
+    /// whose policy confines them run (`per_session` ones by default). Without
+    /// one, such a server is not loaded, and says why.
+    pub async fn start_with(
+        config: &McpConfig,
+        workspace: &Path,
+        sandbox: Option<Result<Arc<omicos_sandbox::Sandbox>, String>>,
+        on_change: OnChange,
+    ) -> Arc<Self> {
+        let sandbox = sandbox.unwrap_or_else(|| Err("the runner has no sandbox".to_owned()));
         let mut servers = Vec::new();
         let mut receivers = Vec::new();
         for cfg in &config.servers {
@@ -244,6 +295,7 @@ impl McpProvider {
             servers.push(Arc::new(Server {
                 cfg: cfg.clone(),
                 workspace: workspace.to_owned(),
+                sandbox: sandbox.clone(),
                 tools: RwLock::new(Tools {
                     by_name: HashMap::new(),
                     specs: Vec::new(),
@@ -287,7 +339,7 @@ impl McpProvider {
 
 async fn load(server: Arc<Server>) {
     let result = async {
-        let live = server.start_live().await?;
+        let live = server.start_live(None).await?;
         if let Err(e) = server.set_tools(&live.tools) {
             live.shutdown();
             return Err(e.to_string());
@@ -362,5 +414,13 @@ impl Provider for McpProvider {
             .server_of(tool)
             .ok_or_else(|| ToolError::UnknownTool(tool.to_owned()))?;
         server.call(tool, args, ctx).await
+    }
+
+    async fn end_session(&self, tenant: &str, session: &str) -> u32 {
+        let mut stopped = 0;
+        for s in &self.servers {
+            stopped += u32::from(s.end_session(tenant, session).await);
+        }
+        stopped
     }
 }

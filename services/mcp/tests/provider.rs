@@ -53,6 +53,8 @@ fn misbehaving(name: &str, env: &[(&str, &str)]) -> ServerConfig {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         startup_timeout: Duration::from_secs(20),
+        // A confined server (per_session by default) reads its own install.
+        sandbox_read: vec![servers_dir()],
         ..Default::default()
     }
 }
@@ -68,9 +70,12 @@ async fn provider(
         ..Default::default()
     };
     cfg.validate().unwrap();
-    let p = McpProvider::start(
+    let sandbox = omicos_sandbox::Sandbox::shared(omicos_sandbox::SandboxConfig::default())
+        .map_err(|e| e.to_string());
+    let p = McpProvider::start_with(
         &cfg,
         dir,
+        Some(sandbox),
         Arc::new(move || {
             c.fetch_add(1, Ordering::SeqCst);
         }),
@@ -513,4 +518,104 @@ async fn idle_per_session_instances_are_stopped_but_never_mid_call() {
         again, first,
         "a new instance after the idle one was stopped"
     );
+}
+
+/// The `sh` tool's answer: (status, stdout, stderr).
+async fn sh(p: &McpProvider, c: &CallCtx, cmd: &str) -> (Option<i64>, String, String) {
+    let v = p
+        .call("mcp__box__sh", json!({ "cmd": cmd }), c.clone())
+        .await
+        .unwrap();
+    let text = match &v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let r: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    (
+        r["status"].as_i64(),
+        r["stdout"].as_str().unwrap_or_default().to_owned(),
+        r["stderr"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+// A per-session server is hostile code like the shell: by default it runs in
+// the session's box (workspace-write), and its session's end stops it with
+// everything it started.
+#[tokio::test]
+async fn a_per_session_server_runs_in_the_sessions_box_and_ends_with_it() {
+    let ci = matches!(std::env::var("CI").as_deref(), Ok("true" | "1"));
+    let sandbox = omicos_sandbox::Sandbox::shared(omicos_sandbox::SandboxConfig::default()).unwrap();
+    if sandbox.report().mode == omicos_sandbox::Mode::NoNamespaces {
+        assert!(!ci, "no namespaces for the sandbox under CI: {:?}", sandbox.report().lines);
+        eprintln!("SKIPPED: no namespaces ({:?})", sandbox.report().lines);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    std::fs::create_dir_all(ws.join(".omicos")).unwrap();
+    std::fs::write(ws.join(".omicos/token"), "S3CRET-token").unwrap();
+    let mut cfg = misbehaving("box", &[]);
+    cfg.per_session = true;
+    let (p, _) = provider(vec![cfg], &ws).await;
+    let (mut a, _) = ctx(&ws);
+    a.session_id = "A".into();
+    // Not the runner's uid, none of its environment, none of omicos's state.
+    let (_, uid, _) = sh(&p, &a, "id -u").await;
+    if nix_is_root() {
+        assert_ne!(uid.trim(), "0", "the server runs as root");
+    }
+    // SAFETY: set before the next box starts; nextest runs each test in its own process.
+    unsafe { std::env::set_var("OMICOS_TEST_RUNNER_SECRET", "runner-secret-value") };
+    let (_, env, _) = sh(&p, &a, "env").await;
+    assert!(!env.contains("runner-secret-value"), "{env}");
+    for attempt in [
+        "cat .omicos/token",
+        "cat $PWD/.omicos/token",
+        "ls -la .omicos",
+        "touch /etc/omicos-mcp-escape",
+        "touch /usr/omicos-mcp-escape",
+    ] {
+        let (status, out, err) = sh(&p, &a, attempt).await;
+        assert_ne!(status, Some(0), "`{attempt}` worked: {out} {err}");
+        assert!(!out.contains("S3CRET"), "`{attempt}`: {out}");
+    }
+    assert!(!std::path::Path::new("/etc/omicos-mcp-escape").exists());
+    // It works in the workspace, as the session's shell does.
+    let (status, _, err) = sh(&p, &a, "echo made-by-mcp > mcp.txt").await;
+    assert_eq!(status, Some(0), "{err}");
+    assert_eq!(std::fs::read_to_string(ws.join("mcp.txt")).unwrap(), "made-by-mcp\n");
+    // A background process that escapes its group: after the session ends,
+    // nothing of it runs (the heartbeat file stops changing).
+    let (status, _, err) = sh(
+        &p,
+        &a,
+        "setsid sh -c 'while :; do date +%s%N > beat; sleep 0.05; done' </dev/null >/dev/null 2>&1 &",
+    )
+    .await;
+    assert_eq!(status, Some(0), "{err}");
+    let beat = ws.join("beat");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !beat.exists() {
+        assert!(Instant::now() < deadline, "the heartbeat never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The runner ends a session in every provider: the MCP servers, then the
+    // shell's sandbox (the same one) ends the session's boxes.
+    assert_eq!(p.end_session("", "A").await, 1, "one server instance stopped");
+    sandbox.end_session("", "A");
+    assert_eq!(p.servers()[0].session_instances().await, 0);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = std::fs::read_to_string(&beat).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(std::fs::read_to_string(&beat).unwrap(), before, "a process of the session's server outlived it");
+    // The session's next call starts a fresh server.
+    let (status, _, _) = sh(&p, &a, "true").await;
+    assert_eq!(status, Some(0));
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
 }

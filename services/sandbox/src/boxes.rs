@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,6 +33,10 @@ pub(crate) struct BoxKey {
     pub tenant: String,
     pub session: String,
     pub network: bool,
+    /// The workspace is mounted writable (read-only calls get a box whose
+    /// workspace mount is read-only: Landlock alone cannot take back a
+    /// write right that a parent directory's rule gives, e.g. /tmp's).
+    pub writable: bool,
     pub workspace: PathBuf,
     pub read: Vec<PathBuf>,
     pub write: Vec<PathBuf>,
@@ -173,6 +177,11 @@ pub struct SessionBox {
     busy: AtomicUsize,
     last_used: Mutex<Instant>,
     pub(crate) memory_bound: Option<u64>,
+    /// Times the disk watchdog stopped the box's calls, and why the last time.
+    disk_trips: AtomicU64,
+    disk_note: Mutex<String>,
+    /// Calls a disk bound interrupts instead of ending (kernels).
+    interruptible: Mutex<Vec<u64>>,
 }
 
 impl std::fmt::Debug for SessionBox {
@@ -383,6 +392,9 @@ impl SessionBox {
             busy: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
             memory_bound,
+            disk_trips: AtomicU64::new(0),
+            disk_note: Mutex::new(String::new()),
+            interruptible: Mutex::default(),
         }))
     }
 
@@ -435,6 +447,44 @@ impl SessionBox {
         self.cgroup.as_ref()
     }
 
+    /// The host's pid of the box process whose pid in the box is `inner`:
+    /// found among the box's cgroup's processes (or all of /proc) by its
+    /// `NSpid` line and its pid namespace being the box's.
+    pub fn host_pid(&self, inner: i32) -> Option<i32> {
+        let z0 = self.z0_pid? as i32;
+        let z1: i32 = std::fs::read_to_string(format!("/proc/{z0}/task/{z0}/children"))
+            .ok()?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()?;
+        let ns = std::fs::read_link(format!("/proc/{z1}/ns/pid")).ok()?;
+        let candidates: Vec<i32> = match &self.cgroup {
+            Some(c) => c
+                .dirs()
+                .iter()
+                .filter_map(|d| std::fs::read_to_string(d.join("cgroup.procs")).ok())
+                .flat_map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect::<Vec<i32>>())
+                .collect(),
+            None => std::fs::read_dir("/proc")
+                .ok()?
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect(),
+        };
+        candidates.into_iter().find(|pid| {
+            let nspid = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find_map(|l| l.strip_prefix("NSpid:"))
+                        .and_then(|v| v.split_whitespace().last()?.parse::<i32>().ok())
+                });
+            nspid == Some(inner)
+                && std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok().as_ref() == Some(&ns)
+        })
+    }
+
     /// Ends the box: its init and every process inside die.
     pub fn end(&self) {
         self.ctl.fail_all("the session's box was ended".into());
@@ -451,6 +501,12 @@ impl SessionBox {
         req: SpawnRequest,
     ) -> Result<(BoxedChild, [Option<OwnedFd>; 3]), io::Error> {
         let id = self.next_call.fetch_add(1, Ordering::SeqCst);
+        if req.interrupt_on_bound {
+            self.interruptible
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(id);
+        }
         let mut host_ends: [Option<OwnedFd>; 3] = [None, None, None];
         let mut box_ends: Vec<OwnedFd> = Vec::new();
         let mut present = [false; 3];
@@ -544,6 +600,7 @@ impl SessionBox {
                 exited: exited_rx,
                 guard,
                 oom_before: self.cgroup.as_ref().map(BoxCgroup::oom_kills).unwrap_or(0),
+                disk_before: self.disk_trips.load(Ordering::SeqCst),
             },
             host_ends,
         ))
@@ -551,6 +608,47 @@ impl SessionBox {
 
     pub(crate) fn signal(&self, id: u64, signal: i32, group: bool) {
         let _ = self.ctl.send(&ToBox::Signal { id, signal, group }, &[]);
+    }
+
+    /// A disk bound was passed (see `Sandbox`'s disk watchdog): every call
+    /// running in the box is ended, and each says why.
+    pub(crate) fn trip_disk(&self, note: String) {
+        *self.disk_note.lock().unwrap_or_else(|e| e.into_inner()) = note;
+        self.disk_trips.fetch_add(1, Ordering::SeqCst);
+        let ids: Vec<u64> = self
+            .ctl
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        let interruptible: Vec<u64> = {
+            let mut i = self.interruptible.lock().unwrap_or_else(|e| e.into_inner());
+            i.retain(|id| ids.contains(id));
+            i.clone()
+        };
+        for id in ids {
+            if interruptible.contains(&id) {
+                self.signal(id, libc::SIGINT, true);
+            } else {
+                self.end_call(id);
+            }
+        }
+    }
+
+    /// Times the disk watchdog stopped (or interrupted) the box's calls, and
+    /// why the last time.
+    pub fn disk_trips(&self) -> (u64, String) {
+        (
+            self.disk_trips.load(Ordering::SeqCst),
+            self.disk_note.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        )
+    }
+
+    /// The workspace the box writes.
+    pub(crate) fn workspace(&self) -> &Path {
+        &self.key.workspace
     }
 
     pub(crate) fn end_call(&self, id: u64) {
@@ -657,6 +755,7 @@ pub(crate) struct SpawnRequest {
     pub read_only: bool,
     pub stdio: [crate::Stdio; 3],
     pub rlimits: Vec<wire::Rlimit>,
+    pub interrupt_on_bound: bool,
 }
 
 /// Ends the call's processes when the handle goes.
@@ -683,6 +782,7 @@ pub(crate) struct BoxedChild {
     exited: watch::Receiver<Option<i32>>,
     guard: CallGuard,
     oom_before: u64,
+    disk_before: u64,
 }
 
 impl std::fmt::Debug for BoxedChild {
@@ -704,6 +804,11 @@ impl BoxedChild {
     /// The box it runs in.
     pub fn sandbox_box(&self) -> &Arc<SessionBox> {
         &self.guard.sbox
+    }
+
+    /// The process's pid on the host (see [`SessionBox::host_pid`]).
+    pub fn host_pid(&self) -> Option<i32> {
+        self.guard.sbox.host_pid(self.pid)
     }
 
     /// The call's id in its box.
@@ -738,6 +843,19 @@ impl BoxedChild {
             self.guard.sbox.end_call(self.guard.id);
         }
         self.guard.ended.wait().await;
+    }
+
+    /// Times the disk watchdog stopped the box's calls.
+    pub fn disk_trips(&self) -> u64 {
+        self.guard.sbox.disk_trips.load(Ordering::SeqCst)
+    }
+
+    /// Why the disk watchdog stopped the box's calls, if it did since this
+    /// one started.
+    pub fn hit_disk_bound(&self) -> Option<String> {
+        let b = &self.guard.sbox;
+        (b.disk_trips.load(Ordering::SeqCst) > self.disk_before)
+            .then(|| b.disk_note.lock().unwrap_or_else(|e| e.into_inner()).clone())
     }
 
     /// Whether the box's memory bound stopped a process since this call began.

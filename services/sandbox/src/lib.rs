@@ -34,6 +34,7 @@
 //! ```
 
 mod box_cgroup;
+mod disk;
 mod boxes;
 pub mod config;
 mod filesystem;

@@ -122,6 +122,7 @@ pub(crate) fn view(
     config: &SandboxConfig,
     system: &(Vec<Mount>, Vec<PathBuf>),
     workspace: &Path,
+    writable: bool,
     read: &[PathBuf],
     write: &[PathBuf],
     bind: &[(PathBuf, PathBuf, bool)],
@@ -132,7 +133,7 @@ pub(crate) fn view(
     mounts.push(Mount::Bind {
         src: workspace.to_path_buf(),
         dst: workspace.to_path_buf(),
-        writable: true,
+        writable,
         idmap: true,
         required: true,
     });
@@ -267,6 +268,7 @@ mod tests {
             &config,
             &system,
             &ws,
+            true,
             &[nested.clone(), a.clone(), ws.join("venv")],
             &[],
             &[],

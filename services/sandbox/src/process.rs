@@ -95,6 +95,7 @@ pub struct Command {
     pub(crate) cwd: Option<PathBuf>,
     pub(crate) stdio: [Stdio; 3],
     pub(crate) cpu_seconds: Option<Option<u64>>,
+    pub(crate) interrupt_on_bound: bool,
 }
 
 impl Command {
@@ -107,6 +108,7 @@ impl Command {
             cwd: None,
             stdio: [Stdio::Null, Stdio::Null, Stdio::Null],
             cpu_seconds: None,
+            interrupt_on_bound: false,
         }
     }
 
@@ -163,6 +165,14 @@ impl Command {
         self
     }
 
+    /// When the session's disk bound is passed, interrupt this process's
+    /// group (SIGINT) instead of ending it: for a kernel, which loses its
+    /// state if it is killed, and stops the cell that wrote.
+    pub fn interrupt_on_bound(&mut self) -> &mut Self {
+        self.interrupt_on_bound = true;
+        self
+    }
+
     /// The program as given.
     pub fn program(&self) -> &str {
         &self.program
@@ -207,6 +217,15 @@ impl Process {
         match &self.inner {
             Inner::Boxed(b) => b.pid(),
             Inner::Host { pgid, .. } => *pgid,
+        }
+    }
+
+    /// Its pid on the host (for operators and tests: signals go through
+    /// [`Process::signal_group`]); None when it cannot be found (gone).
+    pub fn host_pid(&self) -> Option<i32> {
+        match &self.inner {
+            Inner::Boxed(b) => b.host_pid(),
+            Inner::Host { pgid, .. } => Some(*pgid),
         }
     }
 
@@ -301,6 +320,25 @@ impl Process {
     pub fn hit_memory_bound(&self) -> Option<u64> {
         match &self.inner {
             Inner::Boxed(b) => b.hit_memory_bound(),
+            Inner::Host { .. } => None,
+        }
+    }
+
+    /// How many times the session's disk bound stopped or interrupted the
+    /// box's calls so far: a kernel compares it around a cell.
+    pub fn disk_trips(&self) -> u64 {
+        match &self.inner {
+            Inner::Boxed(b) => b.disk_trips(),
+            Inner::Host { .. } => 0,
+        }
+    }
+
+    /// Why the session's disk bound stopped this call (the workspace grew
+    /// past `session_limits.workspace_bytes`, or its filesystem fell below
+    /// `min_free_bytes`), if it did.
+    pub fn hit_disk_bound(&self) -> Option<String> {
+        match &self.inner {
+            Inner::Boxed(b) => b.hit_disk_bound(),
             Inner::Host { .. } => None,
         }
     }

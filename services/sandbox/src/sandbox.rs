@@ -2,6 +2,7 @@
 //! sessions' boxes, and starts every confined process in its session's box.
 
 use crate::box_cgroup;
+use crate::disk;
 use crate::boxes::{BoxKey, Launch, SessionBox, SpawnRequest};
 use crate::config::{ProcessCgroup, WhenMissing};
 use crate::filesystem::{self, LandlockSupport};
@@ -69,6 +70,7 @@ pub struct Sandbox {
     boxes: Arc<Boxes>,
     uids: Uids,
     sweeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    disk_watch: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Held for the instance's life: a later instance sweeps our runtime
     /// directory only once we are gone.
     _lock: std::fs::File,
@@ -231,7 +233,32 @@ fn sweep_runtime(runtime_root: &Path, keep: &str) {
     }
 }
 
+/// The sandboxes of this process, by config: see [`Sandbox::shared`].
+static SHARED: std::sync::LazyLock<Mutex<Vec<(SandboxConfig, std::sync::Weak<Sandbox>)>>> =
+    std::sync::LazyLock::new(Mutex::default);
+
 impl Sandbox {
+    /// The process's sandbox for `config`: made on first use, then the same
+    /// one for every part of the process that asks with an equal config (the
+    /// shell and the MCP servers of a runner). One sandbox means one box and
+    /// one uid per session, whichever tool started it, so a file one tool
+    /// wrote in the workspace is the other's too, and ending the session ends
+    /// all of it.
+    pub fn shared(config: SandboxConfig) -> Result<Arc<Self>, SandboxError> {
+        let mut all = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(s) = all
+            .iter()
+            .find(|(c, _)| *c == config)
+            .and_then(|(_, w)| w.upgrade())
+        {
+            return Ok(s);
+        }
+        let s = Arc::new(Self::new(config.clone())?);
+        all.push((config, Arc::downgrade(&s)));
+        Ok(s)
+    }
+
     /// Validates `config`, probes Landlock, namespaces and cgroups, and
     /// prepares the runtime directory. Boxes start on first use.
     pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
@@ -332,6 +359,7 @@ impl Sandbox {
             boxes: Arc::new(Mutex::new(HashMap::new())),
             uids: Mutex::new(HashMap::new()),
             sweeper: Mutex::new(None),
+            disk_watch: Mutex::new(None),
             _lock: lock,
         })
     }
@@ -560,6 +588,7 @@ impl Sandbox {
             read_only: !place.policy.writes_workspace(),
             stdio: std::mem::take(&mut cmd.stdio),
             rlimits,
+            interrupt_on_bound: cmd.interrupt_on_bound,
         };
         let (child, [stdin, stdout, stderr]) =
             sbox.spawn(req).await.map_err(SandboxError::Spawn)?;
@@ -586,6 +615,7 @@ impl Sandbox {
             tenant: place.tenant.clone(),
             session: place.session.clone(),
             network: place.policy.allows_network(),
+            writable: place.policy.writes_workspace(),
             workspace: workspace.to_path_buf(),
             read: place.read.clone(),
             write: place.write.clone(),
@@ -693,6 +723,7 @@ impl Sandbox {
     /// at a time per key; a dead box is replaced).
     async fn session_box(&self, key: BoxKey) -> Result<Arc<SessionBox>, SandboxError> {
         self.start_sweeper();
+        self.start_disk_watch();
         loop {
             let cell = {
                 let mut map = self.boxes.lock().unwrap_or_else(|e| e.into_inner());
@@ -728,6 +759,69 @@ impl Sandbox {
                 tokio::time::sleep(every).await;
                 let Some(b) = boxes.upgrade() else { return };
                 end_idle(&b, idle);
+            }
+        }));
+    }
+
+    /// Starts the disk watchdog (once): while a box has calls running, the
+    /// workspace it writes is measured, and its calls are stopped when the
+    /// workspace grew past `session_limits.workspace_bytes` or its filesystem
+    /// shrank below `min_free_bytes` (see [`disk`]).
+    fn start_disk_watch(&self) {
+        let limits = disk::Limits {
+            workspace_bytes: self.config.session_limits.workspace_bytes,
+            min_free_bytes: self.config.session_limits.min_free_bytes,
+        };
+        if limits.workspace_bytes.is_none() && limits.min_free_bytes.is_none() {
+            return;
+        }
+        let mut s = self.disk_watch.lock().unwrap_or_else(|e| e.into_inner());
+        if s.is_some() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let boxes: Weak<Boxes> = Arc::downgrade(&self.boxes);
+        *s = Some(rt.spawn(async move {
+            let mut watch = disk::Watch::default();
+            loop {
+                tokio::time::sleep(disk::CHECK_EVERY).await;
+                let busy: Vec<Arc<SessionBox>> = {
+                    let Some(b) = boxes.upgrade() else { return };
+                    let map = b.lock().unwrap_or_else(|e| e.into_inner());
+                    map.values()
+                        .filter_map(|c| c.get().cloned())
+                        .filter(|b| b.busy() > 0)
+                        .collect()
+                };
+                if busy.is_empty() {
+                    watch.forget_all();
+                    continue;
+                }
+                let workspaces: Vec<PathBuf> = {
+                    let mut w: Vec<PathBuf> =
+                        busy.iter().map(|b| b.workspace().to_path_buf()).collect();
+                    w.sort();
+                    w.dedup();
+                    w
+                };
+                let checked = tokio::task::spawn_blocking(move || {
+                    let notes: Vec<(PathBuf, String)> = workspaces
+                        .into_iter()
+                        .filter_map(|ws| watch.check(&ws, limits).map(|n| (ws, n)))
+                        .collect();
+                    (watch, notes)
+                })
+                .await;
+                let Ok((w, notes)) = checked else { return };
+                watch = w;
+                for (ws, note) in notes {
+                    for b in busy.iter().filter(|b| b.workspace() == ws) {
+                        tracing::warn!(session = %b.key.session, workspace = %ws.display(), "{note}");
+                        b.trip_disk(note.clone());
+                    }
+                }
             }
         }));
     }
@@ -806,6 +900,7 @@ impl Sandbox {
                 &self.config,
                 &self.system,
                 &key.workspace,
+                key.writable,
                 &key.read,
                 &key.write,
                 &key.bind,
@@ -840,7 +935,12 @@ impl Sandbox {
         let mut domains = vec![libc::AF_UNIX];
         if key.network || namespaces {
             // In a box without the network, AF_INET reaches only its own loopback.
-            domains.extend([libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK]);
+            domains.extend([libc::AF_INET, libc::AF_INET6]);
+        }
+        if key.network {
+            // Netlink (routes, and the kernel's other families: audit, uevents)
+            // only where the network is the host's; glibc does without it.
+            domains.push(libc::AF_NETLINK);
         }
         let limits = &self.config.session_limits;
         let cgroup = match &self.cgroups {
@@ -957,13 +1057,10 @@ fn end_idle(boxes: &Boxes, idle: Duration) -> usize {
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
-        if let Some(s) = self
-            .sweeper
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            s.abort();
+        for task in [&self.sweeper, &self.disk_watch] {
+            if let Some(s) = task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                s.abort();
+            }
         }
         let all: Vec<Cell> = self
             .boxes

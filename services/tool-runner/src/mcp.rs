@@ -48,9 +48,17 @@ pub async fn build_with_mcp_on(
             .canonicalize()
             .unwrap_or_else(|_| config.workspace.clone());
         let late = registry.clone();
-        let provider =
-            omicos_mcp::McpProvider::start(&config.mcp, &workspace, Arc::new(move || late.touch()))
-                .await;
+        // The runner's one sandbox (the shell's too): a session's MCP server
+        // runs in the session's box, as the session's uid.
+        let sandbox = omicos_sandbox::Sandbox::shared(config.sandbox.clone())
+            .map_err(|e| format!("the sandbox is not usable: {e}"));
+        let provider = omicos_mcp::McpProvider::start_with(
+            &config.mcp,
+            &workspace,
+            Some(sandbox),
+            Arc::new(move || late.touch()),
+        )
+        .await;
         extra_providers.push(provider);
     }
     crate::build_on(config, registry, extra_providers, stop).map_err(|e| e.to_string())

@@ -1,5 +1,10 @@
 //! Tenants: each has its own workspace under the deployment's root
-//! (`<root>/<tenant>/`), its own memory scope and its own kernels.
+//! (`<root>/.omicos/tenants/<tenant>/`), its own memory scope and its own
+//! kernels. The tenants live under the root's `.omicos/`, omicos's own state,
+//! so that the root tenant's tools never see them: the sandbox hides
+//! `.omicos/` from the root tenant's code and the file tools refuse it.
+//! Workspaces of the earlier layout (`<root>/<tenant>/`, recognised by their
+//! own `.omicos/`) are moved there on first use.
 //!
 //! The tenant comes from the principal the orchestrator authenticated; the
 //! runner believes it only from an authenticated orchestrator and passes it
@@ -42,16 +47,61 @@ pub fn check_tenant(tenant: &str) -> Result<(), String> {
     }
 }
 
-/// The workspace of `tenant` under `root`, created when missing.
-pub fn tenant_workspace(root: &Path, tenant: &str) -> Result<PathBuf, String> {
+/// Where the tenants' workspaces live under the root.
+pub const TENANTS_DIR: &str = ".omicos/tenants";
+
+/// The workspace directory of `tenant` under `root` (not created): the root
+/// itself for the root tenant.
+pub fn tenant_dir(root: &Path, tenant: &str) -> Result<PathBuf, String> {
     if is_root(tenant) {
         return Ok(root.to_path_buf());
     }
     check_tenant(tenant)?;
-    let ws = root.join(tenant);
+    Ok(root.join(TENANTS_DIR).join(tenant))
+}
+
+/// The workspace of `tenant` under `root`, created when missing.
+pub fn tenant_workspace(root: &Path, tenant: &str) -> Result<PathBuf, String> {
+    let ws = tenant_dir(root, tenant)?;
+    if is_root(tenant) {
+        return Ok(ws);
+    }
+    if !ws.exists() {
+        migrate(root, tenant, &ws);
+    }
     std::fs::create_dir_all(&ws)
         .map_err(|e| format!("cannot create the workspace of tenant `{tenant}`: {e}"))?;
     Ok(ws)
+}
+
+/// Moves a tenant workspace of the earlier layout (`<root>/<tenant>/` with
+/// its own `.omicos/`) to where it lives now. A plain directory of the root
+/// tenant that happens to bear the name is left alone.
+fn migrate(root: &Path, tenant: &str, to: &Path) {
+    let old = root.join(tenant);
+    let is_workspace = std::fs::symlink_metadata(&old).is_ok_and(|m| m.is_dir())
+        && std::fs::symlink_metadata(old.join(".omicos")).is_ok_and(|m| m.is_dir());
+    if !is_workspace {
+        return;
+    }
+    let moved = to
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::rename(&old, to));
+    match moved {
+        Ok(()) => tracing::warn!(
+            tenant,
+            from = %old.display(),
+            to = %to.display(),
+            "moved a tenant workspace of the earlier layout out of the root tenant's view"
+        ),
+        Err(e) => tracing::error!(
+            tenant,
+            from = %old.display(),
+            error = %e,
+            "cannot move a tenant workspace of the earlier layout; it stays visible to the root tenant"
+        ),
+    }
 }
 
 /// The memory scope `scope` of `tenant`: the scope itself for the root
@@ -78,8 +128,18 @@ mod tests {
             root.path()
         );
         let acme = tenant_workspace(root.path(), "acme").unwrap();
-        assert_eq!(acme, root.path().join("acme"));
+        assert_eq!(acme, root.path().join(".omicos/tenants/acme"));
         assert!(acme.is_dir());
+        // A workspace of the earlier layout moves, with its files; a plain
+        // directory of the root tenant that bears a tenant's name stays.
+        std::fs::create_dir_all(root.path().join("globex/.omicos")).unwrap();
+        std::fs::write(root.path().join("globex/notes.txt"), "g").unwrap();
+        std::fs::create_dir_all(root.path().join("initech")).unwrap();
+        let globex = tenant_workspace(root.path(), "globex").unwrap();
+        assert_eq!(std::fs::read_to_string(globex.join("notes.txt")).unwrap(), "g");
+        assert!(!root.path().join("globex").exists());
+        tenant_workspace(root.path(), "initech").unwrap();
+        assert!(root.path().join("initech").is_dir());
         for bad in [
             "..",
             ".",

@@ -99,17 +99,17 @@ async fn the_caller_never_names_the_workspace() {
     let v = call(&mut c, "/", "acme").await.unwrap();
     assert_eq!(
         v["workspace"],
-        root_path.join("acme").display().to_string().as_str()
+        root_path.join(".omicos/tenants/acme").display().to_string().as_str()
     );
     assert_eq!(v["tenant"], "acme");
-    assert!(root_path.join("acme").is_dir());
+    assert!(root_path.join(".omicos/tenants/acme").is_dir());
     for bad in ["..", "../acme", "a/b", "/"] {
         let e = call(&mut c, "", bad).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}: {e:?}");
         assert!(e.message().contains("tenant"), "{}", e.message());
     }
-    // Only the tenant's directory was made, inside the root.
-    let made: Vec<String> = std::fs::read_dir(&root_path)
+    // Only the tenant's directory was made, inside the root's state.
+    let made: Vec<String> = std::fs::read_dir(root_path.join(".omicos/tenants"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();

@@ -14,7 +14,11 @@ pub fn python() -> String {
         .ok()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| {
-            let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+            // Resolved: a box sees the venv, not the path through services/kernel/..
+            let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../..")
+                .canonicalize()
+                .expect("the repository root");
             repo.join(".venv/bin/python3").display().to_string()
         });
     let ok = std::process::Command::new(&py)

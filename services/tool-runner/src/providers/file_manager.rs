@@ -36,24 +36,120 @@ fn confine(ctx: &CallCtx, p: &str) -> Result<PathBuf, ToolError> {
     confine_path(&ctx.workspace, p).map_err(|e| ToolError::invalid(e.to_string()))
 }
 
-/// `.omicos/` is omicos's own state (trajectories, the spool, the stores):
-/// the file tools may read it, never write or edit it.
-fn refuse_internal(ctx: &CallCtx, path: &std::path::Path, given: &str) -> Result<(), ToolError> {
+/// What a file tool may do with a path under `.omicos/`, omicos's own state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Not omicos's state: an ordinary workspace file.
+    Outside,
+    /// A place the model is meant to read: the spool of tool outputs, and the
+    /// calling session's own outputs, trajectory, plan and task list.
+    Readable,
+    /// Everything else there: the bearer token, the session and memory
+    /// stores, other sessions' files, kernel markers, the agent files.
+    Closed,
+}
+
+/// Where `path` (already confined, so canonical and inside the workspace)
+/// lies in `.omicos/` for the calling session. Nothing under `.omicos/` is
+/// ever writable by a file tool.
+fn state_of(ctx: &CallCtx, path: &Path) -> State {
     let canonical = ctx.workspace.canonicalize().ok();
-    for root in std::iter::once(&ctx.workspace).chain(canonical.as_ref()) {
-        if let Ok(rest) = path.strip_prefix(root)
-            && rest
-                .components()
-                .next()
-                .is_some_and(|c| c.as_os_str() == ".omicos")
-        {
-            return Err(ToolError::invalid(format!(
-                "`{given}` is inside .omicos/, omicos's own state (trajectories, spool, stores): \
-                 it can be read, not written"
-            )));
-        }
+    let Some(rest) = std::iter::once(&ctx.workspace)
+        .chain(canonical.as_ref())
+        .find_map(|root| path.strip_prefix(root).ok())
+    else {
+        return State::Outside;
+    };
+    let parts: Vec<&std::ffi::OsStr> = rest.iter().collect();
+    if parts.first().is_none_or(|c| *c != ".omicos") {
+        return State::Outside;
+    }
+    let own = std::ffi::OsStr::new(ctx.session_id.as_str());
+    let own_file = |ext: &str| {
+        parts.len() == 3 && parts[2] == std::ffi::OsString::from(format!("{}.{ext}", ctx.session_id))
+    };
+    let readable = !ctx.session_id.is_empty()
+        && match parts.get(1).and_then(|c| c.to_str()) {
+            // Spool files are named by call id; the directory itself is not
+            // listed (that would show other sessions' call ids).
+            Some("tool_outputs") => parts.len() == 3,
+            Some("outputs" | "trajectories") => parts.len() >= 3 && parts[2] == own,
+            Some("plans") => own_file("md"),
+            Some("tasks") => own_file("json"),
+            _ => false,
+        };
+    if readable { State::Readable } else { State::Closed }
+}
+
+/// Refuses a read of omicos's state other than the session's own.
+fn refuse_closed(ctx: &CallCtx, path: &Path, given: &str) -> Result<(), ToolError> {
+    if state_of(ctx, path) == State::Closed {
+        return Err(ToolError::invalid(format!(
+            "`{given}` is inside .omicos/, omicos's own state (the token, the stores, other \
+             sessions' files): no tool reads it. Readable there: .omicos/tool_outputs/<file> \
+             (spooled outputs) and this session's .omicos/outputs/{s}/, \
+             .omicos/trajectories/{s}/, .omicos/plans/{s}.md, .omicos/tasks/{s}.json",
+            s = ctx.session_id
+        )));
     }
     Ok(())
+}
+
+/// Refuses a walk rooted in closed state (a directory on the way to the
+/// session's own files may be walked: the walk skips what is closed).
+fn refuse_closed_dir(ctx: &CallCtx, path: &Path, given: &str) -> Result<(), ToolError> {
+    if is_way_to_readable(ctx, path) {
+        return Ok(());
+    }
+    refuse_closed(ctx, path, given)
+}
+
+/// Refuses a write or an edit anywhere under `.omicos/`.
+fn refuse_internal(ctx: &CallCtx, path: &Path, given: &str) -> Result<(), ToolError> {
+    if state_of(ctx, path) != State::Outside {
+        return Err(ToolError::invalid(format!(
+            "`{given}` is inside .omicos/, omicos's own state (trajectories, spool, stores): \
+             no tool writes it"
+        )));
+    }
+    Ok(())
+}
+
+/// A walk (list, glob, grep) does not enter closed state: it skips it.
+fn walk(ctx: &CallCtx, root: &Path, max_depth: usize) -> impl Iterator<Item = walkdir::DirEntry> {
+    let ctx = ctx.clone();
+    walkdir::WalkDir::new(root)
+        .max_depth(max_depth)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(move |e| {
+            e.depth() == 0
+                || match state_of(&ctx, e.path()) {
+                    State::Outside | State::Readable => true,
+                    // `.omicos` itself and the area directories are walked
+                    // into only as far as the session's own files.
+                    State::Closed => is_way_to_readable(&ctx, e.path()),
+                }
+        })
+        .flatten()
+}
+
+/// `.omicos`, `.omicos/outputs` or `.omicos/trajectories`: a directory on the
+/// way to the session's own files, entered but not listed for itself.
+fn is_way_to_readable(ctx: &CallCtx, path: &Path) -> bool {
+    let canonical = ctx.workspace.canonicalize().ok();
+    let Some(rest) = std::iter::once(&ctx.workspace)
+        .chain(canonical.as_ref())
+        .find_map(|root| path.strip_prefix(root).ok())
+    else {
+        return false;
+    };
+    let parts: Vec<_> = rest.iter().filter_map(|c| c.to_str()).collect();
+    path.is_dir()
+        && matches!(
+            parts.as_slice(),
+            [".omicos"] | [".omicos", "outputs" | "trajectories" | "plans" | "tasks"]
+        )
 }
 
 fn io_err(what: &str, path: &str, e: std::io::Error) -> ToolError {
@@ -198,6 +294,7 @@ fn kind(ft: std::fs::FileType) -> &'static str {
 fn list(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
     let given = path_arg(args, "path", ".");
     let dir = confine(ctx, given)?;
+    refuse_closed_dir(ctx, &dir, given)?;
     if !dir.is_dir() {
         return Err(ToolError::failed(format!("`{given}` is not a directory")));
     }
@@ -207,12 +304,7 @@ fn list(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
         .unwrap_or(false);
     let mut entries = Vec::new();
     let mut truncated = false;
-    let walker = walkdir::WalkDir::new(&dir)
-        .min_depth(1)
-        .max_depth(if recursive { usize::MAX } else { 1 })
-        .sort_by_file_name();
-    for e in walker {
-        let Ok(e) = e else { continue };
+    for e in walk(ctx, &dir, if recursive { usize::MAX } else { 1 }).filter(|e| e.depth() > 0) {
         if entries.len() >= MAX_ENTRIES {
             truncated = true;
             break;
@@ -232,6 +324,7 @@ fn list(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
 fn read(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
     let given = path_arg(args, "path", "");
     let path = confine(ctx, given)?;
+    refuse_closed(ctx, &path, given)?;
     if path.is_dir() {
         return Err(ToolError::failed(format!(
             "`{given}` is a directory; use file_manager__list"
@@ -364,6 +457,7 @@ fn edit(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
 fn glob(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
     let base_given = path_arg(args, "path", ".");
     let base = confine(ctx, base_given)?;
+    refuse_closed_dir(ctx, &base, base_given)?;
     let pattern = s(args, "pattern").unwrap_or_default();
     let matcher = globset::GlobBuilder::new(pattern)
         .literal_separator(true)
@@ -372,12 +466,7 @@ fn glob(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
         .compile_matcher();
     let mut found = Vec::new();
     let mut truncated = false;
-    for e in walkdir::WalkDir::new(&base)
-        .min_depth(1)
-        .sort_by_file_name()
-        .into_iter()
-        .flatten()
-    {
+    for e in walk(ctx, &base, usize::MAX).filter(|e| e.depth() > 0) {
         let rel = e.path().strip_prefix(&base).unwrap_or(e.path());
         if matcher.is_match(rel) {
             if found.len() >= MAX_ENTRIES {
@@ -393,6 +482,7 @@ fn glob(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
 fn grep(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
     let given = path_arg(args, "path", ".");
     let root = confine(ctx, given)?;
+    refuse_closed_dir(ctx, &root, given)?;
     let pattern = s(args, "pattern").unwrap_or_default();
     let re = regex::RegexBuilder::new(pattern)
         .case_insensitive(
@@ -419,11 +509,7 @@ fn grep(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
         .min(GREP_MAX_MATCHES);
     let mut lines = Vec::new();
     let mut truncated = false;
-    'files: for e in walkdir::WalkDir::new(&root)
-        .sort_by_file_name()
-        .into_iter()
-        .flatten()
-    {
+    'files: for e in walk(ctx, &root, usize::MAX) {
         // Symlinks are not followed: a link out of the workspace is never read.
         if !e.file_type().is_file() {
             continue;
@@ -627,56 +713,89 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn omicos_state_is_readable_but_not_writable() {
+    async fn omicos_state_is_closed_but_the_sessions_own_files() {
         let d = tempfile::tempdir().unwrap();
-        let traj = d.path().join(".omicos/trajectories/s1");
-        std::fs::create_dir_all(&traj).unwrap();
-        std::fs::write(traj.join("turn.jsonl"), "{\"real\":true}\n").unwrap();
-        // Reading the spool and trajectories stays allowed.
-        let v = call(
-            d.path(),
-            "file_manager__read",
-            json!({"path":".omicos/trajectories/s1/turn.jsonl"}),
-        )
-        .await
-        .unwrap();
-        assert!(v.to_string().contains("real"), "{v}");
+        let st = d.path().join(".omicos");
+        for dir in ["trajectories/s", "trajectories/s1", "outputs/s", "outputs/s1", "tool_outputs", "plans", "tasks", "kernels"] {
+            std::fs::create_dir_all(st.join(dir)).unwrap();
+        }
+        let secret = "S3CRET-omicos-state";
+        for f in ["token", "sessions.db", "memory.db", "trajectories/s1/turn.jsonl", "outputs/s1/img.txt", "plans/s1.md", "tasks/s1.json", "kernels/s1.json"] {
+            std::fs::write(st.join(f), format!("{secret} {f}\n")).unwrap();
+        }
+        for f in ["trajectories/s/turn.jsonl", "outputs/s/img.txt", "tool_outputs/17__c.txt", "plans/s.md", "tasks/s.json"] {
+            std::fs::write(st.join(f), format!("mine {f}\n")).unwrap();
+        }
+        std::os::unix::fs::symlink(".omicos/token", d.path().join("t")).unwrap();
+        std::os::unix::fs::symlink(".omicos", d.path().join("state")).unwrap();
+        // The session's own files and the spool read as before.
+        for f in ["trajectories/s/turn.jsonl", "outputs/s/img.txt", "tool_outputs/17__c.txt", "plans/s.md", "tasks/s.json"] {
+            let v = call(d.path(), "file_manager__read", json!({"path": format!(".omicos/{f}")}))
+                .await
+                .unwrap();
+            assert!(v.to_string().contains("mine"), "{f}: {v}");
+        }
+        // The token, the stores and other sessions' files: no read, by any path.
+        for p in [
+            ".omicos/token", "./.omicos/token", "sub/../.omicos/token", "t", "state/token",
+            ".omicos/sessions.db", ".omicos/memory.db", ".omicos/kernels/s1.json",
+            ".omicos/trajectories/s1/turn.jsonl", ".omicos/outputs/s1/img.txt",
+            ".omicos/outputs/s/../s1/img.txt", ".omicos/plans/s1.md", ".omicos/tasks/s1.json",
+        ] {
+            let e = call(d.path(), "file_manager__read", json!({"path": p})).await.unwrap_err();
+            assert!(e.to_string().contains("no tool reads it"), "{p}: {e}");
+        }
         for (tool, args) in [
-            (
-                "file_manager__write",
-                json!({"path":".omicos/trajectories/s1/turn.jsonl","content":"forged"}),
-            ),
-            (
-                "file_manager__write",
-                json!({"path":".omicos/new.txt","content":"x"}),
-            ),
-            (
-                "file_manager__write",
-                json!({"path":"./.omicos/token","content":"x","append":true}),
-            ),
-            (
-                "file_manager__edit",
-                json!({"path":".omicos/trajectories/s1/turn.jsonl","old_string":"true","new_string":"false"}),
-            ),
+            ("file_manager__list", json!({"path": ".omicos/tool_outputs"})),
+            ("file_manager__list", json!({"path": ".omicos/kernels"})),
+            ("file_manager__list", json!({"path": "state/outputs/s1"})),
+            ("file_manager__grep", json!({"pattern": "S3CRET", "path": ".omicos/token"})),
+            ("file_manager__glob", json!({"pattern": "*", "path": ".omicos/trajectories/s1"})),
         ] {
             let e = call(d.path(), tool, args.clone()).await.unwrap_err();
-            assert!(e.to_string().contains(".omicos/"), "{tool} {args}: {e}");
+            assert!(e.to_string().contains("no tool reads it"), "{tool} {args}: {e}");
         }
-        // Nothing changed, nothing was made.
+        // Walks over the workspace skip what is closed and keep what is the session's.
+        let all = call(d.path(), "file_manager__grep", json!({"pattern": "S3CRET|mine"}))
+            .await
+            .unwrap()
+            .to_string();
+        assert!(!all.contains("S3CRET"), "{all}");
+        assert!(all.contains(".omicos/outputs/s/img.txt"), "{all}");
+        let listed = call(d.path(), "file_manager__list", json!({"recursive": true}))
+            .await
+            .unwrap()
+            .to_string();
+        for closed in ["token", "sessions.db", "s1", "17__c.txt", "kernels"] {
+            assert!(!listed.contains(closed), "{closed} listed: {listed}");
+        }
+        let globbed = call(d.path(), "file_manager__glob", json!({"pattern": "**/*"}))
+            .await
+            .unwrap()
+            .to_string();
+        assert!(!globbed.contains("token") && !globbed.contains("s1"), "{globbed}");
+        // Nothing there is writable, the session's own files included.
+        for (tool, args) in [
+            ("file_manager__write", json!({"path":".omicos/trajectories/s/turn.jsonl","content":"forged"})),
+            ("file_manager__write", json!({"path":".omicos/new.txt","content":"x"})),
+            ("file_manager__write", json!({"path":"./.omicos/token","content":"x","append":true})),
+            ("file_manager__write", json!({"path":"t","content":"x"})),
+            ("file_manager__edit", json!({"path":".omicos/outputs/s/img.txt","old_string":"mine","new_string":"x"})),
+        ] {
+            let e = call(d.path(), tool, args.clone()).await.unwrap_err();
+            assert!(e.to_string().contains("no tool writes it"), "{tool} {args}: {e}");
+        }
+        assert_eq!(std::fs::read_to_string(st.join("token")).unwrap(), format!("{secret} token\n"));
         assert_eq!(
-            std::fs::read_to_string(traj.join("turn.jsonl")).unwrap(),
-            "{\"real\":true}\n"
+            std::fs::read_to_string(st.join("trajectories/s/turn.jsonl")).unwrap(),
+            "mine trajectories/s/turn.jsonl\n"
         );
-        assert!(!d.path().join(".omicos/new.txt").exists());
-        assert!(!d.path().join(".omicos/token").exists());
+        assert!(!st.join("new.txt").exists());
         // A file merely named like it elsewhere is an ordinary file.
-        call(
-            d.path(),
-            "file_manager__write",
-            json!({"path":"notes/.omicos","content":"ok"}),
-        )
-        .await
-        .unwrap();
+        call(d.path(), "file_manager__write", json!({"path":"notes/.omicos","content":"ok"}))
+            .await
+            .unwrap();
+        call(d.path(), "file_manager__read", json!({"path":"notes/.omicos"})).await.unwrap();
     }
 
     #[tokio::test]
