@@ -2,6 +2,7 @@
 //! the LLM, `call_agent` dispatch and the `Chat` stream clients hold.
 
 pub mod agents;
+pub mod bound;
 pub mod config;
 pub mod engine;
 pub mod error;

@@ -46,7 +46,7 @@ pub(super) fn one_shot_events(
     vec![
         mk(chat_event::Kind::Error(ErrorEvent {
             kind: error.kind().as_str().into(),
-            message: format!("{}{hint}", error.report()),
+            message: crate::bound::error_message(&format!("{}{hint}", error.report())),
         })),
         mk(chat_event::Kind::TurnDone(TurnDone {
             reason: TurnDoneReason::Error as i32,
@@ -114,7 +114,9 @@ impl Pump {
             return;
         }
         self.last_sent = ev.event_seq;
-        self.out.emit(Ok(ev)).await;
+        // Large values keep a head (crate::bound): the stream stays under
+        // the message limit whatever the model sent.
+        self.out.emit(Ok(crate::bound::event(ev))).await;
     }
 
     /// Ends the client's stream with `error`'s status, so it knows to attach

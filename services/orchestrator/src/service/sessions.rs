@@ -134,7 +134,8 @@ impl OrchestratorService {
         let last = last_seq(store.as_ref(), &id).await?;
         Ok(Session {
             summary: Some(summary(meta, last)),
-            messages_json: messages.iter().map(|m| m.to_string()).collect(),
+            // Large values keep a head (crate::bound): the session stays readable.
+            messages_json: messages.iter().map(crate::bound::message).collect(),
         })
     }
 
