@@ -824,3 +824,108 @@ async fn files_need_the_token_and_belong_to_the_sessions_owner() {
         200
     );
 }
+
+// ---- Memory is per principal by default (issue 39): one person's memories
+// never reach a colleague's agent in the same tenant.
+
+#[tokio::test]
+async fn memory_is_per_principal_by_default() {
+    const SECRET: &str = "memory-test-service-secret";
+    let call = |id: &str, tool: &str, args: serde_json::Value| {
+        Reply::Tools(
+            String::new(),
+            vec![(id.into(), tool.into(), args.to_string())],
+        )
+    };
+    let llm = FakeLlm::start(vec![
+        call(
+            "c_save",
+            "memory__save",
+            serde_json::json!({"content": "alice's private plan is zebra", "category": "project"}),
+        ),
+        Reply::Text("saved".into()),
+        call(
+            "c_reader",
+            "memory__search",
+            serde_json::json!({"query": "private plan zebra"}),
+        ),
+        Reply::Text("searched".into()),
+        call(
+            "c_alice",
+            "memory__search",
+            serde_json::json!({"query": "private plan zebra"}),
+        ),
+        Reply::Text("searched".into()),
+    ])
+    .await;
+    let stack = Stack::start(
+        llm.clone(),
+        StackOptions {
+            runner_overrides: serde_json::json!({"service_secret": SECRET}),
+            tweak: Some(Box::new(|c| {
+                c.service_secret = SECRET.into();
+                c.auth.api_keys = vec![
+                    api_key(ALICE, "alice", "acme", "full"),
+                    api_key(READER, "reader", "acme", "read_only"),
+                ];
+            })),
+            ..Default::default()
+        },
+    )
+    .await;
+    // The memory provider, registered with the secret.
+    let db = format!("sqlite://{}", stack.workspace.join("memory.db").display());
+    let store = omicos_memory::MemoryStore::open(&db).await.unwrap();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sd = omicos_servicekit::Shutdown::new(std::time::Duration::from_secs(1));
+    tokio::spawn(omicos_toolkit::serve_provider_with(
+        std::sync::Arc::new(omicos_memory::MemoryProvider::new(store)),
+        l,
+        omicos_toolkit::ProviderHosting {
+            registry: Some(stack.runner.clone()),
+            advertise: None,
+            workspace: stack.workspace.clone(),
+            ttl_seconds: 0,
+        },
+        SECRET,
+        sd.clone(),
+    ));
+    for _ in 0..100 {
+        if instances(&stack.runner, SECRET)
+            .await
+            .iter()
+            .any(|i| i.provider == "memory")
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let url = stack.orchestrator.clone();
+    for token in [ALICE, READER, ALICE] {
+        chat(&url, token, "").await.expect("a turn");
+    }
+    let result_of = |id: &str| {
+        llm.requests()
+            .iter()
+            .flat_map(|r| r.body["messages"].as_array().cloned().unwrap_or_default())
+            .find(|m| m["role"] == "tool" && m["tool_call_id"] == id)
+            .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+            .unwrap_or_else(|| panic!("no result for {id}"))
+    };
+    assert!(
+        result_of("c_save").contains("saved"),
+        "{}",
+        result_of("c_save")
+    );
+    let reader = result_of("c_reader");
+    assert!(
+        !reader.contains("zebra"),
+        "a colleague read alice's memory: {reader}"
+    );
+    let alice = result_of("c_alice");
+    assert!(
+        alice.contains("zebra"),
+        "alice lost her own memory: {alice}"
+    );
+    sd.trigger();
+}
