@@ -9,7 +9,7 @@ use omicos_e2e::stack::{ChatHandle, client_with};
 use omicos_e2e::{FakeLlm, Reply, Stack, StackOptions, api_key};
 use omicos_orchestrator::error::ERROR_KIND_METADATA;
 use omicos_proto::{
-    ApproveToolRequest, AttachRequest, CancelTurnRequest, ChatRequest, Decision,
+    ApproveToolRequest, AttachRequest, CancelTurnRequest, ChatRequest, CompactRequest, Decision,
     DeleteSessionRequest, GetSessionRequest, ListAgentToolsRequest, ListAgentsRequest,
     ListSessionsRequest, RefreshCatalogRequest, chat_event,
 };
@@ -99,10 +99,11 @@ enum Rpc {
     GetSession,
     RefreshCatalog,
     ListAgentTools,
+    Compact,
     DeleteSession,
 }
 
-const RPCS: [Rpc; 11] = [
+const RPCS: [Rpc; 12] = [
     Rpc::ChatNew,
     Rpc::ChatExisting,
     Rpc::Attach,
@@ -113,6 +114,7 @@ const RPCS: [Rpc; 11] = [
     Rpc::GetSession,
     Rpc::RefreshCatalog,
     Rpc::ListAgentTools,
+    Rpc::Compact,
     Rpc::DeleteSession,
 ];
 
@@ -164,6 +166,7 @@ async fn call(url: &str, token: &str, rpc: Rpc, sid: &str) -> Outcome {
         Rpc::GetSession => unit(c.get_session(GetSessionRequest { session_id: s }).await),
         Rpc::RefreshCatalog => unit(c.refresh_catalog(RefreshCatalogRequest {}).await),
         Rpc::ListAgentTools => unit(c.list_agent_tools(ListAgentToolsRequest::default()).await),
+        Rpc::Compact => unit(c.compact(CompactRequest { session_id: s }).await),
         Rpc::DeleteSession => unit(
             c.delete_session(DeleteSessionRequest { session_id: s })
                 .await,
@@ -767,4 +770,162 @@ async fn files_need_the_token_and_belong_to_the_sessions_owner() {
         get(Some(("cookie", format!("omicos_token={MALLORY}")))).await,
         404
     );
+
+    // Resolve, then authorize (issue 39): the reader (acme, another subject)
+    // has a session of its own, and reaches alice's file through it with
+    // `..`, `%2e%2e` and a symlink. The raw request line is sent as written
+    // (an HTTP client would normalize the dot segments away).
+    let mut h = ChatHandle::open(client_with(&url, READER).await, req(""))
+        .await
+        .unwrap();
+    let own = h.until_done().await[0].session_id.clone();
+    let own_dir = stack.workspace.join("acme/.omicos/outputs").join(&own);
+    std::fs::create_dir_all(&own_dir).unwrap();
+    std::fs::write(own_dir.join("mine.png"), b"\x89PNG\r\n\x1a\nmine").unwrap();
+    std::os::unix::fs::symlink(dir.join("plot.png"), own_dir.join("link.png")).unwrap();
+    let addr = url.trim_start_matches("http://").to_owned();
+    let raw = |path: String, token: &'static str| {
+        let addr = addr.clone();
+        async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            let r = format!(
+                "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+            );
+            s.write_all(r.as_bytes()).await.unwrap();
+            let mut out = Vec::new();
+            s.read_to_end(&mut out).await.unwrap();
+            let text = String::from_utf8_lossy(&out);
+            text.split(' ').nth(1).unwrap_or("").parse::<u16>().unwrap()
+        }
+    };
+    assert_eq!(
+        raw(format!("/files/.omicos/outputs/{own}/mine.png"), READER).await,
+        200,
+        "the reader's own file"
+    );
+    for path in [
+        format!("/files/.omicos/outputs/{own}/../{sid}/plot.png"),
+        format!("/files/.omicos/outputs/{own}/%2e%2e/{sid}/plot.png"),
+        format!("/files/.omicos/outputs/{own}/%2E%2E/{sid}/plot.png"),
+        format!("/files/.omicos/outputs/{own}/..%2f{sid}/plot.png"),
+        format!("/files/.omicos/outputs/{own}/link.png"),
+        format!("/files/.omicos/outputs/{own}/./../../outputs/{sid}/plot.png"),
+    ] {
+        assert_eq!(raw(path.clone(), READER).await, 404, "{path}");
+    }
+    // The owner still reads hers by the same detours (they resolve to her file).
+    assert_eq!(
+        raw(
+            format!("/files/.omicos/outputs/{own}/%2e%2e/{sid}/plot.png"),
+            ALICE
+        )
+        .await,
+        200
+    );
+}
+
+// ---- Memory is per principal by default (issue 39): one person's memories
+// never reach a colleague's agent in the same tenant.
+
+#[tokio::test]
+async fn memory_is_per_principal_by_default() {
+    const SECRET: &str = "memory-test-service-secret";
+    let call = |id: &str, tool: &str, args: serde_json::Value| {
+        Reply::Tools(
+            String::new(),
+            vec![(id.into(), tool.into(), args.to_string())],
+        )
+    };
+    let llm = FakeLlm::start(vec![
+        call(
+            "c_save",
+            "memory__save",
+            serde_json::json!({"content": "alice's private plan is zebra", "category": "project"}),
+        ),
+        Reply::Text("saved".into()),
+        call(
+            "c_reader",
+            "memory__search",
+            serde_json::json!({"query": "private plan zebra"}),
+        ),
+        Reply::Text("searched".into()),
+        call(
+            "c_alice",
+            "memory__search",
+            serde_json::json!({"query": "private plan zebra"}),
+        ),
+        Reply::Text("searched".into()),
+    ])
+    .await;
+    let stack = Stack::start(
+        llm.clone(),
+        StackOptions {
+            runner_overrides: serde_json::json!({"service_secret": SECRET}),
+            tweak: Some(Box::new(|c| {
+                c.service_secret = SECRET.into();
+                c.auth.api_keys = vec![
+                    api_key(ALICE, "alice", "acme", "full"),
+                    api_key(READER, "reader", "acme", "read_only"),
+                ];
+            })),
+            ..Default::default()
+        },
+    )
+    .await;
+    // The memory provider, registered with the secret.
+    let db = format!("sqlite://{}", stack.workspace.join("memory.db").display());
+    let store = omicos_memory::MemoryStore::open(&db).await.unwrap();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sd = omicos_servicekit::Shutdown::new(std::time::Duration::from_secs(1));
+    tokio::spawn(omicos_toolkit::serve_provider_with(
+        std::sync::Arc::new(omicos_memory::MemoryProvider::new(store)),
+        l,
+        omicos_toolkit::ProviderHosting {
+            registry: Some(stack.runner.clone()),
+            advertise: None,
+            workspace: stack.workspace.clone(),
+            ttl_seconds: 0,
+        },
+        SECRET,
+        sd.clone(),
+    ));
+    for _ in 0..100 {
+        if instances(&stack.runner, SECRET)
+            .await
+            .iter()
+            .any(|i| i.provider == "memory")
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let url = stack.orchestrator.clone();
+    for token in [ALICE, READER, ALICE] {
+        chat(&url, token, "").await.expect("a turn");
+    }
+    let result_of = |id: &str| {
+        llm.requests()
+            .iter()
+            .flat_map(|r| r.body["messages"].as_array().cloned().unwrap_or_default())
+            .find(|m| m["role"] == "tool" && m["tool_call_id"] == id)
+            .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+            .unwrap_or_else(|| panic!("no result for {id}"))
+    };
+    assert!(
+        result_of("c_save").contains("saved"),
+        "{}",
+        result_of("c_save")
+    );
+    let reader = result_of("c_reader");
+    assert!(
+        !reader.contains("zebra"),
+        "a colleague read alice's memory: {reader}"
+    );
+    let alice = result_of("c_alice");
+    assert!(
+        alice.contains("zebra"),
+        "alice lost her own memory: {alice}"
+    );
+    sd.trigger();
 }

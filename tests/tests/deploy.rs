@@ -38,7 +38,9 @@ fn check_binary(bin: &str, what: &str, env: &[(String, String)]) {
         if let Err(e) = load_config_value::<T>(None, env, "") {
             panic!("{what}: its environment does not load: {e}");
         }
-        let unknown = unknown_env::<T>(env);
+        let mut unknown = unknown_env::<T>(env);
+        // Read by the provider hosting itself, outside the config type.
+        unknown.retain(|k| !PROVIDER_PROCESS_ENV.contains(&k.as_str()));
         assert!(
             unknown.is_empty(),
             "{what}: variables the service does not read: {unknown:?}"
@@ -405,10 +407,36 @@ fn compose_env(svc: &Value) -> Vec<(String, String)> {
             Value::String(s) => s.clone(),
             other => serde_yaml::to_string(other).unwrap().trim().to_owned(),
         };
-        let expanded = omicos_servicekit::config::expand_vars(&raw, &[]);
+        // `${VAR:?why}`: compose refuses to start without VAR; here it is set.
+        let required = regex_lite_required(&raw);
+        let expanded = omicos_servicekit::config::expand_vars(&required, &compose_required());
         out.push((k.as_str().unwrap().to_owned(), expanded));
     }
     out
+}
+
+/// `${VAR:?message}` as `${VAR}` (expand_vars reads only `:-`).
+fn regex_lite_required(raw: &str) -> String {
+    let mut out = raw.to_owned();
+    while let Some(i) = out.find(":?") {
+        let Some(end) = out[i..].find('}') else { break };
+        out.replace_range(i..i + end, "");
+    }
+    out
+}
+
+/// The values the required compose variables get here.
+fn compose_required() -> Vec<(String, String)> {
+    vec![
+        ("OMICOS_SERVICE_SECRET".into(), COMPOSE_SECRET.into()),
+        (
+            "OMICOS_AUTH_API_KEYS".into(),
+            format!(
+                "[{{sha256: \"{}\", principal: me, tenant: default, max_mode: auto}}]",
+                omicos_auth::sha256_hex("compose-key")
+            ),
+        ),
+    ]
 }
 
 #[test]
@@ -492,4 +520,648 @@ fn compose_is_as_complete_as_the_cluster_manifests() {
         services.contains_key("postgres"),
         "compose has no PostgreSQL for the shared state"
     );
+}
+
+// ------------------------------------------------------- secure as shipped
+
+/// Variables a provider binary reads from the process environment outside
+/// its config type (`omicos_toolkit::hosting::serve_provider` reads the
+/// service secret itself).
+const PROVIDER_PROCESS_ENV: [&str; 1] = ["OMICOS_SERVICE_SECRET"];
+
+/// Every container takes the service secret from the Secret's
+/// `service-secret` key, and the orchestrators take the clients' API keys
+/// from it; the Secret holds both, and no key of it goes unused.
+#[test]
+fn k8s_every_container_takes_the_service_secret_and_clients_need_a_key() {
+    let k = K8s::load();
+    let secret = k.named("Secret", "omicos").expect("the Secret omicos");
+    let mut used = std::collections::BTreeSet::new();
+    for w in k.workloads() {
+        let name = text(w, "metadata.name");
+        for c in s(w, "spec.template.spec.containers")
+            .and_then(Value::as_sequence)
+            .unwrap()
+        {
+            let env = s(c, "env").and_then(Value::as_sequence).unwrap();
+            let from_secret = |var: &str| {
+                env.iter().find(|e| text(e, "name") == var).map(|e| {
+                    (
+                        text(e, "valueFrom.secretKeyRef.name").to_owned(),
+                        text(e, "valueFrom.secretKeyRef.key").to_owned(),
+                    )
+                })
+            };
+            for e in env {
+                if let Some(key) = s(e, "valueFrom.secretKeyRef.key").and_then(Value::as_str) {
+                    used.insert(key.to_owned());
+                }
+            }
+            assert_eq!(
+                from_secret("OMICOS_SERVICE_SECRET"),
+                Some(("omicos".to_owned(), "service-secret".to_owned())),
+                "{name}: the service secret must come from the Secret"
+            );
+            if text(c, "command.0") == "omicos-orchestrator" {
+                assert_eq!(
+                    from_secret("OMICOS_AUTH_API_KEYS"),
+                    Some(("omicos".to_owned(), "auth-api-keys".to_owned())),
+                    "{name}: the clients' API keys must come from the Secret"
+                );
+                let env = k.env(name, c);
+                let loaded = omicos_servicekit::config::load_config_value::<
+                    omicos_orchestrator::config::Config,
+                >(None, &env, "")
+                .unwrap();
+                assert!(loaded.auth.enabled, "{name}: client auth is off");
+                assert!(
+                    loaded
+                        .auth
+                        .api_keys
+                        .iter()
+                        .any(|key| key.sha256 == omicos_auth::sha256_hex(DOCUMENTED_KEY)),
+                    "{name}: the key deploy/README.md documents is not configured"
+                );
+            }
+        }
+    }
+    for key in s(secret, "stringData")
+        .and_then(Value::as_mapping)
+        .unwrap()
+        .keys()
+    {
+        let key = key.as_str().unwrap();
+        assert!(
+            used.contains(key),
+            "the Secret's {key} is referenced by no container"
+        );
+    }
+}
+
+/// Only orchestrators reach runners (and providers, to register with the
+/// registry the runners serve); only runners reach providers.
+#[test]
+fn k8s_network_policies_fence_runners_and_providers() {
+    let k = K8s::load();
+    let labels_of = |bin: &str| {
+        s(k.running(bin), "spec.template.metadata.labels")
+            .unwrap()
+            .clone()
+    };
+    let port_of = |bin: &str| {
+        s(
+            k.running(bin),
+            "spec.template.spec.containers.0.ports.0.containerPort",
+        )
+        .and_then(Value::as_u64)
+        .unwrap()
+    };
+    // Who may reach `bin`'s gRPC port, by the binaries their pods run.
+    let callers = |bin: &str| -> std::collections::BTreeSet<String> {
+        let labels = labels_of(bin);
+        let port = port_of(bin);
+        let policies: Vec<&Value> = k
+            .of_kind("NetworkPolicy")
+            .filter(|p| K8s::selects(s(p, "spec.podSelector.matchLabels").unwrap(), &labels))
+            .collect();
+        assert!(
+            !policies.is_empty(),
+            "{bin}: no NetworkPolicy selects its pods"
+        );
+        let mut out = std::collections::BTreeSet::new();
+        for p in policies {
+            assert!(
+                s(p, "spec.policyTypes")
+                    .and_then(Value::as_sequence)
+                    .is_some_and(|t| t.iter().any(|x| x.as_str() == Some("Ingress"))),
+                "{bin}: its policy does not govern ingress"
+            );
+            for rule in s(p, "spec.ingress").and_then(Value::as_sequence).unwrap() {
+                let ports: Vec<u64> = s(rule, "ports")
+                    .and_then(Value::as_sequence)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|x| s(x, "port").and_then(Value::as_u64))
+                    .collect();
+                if !ports.is_empty() && !ports.contains(&port) {
+                    continue;
+                }
+                let Some(from) = s(rule, "from").and_then(Value::as_sequence) else {
+                    out.insert("anyone".to_owned());
+                    continue;
+                };
+                for f in from {
+                    let sel = s(f, "podSelector.matchLabels");
+                    match sel.and_then(Value::as_mapping) {
+                        Some(m) if !m.is_empty() => {
+                            for w in k.workloads() {
+                                if K8s::selects(
+                                    sel.unwrap(),
+                                    s(w, "spec.template.metadata.labels").unwrap(),
+                                ) {
+                                    out.insert(
+                                        text(w, "spec.template.spec.containers.0.command.0")
+                                            .to_owned(),
+                                    );
+                                }
+                            }
+                        }
+                        _ => {
+                            out.insert("anyone".to_owned());
+                        }
+                    }
+                }
+            }
+        }
+        out
+    };
+    let set = |v: &[&str]| v.iter().map(|x| x.to_string()).collect();
+    assert_eq!(
+        callers("omicos-tool-runner"),
+        set(&[
+            "omicos-orchestrator",
+            "omicos-kernel",
+            "omicos-web",
+            "omicos-memory"
+        ]),
+        "the runners' port"
+    );
+    for p in ["omicos-kernel", "omicos-web", "omicos-memory"] {
+        assert_eq!(callers(p), set(&["omicos-tool-runner"]), "{p}'s port");
+    }
+}
+
+/// compose refuses to start without the service secret and the client keys,
+/// and gives the secret to every part.
+#[test]
+fn compose_requires_the_service_secret_and_client_keys() {
+    let text_of = repo_file("deploy/compose.yaml");
+    assert!(
+        text_of.contains("${OMICOS_SERVICE_SECRET:?"),
+        "the secret is not required"
+    );
+    assert!(
+        text_of.contains("${OMICOS_AUTH_API_KEYS:?"),
+        "the keys are not required"
+    );
+    for (name, svc) in compose() {
+        let Some(bin) = s(&svc, "command.0").and_then(Value::as_str) else {
+            continue;
+        };
+        let env = compose_env(&svc);
+        assert_eq!(
+            get(&env, "OMICOS_SERVICE_SECRET"),
+            COMPOSE_SECRET,
+            "compose {name}: no service secret"
+        );
+        if bin == "omicos-orchestrator" {
+            assert!(
+                get(&env, "OMICOS_AUTH_API_KEYS").starts_with('['),
+                "compose {name}: no client keys"
+            );
+        }
+    }
+}
+
+/// The example key of the Secret, as deploy/README.md documents it.
+const DOCUMENTED_KEY: &str = "CHANGE-ME-example-client-key";
+/// What the required compose variables are set to here.
+const COMPOSE_SECRET: &str = "compose-test-secret";
+
+mod run {
+    //! The manifests' workloads as processes: each container's command with
+    //! exactly the environment deploy/k8s/omicos.yaml gives it (the Secret's
+    //! values, the image's ENV), with only what a cluster provides mapped to
+    //! this machine: Service and pod names to 127.0.0.1 ports, the database
+    //! to the test's PostgreSQL, /workspace to a temporary directory, and the
+    //! model server (the manifest names none: the hosted default) to the fake LLM.
+    //! SKIPPED without PostgreSQL (a failure under CI=true, see omicos-testdb).
+
+    use super::*;
+    use omicos_auth::{Credentials, ServiceRole};
+    use omicos_e2e::stack::{ChatHandle, client_with};
+    use omicos_e2e::{FakeLlm, Reply};
+    use omicos_proto::{
+        CallContext, CallToolRequest, ChatRequest, ExecuteClientMessage, ExecuteStart,
+        ListProvidersRequest, ListSessionsRequest, ProviderInstance, RegisterRequest, chat_event,
+        execute_client_message::Msg as In, registry_client::RegistryClient,
+        tool_provider_client::ToolProviderClient, tool_runner_client::ToolRunnerClient,
+    };
+    use std::path::Path;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    use tokio::process::{Child, Command};
+    use tonic::Code;
+
+    const WAIT: Duration = Duration::from_secs(60);
+
+    fn python() -> String {
+        std::env::var("OMICOS_KERNEL_PYTHON")
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../.venv/bin/python3")
+                    .display()
+                    .to_string()
+            })
+    }
+
+    /// The service binaries beside this crate's fake LLM (built first, as the
+    /// cluster test does, unless scripts/test.sh built them).
+    fn binary(name: &str) -> PathBuf {
+        static BUILT: std::sync::Once = std::sync::Once::new();
+        BUILT.call_once(|| {
+            if std::env::var_os("OMICOS_TEST_BINS_BUILT").is_none() {
+                let status = std::process::Command::new(env!("CARGO"))
+                    .args(["build", "-q", "--workspace", "--bins", "--tests"])
+                    .current_dir(env!("CARGO_MANIFEST_DIR"))
+                    .status()
+                    .expect("cargo runs");
+                assert!(status.success(), "building the service binaries failed");
+            }
+        });
+        let p = PathBuf::from(env!("CARGO_BIN_EXE_omicos-fake-llm")).with_file_name(name);
+        assert!(p.exists(), "{} missing after the build", p.display());
+        p
+    }
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    /// The image's ENV (deploy/Dockerfile), under the container's own.
+    fn image_env() -> Vec<(String, String)> {
+        let file = repo_file("deploy/Dockerfile");
+        let line = file
+            .lines()
+            .find(|l| l.starts_with("ENV "))
+            .expect("the Dockerfile sets ENV");
+        line["ENV ".len()..]
+            .split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    }
+
+    struct Proc {
+        child: Child,
+    }
+
+    impl Drop for Proc {
+        fn drop(&mut self) {
+            if let Some(pid) = self.child.id() {
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+        }
+    }
+
+    /// Starts `bin` with `env` only (a container's environment: nothing of
+    /// this process's own leaks in but PATH and HOME); returns once it printed
+    /// `listening on`.
+    async fn spawn(what: &str, bin: &str, env: &[(String, String)], ws: &Path) -> Proc {
+        let mut cmd = Command::new(binary(bin));
+        cmd.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", ws)
+            .env("RUST_LOG", "warn")
+            .current_dir(ws)
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{what}: {bin}: {e}"));
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(WAIT, lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("{what} printed no address within {WAIT:?}"))
+            .unwrap()
+            .unwrap_or_else(|| panic!("{what} exited before it listened"));
+        assert!(line.starts_with("listening on "), "{what}: `{line}`");
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Proc { child }
+    }
+
+    /// The local stand-ins of the cluster's names.
+    struct Local {
+        /// Workload name → its 127.0.0.1 port.
+        ports: BTreeMap<String, u16>,
+        /// Service name → the workload it selects.
+        services: BTreeMap<String, String>,
+        db: String,
+        ws: PathBuf,
+        llm: String,
+    }
+
+    impl Local {
+        fn url_host(&self, own: &str, url: &str) -> String {
+            let (host, _) = host_port(url);
+            // <pod>.<governing service> or a pod IP: the pod itself.
+            let workload = if host == "10.1.2.3" || host.starts_with("omicos-pod-0.") {
+                own.to_owned()
+            } else {
+                self.services
+                    .get(&host)
+                    .unwrap_or_else(|| panic!("{own}: {url} names no Service of the manifest"))
+                    .clone()
+            };
+            format!("http://127.0.0.1:{}", self.ports[&workload])
+        }
+
+        /// A container's environment on this machine.
+        fn env(&self, k: &K8s, workload: &str, c: &Value) -> Vec<(String, String)> {
+            let secret = k.named("Secret", "omicos").unwrap();
+            let db_in_secret = text(secret, "stringData.postgres-url");
+            let mut env: Vec<(String, String)> = image_env();
+            for (name, v) in k.env(workload, c) {
+                env.retain(|(k, _)| *k != name);
+                env.push((name, v));
+            }
+            let mut out = Vec::new();
+            for (name, v) in env {
+                let v = match name.as_str() {
+                    "OMICOS_LISTEN" => format!("127.0.0.1:{}", self.ports[workload]),
+                    "OMICOS_METRICS_ADDR" => "127.0.0.1:0".into(),
+                    "OMICOS_WORKSPACE" => self.ws.display().to_string(),
+                    "OMICOS_KERNEL_PYTHON" => python(),
+                    "POD_NAME" | "POD_IP" => v,
+                    _ if v == db_in_secret => self.db.clone(),
+                    _ if v.starts_with("http://") => self.url_host(workload, &v),
+                    _ => v,
+                };
+                out.push((name, v));
+            }
+            if text(c, "command.0") == "omicos-orchestrator" {
+                // The one thing the manifest leaves to the hosted default.
+                out.push(("OMICOS_LLM_BASE_URL".into(), self.llm.clone()));
+                out.push(("OMICOS_LLM_MODEL".into(), "fake-model".into()));
+            }
+            out
+        }
+    }
+
+    async fn channel(url: &str, creds: Credentials) -> omicos_auth::AuthedChannel {
+        let ch = tonic::transport::Channel::from_shared(url.to_owned())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        creds.channel(ch)
+    }
+
+    async fn providers(runner: &str, secret: &str) -> Vec<ProviderInstance> {
+        let mut r = RegistryClient::new(
+            channel(
+                runner,
+                Credentials::service(secret, ServiceRole::Operator).unwrap(),
+            )
+            .await,
+        );
+        r.list(ListProvidersRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .instances
+    }
+
+    #[tokio::test]
+    async fn the_manifests_run_refuse_strangers_and_serve_the_documented_key() {
+        let Some(db) = omicos_testdb::postgres("deploy_run", "dep").await else {
+            return;
+        };
+        let k = K8s::load();
+        let ws = tempfile::tempdir().unwrap();
+        let llm = FakeLlm::start(vec![Reply::Text("hello from the manifests".into())]).await;
+        let mut ports = BTreeMap::new();
+        for w in k.workloads() {
+            ports.insert(text(w, "metadata.name").to_owned(), free_port());
+        }
+        let mut services = BTreeMap::new();
+        for svc in k.of_kind("Service") {
+            let sel = s(svc, "spec.selector").unwrap();
+            let w = k
+                .workloads()
+                .find(|w| K8s::selects(sel, s(w, "spec.template.metadata.labels").unwrap()))
+                .unwrap();
+            services.insert(
+                text(svc, "metadata.name").to_owned(),
+                text(w, "metadata.name").to_owned(),
+            );
+        }
+        let local = Local {
+            ports,
+            services,
+            db: db.url.clone(),
+            ws: ws.path().to_path_buf(),
+            llm: llm.openai_url(),
+        };
+        let secret = text(
+            k.named("Secret", "omicos").unwrap(),
+            "stringData.service-secret",
+        );
+        let url = |w: &str| format!("http://127.0.0.1:{}", local.ports[w]);
+
+        // The runner first (providers register with it), then providers, then
+        // the orchestrator (ready once the runner answers).
+        let mut procs = vec![];
+        for bin in [
+            "omicos-tool-runner",
+            "omicos-memory",
+            "omicos-web",
+            "omicos-kernel",
+            "omicos-orchestrator",
+        ] {
+            let w = k.running(bin);
+            let name = text(w, "metadata.name");
+            let c = s(w, "spec.template.spec.containers.0").unwrap();
+            let env = local.env(&k, name, c);
+            procs.push(spawn(name, bin, &env, ws.path()).await);
+        }
+        // Every provider registered, holding the secret.
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let got: std::collections::BTreeSet<String> =
+                providers(&url("omicos-tool-runner"), secret)
+                    .await
+                    .into_iter()
+                    .map(|i| i.provider)
+                    .collect();
+            if ["memory", "web", "kernel"].iter().all(|p| got.contains(*p)) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "providers registered: {got:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let before = providers(&url("omicos-tool-runner"), secret).await.len();
+
+        // 1. ToolRunner/Execute without the secret: refused, and the shell
+        //    it asked for never ran.
+        let marker = ws.path().join("pwned-by-execute");
+        let mut r =
+            ToolRunnerClient::new(channel(&url("omicos-tool-runner"), Credentials::none()).await);
+        let start = ExecuteClientMessage {
+            msg: Some(In::Start(ExecuteStart {
+                call_id: "c1".into(),
+                tool_name: "shell".into(),
+                arguments: serde_json::json!({"command": format!("touch {}", marker.display())})
+                    .to_string(),
+                session_id: "s1".into(),
+                permission_mode: omicos_proto::PermissionMode::Full as i32,
+                ..Default::default()
+            })),
+        };
+        let e = r
+            .execute(tokio_stream::iter(vec![start]))
+            .await
+            .expect_err("an unauthenticated Execute");
+        assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+
+        // 2. Registry/Register without the secret: refused, registry unchanged.
+        let mut reg =
+            RegistryClient::new(channel(&url("omicos-tool-runner"), Credentials::none()).await);
+        let e = reg
+            .register(RegisterRequest {
+                instance: Some(ProviderInstance {
+                    instance_id: "evil".into(),
+                    provider: "evil".into(),
+                    endpoint: "http://127.0.0.1:9".into(),
+                    tools: vec![omicos_proto::ToolSpec {
+                        name: "evil_tool".into(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+                ttl_seconds: 0,
+            })
+            .await
+            .expect_err("an unauthenticated Register");
+        assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+
+        // 3. A provider's CallTool without the secret: memory and the kernel
+        //    refuse, and nothing was saved or run.
+        let ctx = CallContext {
+            call_id: "c2".into(),
+            session_id: "s1".into(),
+            scope: "default/assistant".into(),
+            ..Default::default()
+        };
+        let mut mem =
+            ToolProviderClient::new(channel(&url("omicos-memory"), Credentials::none()).await);
+        let e = mem
+            .call_tool(CallToolRequest {
+                tool: "memory__save".into(),
+                arguments_json: r#"{"content":"planted by a stranger","category":"fact"}"#.into(),
+                context: Some(ctx.clone()),
+            })
+            .await
+            .expect_err("an unauthenticated memory CallTool");
+        assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+        let kernel_marker = ws.path().join("pwned-by-kernel");
+        let mut kern =
+            ToolProviderClient::new(channel(&url("omicos-kernel"), Credentials::none()).await);
+        let e = kern
+            .call_tool(CallToolRequest {
+                tool: "run_python_code".into(),
+                arguments_json: serde_json::json!({"code": format!("open({:?}, 'w').close()", kernel_marker.display().to_string())}).to_string(),
+                context: Some(ctx.clone()),
+            })
+            .await
+            .expect_err("an unauthenticated kernel CallTool");
+        assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+
+        // What did not happen: no file, no registration, no memory.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!marker.exists(), "the refused Execute ran its shell");
+        assert!(!kernel_marker.exists(), "the refused CallTool ran its code");
+        let after = providers(&url("omicos-tool-runner"), secret).await;
+        assert_eq!(after.len(), before);
+        assert!(after.iter().all(|i| i.provider != "evil"), "{after:?}");
+        let mut mem_as_runner = ToolProviderClient::new(
+            channel(
+                &url("omicos-memory"),
+                Credentials::service(secret, ServiceRole::Runner).unwrap(),
+            )
+            .await,
+        );
+        let mut found = mem_as_runner
+            .call_tool(CallToolRequest {
+                tool: "memory__search".into(),
+                arguments_json: r#"{"query":"planted stranger"}"#.into(),
+                context: Some(ctx),
+            })
+            .await
+            .expect("the runner may search memory")
+            .into_inner();
+        let mut results = String::new();
+        while let Some(ev) = found.message().await.unwrap() {
+            if let Some(omicos_proto::call_tool_event::Event::Result(r)) = ev.event {
+                results = r.value_json;
+            }
+        }
+        assert!(!results.contains("planted"), "{results}");
+
+        // 4. Clients: none without a key; the documented key chats.
+        let orch = url("omicos-orchestrator");
+        super::wait_serving(&orch).await;
+        let e = client_with(&orch, "")
+            .await
+            .list_sessions(ListSessionsRequest::default())
+            .await
+            .expect_err("no key");
+        assert_eq!(e.code(), Code::Unauthenticated);
+        let mut h = ChatHandle::open(
+            client_with(&orch, DOCUMENTED_KEY).await,
+            ChatRequest {
+                message: "hi".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("the documented key is let in");
+        let events = h.until_done().await;
+        let text: String = events
+            .iter()
+            .filter_map(|e| match &e.kind {
+                Some(chat_event::Kind::TextDelta(t)) => Some(t.text.clone()),
+                _ => None,
+            })
+            .collect();
+        assert!(text.contains("hello from the manifests"), "{events:#?}");
+        assert_eq!(llm.requests().len(), 1);
+        drop(procs);
+    }
+}
+
+async fn wait_serving(url: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Ok(ch) = tonic::transport::Channel::from_shared(url.to_owned())
+            .unwrap()
+            .connect()
+            .await
+        {
+            let mut h = tonic_health::pb::health_client::HealthClient::new(ch);
+            if let Ok(r) = h
+                .check(tonic_health::pb::HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await
+                && r.into_inner().status
+                    == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+            {
+                return;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{url} never became SERVING"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }

@@ -251,7 +251,8 @@ impl OrchestratorError {
 impl From<OrchestratorError> for Status {
     fn from(e: OrchestratorError) -> Self {
         let kind = e.kind();
-        let mut status = Status::new(kind.grpc_code(), e.report());
+        // Bounded: a quoted rule or argument must not come back whole.
+        let mut status = Status::new(kind.grpc_code(), crate::bound::error_message(&e.report()));
         status.metadata_mut().insert(
             ERROR_KIND_METADATA,
             tonic::metadata::MetadataValue::from_static(kind.as_str()),

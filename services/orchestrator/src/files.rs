@@ -43,24 +43,34 @@ impl FilesGate {
         };
         let ws = omicos_toolkit::tenancy::tenant_workspace(&self.root, &who.tenant)
             .map_err(|_| StatusCode::NOT_FOUND)?;
-        if let Some(rest) = rel.strip_prefix(".omicos/outputs/") {
-            let session = rest.split('/').next().unwrap_or_default();
-            let owned = match self.hub.store().get_session(session).await {
+        // Resolve first: the real file, inside one of the served roots.
+        let full = omicos_webui::resolve_workspace_file(&ws, rel).ok_or(StatusCode::NOT_FOUND)?;
+        // Then authorize on what was resolved: a file under the outputs
+        // root belongs to the session whose folder holds it.
+        let outputs = ws.join(".omicos/outputs").canonicalize().ok();
+        if let Some(inside) = outputs.as_ref().and_then(|o| full.strip_prefix(o).ok()) {
+            let session = match inside.components().next() {
+                Some(std::path::Component::Normal(s)) if inside.components().count() > 1 => {
+                    s.to_string_lossy().into_owned()
+                }
+                _ => return Err(StatusCode::NOT_FOUND),
+            };
+            let owned = match self.hub.store().get_session(&session).await {
                 Ok(Some(m)) => who.owns(&m.tenant, &m.subject),
                 Ok(None) => false,
                 Err(_) => return Err(StatusCode::SERVICE_UNAVAILABLE),
             };
             if !owned {
-                tracing::warn!(target: "omicos::audit", event = "file_denied", principal = %who.label(), path = rel, "a file of another owner's session was asked for");
+                tracing::warn!(target: "omicos::audit", event = "file_denied", principal = %who.label(), path = rel, session = %session, "a file of another owner's session was asked for");
                 return Err(StatusCode::NOT_FOUND);
             }
         }
-        Ok(ws)
+        Ok(full)
     }
 }
 
 impl FileGate for FilesGate {
-    fn workspace<'a>(&'a self, headers: &'a HeaderMap, rel: &'a str) -> GateFuture<'a> {
+    fn resolve<'a>(&'a self, headers: &'a HeaderMap, rel: &'a str) -> GateFuture<'a> {
         Box::pin(self.decide(headers, rel))
     }
 }

@@ -2,6 +2,7 @@
 //! the LLM, `call_agent` dispatch and the `Chat` stream clients hold.
 
 pub mod agents;
+pub mod bound;
 pub mod config;
 pub mod engine;
 pub mod error;
@@ -188,6 +189,7 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
         calibration: Default::default(),
         tool_cache: Default::default(),
     });
+    let hub_store = store.clone();
     let hub = Arc::new(Hub::new(store));
     let _gauges = metrics::hub_gauges(&hub);
     let host = Host::new(HostOptions {
@@ -218,7 +220,7 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
         shutdown.streams_token(),
     ));
     let routes = omicos_auth::guarded_routes(&host, gate.clone(), open_health, open_reflection);
-    let app = web_app(routes, svc, files, gate);
+    let app = web_app(routes, svc, files, gate, hub_store);
     // Ready once the tool-runner answers.
     let reporter = host.reporter();
     let sd = shutdown.clone();
@@ -255,19 +257,29 @@ fn web_app(
     svc: Arc<service::OrchestratorService>,
     files: Arc<dyn omicos_webui::FileGate>,
     gate: Arc<dyn omicos_auth::Gate>,
+    store: Arc<dyn SessionStore>,
 ) -> axum::Router {
+    use service::guard::SessionGuard;
     let max = omicos_proto::MAX_MESSAGE_BYTES;
+    // Credentials first, then the session guard: every call is decided by
+    // method before a handler runs (service::guard::METHODS).
     routes
         .add_service(omicos_auth::Guard::new(
-            OrchestratorServer::from_arc(svc.clone())
-                .max_decoding_message_size(max)
-                .max_encoding_message_size(max),
+            SessionGuard::new(
+                OrchestratorServer::from_arc(svc.clone())
+                    .max_decoding_message_size(max)
+                    .max_encoding_message_size(max),
+                store.clone(),
+            ),
             gate.clone(),
         ))
         .add_service(omicos_auth::Guard::new(
-            OrchestratorWebServer::from_arc(svc)
-                .max_decoding_message_size(max)
-                .max_encoding_message_size(max),
+            SessionGuard::new(
+                OrchestratorWebServer::from_arc(svc)
+                    .max_decoding_message_size(max)
+                    .max_encoding_message_size(max),
+                store,
+            ),
             gate,
         ))
         .into_axum_router()

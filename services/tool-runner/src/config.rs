@@ -47,6 +47,14 @@ pub struct Config {
     pub metrics_addr: String,
     /// Memory scope passed to providers in every call context.
     pub memory_scope: String,
+    /// Who shares a memory (issue 39): `principal` (the default) gives each
+    /// principal its own (`<tenant scope>/principal/<subject>`), so one
+    /// person's memories never reach a colleague's agent; `tenant` shares one
+    /// memory among every principal of a tenant (the behaviour before), an
+    /// explicit per-deployment choice. The laptop's principal (`local`, and
+    /// calls with no forwarded principal) keeps the tenant's scope, so the
+    /// rows it wrote before stay its own.
+    pub memory_sharing: String,
     /// Longest a shell command may run (also the cap of a call's own timeout).
     #[serde(with = "duration")]
     pub shell_timeout: Duration,
@@ -97,6 +105,7 @@ impl Default for Config {
             registry_resync: Duration::from_secs(30),
             metrics_addr: String::new(),
             memory_scope: "workspace".into(),
+            memory_sharing: "principal".into(),
             shell_timeout: Duration::from_secs(120),
             shell_output_cap_bytes: 1 << 20,
             default_permission_mode: "read_only".into(),
@@ -184,6 +193,15 @@ impl ServiceConfig for Config {
         self.tls.load("tls")?;
         omicos_proto::PermissionMode::parse(&self.default_permission_mode)
             .map_err(|e| ConfigError::key("default_permission_mode", e.to_string()))?;
+        if !matches!(self.memory_sharing.as_str(), "principal" | "tenant") {
+            return Err(ConfigError::key(
+                "memory_sharing",
+                format!(
+                    "is `{}`: principal (each principal its own memory) or tenant (one per tenant)",
+                    crate::pipeline::bounded_text(&self.memory_sharing)
+                ),
+            ));
+        }
         for (event, list) in self.hooks.events() {
             for (i, m) in list.iter().enumerate() {
                 crate::pipeline::hooks::compile_matcher(&m.matcher).map_err(|e| {

@@ -666,6 +666,7 @@ async fn kernel_sessions_stay_pinned_and_lost_state_is_said_plainly() {
             name: "kernel".into(),
             affinity: true,
             tag: tag.into(),
+            ..TestKit::new()
         };
         let (_, sd) = start_provider(kit, Some(r.addr.clone())).await;
         shutdowns.insert(tag.to_string(), sd);

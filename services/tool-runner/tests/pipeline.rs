@@ -21,6 +21,8 @@ use tokio::sync::mpsc;
 struct Fixture {
     dir: tempfile::TempDir,
     pipeline: Pipeline,
+    /// The test provider, whose call counts prove what did not run.
+    kit: Arc<TestKit>,
 }
 
 fn config(dir: &Path) -> Config {
@@ -36,14 +38,15 @@ fn fixture_with(f: impl FnOnce(&mut Config, &Path)) -> Fixture {
     let mut cfg = config(dir.path());
     f(&mut cfg, dir.path());
     let mut providers = omicos_tool_runner::builtin_providers(&cfg);
-    providers.push(Arc::new(TestKit::new()));
+    let kit = Arc::new(TestKit::new());
+    providers.push(kit.clone());
     let pipeline = Pipeline::new(
         &cfg,
         Arc::new(Registry::new(Duration::from_secs(30))),
         providers,
     )
     .unwrap();
-    Fixture { dir, pipeline }
+    Fixture { dir, pipeline, kit }
 }
 
 fn fixture() -> Fixture {
@@ -349,6 +352,7 @@ async fn every_mode_times_every_risk_through_the_pipeline() {
                 err(&o).contains("read_only allows only read tools"),
                 "{tool}"
             );
+            assert_eq!(f.kit.calls_of(tool), 0, "{tool} ran under read_only");
         }
         // auto: Read runs; the others ask (answered with allow once here).
         let (o, msgs) = with_approval(
@@ -373,6 +377,8 @@ async fn every_mode_times_every_risk_through_the_pipeline() {
         .result
         .result;
     assert!(m.contains("unknown permission mode `99`"), "{m}");
+    // noop ran in read_only, auto and full, not under the unknown mode.
+    assert_eq!(f.kit.calls_of("noop"), 3);
 }
 
 #[tokio::test]
@@ -433,6 +439,7 @@ async fn approval_allow_once_session_deny_timeout_and_foreign_answers() {
     .await;
     assert_eq!(err(&o), "denied by user");
     assert_eq!(o.result.approval, Decision::Deny as i32);
+    assert_eq!(f.kit.calls_of("py"), 0, "a denied call ran");
 
     // No answer within the timeout (1 s here) counts as denied.
     let started = Instant::now();
@@ -462,6 +469,8 @@ async fn approval_allow_once_session_deny_timeout_and_foreign_answers() {
         "{}",
         o.result.result
     );
+    // Denied, timed out, answered for another call: py never ran.
+    assert_eq!(f.kit.calls_of("py"), 0, "a refused call ran");
 
     // always_ask asks even in full mode, and even when the session allowed it.
     let mut plan = req("plan", "{}", "full");
@@ -481,6 +490,8 @@ async fn approval_allow_once_session_deny_timeout_and_foreign_answers() {
         .result
         .result;
     assert!(m.contains("no client is connected"), "{m}");
+    // writer ran once (allowed once above), not when nobody could be asked.
+    assert_eq!(f.kit.calls_of("writer"), 1);
 }
 
 #[tokio::test]
@@ -581,11 +592,13 @@ async fn pre_tool_use_deny_and_exit_2_block() {
     let o = run(&f.pipeline, req("noop", "{}", "full")).await;
     assert_eq!(err(&o), "blocked by PreToolUse hook: not on fridays");
     assert_eq!(o.record.error_stage.map(Stage::as_str), Some("hook"));
+    assert_eq!(f.kit.calls_of("noop"), 0, "a blocked call ran");
 
     let f = pre_hook("echo 'rm -rf is not allowed' >&2; exit 2", "*");
     let o = run(&f.pipeline, req("noop", "{}", "full")).await;
     assert_eq!(err(&o), "blocked by PreToolUse hook: rm -rf is not allowed");
     assert_eq!(o.record.hooks[0].exit_code, Some(2));
+    assert_eq!(f.kit.calls_of("noop"), 0, "a blocked call ran");
 }
 
 #[tokio::test]
@@ -762,6 +775,8 @@ async fn permission_request_hook_answers_for_the_user() {
     let (o, msgs) = with_approval(&f.pipeline, req("py", "{}", "auto"), None).await;
     assert_eq!(err(&o), "denied by PermissionRequest hook: no python here");
     assert_eq!(approvals_asked(&msgs), 0);
+    assert_eq!(f.kit.calls_of("py"), 0, "a denied call ran");
+    assert_eq!(f.kit.calls_of("writer"), 1);
 }
 
 // ---------- 6. dispatch ----------

@@ -56,12 +56,15 @@ pub const TOKEN_COOKIE: &str = "omicos_token";
 pub type GateFuture<'a> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<PathBuf, StatusCode>> + Send + 'a>>;
 
-/// Who may read which `/files/` path: answers the workspace root to serve
-/// `rel` (workspace-relative) from, or the status to answer instead
-/// (401 without a valid credential, 404 for what is not the caller's).
+/// Who may read which `/files/` path. Resolve, then authorize: a gate first
+/// resolves `rel` to the real file ([`resolve_workspace_file`]: percent-decoded
+/// by the router, `..` and symlinks resolved, confined to [`FILE_ROOTS`]) and
+/// decides on that real path, never on the text asked for. Answers the real
+/// path to serve, or the status to answer instead (401 without a valid
+/// credential, 404 for what is missing or not the caller's).
 pub trait FileGate: Send + Sync + 'static {
     /// Decides one request.
-    fn workspace<'a>(&'a self, headers: &'a HeaderMap, rel: &'a str) -> GateFuture<'a>;
+    fn resolve<'a>(&'a self, headers: &'a HeaderMap, rel: &'a str) -> GateFuture<'a>;
 }
 
 /// No gate: every request is served from one workspace (tests, and a page
@@ -69,10 +72,43 @@ pub trait FileGate: Send + Sync + 'static {
 struct Open(PathBuf);
 
 impl FileGate for Open {
-    fn workspace<'a>(&'a self, _headers: &'a HeaderMap, _rel: &'a str) -> GateFuture<'a> {
-        Box::pin(async move { Ok(self.0.clone()) })
+    fn resolve<'a>(&'a self, _headers: &'a HeaderMap, rel: &'a str) -> GateFuture<'a> {
+        Box::pin(async move { resolve_workspace_file(&self.0, rel).ok_or(StatusCode::NOT_FOUND) })
     }
 }
+
+/// How an HTTP route is guarded.
+#[derive(Clone, Copy, Debug)]
+pub enum RouteAccess {
+    /// Behind the [`FileGate`]: a credential, and only the caller's own
+    /// sessions' files in its tenant's workspace.
+    Gated,
+    /// Open to anyone; why that is safe.
+    Open(&'static str),
+}
+
+/// Which handler a route runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handler {
+    /// Workspace output files.
+    Files,
+    /// The embedded page (the router's fallback: every other path).
+    Page,
+}
+
+/// Every route of the page's router, with how it is guarded; the router is
+/// built from this table ([`router_with`]), so a route cannot exist without
+/// an entry. `*` is the fallback.
+pub const ROUTES: &[(&str, Handler, RouteAccess)] = &[
+    ("/files/{*path}", Handler::Files, RouteAccess::Gated),
+    (
+        "*",
+        Handler::Page,
+        RouteAccess::Open(
+            "the page's own embedded bundle (GET/HEAD only): the same bytes for everyone, no workspace or session data",
+        ),
+    ),
+];
 
 /// The bearer token a request carries: `Authorization`, else the page's cookie.
 pub fn bearer_token(headers: &HeaderMap) -> Option<String> {
@@ -99,17 +135,23 @@ pub fn router(workspace: impl Into<PathBuf>) -> Router {
     router_with(Arc::new(Open(workspace.into())))
 }
 
-/// The page, and the output files behind `gate`.
+/// The page, and the output files behind `gate`: the routes of [`ROUTES`].
 pub fn router_with(gate: Arc<dyn FileGate>) -> Router {
-    // The page's script is ~300 KB and ~95 KB gzipped; workspace files are
-    // sent as they are (images are compressed already, and Range needs the bytes).
-    let page = Router::new()
-        .fallback(page)
-        .layer(tower_http::compression::CompressionLayer::new().gzip(true));
-    Router::new()
-        .route("/files/{*path}", get(workspace_file))
-        .with_state(gate)
-        .merge(page)
+    let mut files = Router::new();
+    let mut page_router = Router::new();
+    for (path, handler, _) in ROUTES {
+        match handler {
+            Handler::Files => files = files.route(path, get(workspace_file)),
+            // The page's script is ~300 KB and ~95 KB gzipped; workspace files are
+            // sent as they are (images are compressed already, and Range needs the bytes).
+            Handler::Page => {
+                page_router = page_router
+                    .fallback(page)
+                    .layer(tower_http::compression::CompressionLayer::new().gzip(true))
+            }
+        }
+    }
+    files.with_state(gate).merge(page_router)
 }
 
 /// Whether the embedded page has an `index.html` (a build without one is a packaging bug).
@@ -209,6 +251,8 @@ fn hex(bytes: &[u8]) -> String {
 
 /// The real path of a `/files/` request, or None when it is not a regular
 /// file inside one of [`FILE_ROOTS`] (after `..` and symlinks are resolved).
+/// `rel` is already percent-decoded (the router decodes the path once:
+/// `%2e%2e` arrives as `..`).
 pub fn resolve_workspace_file(workspace: &std::path::Path, rel: &str) -> Option<PathBuf> {
     let (root, rest) = FILE_ROOTS.iter().find_map(|r| {
         rel.strip_prefix(r)
@@ -227,12 +271,9 @@ async fn workspace_file(
     UrlPath(rel): UrlPath<String>,
     req: Request,
 ) -> Response {
-    let workspace = match gate.workspace(req.headers(), &rel).await {
-        Ok(w) => w,
+    let full = match gate.resolve(req.headers(), &rel).await {
+        Ok(f) => f,
         Err(code) => return code.into_response(),
-    };
-    let Some(full) = resolve_workspace_file(&workspace, &rel) else {
-        return StatusCode::NOT_FOUND.into_response();
     };
     let served = tower_http::services::ServeFile::new(&full)
         .oneshot(req)
@@ -391,6 +432,25 @@ mod tests {
             .unwrap();
         assert_eq!(head.status(), StatusCode::OK);
         assert!(body(head).await.is_empty());
+    }
+
+    /// Every route is gated or open with a reason, and both handlers are routed.
+    #[test]
+    fn every_route_is_gated_or_open_with_a_reason() {
+        for (path, _, access) in ROUTES {
+            if let RouteAccess::Open(why) = access {
+                assert!(!why.trim().is_empty(), "{path} is open without a reason");
+            }
+        }
+        for h in [Handler::Files, Handler::Page] {
+            assert!(ROUTES.iter().any(|(_, x, _)| *x == h), "{h:?} has no route");
+        }
+        // Workspace data is only ever behind the gate.
+        for (path, h, access) in ROUTES {
+            if *h == Handler::Files {
+                assert!(matches!(access, RouteAccess::Gated), "{path}");
+            }
+        }
     }
 
     #[tokio::test]

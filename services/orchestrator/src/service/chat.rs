@@ -58,6 +58,7 @@ impl OrchestratorService {
     ) -> Result<EventStream, Status> {
         let deadline = grpc_timeout(req.metadata()).map(|t| tokio::time::Instant::now() + t);
         let who = omicos_auth::principal::of(&req)?;
+        let owned = super::guard::maybe_owned(&req);
         let mut inbound = req.into_inner();
         // A first message that does not decode is already INVALID_ARGUMENT (the codec's).
         let first = inbound.message().await?.ok_or_else(|| {
@@ -78,7 +79,7 @@ impl OrchestratorService {
             turn_id,
             start_seq,
             events: rx,
-        } = match self.start_turn(&who, cr, deadline).await {
+        } = match self.start_turn(&who, owned, cr, deadline).await {
             Ok(s) => s,
             // Answered in-band, so a client that resumes a lost session sees why in its event stream.
             Err(e @ OrchestratorError::SessionNotFound(_)) => {
@@ -147,6 +148,7 @@ impl OrchestratorService {
     pub(super) async fn start_turn(
         &self,
         who: &omicos_auth::Principal,
+        owned: Option<super::guard::Owned>,
         cr: ChatRequest,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Started, OrchestratorError> {
@@ -171,8 +173,12 @@ impl OrchestratorService {
         let existing = if cr.session_id.is_empty() {
             None
         } else {
-            // Another owner's session is one that does not exist.
-            Some(self.owned(who, &cr.session_id).await?)
+            // The session guard admitted the session it names (another
+            // owner's was answered as one that does not exist).
+            match owned {
+                Some(o) if o.id() == cr.session_id => Some(o.meta().clone()),
+                _ => return Err(OrchestratorError::SessionNotFound(cr.session_id.clone())),
+            }
         };
         // A continued session keeps its team unless the request names one.
         let members = if cr.team_members.is_empty() {

@@ -3,9 +3,10 @@
 //! running slot here, the lease in the store), so no turn runs meanwhile.
 
 use super::OrchestratorService;
+use super::guard::Owned;
 use crate::error::OrchestratorError;
 use crate::hub::RunningTurn;
-use omicos_proto::{CompactRequest, CompactResponse, Compaction};
+use omicos_proto::{CompactResponse, Compaction};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -13,10 +14,11 @@ impl OrchestratorService {
     /// Compact: summarizes the session's oldest messages into a marker.
     pub(super) async fn compact_rpc(
         &self,
-        req: CompactRequest,
+        owned: &Owned,
     ) -> Result<CompactResponse, OrchestratorError> {
-        let id = req.session_id;
+        let id = owned.id().to_owned();
         let store = self.hub.store();
+        // Re-read: the guard's copy may predate a turn that changed the team.
         let meta = store
             .get_session(&id)
             .await?

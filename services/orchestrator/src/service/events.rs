@@ -25,6 +25,16 @@ pub(super) fn one_shot_error(
     error: &OrchestratorError,
     hint: &str,
 ) -> EventStream {
+    let events = one_shot_events(session_id, error, hint).into_iter().map(Ok);
+    Box::pin(tokio_stream::iter(events.collect::<Vec<_>>()))
+}
+
+/// The events of [`one_shot_error`] (the session guard sends them itself).
+pub(super) fn one_shot_events(
+    session_id: &str,
+    error: &OrchestratorError,
+    hint: &str,
+) -> Vec<ChatEvent> {
     let mk = |k| ChatEvent {
         session_id: session_id.to_owned(),
         event_seq: 0,
@@ -33,17 +43,16 @@ pub(super) fn one_shot_error(
         kind: Some(k),
         ..Default::default()
     };
-    let events = vec![
-        Ok(mk(chat_event::Kind::Error(ErrorEvent {
+    vec![
+        mk(chat_event::Kind::Error(ErrorEvent {
             kind: error.kind().as_str().into(),
-            message: format!("{}{hint}", error.report()),
-        }))),
-        Ok(mk(chat_event::Kind::TurnDone(TurnDone {
+            message: crate::bound::error_message(&format!("{}{hint}", error.report())),
+        })),
+        mk(chat_event::Kind::TurnDone(TurnDone {
             reason: TurnDoneReason::Error as i32,
             ..Default::default()
-        }))),
-    ];
-    Box::pin(tokio_stream::iter(events))
+        })),
+    ]
 }
 
 /// Whether a [`Pump`] goes on after a step.
@@ -105,7 +114,9 @@ impl Pump {
             return;
         }
         self.last_sent = ev.event_seq;
-        self.out.emit(Ok(ev)).await;
+        // Large values keep a head (crate::bound): the stream stays under
+        // the message limit whatever the model sent.
+        self.out.emit(Ok(crate::bound::event(ev))).await;
     }
 
     /// Ends the client's stream with `error`'s status, so it knows to attach
@@ -265,18 +276,15 @@ impl OrchestratorService {
     /// Attach: replays a session's events after `since_seq`, then follows the live turn.
     pub(super) async fn attach_rpc(
         &self,
+        owned: &super::guard::Owned,
         req: AttachRequest,
     ) -> Result<EventStream, OrchestratorError> {
-        if self
-            .hub
-            .store()
-            .get_session(&req.session_id)
-            .await?
-            .is_none()
-        {
-            return Err(OrchestratorError::SessionNotFound(req.session_id));
+        let id = owned.id();
+        // Deleted since the guard read it: gone.
+        if self.hub.store().get_session(id).await?.is_none() {
+            return Err(OrchestratorError::SessionNotFound(id.to_owned()));
         }
-        let state = self.hub.state(&req.session_id).await?;
+        let state = self.hub.state(id).await?;
         let rx = state.subscribe();
         let running = state.running();
         let lost = LostTurns {

@@ -4,15 +4,17 @@
 //! - [`events`]: the event stream a client follows (Pump, Attach);
 //! - [`sessions`]: List/Get/Delete sessions, CancelTurn, ApproveTool;
 //! - [`catalog`]: ListAgents, RefreshCatalog, ListAgentTools;
-//! - [`web`]: the OrchestratorWeb service (StartTurn, GetClientConfig).
+//! - [`web`]: the OrchestratorWeb service (StartTurn, GetClientConfig);
+//! - [`guard`]: the session guard every call passes before it gets here.
 //!
-//! The trait impl below only dispatches.
+//! The trait impl below only dispatches. A handler that works on a session
+//! reaches it only through the [`guard::Owned`] the guard put in the request.
 
 mod catalog;
 mod chat;
 mod compact;
 mod events;
-mod owner;
+pub mod guard;
 mod sessions;
 mod web;
 
@@ -82,31 +84,27 @@ impl Orchestrator for OrchestratorService {
         &self,
         req: Request<AttachRequest>,
     ) -> Result<Response<Self::AttachStream>, Status> {
-        let who = principal::of(&req)?;
-        let req = req.into_inner();
-        grpc(self.owned(&who, &req.session_id).await)?;
-        grpc(self.attach_rpc(req).await).map(Response::new)
+        let owned = guard::owned_of(&req)?;
+        grpc(self.attach_rpc(&owned, req.into_inner()).await).map(Response::new)
     }
 
     async fn cancel_turn(
         &self,
         req: Request<CancelTurnRequest>,
     ) -> Result<Response<CancelTurnResponse>, Status> {
-        let who = principal::of(&req)?;
-        let req = req.into_inner();
-        grpc(self.owned(&who, &req.session_id).await)?;
-        grpc(self.cancel_turn_rpc(req).await).map(Response::new)
+        let owned = guard::owned_of(&req)?;
+        grpc(self.cancel_turn_rpc(&owned).await).map(Response::new)
     }
 
     async fn approve_tool(
         &self,
         req: Request<ApproveToolRequest>,
     ) -> Result<Response<ApproveToolResponse>, Status> {
-        let who = principal::of(&req)?;
+        let owned = guard::owned_of(&req)?;
+        let who = owned.principal().clone();
         let req = req.into_inner();
-        grpc(self.owned(&who, &req.session_id).await)?;
-        let (session, call, decision) = (req.session_id.clone(), req.call_id.clone(), req.decision);
-        let r = self.approve_tool_rpc(req).await;
+        let (session, call, decision) = (owned.id().to_owned(), req.call_id.clone(), req.decision);
+        let r = self.approve_tool_rpc(&owned, req).await;
         tracing::info!(
             target: "omicos::audit",
             event = "approval",
@@ -141,20 +139,16 @@ impl Orchestrator for OrchestratorService {
         &self,
         req: Request<GetSessionRequest>,
     ) -> Result<Response<Session>, Status> {
-        let who = principal::of(&req)?;
-        let req = req.into_inner();
-        grpc(self.owned(&who, &req.session_id).await)?;
-        grpc(self.get_session_rpc(req).await).map(Response::new)
+        let owned = guard::owned_of(&req)?;
+        grpc(self.get_session_rpc(&owned).await).map(Response::new)
     }
 
     async fn delete_session(
         &self,
         req: Request<DeleteSessionRequest>,
     ) -> Result<Response<DeleteSessionResponse>, Status> {
-        let who = principal::of(&req)?;
-        let req = req.into_inner();
-        grpc(self.owned(&who, &req.session_id).await)?;
-        grpc(self.delete_session_rpc(&who, req).await).map(Response::new)
+        let owned = guard::owned_of(&req)?;
+        grpc(self.delete_session_rpc(&owned).await).map(Response::new)
     }
 
     async fn refresh_catalog(
@@ -176,6 +170,7 @@ impl Orchestrator for OrchestratorService {
         &self,
         req: Request<CompactRequest>,
     ) -> Result<Response<CompactResponse>, Status> {
-        grpc(self.compact_rpc(req.into_inner()).await).map(Response::new)
+        let owned = guard::owned_of(&req)?;
+        grpc(self.compact_rpc(&owned).await).map(Response::new)
     }
 }

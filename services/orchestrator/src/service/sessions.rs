@@ -2,11 +2,11 @@
 //! out-of-band turn controls CancelTurn and ApproveTool.
 
 use super::OrchestratorService;
+use super::guard::Owned;
 use crate::error::OrchestratorError;
 use omicos_proto::{
-    ApproveToolRequest, ApproveToolResponse, CancelTurnRequest, CancelTurnResponse, Decision,
-    DeleteSessionRequest, DeleteSessionResponse, GetSessionRequest, ListSessionsRequest,
-    ListSessionsResponse, Session, SessionSummary,
+    ApproveToolRequest, ApproveToolResponse, CancelTurnResponse, Decision, DeleteSessionResponse,
+    ListSessionsRequest, ListSessionsResponse, Session, SessionSummary,
 };
 use omicos_sessionstore::{SessionMeta, SessionStore};
 
@@ -16,13 +16,14 @@ impl OrchestratorService {
     /// running the turn.
     pub(super) async fn cancel_turn_rpc(
         &self,
-        req: CancelTurnRequest,
+        owned: &Owned,
     ) -> Result<CancelTurnResponse, OrchestratorError> {
-        if let Some(t) = self.hub.existing(&req.session_id).and_then(|s| s.running()) {
+        let id = owned.id();
+        if let Some(t) = self.hub.existing(id).and_then(|s| s.running()) {
             t.cancel.cancel();
             return Ok(CancelTurnResponse { cancelled: true });
         }
-        let owner = self.hub.store().request_cancel(&req.session_id).await?;
+        let owner = self.hub.store().request_cancel(id).await?;
         Ok(CancelTurnResponse {
             cancelled: owner.is_some(),
         })
@@ -32,8 +33,10 @@ impl OrchestratorService {
     /// replica directly, or through the store to the replica running the turn.
     pub(super) async fn approve_tool_rpc(
         &self,
+        owned: &Owned,
         r: ApproveToolRequest,
     ) -> Result<ApproveToolResponse, OrchestratorError> {
+        let session_id = owned.id().to_owned();
         let decision = Decision::try_from(r.decision)
             .ok()
             .filter(|d| *d != Decision::Unspecified)
@@ -44,7 +47,7 @@ impl OrchestratorService {
             })?;
         let refused = |e: String| OrchestratorError::InvalidArgument(format!("rule: {e}"));
         let rule = crate::hub::approval_rule(decision, &r.rule).map_err(refused)?;
-        let session = self.hub.existing(&r.session_id);
+        let session = self.hub.existing(&session_id);
         // Where the call waits on this replica, the rule is checked against
         // it now, so the client hears why while its question is still open
         // (the runner checks again; elsewhere its check is the only one, and
@@ -73,13 +76,13 @@ impl OrchestratorService {
             || self
                 .hub
                 .store()
-                .decide_approval(&r.session_id, &r.call_id, decision as i32, &rule)
+                .decide_approval(&session_id, &r.call_id, decision as i32, &rule)
                 .await?;
         if ok {
             Ok(ApproveToolResponse {})
         } else {
             Err(OrchestratorError::ApprovalNotPending {
-                session: r.session_id,
+                session: session_id,
                 call_id: r.call_id,
             })
         }
@@ -110,9 +113,9 @@ impl OrchestratorService {
     /// GetSession: a session's summary and history.
     pub(super) async fn get_session_rpc(
         &self,
-        req: GetSessionRequest,
+        owned: &Owned,
     ) -> Result<Session, OrchestratorError> {
-        let id = req.session_id;
+        let id = owned.id().to_owned();
         let store = self.hub.store();
         let meta = store
             .get_session(&id)
@@ -131,7 +134,8 @@ impl OrchestratorService {
         let last = last_seq(store.as_ref(), &id).await?;
         Ok(Session {
             summary: Some(summary(meta, last)),
-            messages_json: messages.iter().map(|m| m.to_string()).collect(),
+            // Large values keep a head (crate::bound): the session stays readable.
+            messages_json: messages.iter().map(crate::bound::message).collect(),
         })
     }
 
@@ -139,10 +143,9 @@ impl OrchestratorService {
     /// the session left running (its boxes, kernel, per-session servers).
     pub(super) async fn delete_session_rpc(
         &self,
-        who: &omicos_auth::Principal,
-        req: DeleteSessionRequest,
+        owned: &Owned,
     ) -> Result<DeleteSessionResponse, OrchestratorError> {
-        let id = req.session_id;
+        let (id, who) = (owned.id().to_owned(), owned.principal());
         if self.hub.existing(&id).and_then(|s| s.running()).is_some() {
             return Err(OrchestratorError::SessionBusy(id));
         }

@@ -25,6 +25,7 @@ impl OrchestratorService {
     pub(super) async fn start_turn_rpc(
         &self,
         who: &omicos_auth::Principal,
+        owned: Option<super::guard::Owned>,
         cr: ChatRequest,
     ) -> Result<StartTurnResponse, OrchestratorError> {
         tracing::info!(session = %cr.session_id, agent = %cr.agent, "start turn");
@@ -33,7 +34,7 @@ impl OrchestratorService {
             turn_id,
             start_seq,
             events: mut rx,
-        } = self.start_turn(who, cr, None).await?;
+        } = self.start_turn(who, owned, cr, None).await?;
         // TurnStarted is the turn's first event, so its seq is start_seq + 1;
         // rx was subscribed before the turn could emit it. Already past it
         // when last_seq says so (the seq lock covers the append and the broadcast).
@@ -91,7 +92,8 @@ impl OrchestratorWeb for OrchestratorService {
         req: Request<ChatRequest>,
     ) -> Result<Response<StartTurnResponse>, Status> {
         let who = omicos_auth::principal::of(&req)?;
-        grpc(self.start_turn_rpc(&who, req.into_inner()).await).map(Response::new)
+        let owned = super::guard::maybe_owned(&req);
+        grpc(self.start_turn_rpc(&who, owned, req.into_inner()).await).map(Response::new)
     }
 
     async fn get_client_config(

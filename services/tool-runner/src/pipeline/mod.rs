@@ -172,6 +172,8 @@ struct Inner {
     approval_timeout: Duration,
     spool_threshold: usize,
     memory_scope: String,
+    /// Each principal its own memory (`memory_sharing: principal`).
+    memory_per_principal: bool,
     metrics: crate::metrics::RunnerMetrics,
 }
 
@@ -244,6 +246,7 @@ impl Pipeline {
                 approval_timeout: config.approval_timeout,
                 spool_threshold: config.spool_threshold_bytes.max(1),
                 memory_scope: config.memory_scope.clone(),
+                memory_per_principal: config.memory_sharing != "tenant",
                 metrics: crate::metrics::RunnerMetrics::new(),
             }),
         })
@@ -814,7 +817,11 @@ impl Pipeline {
             session_id: req.session_id.clone(),
             agent_id: req.agent_id.clone(),
             user_modified: false,
-            scope: tenant_scope(&self.inner.memory_scope, &req.tenant),
+            scope: memory_scope(
+                &tenant_scope(&self.inner.memory_scope, &req.tenant),
+                &req.principal,
+                self.inner.memory_per_principal,
+            ),
             workspace,
             tenant: req.tenant.clone(),
             events: EventSink::discard(),
@@ -893,4 +900,65 @@ fn canonical_workspace(p: &Path) -> Result<PathBuf, RunnerError> {
     };
     std::fs::create_dir_all(p).map_err(fail("create"))?;
     p.canonicalize().map_err(fail("resolve"))
+}
+
+/// The memory scope of a call: the tenant's scope, narrowed to the principal
+/// when memory is per principal. `principal` is `subject@tenant` (the tenant
+/// has no `@`; a subject may, as an e-mail address does). The laptop's
+/// principal (`local`) and a call with no forwarded principal keep the
+/// tenant's scope, where their rows from before were written.
+pub fn memory_scope(tenant_scope: &str, principal: &str, per_principal: bool) -> String {
+    let subject = principal
+        .rsplit_once('@')
+        .map(|(s, _)| s)
+        .unwrap_or(principal);
+    if !per_principal || subject.is_empty() || subject == omicos_auth::config::LOCAL_SUBJECT {
+        return tenant_scope.to_owned();
+    }
+    format!("{tenant_scope}/principal/{subject}")
+}
+
+/// A value quoted in an error, cut to 200 bytes (a config value or name
+/// must not come back whole).
+pub fn bounded_text(text: &str) -> String {
+    if text.len() <= 200 {
+        return text.to_owned();
+    }
+    let mut end = 200;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &text[..end], text.len())
+}
+
+#[cfg(test)]
+mod memory_scope_tests {
+    use super::memory_scope;
+
+    #[test]
+    fn each_principal_has_its_own_memory_unless_the_tenant_shares_one() {
+        assert_eq!(
+            memory_scope("acme/workspace", "alice@acme", true),
+            "acme/workspace/principal/alice"
+        );
+        assert_eq!(
+            memory_scope("acme/workspace", "bob@corp.example@acme", true),
+            "acme/workspace/principal/bob@corp.example"
+        );
+        assert_ne!(
+            memory_scope("acme/workspace", "alice@acme", true),
+            memory_scope("acme/workspace", "bob@acme", true)
+        );
+        // Shared per tenant when the deployment says so.
+        assert_eq!(
+            memory_scope("acme/workspace", "alice@acme", false),
+            "acme/workspace"
+        );
+        // The laptop's principal and unattributed calls keep their old scope.
+        assert_eq!(
+            memory_scope("workspace", "local@default", true),
+            "workspace"
+        );
+        assert_eq!(memory_scope("workspace", "", true), "workspace");
+    }
 }

@@ -5,6 +5,8 @@ use async_trait::async_trait;
 use omicos_proto::{Risk, ToolSpec};
 use omicos_toolkit::{CallCtx, Provider, ToolError, tool};
 use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Tools: noop, echo (schema with array/integer/boolean), big (200 KB), boom (panics),
@@ -15,6 +17,16 @@ pub struct TestKit {
     pub affinity: bool,
     /// Returned by `echo`, to tell instances apart.
     pub tag: String,
+    /// Calls that reached the provider, by tool: a refusal is proven by
+    /// the tool's count staying 0, not by the message alone.
+    pub calls: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl TestKit {
+    /// How many calls of `tool` reached this provider.
+    pub fn calls_of(&self, tool: &str) -> usize {
+        self.calls.lock().unwrap().get(tool).copied().unwrap_or(0)
+    }
 }
 
 impl TestKit {
@@ -23,6 +35,7 @@ impl TestKit {
             name: "testkit".into(),
             affinity: false,
             tag: "testkit".into(),
+            calls: Default::default(),
         }
     }
 }
@@ -78,6 +91,12 @@ impl Provider for TestKit {
         ]
     }
     async fn call(&self, tool: &str, args: Value, ctx: CallCtx) -> Result<Value, ToolError> {
+        *self
+            .calls
+            .lock()
+            .unwrap()
+            .entry(tool.to_owned())
+            .or_default() += 1;
         match tool {
             "noop" => Ok(json!("ok")),
             "echo" => {

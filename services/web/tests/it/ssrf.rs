@@ -228,7 +228,17 @@ async fn the_connection_uses_exactly_the_checked_addresses() {
 #[tokio::test]
 async fn redirect_to_loopback_is_refused_when_not_allowlisted() {
     // The entry server is on 127.0.0.2 (allowlisted); it redirects to 127.0.0.1, which is not.
-    let target = serve(Router::new().route("/secret", get(|| async { "internal secret" }))).await;
+    // The target counts its hits: a refusal is proven by zero, not by the message.
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = hits.clone();
+    let target = serve(Router::new().route(
+        "/secret",
+        get(move || {
+            h.fetch_add(1, Ordering::SeqCst);
+            async { "internal secret" }
+        }),
+    ))
+    .await;
     let to = format!("http://127.0.0.1:{}/secret", target.port());
     let entry = serve_on(
         "127.0.0.2:0",
@@ -260,6 +270,11 @@ async fn redirect_to_loopback_is_refused_when_not_allowlisted() {
     )
     .await;
     assert_eq!(err, "blocked: loopback address 127.0.0.1 (SSRF protection)");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "a refused redirect reached its target"
+    );
     // With 127.0.0.1 allowlisted too, the same redirect is followed.
     let p = provider(&WebConfig {
         allow: vec!["127.0.0.2".into(), "127.0.0.1/32".into()],
@@ -273,6 +288,8 @@ async fn redirect_to_loopback_is_refused_when_not_allowlisted() {
     .await
     .unwrap();
     assert_eq!(v["content"], "internal secret");
+    // The counter does count: the followed redirect is one hit.
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
     assert_eq!(
         v["final_url"],
         format!("http://127.0.0.1:{}/secret", target.port())

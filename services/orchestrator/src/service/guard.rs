@@ -1,0 +1,689 @@
+//! Ownership as one layer (issue 39): [`SessionGuard`] sits between the
+//! credential check ([`omicos_auth::Guard`]) and the Orchestrator and
+//! OrchestratorWeb services, and decides every call by its method path
+//! before a handler runs:
+//!
+//! - [`Access::Session`]: the request names a session (`session_id` of its
+//!   first message); the call goes on only when the caller's tenant and
+//!   subject created it, and then carries an [`Owned`] in its extensions,
+//!   the one value through which a handler reaches that session.
+//! - [`Access::MaybeSession`]: the same when a session is named (Chat's
+//!   first message, StartTurn); empty starts a new session.
+//! - [`Access::Caller`]: reaches only the caller's own data (listing by owner).
+//! - [`Access::Open`]: reaches no session (the catalog, the client config).
+//!
+//! A method missing from [`METHODS`] is refused (UNIMPLEMENTED): a new RPC is
+//! closed until it is classified, and a test walks the proto descriptors to
+//! hold the table complete. Another owner's session answers exactly as a
+//! session that does not exist (NOT_FOUND, `session_not_found`; Chat in-band,
+//! as for an unknown id), so ids cannot be probed; every cross-owner attempt
+//! is written to the audit log (`omicos::audit`, `session_denied`).
+
+use crate::error::OrchestratorError;
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use http_body::Frame;
+use http_body_util::BodyExt;
+use omicos_auth::Principal;
+use omicos_proto::{
+    ApproveToolRequest, AttachRequest, CancelTurnRequest, ChatClientMessage, ChatEvent,
+    ChatRequest, CompactRequest, DeleteSessionRequest, GetSessionRequest, chat_client_message,
+};
+use omicos_sessionstore::{SessionMeta, SessionStore};
+use prost::Message;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tonic::body::Body;
+use tonic::server::NamedService;
+
+/// How a method reaches sessions.
+#[derive(Clone, Copy)]
+pub enum Access {
+    /// Names one session in its first message; only its owner gets through.
+    Session(fn(&[u8]) -> Result<String, prost::DecodeError>),
+    /// May name a session in its first message (empty: a new session); a
+    /// named one must be the caller's. Refusals are answered in-band when
+    /// `in_band` (Chat: a client resuming a lost session reads why in its stream).
+    MaybeSession {
+        /// The session the first message names.
+        session: fn(&[u8]) -> Result<String, prost::DecodeError>,
+        /// Refusals as an Error event and TurnDone(ERROR) instead of a status.
+        in_band: bool,
+    },
+    /// Reaches only the caller's own data; why that is so.
+    Caller(&'static str),
+    /// Reaches no session; why it may be open to every authenticated caller.
+    Open(&'static str),
+}
+
+/// A request message that names a session.
+trait NamesSession: Message + Default {
+    fn session(self) -> String;
+}
+
+macro_rules! names_session {
+    ($($t:ty),*) => {$(
+        impl NamesSession for $t {
+            fn session(self) -> String {
+                self.session_id
+            }
+        }
+    )*};
+}
+names_session!(
+    AttachRequest,
+    CancelTurnRequest,
+    ApproveToolRequest,
+    GetSessionRequest,
+    DeleteSessionRequest,
+    CompactRequest,
+    ChatRequest
+);
+
+fn session_of<T: NamesSession>(payload: &[u8]) -> Result<String, prost::DecodeError> {
+    Ok(T::decode(payload)?.session())
+}
+
+/// Chat's first message: a ChatRequest (anything else names no session, and
+/// the handler refuses it).
+fn chat_session(payload: &[u8]) -> Result<String, prost::DecodeError> {
+    Ok(match ChatClientMessage::decode(payload)?.msg {
+        Some(chat_client_message::Msg::Request(r)) => r.session_id,
+        _ => String::new(),
+    })
+}
+
+/// Every method of Orchestrator and OrchestratorWeb, and how it reaches sessions.
+pub const METHODS: &[(&str, Access)] = &[
+    (
+        "/omicos.v1.Orchestrator/Chat",
+        Access::MaybeSession {
+            session: chat_session,
+            in_band: true,
+        },
+    ),
+    (
+        "/omicos.v1.Orchestrator/Attach",
+        Access::Session(session_of::<AttachRequest>),
+    ),
+    (
+        "/omicos.v1.Orchestrator/CancelTurn",
+        Access::Session(session_of::<CancelTurnRequest>),
+    ),
+    (
+        "/omicos.v1.Orchestrator/ApproveTool",
+        Access::Session(session_of::<ApproveToolRequest>),
+    ),
+    (
+        "/omicos.v1.Orchestrator/ListAgents",
+        Access::Open("the agent catalog, filtered by the caller's tier; no session"),
+    ),
+    (
+        "/omicos.v1.Orchestrator/ListSessions",
+        Access::Caller("lists only the sessions of the caller's tenant and subject"),
+    ),
+    (
+        "/omicos.v1.Orchestrator/GetSession",
+        Access::Session(session_of::<GetSessionRequest>),
+    ),
+    (
+        "/omicos.v1.Orchestrator/DeleteSession",
+        Access::Session(session_of::<DeleteSessionRequest>),
+    ),
+    (
+        "/omicos.v1.Orchestrator/RefreshCatalog",
+        Access::Open("re-reads the deployment's agent files; no session"),
+    ),
+    (
+        "/omicos.v1.Orchestrator/ListAgentTools",
+        Access::Caller("the tools of an agent as the caller's tier sees them; no session"),
+    ),
+    (
+        "/omicos.v1.Orchestrator/Compact",
+        Access::Session(session_of::<CompactRequest>),
+    ),
+    (
+        "/omicos.v1.OrchestratorWeb/StartTurn",
+        Access::MaybeSession {
+            session: session_of::<ChatRequest>,
+            in_band: false,
+        },
+    ),
+    (
+        "/omicos.v1.OrchestratorWeb/GetClientConfig",
+        Access::Open("the deployment's providers, default model and mode; no session"),
+    ),
+];
+
+/// How `path` reaches sessions; None: not classified (refused).
+pub fn access_of(path: &str) -> Option<Access> {
+    METHODS.iter().find(|(p, _)| *p == path).map(|(_, a)| *a)
+}
+
+/// A session the caller owns, put in the request by [`SessionGuard`]: the
+/// only way a handler learns which session it works on. Its fields are
+/// private, so nothing but the guard makes one.
+#[derive(Clone, Debug)]
+pub struct Owned {
+    meta: SessionMeta,
+    principal: Principal,
+}
+
+impl Owned {
+    /// The session's id.
+    pub fn id(&self) -> &str {
+        &self.meta.id
+    }
+
+    /// The session as the guard read it.
+    pub fn meta(&self) -> &SessionMeta {
+        &self.meta
+    }
+
+    /// Its owner, the caller.
+    pub fn principal(&self) -> &Principal {
+        &self.principal
+    }
+}
+
+/// The session a request was admitted to. A request without one reached a
+/// handler that is not behind [`SessionGuard`]: refused, never guessed.
+pub fn owned_of<T>(req: &tonic::Request<T>) -> Result<Owned, tonic::Status> {
+    req.extensions().get::<Owned>().cloned().ok_or_else(|| {
+        tonic::Status::internal("no owned session: this service is not behind its session guard")
+    })
+}
+
+/// The session a request may carry ([`Access::MaybeSession`]).
+pub fn maybe_owned<T>(req: &tonic::Request<T>) -> Option<Owned> {
+    req.extensions().get::<Owned>().cloned()
+}
+
+/// The tower service that decides by [`METHODS`]; wraps one tonic service
+/// and keeps its name.
+pub struct SessionGuard<S> {
+    inner: S,
+    store: Arc<dyn SessionStore>,
+}
+
+impl<S: Clone> Clone for SessionGuard<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            store: self.store.clone(),
+        }
+    }
+}
+
+impl<S> SessionGuard<S> {
+    /// `inner`, with owners read from `store`.
+    pub fn new(inner: S, store: Arc<dyn SessionStore>) -> Self {
+        Self { inner, store }
+    }
+}
+
+impl<S: NamedService> NamedService for SessionGuard<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S> tower::Service<http::Request<Body>> for SessionGuard<S>
+where
+    S: tower::Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<http::Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let store = self.store.clone();
+        Box::pin(async move {
+            match admit(store.as_ref(), req).await {
+                Ok(req) => inner.call(req).await,
+                Err(res) => Ok(res),
+            }
+        })
+    }
+}
+
+/// The request, with its [`Owned`] when it names a session, or the answer
+/// that refuses it.
+async fn admit(
+    store: &dyn SessionStore,
+    req: http::Request<Body>,
+) -> Result<http::Request<Body>, http::Response<Body>> {
+    let path = req.uri().path().to_owned();
+    let (session, optional, in_band) = match access_of(&path) {
+        None => {
+            return Err(tonic::Status::unimplemented(format!(
+                "{path} is not classified by the session guard"
+            ))
+            .into_http());
+        }
+        Some(Access::Open(_) | Access::Caller(_)) => return Ok(req),
+        Some(Access::Session(f)) => (f, false, false),
+        Some(Access::MaybeSession { session, in_band }) => (session, true, in_band),
+    };
+    let Some(who) = req.extensions().get::<Principal>().cloned() else {
+        return Err(tonic::Status::unauthenticated(
+            "no principal: this service is not behind its guard",
+        )
+        .into_http());
+    };
+    let (parts, body) = req.into_parts();
+    let (read, payload, rest) = first_message(body).await.map_err(|s| s.into_http())?;
+    let rebuild = |parts: http::request::Parts, owned: Option<Owned>| {
+        let head = futures::stream::iter(
+            (!read.is_empty()).then(|| Ok::<_, tonic::Status>(Frame::data(read.clone()))),
+        );
+        let body = Body::new(http_body_util::StreamBody::new(
+            head.chain(http_body_util::BodyStream::new(rest)),
+        ));
+        let mut req = http::Request::from_parts(parts, body);
+        if let Some(o) = owned {
+            req.extensions_mut().insert(o);
+        }
+        req
+    };
+    // No message at all: the handler answers that (and reaches no session).
+    let Some(payload) = payload else {
+        return Ok(rebuild(parts, None));
+    };
+    let id = session(&payload).map_err(|e| {
+        tonic::Status::invalid_argument(format!("the request does not decode: {e}")).into_http()
+    })?;
+    if id.is_empty() && optional {
+        return Ok(rebuild(parts, None));
+    }
+    let refuse = |id: &str| -> http::Response<Body> {
+        let e = OrchestratorError::SessionNotFound(id.to_owned());
+        if in_band {
+            in_band_refusal(id, &e)
+        } else {
+            tonic::Status::from(e).into_http()
+        }
+    };
+    match store.get_session(&id).await {
+        Ok(Some(meta)) if who.owns(&meta.tenant, &meta.subject) => Ok(rebuild(
+            parts,
+            Some(Owned {
+                meta,
+                principal: who,
+            }),
+        )),
+        Ok(Some(_)) => {
+            tracing::warn!(
+                target: "omicos::audit",
+                event = "session_denied",
+                principal = %who.label(),
+                session = %id,
+                method = %path,
+                "a session of another owner was asked for; answered as not found"
+            );
+            Err(refuse(&id))
+        }
+        Ok(None) => Err(refuse(&id)),
+        Err(e) => Err(tonic::Status::from(OrchestratorError::from(e)).into_http()),
+    }
+}
+
+/// What was read of the body (to give back to the handler), the first
+/// message's payload (None: the stream had none), and the rest of the body.
+async fn first_message(mut body: Body) -> Result<(Bytes, Option<Bytes>, Body), tonic::Status> {
+    let mut buf = BytesMut::new();
+    loop {
+        if buf.len() >= 5 {
+            if buf[0] != 0 {
+                return Err(tonic::Status::unimplemented(
+                    "compressed requests are not accepted",
+                ));
+            }
+            let len = (&buf[1..5]).get_u32() as usize;
+            if len > omicos_proto::MAX_MESSAGE_BYTES {
+                return Err(tonic::Status::out_of_range(format!(
+                    "the request's message is {len} bytes, more than the limit of {}",
+                    omicos_proto::MAX_MESSAGE_BYTES
+                )));
+            }
+            if buf.len() >= 5 + len {
+                let read = buf.freeze();
+                let payload = read.slice(5..5 + len);
+                return Ok((read, Some(payload), body));
+            }
+        }
+        match body.frame().await {
+            Some(Ok(f)) => {
+                if let Ok(data) = f.into_data() {
+                    buf.put(data);
+                }
+                // Trailers before a whole message: the end comes next.
+            }
+            Some(Err(e)) => return Err(e),
+            None if buf.is_empty() => return Ok((Bytes::new(), None, body)),
+            None => {
+                return Err(tonic::Status::invalid_argument(
+                    "the request ends inside its first message",
+                ));
+            }
+        }
+    }
+}
+
+/// Chat's answer to a session it does not find: an Error event and a
+/// TurnDone(ERROR), in-band, as a gRPC response stream.
+fn in_band_refusal(id: &str, e: &OrchestratorError) -> http::Response<Body> {
+    let mut buf = BytesMut::new();
+    for ev in super::events::one_shot_events(id, e, "; leave session_id empty to start a new one") {
+        let ev: ChatEvent = ev;
+        buf.put_u8(0);
+        buf.put_u32(ev.encoded_len() as u32);
+        // A BytesMut grows as needed: encoding cannot run out of room.
+        let _ = ev.encode(&mut buf);
+    }
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+    let frames = futures::stream::iter([
+        Ok::<_, Infallible>(Frame::data(buf.freeze())),
+        Ok(Frame::trailers(trailers)),
+    ]);
+    let mut res = http::Response::new(Body::new(http_body_util::StreamBody::new(frames)));
+    res.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// Every method the proto declares on the client-facing services is in
+    /// [`METHODS`], and the table names nothing the proto does not declare.
+    #[test]
+    fn every_orchestrator_method_is_classified() {
+        let fds = prost_types::FileDescriptorSet::decode(omicos_proto::FILE_DESCRIPTOR_SET)
+            .expect("the embedded descriptor set decodes");
+        let mut declared = BTreeSet::new();
+        for file in &fds.file {
+            for svc in &file.service {
+                let name = format!("{}.{}", file.package(), svc.name());
+                if !matches!(
+                    name.as_str(),
+                    "omicos.v1.Orchestrator" | "omicos.v1.OrchestratorWeb"
+                ) {
+                    continue;
+                }
+                for m in &svc.method {
+                    declared.insert(format!("/{name}/{}", m.name()));
+                }
+            }
+        }
+        assert!(declared.len() >= 13, "{declared:?}");
+        let classified: BTreeSet<String> = METHODS.iter().map(|(p, _)| p.to_string()).collect();
+        let missing: Vec<_> = declared.difference(&classified).collect();
+        assert!(
+            missing.is_empty(),
+            "methods neither guarded nor listed as open: {missing:?}; add them to METHODS"
+        );
+        let stale: Vec<_> = classified.difference(&declared).collect();
+        assert!(
+            stale.is_empty(),
+            "METHODS names methods the proto lacks: {stale:?}"
+        );
+        for (p, a) in METHODS {
+            if let Access::Open(why) | Access::Caller(why) = a {
+                assert!(!why.trim().is_empty(), "{p} is open without a reason");
+            }
+        }
+    }
+
+    /// Every method whose request message has a `session_id` field is guarded
+    /// as naming a session (a new session-scoped RPC cannot be listed as open).
+    #[test]
+    fn every_request_with_a_session_id_is_guarded() {
+        let fds =
+            prost_types::FileDescriptorSet::decode(omicos_proto::FILE_DESCRIPTOR_SET).unwrap();
+        let has_session = |type_name: &str| {
+            fds.file.iter().any(|f| {
+                f.message_type.iter().any(|m| {
+                    format!(".{}.{}", f.package(), m.name()) == type_name
+                        && m.field.iter().any(|x| x.name() == "session_id")
+                })
+            })
+        };
+        for file in &fds.file {
+            for svc in &file.service {
+                let name = format!("{}.{}", file.package(), svc.name());
+                for m in &svc.method {
+                    let path = format!("/{name}/{}", m.name());
+                    let Some(access) = access_of(&path) else {
+                        continue;
+                    };
+                    if has_session(m.input_type()) {
+                        assert!(
+                            matches!(access, Access::Session(_) | Access::MaybeSession { .. }),
+                            "{path} takes a session_id but is not guarded as naming a session"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    fn frame(msg: &impl prost::Message) -> Bytes {
+        let mut b = BytesMut::new();
+        b.put_u8(0);
+        b.put_u32(msg.encoded_len() as u32);
+        msg.encode(&mut b).unwrap();
+        b.freeze()
+    }
+
+    /// The inner service: counts calls and answers what Owned it was given.
+    #[derive(Clone, Default)]
+    struct Counting(Arc<std::sync::Mutex<Vec<Option<String>>>>);
+
+    impl NamedService for Counting {
+        const NAME: &'static str = "omicos.v1.Orchestrator";
+    }
+
+    impl tower::Service<http::Request<Body>> for Counting {
+        type Response = http::Response<Body>;
+        type Error = Infallible;
+        type Future = BoxFuture<'static, Result<http::Response<Body>, Infallible>>;
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+            let calls = self.0.clone();
+            Box::pin(async move {
+                let owned = req.extensions().get::<Owned>().map(|o| o.id().to_owned());
+                // The body is given back whole.
+                let body = req.into_body().collect().await.unwrap().to_bytes();
+                assert!(body.len() >= 5);
+                calls.lock().unwrap().push(owned);
+                Ok(tonic::Status::ok("").into_http())
+            })
+        }
+    }
+
+    fn principal(subject: &str, tenant: &str) -> Principal {
+        Principal {
+            subject: subject.into(),
+            tenant: tenant.into(),
+            ..Principal::anonymous()
+        }
+    }
+
+    fn request(path: &str, who: &Principal, body: Bytes) -> http::Request<Body> {
+        let mut r = http::Request::builder()
+            .uri(format!("http://x{path}"))
+            .header("content-type", "application/grpc")
+            .body(Body::new(http_body_util::Full::new(body)))
+            .unwrap();
+        r.extensions_mut().insert(who.clone());
+        r
+    }
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn another_owners_session_is_refused_as_missing_and_audited() {
+        use tower::ServiceExt;
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            omicos_sessionstore::open(&format!("sqlite://{}", dir.path().join("s.db").display()))
+                .await
+                .unwrap();
+        let meta = SessionMeta {
+            id: "s-alice".into(),
+            tenant: "acme".into(),
+            subject: "alice".into(),
+            ..Default::default()
+        };
+        store.put_session(&meta).await.unwrap();
+        let alice = principal("alice", "acme");
+        let bob = principal("bob", "acme");
+        let mallory = principal("mallory", "evil");
+        let inner = Counting::default();
+        let guard = SessionGuard::new(inner.clone(), store);
+
+        let out = Captured::default();
+        let sub = tracing_subscriber_for(out.clone());
+        let _g = tracing::subscriber::set_default(sub);
+
+        let compact = |who: &Principal, id: &str| {
+            request(
+                "/omicos.v1.Orchestrator/Compact",
+                who,
+                frame(&CompactRequest {
+                    session_id: id.into(),
+                }),
+            )
+        };
+        let code_and_message = |r: &http::Response<Body>| {
+            (
+                r.headers()
+                    .get("grpc-status")
+                    .map(|v| v.to_str().unwrap().to_owned()),
+                r.headers()
+                    .get("grpc-message")
+                    .map(|v| v.to_str().unwrap().to_owned()),
+            )
+        };
+        // Another principal of the same tenant, of another tenant, and an id
+        // that does not exist: the same answer, and the handler never runs.
+        let foreign = guard
+            .clone()
+            .oneshot(compact(&bob, "s-alice"))
+            .await
+            .unwrap();
+        let other = guard
+            .clone()
+            .oneshot(compact(&mallory, "s-alice"))
+            .await
+            .unwrap();
+        let missing = guard
+            .clone()
+            .oneshot(compact(&bob, "s-nobody"))
+            .await
+            .unwrap();
+        let nf = Some((tonic::Code::NotFound as i32).to_string());
+        assert_eq!(code_and_message(&foreign).0, nf);
+        assert_eq!(code_and_message(&other), code_and_message(&foreign));
+        let m = |r: &http::Response<Body>| {
+            code_and_message(r)
+                .1
+                .unwrap()
+                .replace("s-nobody", "s-alice")
+        };
+        assert_eq!(m(&missing), m(&foreign));
+        assert!(inner.0.lock().unwrap().is_empty());
+        let log = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(log.matches("session_denied").count(), 2, "{log}");
+        assert!(
+            log.contains("bob@acme") && log.contains("mallory@evil"),
+            "{log}"
+        );
+
+        // The owner gets through, with the session in hand.
+        let ok = guard
+            .clone()
+            .oneshot(compact(&alice, "s-alice"))
+            .await
+            .unwrap();
+        assert_eq!(code_and_message(&ok).0, Some("0".into()));
+        assert_eq!(*inner.0.lock().unwrap(), vec![Some("s-alice".to_owned())]);
+
+        // Chat refuses in-band, and a new session (no id) goes through.
+        let chat = |who: &Principal, id: &str| {
+            request(
+                "/omicos.v1.Orchestrator/Chat",
+                who,
+                frame(&ChatClientMessage {
+                    msg: Some(chat_client_message::Msg::Request(ChatRequest {
+                        session_id: id.into(),
+                        message: "hi".into(),
+                        ..Default::default()
+                    })),
+                }),
+            )
+        };
+        let r = guard.clone().oneshot(chat(&bob, "s-alice")).await.unwrap();
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        let ev = ChatEvent::decode(&body[5..5 + (&body[1..5]).get_u32() as usize]).unwrap();
+        assert!(
+            matches!(&ev.kind, Some(omicos_proto::chat_event::Kind::Error(e)) if e.kind == "session_not_found"),
+            "{ev:?}"
+        );
+        guard.clone().oneshot(chat(&bob, "")).await.unwrap();
+        assert_eq!(inner.0.lock().unwrap().len(), 2);
+
+        // Open methods pass; an unclassified one is refused.
+        let r = guard
+            .clone()
+            .oneshot(request(
+                "/omicos.v1.Orchestrator/Nope",
+                &alice,
+                frame(&CompactRequest::default()),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(
+            code_and_message(&r).0,
+            Some((tonic::Code::Unimplemented as i32).to_string())
+        );
+        assert_eq!(inner.0.lock().unwrap().len(), 2);
+    }
+
+    fn tracing_subscriber_for(out: Captured) -> impl tracing::Subscriber + Send + Sync {
+        tracing_subscriber::fmt()
+            .with_writer(move || out.clone())
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .finish()
+    }
+}
