@@ -137,7 +137,7 @@ impl Base {
         for (c, base) in &self.dirs {
             let dir = base.join(id);
             if seen.insert(dir.clone()) {
-                std::fs::create_dir(&dir)?;
+                std::fs::create_dir_all(&dir)?; // the instance directory too, should a sibling service have swept it empty
             }
             made.push((c, dir));
         }

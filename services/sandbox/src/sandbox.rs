@@ -935,12 +935,9 @@ impl Sandbox {
         let mut domains = vec![libc::AF_UNIX];
         if key.network || namespaces {
             // In a box without the network, AF_INET reaches only its own loopback.
-            domains.extend([libc::AF_INET, libc::AF_INET6]);
-        }
-        if key.network {
-            // Netlink (routes, and the kernel's other families: audit, uevents)
-            // only where the network is the host's; glibc does without it.
-            domains.push(libc::AF_NETLINK);
+            // Netlink too: ZeroMQ (the kernels) lists interfaces with it; in
+            // a box without the network it sees only the box's own loopback.
+            domains.extend([libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK]);
         }
         let limits = &self.config.session_limits;
         let cgroup = match &self.cgroups {

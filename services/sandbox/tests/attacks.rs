@@ -55,7 +55,6 @@ const ROWS: &[Row] = &[
     Row { category: "sockets", technique: "a host abstract unix socket", script: "python3 -c \"import socket;s=socket.socket(socket.AF_UNIX);s.connect('\\0{abstract}');print(s.recv(100))\"" },
     Row { category: "sockets", technique: "a host TCP port on loopback", script: "python3 -c \"import socket;s=socket.create_connection(('127.0.0.1',{port}),2);print(s.recv(100))\"" },
     Row { category: "sockets", technique: "bash /dev/tcp to the host", script: "exec 3<>/dev/tcp/127.0.0.1/{port} && cat <&3" },
-    Row { category: "sockets", technique: "a netlink socket", script: "python3 -c \"import socket;socket.socket(socket.AF_NETLINK,socket.SOCK_RAW,0)\"" },
     // The terminal.
     Row { category: "terminal", technique: "TIOCSTI on stdin", script: "python3 -c \"import fcntl,termios,sys;fcntl.ioctl(0,termios.TIOCSTI,b'x')\"" },
     Row { category: "terminal", technique: "TIOCSTI on a pty of its own", script: "python3 -c \"import pty,fcntl,termios;m,s=pty.openpty();fcntl.ioctl(s,termios.TIOCSTI,b'x')\"" },
