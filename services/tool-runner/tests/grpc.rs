@@ -425,27 +425,40 @@ async fn cancel_message_and_dropped_stream_stop_the_call() {
     let (tx, mut resp) = r
         .open(start(
             "shell",
-            json!({"command":"echo $$; sleep 30"}),
+            // A heartbeat in the workspace: the pid bash would print is its
+            // box's own number, not the host's.
+            json!({"command":"echo beating; while :; do date +%s%N > beat; sleep 0.05; done"}),
             "full",
             "s",
         ))
         .await;
-    let mut pid = 0;
     while let Some(m) = resp.message().await.unwrap() {
-        if let Some(Out::Output(o)) = m.msg {
-            pid = o.text.trim().parse().unwrap();
+        if let Some(Out::Output(o)) = m.msg
+            && o.text.contains("beating")
+        {
             break;
         }
     }
+    let beat = r.workspace.join("beat");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !beat.exists() {
+        assert!(Instant::now() < deadline, "the heartbeat never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     drop(resp);
     drop(tx);
+    // Once the call is killed, the heartbeat stops changing.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+    loop {
+        let before = std::fs::read_to_string(&beat).unwrap_or_default();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if std::fs::read_to_string(&beat).unwrap_or_default() == before {
+            break;
+        }
         assert!(
             Instant::now() < deadline,
-            "bash {pid} survived the dropped stream"
+            "the shell survived the dropped stream"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Still serving.
     assert_eq!(
