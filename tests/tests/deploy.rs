@@ -1108,7 +1108,9 @@ mod run {
 
         // 4. Clients: none without a key; the documented key chats.
         let orch = url("omicos-orchestrator");
-        super::wait_serving(&orch).await;
+        omicos_stack::wait_serving(&orch, std::time::Duration::from_secs(60))
+            .await
+            .unwrap_or_else(|e| panic!("{orch} never became SERVING: {e}"));
         let e = client_with(&orch, "")
             .await
             .list_sessions(ListSessionsRequest::default())
@@ -1135,33 +1137,5 @@ mod run {
         assert!(text.contains("hello from the manifests"), "{events:#?}");
         assert_eq!(llm.requests().len(), 1);
         drop(procs);
-    }
-}
-
-async fn wait_serving(url: &str) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        if let Ok(ch) = tonic::transport::Channel::from_shared(url.to_owned())
-            .unwrap()
-            .connect()
-            .await
-        {
-            let mut h = tonic_health::pb::health_client::HealthClient::new(ch);
-            if let Ok(r) = h
-                .check(tonic_health::pb::HealthCheckRequest {
-                    service: String::new(),
-                })
-                .await
-                && r.into_inner().status
-                    == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
-            {
-                return;
-            }
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{url} never became SERVING"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }

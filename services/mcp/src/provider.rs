@@ -140,20 +140,31 @@ impl Server {
         } else {
             Launch::Host
         };
-        Live::start(&self.cfg, workspace, Some(self.list_changed.clone()), launch)
-            .await
-            .map(Arc::new)
+        Live::start(
+            &self.cfg,
+            workspace,
+            Some(self.list_changed.clone()),
+            launch,
+        )
+        .await
+        .map(Arc::new)
     }
 
     /// The instance for `session`: started, or restarted when it died.
-    async fn instance(&self, session: Option<(&SessionKey, &Path)>) -> Result<Arc<Live>, ToolError> {
+    async fn instance(
+        &self,
+        session: Option<(&SessionKey, &Path)>,
+    ) -> Result<Arc<Live>, ToolError> {
         if let Some((key, _)) = session {
             let mut map = self.sessions.lock().await;
             if let Some(slot) = map.get_mut(key).filter(|s| !s.live.is_closed()) {
                 slot.last_used = std::time::Instant::now();
                 return Ok(slot.live.clone());
             }
-            let live = self.start_live(session).await.map_err(ToolError::Unavailable)?;
+            let live = self
+                .start_live(session)
+                .await
+                .map_err(ToolError::Unavailable)?;
             map.insert(
                 key.clone(),
                 SessionSlot {
@@ -170,7 +181,10 @@ impl Server {
         if slot.is_some() {
             tracing::warn!(server = %self.cfg.name, "MCP server is gone; restarting it");
         }
-        let live = self.start_live(None).await.map_err(ToolError::Unavailable)?;
+        let live = self
+            .start_live(None)
+            .await
+            .map_err(ToolError::Unavailable)?;
         *slot = Some(live.clone());
         Ok(live)
     }
@@ -196,7 +210,10 @@ impl Server {
             .own_name(qualified)
             .ok_or_else(|| ToolError::UnknownTool(qualified.to_owned()))?;
         let key = (ctx.tenant.clone(), ctx.session_id.clone());
-        let session = self.cfg.per_session.then_some((&key, ctx.workspace.as_path()));
+        let session = self
+            .cfg
+            .per_session
+            .then_some((&key, ctx.workspace.as_path()));
         let live = self.instance(session).await?;
         match live
             .call(&own, args, ctx.events.clone(), ctx.cancel.clone())
@@ -275,7 +292,8 @@ impl McpProvider {
     /// [`Server::status`]); the others serve. `on_change` is called when a
     /// server's tool list changes.
     pub async fn start(config: &McpConfig, workspace: &Path, on_change: OnChange) -> Arc<Self> {
-        Self::start_with(config, workspace, None, on_change).await
+        let none = Err("the runner has no sandbox".to_owned());
+        Self::start_with(config, workspace, none, on_change).await
     }
 
     /// [`McpProvider::start`] with the runner's sandbox, in which the servers
@@ -284,10 +302,9 @@ impl McpProvider {
     pub async fn start_with(
         config: &McpConfig,
         workspace: &Path,
-        sandbox: Option<Result<Arc<omicos_sandbox::Sandbox>, String>>,
+        sandbox: Result<Arc<omicos_sandbox::Sandbox>, String>,
         on_change: OnChange,
     ) -> Arc<Self> {
-        let sandbox = sandbox.unwrap_or_else(|| Err("the runner has no sandbox".to_owned()));
         let mut servers = Vec::new();
         let mut receivers = Vec::new();
         for cfg in &config.servers {

@@ -75,7 +75,7 @@ async fn provider(
     let p = McpProvider::start_with(
         &cfg,
         dir,
-        Some(sandbox),
+        sandbox,
         Arc::new(move || {
             c.fetch_add(1, Ordering::SeqCst);
         }),
@@ -544,9 +544,14 @@ async fn sh(p: &McpProvider, c: &CallCtx, cmd: &str) -> (Option<i64>, String, St
 #[tokio::test]
 async fn a_per_session_server_runs_in_the_sessions_box_and_ends_with_it() {
     let ci = matches!(std::env::var("CI").as_deref(), Ok("true" | "1"));
-    let sandbox = omicos_sandbox::Sandbox::shared(omicos_sandbox::SandboxConfig::default()).unwrap();
+    let sandbox =
+        omicos_sandbox::Sandbox::shared(omicos_sandbox::SandboxConfig::default()).unwrap();
     if sandbox.report().mode == omicos_sandbox::Mode::NoNamespaces {
-        assert!(!ci, "no namespaces for the sandbox under CI: {:?}", sandbox.report().lines);
+        assert!(
+            !ci,
+            "no namespaces for the sandbox under CI: {:?}",
+            sandbox.report().lines
+        );
         eprintln!("SKIPPED: no namespaces ({:?})", sandbox.report().lines);
         return;
     }
@@ -584,7 +589,10 @@ async fn a_per_session_server_runs_in_the_sessions_box_and_ends_with_it() {
     // It works in the workspace, as the session's shell does.
     let (status, _, err) = sh(&p, &a, "echo made-by-mcp > mcp.txt").await;
     assert_eq!(status, Some(0), "{err}");
-    assert_eq!(std::fs::read_to_string(ws.join("mcp.txt")).unwrap(), "made-by-mcp\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("mcp.txt")).unwrap(),
+        "made-by-mcp\n"
+    );
     // A background process that escapes its group: after the session ends,
     // nothing of it runs (the heartbeat file stops changing).
     let (status, _, err) = sh(
@@ -602,13 +610,21 @@ async fn a_per_session_server_runs_in_the_sessions_box_and_ends_with_it() {
     }
     // The runner ends a session in every provider: the MCP servers, then the
     // shell's sandbox (the same one) ends the session's boxes.
-    assert_eq!(p.end_session("", "A").await, 1, "one server instance stopped");
+    assert_eq!(
+        p.end_session("", "A").await,
+        1,
+        "one server instance stopped"
+    );
     sandbox.end_session("", "A");
     assert_eq!(p.servers()[0].session_instances().await, 0);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = std::fs::read_to_string(&beat).unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(std::fs::read_to_string(&beat).unwrap(), before, "a process of the session's server outlived it");
+    assert_eq!(
+        std::fs::read_to_string(&beat).unwrap(),
+        before,
+        "a process of the session's server outlived it"
+    );
     // The session's next call starts a fresh server.
     let (status, _, _) = sh(&p, &a, "true").await;
     assert_eq!(status, Some(0));

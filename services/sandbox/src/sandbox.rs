@@ -2,9 +2,9 @@
 //! sessions' boxes, and starts every confined process in its session's box.
 
 use crate::box_cgroup;
-use crate::disk;
 use crate::boxes::{BoxKey, Launch, SessionBox, SpawnRequest};
 use crate::config::{ProcessCgroup, WhenMissing};
+use crate::disk;
 use crate::filesystem::{self, LandlockSupport};
 use crate::process::{Command, Inner, Placement, Process, Stdio};
 use crate::wire::{BoxSpec, Identity, Mount, Rlimit};
@@ -792,7 +792,8 @@ impl Sandbox {
                     let map = b.lock().unwrap_or_else(|e| e.into_inner());
                     map.values()
                         .filter_map(|c| c.get().cloned())
-                        .filter(|b| b.busy() > 0)
+                        // A read-only box cannot grow the workspace: never stopped for it.
+                        .filter(|b| b.busy() > 0 && b.key.writable)
                         .collect()
                 };
                 if busy.is_empty() {

@@ -55,7 +55,7 @@ pub async fn build_with_mcp_on(
         let provider = omicos_mcp::McpProvider::start_with(
             &config.mcp,
             &workspace,
-            Some(sandbox),
+            sandbox,
             Arc::new(move || late.touch()),
         )
         .await;

@@ -49,41 +49,78 @@ enum State {
     Closed,
 }
 
-/// Where `path` (already confined, so canonical and inside the workspace)
-/// lies in `.omicos/` for the calling session. Nothing under `.omicos/` is
-/// ever writable by a file tool.
-fn state_of(ctx: &CallCtx, path: &Path) -> State {
-    let canonical = ctx.workspace.canonicalize().ok();
-    let Some(rest) = std::iter::once(&ctx.workspace)
-        .chain(canonical.as_ref())
-        .find_map(|root| path.strip_prefix(root).ok())
-    else {
-        return State::Outside;
-    };
-    let parts: Vec<&std::ffi::OsStr> = rest.iter().collect();
-    if parts.first().is_none_or(|c| *c != ".omicos") {
-        return State::Outside;
+/// Where paths lie in `.omicos/` for one call: the workspace resolved once
+/// (confined paths and the walks under them are resolved paths).
+struct StateMap<'a> {
+    root: PathBuf,
+    session: &'a str,
+}
+
+impl<'a> StateMap<'a> {
+    fn of(ctx: &'a CallCtx) -> Self {
+        Self {
+            root: ctx
+                .workspace
+                .canonicalize()
+                .unwrap_or_else(|_| ctx.workspace.clone()),
+            session: &ctx.session_id,
+        }
     }
-    let own = std::ffi::OsStr::new(ctx.session_id.as_str());
-    let own_file = |ext: &str| {
-        parts.len() == 3 && parts[2] == std::ffi::OsString::from(format!("{}.{ext}", ctx.session_id))
-    };
-    let readable = !ctx.session_id.is_empty()
-        && match parts.get(1).and_then(|c| c.to_str()) {
-            // Spool files are named by call id; the directory itself is not
-            // listed (that would show other sessions' call ids).
-            Some("tool_outputs") => parts.len() == 3,
-            Some("outputs" | "trajectories") => parts.len() >= 3 && parts[2] == own,
-            Some("plans") => own_file("md"),
-            Some("tasks") => own_file("json"),
-            _ => false,
+
+    /// The components of `path` below the workspace when it is under
+    /// `.omicos/` (the first is `.omicos`), else None.
+    fn parts<'p>(&self, path: &'p Path) -> Option<Vec<&'p std::ffi::OsStr>> {
+        let parts: Vec<&std::ffi::OsStr> = path.strip_prefix(&self.root).ok()?.iter().collect();
+        (parts.first().is_some_and(|c| *c == ".omicos")).then_some(parts)
+    }
+
+    /// Where `path` (already confined) lies in `.omicos/` for the calling
+    /// session. Nothing under `.omicos/` is ever writable by a file tool.
+    fn state(&self, path: &Path) -> State {
+        let Some(parts) = self.parts(path) else {
+            return State::Outside;
         };
-    if readable { State::Readable } else { State::Closed }
+        let own_file = |ext: &str| {
+            parts.len() == 3
+                && parts[2] == std::ffi::OsString::from(format!("{}.{ext}", self.session))
+        };
+        let readable = !self.session.is_empty()
+            && match parts.get(1).and_then(|c| c.to_str()) {
+                // Spool files are named by call id; the directory itself is not
+                // listed (that would show other sessions' call ids).
+                Some("tool_outputs") => parts.len() == 3,
+                Some("outputs" | "trajectories") => parts.len() >= 3 && parts[2] == self.session,
+                Some("plans") => own_file("md"),
+                Some("tasks") => own_file("json"),
+                _ => false,
+            };
+        if readable {
+            State::Readable
+        } else {
+            State::Closed
+        }
+    }
+
+    /// `.omicos` or one of its areas (`outputs`, `trajectories`, `plans`,
+    /// `tasks`): a directory on the way to the session's own files, entered
+    /// but not listed for itself.
+    fn is_way_to_readable(&self, path: &Path) -> bool {
+        self.parts(path).is_some_and(|parts| {
+            path.is_dir()
+                && match parts.as_slice() {
+                    [_] => true,
+                    [_, area] => ["outputs", "trajectories", "plans", "tasks"]
+                        .iter()
+                        .any(|a| *area == *a),
+                    _ => false,
+                }
+        })
+    }
 }
 
 /// Refuses a read of omicos's state other than the session's own.
 fn refuse_closed(ctx: &CallCtx, path: &Path, given: &str) -> Result<(), ToolError> {
-    if state_of(ctx, path) == State::Closed {
+    if StateMap::of(ctx).state(path) == State::Closed {
         return Err(ToolError::invalid(format!(
             "`{given}` is inside .omicos/, omicos's own state (the token, the stores, other \
              sessions' files): no tool reads it. Readable there: .omicos/tool_outputs/<file> \
@@ -98,7 +135,7 @@ fn refuse_closed(ctx: &CallCtx, path: &Path, given: &str) -> Result<(), ToolErro
 /// Refuses a walk rooted in closed state (a directory on the way to the
 /// session's own files may be walked: the walk skips what is closed).
 fn refuse_closed_dir(ctx: &CallCtx, path: &Path, given: &str) -> Result<(), ToolError> {
-    if is_way_to_readable(ctx, path) {
+    if StateMap::of(ctx).is_way_to_readable(path) {
         return Ok(());
     }
     refuse_closed(ctx, path, given)
@@ -106,7 +143,7 @@ fn refuse_closed_dir(ctx: &CallCtx, path: &Path, given: &str) -> Result<(), Tool
 
 /// Refuses a write or an edit anywhere under `.omicos/`.
 fn refuse_internal(ctx: &CallCtx, path: &Path, given: &str) -> Result<(), ToolError> {
-    if state_of(ctx, path) != State::Outside {
+    if StateMap::of(ctx).state(path) != State::Outside {
         return Err(ToolError::invalid(format!(
             "`{given}` is inside .omicos/, omicos's own state (trajectories, spool, stores): \
              no tool writes it"
@@ -115,41 +152,28 @@ fn refuse_internal(ctx: &CallCtx, path: &Path, given: &str) -> Result<(), ToolEr
     Ok(())
 }
 
-/// A walk (list, glob, grep) does not enter closed state: it skips it.
-fn walk(ctx: &CallCtx, root: &Path, max_depth: usize) -> impl Iterator<Item = walkdir::DirEntry> {
-    let ctx = ctx.clone();
+/// A walk (list, glob, grep) does not enter closed state: it skips it. The
+/// workspace is resolved once for the whole walk.
+fn walk<'a>(
+    ctx: &'a CallCtx,
+    root: &Path,
+    max_depth: usize,
+) -> impl Iterator<Item = walkdir::DirEntry> + 'a {
+    let map = StateMap::of(ctx);
     walkdir::WalkDir::new(root)
         .max_depth(max_depth)
         .sort_by_file_name()
         .into_iter()
         .filter_entry(move |e| {
             e.depth() == 0
-                || match state_of(&ctx, e.path()) {
+                || match map.state(e.path()) {
                     State::Outside | State::Readable => true,
                     // `.omicos` itself and the area directories are walked
                     // into only as far as the session's own files.
-                    State::Closed => is_way_to_readable(&ctx, e.path()),
+                    State::Closed => map.is_way_to_readable(e.path()),
                 }
         })
         .flatten()
-}
-
-/// `.omicos`, `.omicos/outputs` or `.omicos/trajectories`: a directory on the
-/// way to the session's own files, entered but not listed for itself.
-fn is_way_to_readable(ctx: &CallCtx, path: &Path) -> bool {
-    let canonical = ctx.workspace.canonicalize().ok();
-    let Some(rest) = std::iter::once(&ctx.workspace)
-        .chain(canonical.as_ref())
-        .find_map(|root| path.strip_prefix(root).ok())
-    else {
-        return false;
-    };
-    let parts: Vec<_> = rest.iter().filter_map(|c| c.to_str()).collect();
-    path.is_dir()
-        && matches!(
-            parts.as_slice(),
-            [".omicos"] | [".omicos", "outputs" | "trajectories" | "plans" | "tasks"]
-        )
 }
 
 fn io_err(what: &str, path: &str, e: std::io::Error) -> ToolError {
@@ -716,50 +740,111 @@ mod tests {
     async fn omicos_state_is_closed_but_the_sessions_own_files() {
         let d = tempfile::tempdir().unwrap();
         let st = d.path().join(".omicos");
-        for dir in ["trajectories/s", "trajectories/s1", "outputs/s", "outputs/s1", "tool_outputs", "plans", "tasks", "kernels"] {
+        for dir in [
+            "trajectories/s",
+            "trajectories/s1",
+            "outputs/s",
+            "outputs/s1",
+            "tool_outputs",
+            "plans",
+            "tasks",
+            "kernels",
+        ] {
             std::fs::create_dir_all(st.join(dir)).unwrap();
         }
         let secret = "S3CRET-omicos-state";
-        for f in ["token", "sessions.db", "memory.db", "trajectories/s1/turn.jsonl", "outputs/s1/img.txt", "plans/s1.md", "tasks/s1.json", "kernels/s1.json"] {
+        for f in [
+            "token",
+            "sessions.db",
+            "memory.db",
+            "trajectories/s1/turn.jsonl",
+            "outputs/s1/img.txt",
+            "plans/s1.md",
+            "tasks/s1.json",
+            "kernels/s1.json",
+        ] {
             std::fs::write(st.join(f), format!("{secret} {f}\n")).unwrap();
         }
-        for f in ["trajectories/s/turn.jsonl", "outputs/s/img.txt", "tool_outputs/17__c.txt", "plans/s.md", "tasks/s.json"] {
+        for f in [
+            "trajectories/s/turn.jsonl",
+            "outputs/s/img.txt",
+            "tool_outputs/17__c.txt",
+            "plans/s.md",
+            "tasks/s.json",
+        ] {
             std::fs::write(st.join(f), format!("mine {f}\n")).unwrap();
         }
         std::os::unix::fs::symlink(".omicos/token", d.path().join("t")).unwrap();
         std::os::unix::fs::symlink(".omicos", d.path().join("state")).unwrap();
         // The session's own files and the spool read as before.
-        for f in ["trajectories/s/turn.jsonl", "outputs/s/img.txt", "tool_outputs/17__c.txt", "plans/s.md", "tasks/s.json"] {
-            let v = call(d.path(), "file_manager__read", json!({"path": format!(".omicos/{f}")}))
-                .await
-                .unwrap();
+        for f in [
+            "trajectories/s/turn.jsonl",
+            "outputs/s/img.txt",
+            "tool_outputs/17__c.txt",
+            "plans/s.md",
+            "tasks/s.json",
+        ] {
+            let v = call(
+                d.path(),
+                "file_manager__read",
+                json!({"path": format!(".omicos/{f}")}),
+            )
+            .await
+            .unwrap();
             assert!(v.to_string().contains("mine"), "{f}: {v}");
         }
         // The token, the stores and other sessions' files: no read, by any path.
         for p in [
-            ".omicos/token", "./.omicos/token", "sub/../.omicos/token", "t", "state/token",
-            ".omicos/sessions.db", ".omicos/memory.db", ".omicos/kernels/s1.json",
-            ".omicos/trajectories/s1/turn.jsonl", ".omicos/outputs/s1/img.txt",
-            ".omicos/outputs/s/../s1/img.txt", ".omicos/plans/s1.md", ".omicos/tasks/s1.json",
+            ".omicos/token",
+            "./.omicos/token",
+            "sub/../.omicos/token",
+            "t",
+            "state/token",
+            ".omicos/sessions.db",
+            ".omicos/memory.db",
+            ".omicos/kernels/s1.json",
+            ".omicos/trajectories/s1/turn.jsonl",
+            ".omicos/outputs/s1/img.txt",
+            ".omicos/outputs/s/../s1/img.txt",
+            ".omicos/plans/s1.md",
+            ".omicos/tasks/s1.json",
         ] {
-            let e = call(d.path(), "file_manager__read", json!({"path": p})).await.unwrap_err();
+            let e = call(d.path(), "file_manager__read", json!({"path": p}))
+                .await
+                .unwrap_err();
             assert!(e.to_string().contains("no tool reads it"), "{p}: {e}");
         }
         for (tool, args) in [
-            ("file_manager__list", json!({"path": ".omicos/tool_outputs"})),
+            (
+                "file_manager__list",
+                json!({"path": ".omicos/tool_outputs"}),
+            ),
             ("file_manager__list", json!({"path": ".omicos/kernels"})),
             ("file_manager__list", json!({"path": "state/outputs/s1"})),
-            ("file_manager__grep", json!({"pattern": "S3CRET", "path": ".omicos/token"})),
-            ("file_manager__glob", json!({"pattern": "*", "path": ".omicos/trajectories/s1"})),
+            (
+                "file_manager__grep",
+                json!({"pattern": "S3CRET", "path": ".omicos/token"}),
+            ),
+            (
+                "file_manager__glob",
+                json!({"pattern": "*", "path": ".omicos/trajectories/s1"}),
+            ),
         ] {
             let e = call(d.path(), tool, args.clone()).await.unwrap_err();
-            assert!(e.to_string().contains("no tool reads it"), "{tool} {args}: {e}");
+            assert!(
+                e.to_string().contains("no tool reads it"),
+                "{tool} {args}: {e}"
+            );
         }
         // Walks over the workspace skip what is closed and keep what is the session's.
-        let all = call(d.path(), "file_manager__grep", json!({"pattern": "S3CRET|mine"}))
-            .await
-            .unwrap()
-            .to_string();
+        let all = call(
+            d.path(),
+            "file_manager__grep",
+            json!({"pattern": "S3CRET|mine"}),
+        )
+        .await
+        .unwrap()
+        .to_string();
         assert!(!all.contains("S3CRET"), "{all}");
         assert!(all.contains(".omicos/outputs/s/img.txt"), "{all}");
         let listed = call(d.path(), "file_manager__list", json!({"recursive": true}))
@@ -773,29 +858,60 @@ mod tests {
             .await
             .unwrap()
             .to_string();
-        assert!(!globbed.contains("token") && !globbed.contains("s1"), "{globbed}");
+        assert!(
+            !globbed.contains("token") && !globbed.contains("s1"),
+            "{globbed}"
+        );
         // Nothing there is writable, the session's own files included.
         for (tool, args) in [
-            ("file_manager__write", json!({"path":".omicos/trajectories/s/turn.jsonl","content":"forged"})),
-            ("file_manager__write", json!({"path":".omicos/new.txt","content":"x"})),
-            ("file_manager__write", json!({"path":"./.omicos/token","content":"x","append":true})),
+            (
+                "file_manager__write",
+                json!({"path":".omicos/trajectories/s/turn.jsonl","content":"forged"}),
+            ),
+            (
+                "file_manager__write",
+                json!({"path":".omicos/new.txt","content":"x"}),
+            ),
+            (
+                "file_manager__write",
+                json!({"path":"./.omicos/token","content":"x","append":true}),
+            ),
             ("file_manager__write", json!({"path":"t","content":"x"})),
-            ("file_manager__edit", json!({"path":".omicos/outputs/s/img.txt","old_string":"mine","new_string":"x"})),
+            (
+                "file_manager__edit",
+                json!({"path":".omicos/outputs/s/img.txt","old_string":"mine","new_string":"x"}),
+            ),
         ] {
             let e = call(d.path(), tool, args.clone()).await.unwrap_err();
-            assert!(e.to_string().contains("no tool writes it"), "{tool} {args}: {e}");
+            assert!(
+                e.to_string().contains("no tool writes it"),
+                "{tool} {args}: {e}"
+            );
         }
-        assert_eq!(std::fs::read_to_string(st.join("token")).unwrap(), format!("{secret} token\n"));
+        assert_eq!(
+            std::fs::read_to_string(st.join("token")).unwrap(),
+            format!("{secret} token\n")
+        );
         assert_eq!(
             std::fs::read_to_string(st.join("trajectories/s/turn.jsonl")).unwrap(),
             "mine trajectories/s/turn.jsonl\n"
         );
         assert!(!st.join("new.txt").exists());
         // A file merely named like it elsewhere is an ordinary file.
-        call(d.path(), "file_manager__write", json!({"path":"notes/.omicos","content":"ok"}))
-            .await
-            .unwrap();
-        call(d.path(), "file_manager__read", json!({"path":"notes/.omicos"})).await.unwrap();
+        call(
+            d.path(),
+            "file_manager__write",
+            json!({"path":"notes/.omicos","content":"ok"}),
+        )
+        .await
+        .unwrap();
+        call(
+            d.path(),
+            "file_manager__read",
+            json!({"path":"notes/.omicos"}),
+        )
+        .await
+        .unwrap();
     }
 
     #[tokio::test]
