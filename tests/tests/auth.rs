@@ -740,7 +740,10 @@ async fn files_need_the_token_and_belong_to_the_sessions_owner() {
     let url = stack.orchestrator.clone();
     let (sid, _) = alice_session(&url).await;
     // Alice's tenant is acme: her outputs are in <root>/.omicos/tenants/acme/.
-    let dir = stack.workspace.join(".omicos/tenants/acme/.omicos/outputs").join(&sid);
+    let dir = stack
+        .workspace
+        .join(".omicos/tenants/acme/.omicos/outputs")
+        .join(&sid);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("plot.png"), b"\x89PNG\r\n\x1a\n").unwrap();
     let http = reqwest::Client::new();
@@ -779,7 +782,10 @@ async fn files_need_the_token_and_belong_to_the_sessions_owner() {
         .await
         .unwrap();
     let own = h.until_done().await[0].session_id.clone();
-    let own_dir = stack.workspace.join("acme/.omicos/outputs").join(&own);
+    let own_dir = stack
+        .workspace
+        .join(".omicos/tenants/acme/.omicos/outputs")
+        .join(&own);
     std::fs::create_dir_all(&own_dir).unwrap();
     std::fs::write(own_dir.join("mine.png"), b"\x89PNG\r\n\x1a\nmine").unwrap();
     std::os::unix::fs::symlink(dir.join("plot.png"), own_dir.join("link.png")).unwrap();

@@ -1018,12 +1018,17 @@ async fn the_cluster_as_processes_survives_kill_9_of_each_part() {
             && f.call_id == "c_k1"
         {
             let v = cell_value(f.status(), &f.result);
-            let nums: Vec<i32> = v
-                .trim_matches(|ch: char| ch == '(' || ch == ')')
-                .split(',')
-                .map(|s| s.trim().parse().unwrap())
-                .collect();
-            pids = Some((nums[0], nums[1]));
+            assert!(v.starts_with('('), "the first cell answered: {v}");
+            // Inside its box the kernel's pids are the box's own: the host's
+            // is in the session's kernel marker.
+            let kernel = kernel_host_pid(c.sh.ws.path(), &ev.session_id);
+            let provider = c
+                .kernels
+                .iter()
+                .map(|k| k.pid())
+                .find(|p| descends_from(kernel, *p))
+                .expect("the kernel's parent is one of the providers");
+            pids = Some((provider, kernel));
         }
         if let Some(chat_event::Kind::ToolCallStarted(s)) = &ev.kind
             && s.call_id == "c_k2"
@@ -1116,4 +1121,42 @@ async fn the_cluster_as_processes_survives_kill_9_of_each_part() {
         let _ = tokio::time::timeout(Duration::from_secs(10), k.child.wait()).await;
     }
     let _ = std::fs::remove_file(&c.sh.config_file);
+}
+
+/// The host's pid of the kernel running `session`'s cells, from its marker.
+fn kernel_host_pid(ws: &std::path::Path, session: &str) -> i32 {
+    let marker = ws.join(".omicos/kernels").join(format!("{session}.json"));
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&marker).unwrap()).unwrap();
+    m["pid"].as_i64().unwrap() as i32
+}
+
+/// Whether `ancestor` started `pid` (its parent, the parent's parent, ...),
+/// from the host's `/proc`.
+fn descends_from(pid: i32, ancestor: i32) -> bool {
+    let mut p = pid;
+    for _ in 0..64 {
+        let Some(ppid) = std::fs::read_to_string(format!("/proc/{p}/stat"))
+            .ok()
+            .and_then(|stat| {
+                // The fields after the command's closing parenthesis: state, ppid, ...
+                stat.rsplit_once(')')?
+                    .1
+                    .split_whitespace()
+                    .nth(1)?
+                    .parse::<i32>()
+                    .ok()
+            })
+        else {
+            return false;
+        };
+        if ppid == ancestor {
+            return true;
+        }
+        if ppid <= 1 {
+            return false;
+        }
+        p = ppid;
+    }
+    false
 }

@@ -282,7 +282,10 @@ async fn other_principals_are_refused_on_every_route_and_change_nothing() {
         .await
         .unwrap();
     let sid = h.until_done().await[0].session_id.clone();
-    let out_dir = stack.workspace.join("acme/.omicos/outputs").join(&sid);
+    let out_dir = stack
+        .workspace
+        .join(".omicos/tenants/acme/.omicos/outputs")
+        .join(&sid);
     std::fs::create_dir_all(&out_dir).unwrap();
     std::fs::write(out_dir.join("plot.png"), b"\x89PNG\r\n\x1a\n").unwrap();
     let before = snapshot(&url, &sid, &llm).await;

@@ -475,11 +475,18 @@ mod tests {
         assert_eq!(a.permissions.ask, vec!["web__fetch"]);
         assert_eq!(a.permissions.deny, vec!["shell(rm:*)"]);
         assert_eq!(w.len(), 1, "{w:?}");
-        assert!(w[0].contains("agents/d.md:3") && w[0].contains("permissions.allow ignored"), "{w:?}");
+        assert!(
+            w[0].contains("agents/d.md:3") && w[0].contains("permissions.allow ignored"),
+            "{w:?}"
+        );
         // The same file from an operator-owned directory keeps its allow rules.
         for source in [AgentSource::LegacyWorkspace, AgentSource::Cache] {
             let (a, w) = parse_agent(text, "d.md", source, Tier::Lab).unwrap();
-            assert_eq!(a.permissions.allow, vec!["shell", "kernel__*"], "{source:?}");
+            assert_eq!(
+                a.permissions.allow,
+                vec!["shell", "kernel__*"],
+                "{source:?}"
+            );
             assert!(w.is_empty(), "{w:?}");
         }
     }

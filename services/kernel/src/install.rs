@@ -177,8 +177,11 @@ pub async fn run(
     sandbox: &crate::sandboxing::KernelSandbox,
     place: &omicos_sandbox::Placement,
 ) -> Result<Value, ToolError> {
-    let mut cmd =
-        omicos_sandbox::Command::new(crate::sandboxing::program_path(python).display().to_string());
+    let mut cmd = omicos_sandbox::Command::new(
+        crate::sandboxing::program_path(python)
+            .display()
+            .to_string(),
+    );
     cmd.args([
         "-I",
         "-m",

@@ -46,7 +46,10 @@ fn locate(python: &Path) -> Option<PathBuf> {
 /// name kept (a venv's `python3` symlink is what makes it that venv's).
 pub fn program_path(python: &Path) -> PathBuf {
     let located = locate(python).unwrap_or_else(|| python.to_path_buf());
-    match (located.parent().and_then(|d| d.canonicalize().ok()), located.file_name()) {
+    match (
+        located.parent().and_then(|d| d.canonicalize().ok()),
+        located.file_name(),
+    ) {
         (Some(dir), Some(name)) => dir.join(name),
         _ => located,
     }

@@ -38,7 +38,11 @@ async fn a_cell_writing_etc_gets_a_permission_error_and_the_kernel_lives_on() {
     );
     let r = run(&p, &ws, "s1", &code).await.unwrap();
     let _ = std::fs::remove_file(&secret);
-    assert_eq!(value(&r), "('ConnectionRefusedError', 'FileNotFoundError')", "{r}");
+    assert_eq!(
+        value(&r),
+        "('ConnectionRefusedError', 'FileNotFoundError')",
+        "{r}"
+    );
     assert!(
         host.accept().is_err(),
         "the kernel reached the host's loopback"

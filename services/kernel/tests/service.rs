@@ -143,7 +143,11 @@ async fn kernels_exit_when_the_service_is_killed_9() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(kernels().contains(&kernel_pid), "{:?} / {kernel_pid}", kernels());
+    assert!(
+        kernels().contains(&kernel_pid),
+        "{:?} / {kernel_pid}",
+        kernels()
+    );
     // Everything the service started: the boxes' zygotes, inits and reapers too.
     let started = descendants(service_pid);
     assert!(started.len() > 2, "{started:?}");

@@ -186,7 +186,11 @@ async fn kernel_install_runs_pip_in_the_workspace_not_the_services_directory() {
         .call("kernel_install", json!({"packages": ["six"]}), c)
         .await
         .unwrap();
-    assert_eq!(pip_cwd(&r), root.join(".omicos/tenants/acme").display().to_string(), "{r}");
+    assert_eq!(
+        pip_cwd(&r),
+        root.join(".omicos/tenants/acme").display().to_string(),
+        "{r}"
+    );
     served.stop().await;
     p.close().await;
 }

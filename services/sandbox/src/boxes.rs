@@ -464,7 +464,11 @@ impl SessionBox {
                 .dirs()
                 .iter()
                 .filter_map(|d| std::fs::read_to_string(d.join("cgroup.procs")).ok())
-                .flat_map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect::<Vec<i32>>())
+                .flat_map(|t| {
+                    t.lines()
+                        .filter_map(|l| l.trim().parse().ok())
+                        .collect::<Vec<i32>>()
+                })
                 .collect(),
             None => std::fs::read_dir("/proc")
                 .ok()?
@@ -481,7 +485,10 @@ impl SessionBox {
                         .and_then(|v| v.split_whitespace().last()?.parse::<i32>().ok())
                 });
             nspid == Some(inner)
-                && std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok().as_ref() == Some(&ns)
+                && std::fs::read_link(format!("/proc/{pid}/ns/pid"))
+                    .ok()
+                    .as_ref()
+                    == Some(&ns)
         })
     }
 
@@ -642,7 +649,10 @@ impl SessionBox {
     pub fn disk_trips(&self) -> (u64, String) {
         (
             self.disk_trips.load(Ordering::SeqCst),
-            self.disk_note.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            self.disk_note
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
         )
     }
 
@@ -854,8 +864,12 @@ impl BoxedChild {
     /// one started.
     pub fn hit_disk_bound(&self) -> Option<String> {
         let b = &self.guard.sbox;
-        (b.disk_trips.load(Ordering::SeqCst) > self.disk_before)
-            .then(|| b.disk_note.lock().unwrap_or_else(|e| e.into_inner()).clone())
+        (b.disk_trips.load(Ordering::SeqCst) > self.disk_before).then(|| {
+            b.disk_note
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+        })
     }
 
     /// Whether the box's memory bound stopped a process since this call began.

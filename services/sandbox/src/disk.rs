@@ -140,7 +140,11 @@ mod tests {
             min_free_bytes: None,
         };
         let mut w = Watch::default();
-        assert_eq!(w.check(d.path(), limits), None, "the first look sets the figures");
+        assert_eq!(
+            w.check(d.path(), limits),
+            None,
+            "the first look sets the figures"
+        );
         std::fs::write(d.path().join("a"), vec![1u8; 3 << 20]).unwrap();
         // Not measured again within MEASURE_EVERY.
         assert_eq!(w.check(d.path(), limits), None);
@@ -163,7 +167,10 @@ mod tests {
         std::fs::hard_link(d.path().join("a"), d.path().join("b")).unwrap();
         std::os::unix::fs::symlink("/usr", d.path().join("c")).unwrap();
         let after = usage(d.path());
-        assert!(after - before >= 1 << 20 && after - before < 2 << 20, "{before} {after}");
+        assert!(
+            after - before >= 1 << 20 && after - before < 2 << 20,
+            "{before} {after}"
+        );
     }
 
     #[test]
@@ -177,7 +184,9 @@ mod tests {
         assert_eq!(w.check(d.path(), limits), None);
         // Pretend the last look saw more free space than there is now.
         w.seen.get_mut(d.path()).unwrap().free = u64::MAX;
-        let note = w.check(d.path(), limits).expect("below the floor and falling");
+        let note = w
+            .check(d.path(), limits)
+            .expect("below the floor and falling");
         assert!(note.contains("min_free_bytes"), "{note}");
     }
 }

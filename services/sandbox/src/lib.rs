@@ -34,9 +34,9 @@
 //! ```
 
 mod box_cgroup;
-mod disk;
 mod boxes;
 pub mod config;
+mod disk;
 mod filesystem;
 mod ids;
 mod plan;

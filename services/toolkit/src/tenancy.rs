@@ -136,7 +136,10 @@ mod tests {
         std::fs::write(root.path().join("globex/notes.txt"), "g").unwrap();
         std::fs::create_dir_all(root.path().join("initech")).unwrap();
         let globex = tenant_workspace(root.path(), "globex").unwrap();
-        assert_eq!(std::fs::read_to_string(globex.join("notes.txt")).unwrap(), "g");
+        assert_eq!(
+            std::fs::read_to_string(globex.join("notes.txt")).unwrap(),
+            "g"
+        );
         assert!(!root.path().join("globex").exists());
         tenant_workspace(root.path(), "initech").unwrap();
         assert!(root.path().join("initech").is_dir());

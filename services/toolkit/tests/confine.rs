@@ -99,7 +99,11 @@ async fn the_caller_never_names_the_workspace() {
     let v = call(&mut c, "/", "acme").await.unwrap();
     assert_eq!(
         v["workspace"],
-        root_path.join(".omicos/tenants/acme").display().to_string().as_str()
+        root_path
+            .join(".omicos/tenants/acme")
+            .display()
+            .to_string()
+            .as_str()
     );
     assert_eq!(v["tenant"], "acme");
     assert!(root_path.join(".omicos/tenants/acme").is_dir());
