@@ -437,8 +437,10 @@ async fn openai(state: Shared, body: axum::Json<Value>) -> Response {
                         Value::Null,
                     ),
                 ));
-                // Arguments split over many chunks, as real servers do.
-                for p in pieces(args, 4) {
+                // Arguments split over many chunks, as real servers do (a
+                // few characters each; at most about 4,096 chunks, so a huge
+                // argument is not gigabytes of frames).
+                for p in pieces(args, (args.len() / 4096).max(4)) {
                     frames.push((
                         None,
                         chunk(

@@ -842,6 +842,15 @@ impl Sandbox {
                     .await
                     .map_err(SandboxError::Box)
             }
+            // The box's cgroup went away between its creation and the
+            // zygote's join (ENODEV; an operator's or another service's
+            // sweep): once more, in a new one.
+            Err(why) if why.contains(&format!("(os error {})", libc::ENODEV)) => {
+                tracing::warn!(error = %why, "sandbox: the box's cgroup was removed before the box joined it; starting it again");
+                SessionBox::start(self.launch(&key, self.idmap.load(Ordering::SeqCst))?)
+                    .await
+                    .map_err(SandboxError::Box)
+            }
             Err(why) => Err(SandboxError::Box(why)),
         }
     }
