@@ -83,6 +83,8 @@ export function App() {
   const setNotice = (text: string | null, link = false) => setNoticeState(text === null ? null : { text, link });
   const [access, setAccess] = useState<Access>("ok");
   const [drawer, setDrawer] = useState(false);
+  /** Whether the page may still ask to send notifications (the browser has not been asked). */
+  const [canAskNotify, setCanAskNotify] = useState(typeof Notification !== "undefined" && Notification.permission === "default");
   const [streamLink, setStreamLink] = useState<LinkState | null>(null);
   const [pingLink, setPingLink] = useState<LinkState>("connecting");
   const [approvalsHidden, setApprovalsHidden] = useState(false);
@@ -426,7 +428,14 @@ export function App() {
         Skip to the message box
       </a>
       <aside class="side" id="side" aria-label="Sessions and new chat">
-        <button type="button" class="phone-only close-drawer" onClick={() => setDrawer(false)}>
+        <button
+          type="button"
+          class="phone-only close-drawer"
+          onClick={() => {
+            setDrawer(false);
+            document.querySelector<HTMLElement>(".drawer-toggle")?.focus();
+          }}
+        >
           Close
         </button>
         <SessionList sessions={sessions} current={sessionId} onOpen={open} onNew={() => open(null)} onDelete={deleteSession} />
@@ -456,6 +465,17 @@ export function App() {
             <button type="button" class="primary phone-only" onClick={() => open(null)}>
               New chat
             </button>
+            {canAskNotify && (
+              <button
+                type="button"
+                class="link"
+                onClick={() => {
+                  void Notification.requestPermission().finally(() => setCanAskNotify(Notification.permission === "default"));
+                }}
+              >
+                Notify me about approvals
+              </button>
+            )}
             <span class={`link link-${access === "ok" ? link : "signed-out"}`} role="status" data-testid="link" data-link={access === "ok" ? link : "signed-out"}>
               <span class="dot" aria-hidden="true" />
               {linkText}

@@ -119,8 +119,8 @@ beforeAll(async () => {
     const w = window as unknown as { __omicosNotes: string[]; Notification: unknown };
     w.__omicosNotes = [];
     class Recorded {
-      static permission = "granted";
-      static requestPermission = async () => "granted";
+      static permission = "default";
+      static requestPermission = async () => (Recorded.permission = "granted");
       constructor(title: string) {
         w.__omicosNotes.push(title);
       }
@@ -162,6 +162,10 @@ describe("the page on a live stack", () => {
     expect(await mode.inputValue()).toBe("read_only");
     expect(await page.getByTestId("mode-help").textContent()).toContain("without side effects");
     expect(await page.title()).toBe("New chat · omicos");
+    // Notifications of approvals: asked for once, by the person.
+    const notify = page.getByRole("button", { name: "Notify me about approvals" });
+    await notify.click();
+    await notify.waitFor({ state: "detached" });
     await axe("empty-state");
     // Ask before side effects, so run_python_code needs an approval.
     await mode.selectOption("auto");
