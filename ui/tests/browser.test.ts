@@ -230,6 +230,17 @@ describe("the page on a live stack", () => {
     await waiting.click();
     await dialog.waitFor();
     expect(await hoverContrast(dialog.getByRole("button", { name: "Allow once" }))).toBeGreaterThanOrEqual(4.5);
+    // An answer that cannot reach the server says so in words, and the
+    // notice goes once the page has reconnected; the question still waits.
+    await context.setOffline(true);
+    await dialog.getByRole("button", { name: "Allow once" }).click();
+    const notice = page.getByTestId("notice");
+    await expect.poll(() => notice.textContent()).toContain("the server cannot be reached");
+    expect(await notice.textContent()).not.toMatch(/Failed to fetch|Unknown/);
+    await context.setOffline(false);
+    await expect.poll(() => page.getAttribute("[data-testid=link]", "data-link"), { timeout: 30_000 }).toBe("connected");
+    await expect.poll(() => notice.textContent(), { timeout: 10_000 }).toBe("");
+    expect(await dialog.isVisible()).toBe(true);
     await dialog.getByRole("button", { name: "Allow once" }).click();
     await dialog.waitFor({ state: "hidden" });
     // Answered: focus is in the message box, not lost to the page body.
