@@ -17,10 +17,11 @@
 //! `cargo bench -p omicos-orchestrator --bench context` (release).
 //! `BENCH_ROUNDS=N` changes the rounds (default 20 × 50 decisions per case).
 
+use omicos_history::HistoryItem;
 use omicos_orchestrator::config::ContextConfig;
 use omicos_orchestrator::engine::context::{self, View};
 use omicos_orchestrator::llm::ToolDef;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -53,7 +54,7 @@ fn text(rng: &mut Lcg, chars: usize) -> String {
 }
 
 /// 1,000 messages as a long analysis session leaves them in the history.
-fn history() -> Vec<Value> {
+fn history() -> Vec<HistoryItem> {
     let mut rng = Lcg(7);
     let mut h = vec![
         json!({"role": "user", "content": "Load sales.csv, clean it and plot monthly revenue by region."}),
@@ -88,7 +89,8 @@ fn history() -> Vec<Value> {
         }
     }
     h.truncate(MESSAGES);
-    h
+    // As the store reads them.
+    h.into_iter().map(HistoryItem::from_value).collect()
 }
 
 fn tools() -> Vec<ToolDef> {
@@ -111,7 +113,7 @@ fn pct(v: &mut [Duration], q: f64) -> f64 {
 
 struct Case {
     name: &'static str,
-    history: Vec<Value>,
+    history: Vec<HistoryItem>,
     limit: u64,
     decide: Vec<Duration>,
     build: Vec<Duration>,
@@ -135,14 +137,14 @@ fn main() {
     let mut marked = base.clone();
     marked.insert(
         600,
-        context::marker(
+        HistoryItem::Compaction(context::marker(
             &text(&mut Lcg(3), 4_000),
             560,
             whole,
             whole / 3,
             560,
             "auto",
-        ),
+        )),
     );
     let mut cases = vec![
         Case {

@@ -514,8 +514,8 @@ pub fn is_turn_done(ev: &ChatEvent, turn_id: &str) -> bool {
 mod tests {
     use super::*;
     use async_trait::async_trait;
+    use omicos_sessionstore::HistoryItem;
     use omicos_sessionstore::{MemoryStore, SessionMeta, StoreError, StoreResult};
-    use serde_json::Value;
     use std::sync::atomic::{AtomicBool, Ordering};
 
     /// A memory store whose `last_seq` fails while `broken` is set.
@@ -539,10 +539,10 @@ mod tests {
         async fn delete_session(&self, id: &str) -> StoreResult<bool> {
             self.inner.delete_session(id).await
         }
-        async fn append_messages(&self, id: &str, messages: &[Value]) -> StoreResult<()> {
+        async fn append_messages(&self, id: &str, messages: &[HistoryItem]) -> StoreResult<()> {
             self.inner.append_messages(id, messages).await
         }
-        async fn messages(&self, id: &str) -> StoreResult<Vec<Value>> {
+        async fn messages(&self, id: &str) -> StoreResult<Vec<HistoryItem>> {
             self.inner.messages(id).await
         }
         async fn append_event(&self, id: &str, seq: u64, event: &[u8]) -> StoreResult<()> {

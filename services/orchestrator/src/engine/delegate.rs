@@ -96,7 +96,7 @@ impl Engine {
         chain.push(caller.agent.id.clone());
         let mut frame = Frame {
             agent: callee.clone(),
-            messages: vec![json!({"role": "user", "content": instruction})],
+            messages: vec![omicos_history::HistoryItem::user(instruction)],
             depth,
             chain,
             context,

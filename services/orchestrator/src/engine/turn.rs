@@ -7,8 +7,9 @@ use crate::agents::AgentProfile;
 use crate::error::OrchestratorError;
 use crate::hub::SessionState;
 use crate::runner_client::EventTag;
+use omicos_history::HistoryItem;
 use omicos_proto::{TurnDone, TurnStarted, chat_event};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -167,7 +168,7 @@ impl Engine {
         st: &SessionState,
         message: &str,
         new_session: bool,
-    ) -> Result<Vec<Value>, OrchestratorError> {
+    ) -> Result<Vec<HistoryItem>, OrchestratorError> {
         let mut history = if new_session {
             Vec::new()
         } else {
@@ -179,7 +180,7 @@ impl Engine {
                     source,
                 })?
         };
-        let user = json!({"role": "user", "content": message});
+        let user = HistoryItem::user(message);
         if let Err(e) = st
             .store()
             .append_messages(&st.id, std::slice::from_ref(&user))
