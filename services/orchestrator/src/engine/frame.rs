@@ -10,7 +10,7 @@ use crate::llm::{LlmDelta, LlmError, LlmRequest, ToolCall};
 use crate::runner_client::EventTag;
 use omicos_history::{AssistantMessage, HistoryItem, ToolCall as HistoryToolCall};
 use omicos_proto::{
-    Decision, ExecuteStart, TextDelta, ToolCallFinished, ToolCallStarted, ToolStatus, Usage,
+    Decision, ExecuteStart, Steer, TextDelta, ToolCallFinished, ToolCallStarted, ToolStatus, Usage,
     chat_event, model_envelope,
 };
 use serde_json::{Value, json};
@@ -77,6 +77,13 @@ impl Engine {
                     .exhausted(&self.config.budget, &frame.used, frame.depth > 0)
             {
                 return Outcome::Budget(why);
+            }
+            // Messages steered in since the last request join it here,
+            // after every call of the last answer was answered.
+            if let Some(q) = frame.steer.clone() {
+                for message in q.take() {
+                    self.steered(session, s, frame, &tag, message).await;
+                }
             }
             let model = self.model_name(s).to_owned();
             let system = frame.agent.system_prompt.clone();
@@ -255,7 +262,12 @@ impl Engine {
                 )
                 .await;
             if turn.tool_calls.is_empty() {
-                return Outcome::Completed;
+                // A message steered in while the model answered is answered
+                // in this turn; the queue closes only when none waits.
+                if frame.steer.as_ref().is_none_or(|q| q.close_if_empty()) {
+                    return Outcome::Completed;
+                }
+                continue;
             }
             if let Some(why) =
                 frame
@@ -434,6 +446,29 @@ impl Engine {
         let spool = (!spool.is_empty()).then(|| spool.to_owned());
         let msg = HistoryItem::tool_result(&call.id, content, spool);
         self.push(session, frame, msg).await;
+    }
+
+    /// A steered message joins the frame: its event, the history, the trajectory.
+    pub(super) async fn steered(
+        &self,
+        session: &Arc<SessionState>,
+        s: &TurnSettings,
+        frame: &mut Frame,
+        tag: &EventTag,
+        message: String,
+    ) {
+        session
+            .emit(tag.event(chat_event::Kind::Steer(Steer {
+                message: message.clone(),
+            })))
+            .await;
+        self.trajectories
+            .append(
+                &session.id,
+                json!({"type": "steer", "turn_id": s.turn_id, "context": frame.context, "content": message}),
+            )
+            .await;
+        self.push(session, frame, HistoryItem::user(message)).await;
     }
 
     pub(super) async fn push(

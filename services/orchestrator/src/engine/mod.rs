@@ -167,6 +167,8 @@ pub struct Frame {
     pub meters: budget::Meters,
     /// What this frame's own model calls used.
     pub used: budget::Meter,
+    /// Messages steered into the turn (the root frame only).
+    pub steer: Option<Arc<crate::hub::SteerQueue>>,
 }
 
 impl Engine {
