@@ -358,7 +358,30 @@ fn take_u64(map: &mut Extra, k: &str) -> u64 {
 /// What is left of a row once its known keys were taken: its extra keys.
 fn rest(map: &mut Extra) -> Extra {
     map.shift_remove("role");
+    if map.is_empty() {
+        // Not the parsed map's allocation: an item without extras holds none.
+        return Extra::new();
+    }
     std::mem::take(map)
+}
+
+/// A string field of an object.
+fn has_str(v: &Value, k: &str) -> bool {
+    matches!(v.get(k), Some(Value::String(_)))
+}
+
+/// Whether `v` is a list of [`ToolCall`]s, checked without copying it (it
+/// is then moved into the typed list, arguments and all).
+fn is_tool_calls(v: &Value) -> bool {
+    v.as_array().is_some_and(|calls| {
+        calls.iter().all(|c| {
+            c.is_object()
+                && has_str(c, "id")
+                && has_str(c, "type")
+                && c.get("function")
+                    .is_some_and(|f| f.is_object() && has_str(f, "name") && has_str(f, "arguments"))
+        })
+    })
 }
 
 fn user(map: &mut Extra) -> Option<UserMessage> {
@@ -377,10 +400,16 @@ fn assistant(map: &mut Extra) -> Option<AssistantMessage> {
         return None;
     }
     let usage = optional::<Usage>(map, "usage").ok()?;
-    let tool_calls = optional::<Vec<ToolCall>>(map, "tool_calls").ok()?;
+    if !map.get("tool_calls").is_none_or(is_tool_calls) {
+        return None;
+    }
     let interrupted = optional::<bool>(map, "interrupted").ok()?;
     let content = take_string(map, "content");
-    for k in ["usage", "tool_calls", "interrupted"] {
+    // Checked above: moving it into the typed list cannot fail.
+    let tool_calls = map
+        .shift_remove("tool_calls")
+        .and_then(|v| serde_json::from_value::<Vec<ToolCall>>(v).ok());
+    for k in ["usage", "interrupted"] {
         map.shift_remove(k);
     }
     Some(AssistantMessage {

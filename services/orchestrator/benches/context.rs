@@ -242,4 +242,35 @@ fn main() {
         "target: p50 < 1000 µs per decision at {MESSAGES} messages (ratio = decision / serialize); \
          build = the request's messages from the decision"
     );
+    load(&base, rounds);
+}
+
+/// What a turn pays once, reading its history: the stored rows parsed as
+/// typed items, against parsing them as JSON values (the store's read
+/// before the history was typed), interleaved.
+fn load(history: &[HistoryItem], rounds: usize) {
+    let rows: Vec<String> = history.iter().map(HistoryItem::to_json).collect();
+    let (mut typed, mut values) = (vec![], vec![]);
+    for _ in 0..rounds.max(5) {
+        let t = Instant::now();
+        let items: Vec<HistoryItem> = rows
+            .iter()
+            .map(|r| serde_json::from_str(black_box(r)).unwrap())
+            .collect();
+        typed.push(t.elapsed());
+        black_box(items);
+        let t = Instant::now();
+        let v: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| serde_json::from_str(black_box(r)).unwrap())
+            .collect();
+        values.push(t.elapsed());
+        black_box(v);
+    }
+    let (t50, v50) = (pct(&mut typed, 0.5), pct(&mut values, 0.5));
+    println!(
+        "reading the history ({MESSAGES} stored rows) once per turn: typed p50 {t50:.1} µs, \
+         as JSON values p50 {v50:.1} µs, ratio {:.2}",
+        t50 / v50
+    );
 }
