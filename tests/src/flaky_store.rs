@@ -3,8 +3,7 @@
 //! test can show what the orchestrator does when the store breaks mid-session.
 
 use async_trait::async_trait;
-use omicos_sessionstore::{SessionMeta, SessionStore, StoreError, StoreResult};
-use serde_json::Value;
+use omicos_sessionstore::{HistoryItem, SessionMeta, SessionStore, StoreError, StoreResult};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -67,10 +66,10 @@ impl SessionStore for FlakyStore {
     async fn delete_session(&self, id: &str) -> StoreResult<bool> {
         self.inner.delete_session(id).await
     }
-    async fn append_messages(&self, id: &str, messages: &[Value]) -> StoreResult<()> {
+    async fn append_messages(&self, id: &str, messages: &[HistoryItem]) -> StoreResult<()> {
         self.inner.append_messages(id, messages).await
     }
-    async fn messages(&self, id: &str) -> StoreResult<Vec<Value>> {
+    async fn messages(&self, id: &str) -> StoreResult<Vec<HistoryItem>> {
         self.check(Op::Messages)?;
         self.inner.messages(id).await
     }

@@ -228,11 +228,18 @@ async fn leave_a_lost_turn(store: &dyn SessionStore, session: &str) -> u64 {
         .await
         .unwrap();
     store
-        .append_messages(session, &[
-            serde_json::json!({"role": "user", "content": "go"}),
-            serde_json::json!({"role": "assistant", "content": "", "tool_calls": [
-                {"id": "c_lost", "type": "function", "function": {"name": "shell", "arguments": "{}"}}]}),
-        ])
+        .append_messages(
+            session,
+            &[
+                omicos_history::HistoryItem::user("go"),
+                omicos_history::HistoryItem::Assistant(omicos_history::AssistantMessage {
+                    tool_calls: Some(vec![omicos_history::ToolCall::function(
+                        "c_lost", "shell", "{}",
+                    )]),
+                    ..Default::default()
+                }),
+            ],
+        )
         .await
         .unwrap();
     store

@@ -1268,3 +1268,133 @@ async fn a_300_turn_session_in_a_4000_token_window_never_overflows() {
         summaries
     );
 }
+
+// ---------------------------------------------------------------------------
+// 3. Steering a running turn (ChatRequest.steer).
+
+fn steer(session: &str, message: &str) -> ChatRequest {
+    ChatRequest {
+        steer: true,
+        ..in_session(session, message, "full")
+    }
+}
+
+/// The first event of a kind on a stream, with what came before it.
+async fn until_delta(chat: &mut ChatHandle) -> ChatEvent {
+    while let Some(ev) = chat.next().await {
+        if matches!(ev.kind, Some(chat_event::Kind::TextDelta(_))) {
+            return ev;
+        }
+    }
+    panic!("the stream ended before any text");
+}
+
+fn steers(events: &[ChatEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Some(chat_event::Kind::Steer(s)) => Some(s.message.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn roles(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_steered_message_joins_the_running_turn_at_its_next_model_request() {
+    const NOTE: &str = "STEER-NOTE: count them as well";
+    let llm = FakeLlm::start(vec![
+        Reply::Streamed {
+            text: "Listing the files first. ".repeat(4),
+            chunks: 8,
+            delay: Duration::from_millis(60),
+            calls: vec![("c1".into(), "file_manager__list".into(), "{}".into())],
+        },
+        Reply::Text("There are 0 files, counted as you asked.".into()),
+    ])
+    .await;
+    let stack = Stack::start(llm.clone(), StackOptions::default()).await;
+    let mut chat = stack.chat(req("list the files", "full")).await.unwrap();
+    let first = until_delta(&mut chat).await;
+    let session = first.session_id.clone();
+    // Sent while the model streams its answer: joins after the call's result.
+    let mut steering = stack.chat(steer(&session, NOTE)).await.unwrap();
+    let steered = steering.until_done().await;
+    let events = chat.until_done().await;
+    assert_eq!(done_reason(&events).as_deref(), Some("completed"));
+    assert_eq!(done_reason(&steered).as_deref(), Some("completed"));
+    assert_eq!(
+        turn_done(&steered),
+        turn_done(&events),
+        "one turn, followed twice"
+    );
+    assert!(steered.iter().all(|e| e.turn_id == first.turn_id));
+    assert_eq!(steers(&events), [NOTE]);
+    assert_eq!(steers(&steered), [NOTE]);
+    let requests = llm.requests();
+    assert_eq!(
+        requests.len(),
+        2,
+        "the steer joined the turn, no turn of its own"
+    );
+    assert_eq!(
+        roles(&requests[1].body),
+        ["system", "user", "assistant", "tool", "user"],
+        "after the call's result, never between a call and its result"
+    );
+    assert_eq!(requests[1].body["messages"][4]["content"], NOTE);
+    let h = history(&stack, &session).await;
+    let stored: Vec<&str> = h.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(stored, ["user", "assistant", "tool", "user", "assistant"]);
+    assert_eq!(h[3]["content"], NOTE);
+}
+
+#[tokio::test]
+async fn a_message_steered_into_the_last_answer_gets_an_answer_of_its_own() {
+    const NOTE: &str = "STEER-NOTE: and in French";
+    let llm = FakeLlm::start(vec![
+        Reply::Slow(
+            "a long answer in English ".repeat(6),
+            Duration::from_millis(40),
+        ),
+        Reply::Text("Et en français.".into()),
+    ])
+    .await;
+    let stack = Stack::start(llm.clone(), StackOptions::default()).await;
+    let mut chat = stack.chat(req("say something", "full")).await.unwrap();
+    let session = until_delta(&mut chat).await.session_id;
+    let steered = stack
+        .chat(steer(&session, NOTE))
+        .await
+        .unwrap()
+        .until_done()
+        .await;
+    let events = chat.until_done().await;
+    assert_eq!(done_reason(&events).as_deref(), Some("completed"));
+    assert_eq!(steers(&steered), [NOTE]);
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 2, "the turn went on to answer the steer");
+    assert_eq!(
+        roles(&requests[1].body),
+        ["system", "user", "assistant", "user"]
+    );
+    assert!(events_text(&events).ends_with("Et en français."));
+    // With no turn running, a steer is an ordinary message: it starts one.
+    let later = stack
+        .chat(steer(&session, "and now?"))
+        .await
+        .unwrap()
+        .until_done()
+        .await;
+    assert_eq!(done_reason(&later).as_deref(), Some("completed"));
+    assert!(steers(&later).is_empty());
+    assert_ne!(later[0].turn_id, events[0].turn_id);
+}

@@ -363,6 +363,47 @@ async fn start_turn_returns_at_once_and_attach_follows_the_turn() {
 }
 
 #[tokio::test]
+async fn a_message_steered_over_grpc_web_joins_the_running_turn() {
+    let llm = FakeLlm::start(vec![
+        streamed("a long answer, streamed in many pieces", 10, 80),
+        Reply::Text("answering the steer too".into()),
+    ])
+    .await;
+    let stack = Stack::start(llm.clone(), StackOptions::default()).await;
+    let web = GrpcWeb::new(&stack.orchestrator);
+    let started = web
+        .start_turn(ChatRequest {
+            message: "say something long".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(!started.steered);
+    let steered = web
+        .start_turn(ChatRequest {
+            session_id: started.session_id.clone(),
+            message: "STEER-NOTE: shorter please".into(),
+            steer: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(steered.steered, "{steered:?}");
+    assert_eq!(steered.turn_id, started.turn_id, "the running turn took it");
+    let events = web
+        .attach_until_done(&started.session_id, started.start_seq - 1, &started.turn_id)
+        .await;
+    let steer_at = events
+        .iter()
+        .position(|e| matches!(&e.kind, Some(chat_event::Kind::Steer(s)) if s.message == "STEER-NOTE: shorter please"))
+        .expect("the Steer event");
+    assert!(events[steer_at].event_seq >= steered.start_seq);
+    assert_eq!(done_of(&events), TurnDoneReason::Completed);
+    assert!(text_of(&events).ends_with("answering the steer too"));
+    assert_eq!(llm.requests().len(), 2);
+}
+
+#[tokio::test]
 async fn approve_and_cancel_over_grpc_web() {
     let llm = FakeLlm::start(vec![
         Reply::Streamed {

@@ -5,6 +5,7 @@ use crate::error::CliError;
 use crate::render::{clip, result_lines, risk_name, short_args};
 use crate::style::Style;
 use crate::turn::Client;
+use omicos_history::HistoryItem;
 use omicos_proto::{
     ApproveToolRequest, Decision, GetSessionRequest, ListAgentToolsRequest, ListAgentsRequest,
     ListSessionsRequest, Risk,
@@ -179,20 +180,17 @@ pub async fn session_show(client: &mut Client, id: &str, st: Style) -> Result<St
         );
     }
     for raw in &s.messages_json {
-        let m: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
-        let role = m["role"].as_str().unwrap_or("?");
-        let content = m["content"].as_str().unwrap_or_default();
-        match role {
-            "user" => {
-                let _ = writeln!(out, "{} {content}", st.bold("you>"));
+        let m = serde_json::from_str(raw).unwrap_or(HistoryItem::Other(Value::Null));
+        match &m {
+            HistoryItem::User(u) => {
+                let _ = writeln!(out, "{} {}", st.bold("you>"), u.content);
             }
-            "assistant" => {
-                if !content.is_empty() {
-                    let _ = writeln!(out, "{content}");
+            HistoryItem::Assistant(a) => {
+                if !a.content.is_empty() {
+                    let _ = writeln!(out, "{}", a.content);
                 }
-                for c in m["tool_calls"].as_array().into_iter().flatten() {
-                    let name = c["function"]["name"].as_str().unwrap_or("?");
-                    let args = c["function"]["arguments"].as_str().unwrap_or_default();
+                for c in a.calls() {
+                    let (name, args) = (c.name(), c.arguments());
                     let _ = writeln!(
                         out,
                         "{} {} {}",
@@ -202,9 +200,9 @@ pub async fn session_show(client: &mut Client, id: &str, st: Style) -> Result<St
                     );
                 }
             }
-            "tool" => {
+            HistoryItem::Tool(t) => {
                 // The model saw {"status", "result"}.
-                let v: Value = serde_json::from_str(content).unwrap_or(Value::Null);
+                let v: Value = serde_json::from_str(&t.content).unwrap_or(Value::Null);
                 let status = v["status"].as_str().unwrap_or("?");
                 let result = v["result"]
                     .as_str()
@@ -221,7 +219,15 @@ pub async fn session_show(client: &mut Client, id: &str, st: Style) -> Result<St
                 }
             }
             other => {
-                let _ = writeln!(out, "{other}: {}", clip(content, 200));
+                let role = match other.role() {
+                    "" => "?",
+                    r => r,
+                };
+                let _ = writeln!(
+                    out,
+                    "{role}: {}",
+                    clip(other.content().unwrap_or_default(), 200)
+                );
             }
         }
     }

@@ -302,6 +302,10 @@ impl Renderer {
                 self.line(&l);
             }
             Kind::Usage(_) | Kind::Heartbeat(_) => {}
+            Kind::Steer(s) => {
+                let l = format!("{} {}", st.bold("you (steer)>"), s.message);
+                self.line(&l);
+            }
             Kind::Compaction(c) => {
                 let l = st.yellow(&format!(
                     "(context compacted, {}: {} → {} tokens)",
@@ -544,6 +548,7 @@ pub fn event_json(ev: &ChatEvent) -> Value {
             json!({"trigger": c.trigger, "tokens_before": c.tokens_before, "tokens_after": c.tokens_after,
                    "messages_summarized": c.messages_summarized}),
         ),
+        Some(Kind::Steer(s)) => ("steer", json!({"message": s.message})),
         Some(Kind::TurnDone(t)) => ("turn_done", json!({"reason": t.reason().as_str()})),
     };
     v["type"] = json!(ty);

@@ -17,10 +17,11 @@
 //! `cargo bench -p omicos-orchestrator --bench context` (release).
 //! `BENCH_ROUNDS=N` changes the rounds (default 20 × 50 decisions per case).
 
+use omicos_history::HistoryItem;
 use omicos_orchestrator::config::ContextConfig;
 use omicos_orchestrator::engine::context::{self, View};
 use omicos_orchestrator::llm::ToolDef;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -53,7 +54,7 @@ fn text(rng: &mut Lcg, chars: usize) -> String {
 }
 
 /// 1,000 messages as a long analysis session leaves them in the history.
-fn history() -> Vec<Value> {
+fn history() -> Vec<HistoryItem> {
     let mut rng = Lcg(7);
     let mut h = vec![
         json!({"role": "user", "content": "Load sales.csv, clean it and plot monthly revenue by region."}),
@@ -88,7 +89,8 @@ fn history() -> Vec<Value> {
         }
     }
     h.truncate(MESSAGES);
-    h
+    // As the store reads them.
+    h.into_iter().map(HistoryItem::from_value).collect()
 }
 
 fn tools() -> Vec<ToolDef> {
@@ -111,7 +113,7 @@ fn pct(v: &mut [Duration], q: f64) -> f64 {
 
 struct Case {
     name: &'static str,
-    history: Vec<Value>,
+    history: Vec<HistoryItem>,
     limit: u64,
     decide: Vec<Duration>,
     build: Vec<Duration>,
@@ -135,14 +137,14 @@ fn main() {
     let mut marked = base.clone();
     marked.insert(
         600,
-        context::marker(
+        HistoryItem::Compaction(context::marker(
             &text(&mut Lcg(3), 4_000),
             560,
             whole,
             whole / 3,
             560,
             "auto",
-        ),
+        )),
     );
     let mut cases = vec![
         Case {
@@ -239,5 +241,36 @@ fn main() {
     println!(
         "target: p50 < 1000 µs per decision at {MESSAGES} messages (ratio = decision / serialize); \
          build = the request's messages from the decision"
+    );
+    load(&base, rounds);
+}
+
+/// What a turn pays once, reading its history: the stored rows parsed as
+/// typed items, against parsing them as JSON values (the store's read
+/// before the history was typed), interleaved.
+fn load(history: &[HistoryItem], rounds: usize) {
+    let rows: Vec<String> = history.iter().map(HistoryItem::to_json).collect();
+    let (mut typed, mut values) = (vec![], vec![]);
+    for _ in 0..rounds.max(5) {
+        let t = Instant::now();
+        let items: Vec<HistoryItem> = rows
+            .iter()
+            .map(|r| serde_json::from_str(black_box(r)).unwrap())
+            .collect();
+        typed.push(t.elapsed());
+        black_box(items);
+        let t = Instant::now();
+        let v: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| serde_json::from_str(black_box(r)).unwrap())
+            .collect();
+        values.push(t.elapsed());
+        black_box(v);
+    }
+    let (t50, v50) = (pct(&mut typed, 0.5), pct(&mut values, 0.5));
+    println!(
+        "reading the history ({MESSAGES} stored rows) once per turn: typed p50 {t50:.1} µs, \
+         as JSON values p50 {v50:.1} µs, ratio {:.2}",
+        t50 / v50
     );
 }

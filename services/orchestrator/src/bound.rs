@@ -73,7 +73,7 @@ pub fn event(mut ev: ChatEvent) -> ChatEvent {
 
 /// A stored history message as a session read returns it: every string
 /// inside it cut to [`MAX_INLINE_VALUE_BYTES`].
-pub fn message(v: &Value) -> String {
+pub fn message(item: &omicos_history::HistoryItem) -> String {
     fn walk(v: &mut Value) {
         match v {
             Value::String(s) if s.len() > MAX_INLINE_VALUE_BYTES => {
@@ -84,10 +84,14 @@ pub fn message(v: &Value) -> String {
             _ => {}
         }
     }
-    if v.to_string().len() <= MAX_INLINE_VALUE_BYTES {
-        return v.to_string();
+    let whole = item.to_json();
+    if whole.len() <= MAX_INLINE_VALUE_BYTES {
+        return whole;
     }
-    let mut v = v.clone();
+    // Serialized to a value only when something in it is cut.
+    let Ok(mut v) = serde_json::to_value(item) else {
+        return whole;
+    };
     walk(&mut v);
     v.to_string()
 }
@@ -121,15 +125,18 @@ mod tests {
             &t.arguments[t.arguments.len() - 200..]
         );
 
-        let msg = serde_json::json!({"role": "assistant", "tool_calls": [
-            {"id": "c1", "function": {"name": "shell", "arguments": huge}}]});
+        let msg = omicos_history::HistoryItem::from_value(
+            serde_json::json!({"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": huge}}]}),
+        );
+        assert!(matches!(msg, omicos_history::HistoryItem::Assistant(_)));
         let read = message(&msg);
         assert!(read.len() < 2 * MAX_INLINE_VALUE_BYTES);
         let back: Value = serde_json::from_str(&read).unwrap();
         assert_eq!(back["tool_calls"][0]["function"]["name"], "shell");
         // Small messages are untouched.
-        let small = serde_json::json!({"role": "user", "content": "hi"});
-        assert_eq!(message(&small), small.to_string());
+        let small = omicos_history::HistoryItem::user("hi");
+        assert_eq!(message(&small), r#"{"role":"user","content":"hi"}"#);
     }
 
     #[test]

@@ -28,6 +28,67 @@ pub struct RunningTurn {
     /// The lease owner (`<replica>:<turn id>`) the turn holds the session with;
     /// pending approvals and cancel requests in the store name it.
     pub lease_owner: String,
+    /// Messages steered into the turn (`ChatRequest.steer`).
+    pub steer: Arc<SteerQueue>,
+}
+
+/// The messages sent to a running turn with `ChatRequest.steer`: its root
+/// frame reads them before each model request. Once the turn stops taking
+/// them the queue is closed, and a later steer is refused (it starts a
+/// turn of its own instead), so none is taken and then forgotten.
+#[derive(Debug, Default)]
+pub struct SteerQueue {
+    inner: Mutex<SteerState>,
+}
+
+#[derive(Debug, Default)]
+struct SteerState {
+    closed: bool,
+    messages: Vec<String>,
+}
+
+impl SteerQueue {
+    /// A queue that takes nothing (a hold that runs no model, as Compact's).
+    pub fn closed() -> Self {
+        Self {
+            inner: Mutex::new(SteerState {
+                closed: true,
+                messages: vec![],
+            }),
+        }
+    }
+
+    /// Queues a message; false once the turn no longer takes any.
+    pub fn push(&self, message: String) -> bool {
+        let mut s = self.inner.lock().expect("steer queue");
+        if s.closed {
+            return false;
+        }
+        s.messages.push(message);
+        true
+    }
+
+    /// The messages queued since the last call, oldest first.
+    pub fn take(&self) -> Vec<String> {
+        std::mem::take(&mut self.inner.lock().expect("steer queue").messages)
+    }
+
+    /// Closes the queue if nothing waits in it: true when it was empty
+    /// (the frame may end), false when a message came in the meantime.
+    pub fn close_if_empty(&self) -> bool {
+        let mut s = self.inner.lock().expect("steer queue");
+        if s.messages.is_empty() {
+            s.closed = true;
+        }
+        s.closed
+    }
+
+    /// Closes the queue; what was queued and never read.
+    pub fn close(&self) -> Vec<String> {
+        let mut s = self.inner.lock().expect("steer queue");
+        s.closed = true;
+        std::mem::take(&mut s.messages)
+    }
 }
 
 /// The answer to an approval request.
@@ -514,8 +575,8 @@ pub fn is_turn_done(ev: &ChatEvent, turn_id: &str) -> bool {
 mod tests {
     use super::*;
     use async_trait::async_trait;
+    use omicos_sessionstore::HistoryItem;
     use omicos_sessionstore::{MemoryStore, SessionMeta, StoreError, StoreResult};
-    use serde_json::Value;
     use std::sync::atomic::{AtomicBool, Ordering};
 
     /// A memory store whose `last_seq` fails while `broken` is set.
@@ -539,10 +600,10 @@ mod tests {
         async fn delete_session(&self, id: &str) -> StoreResult<bool> {
             self.inner.delete_session(id).await
         }
-        async fn append_messages(&self, id: &str, messages: &[Value]) -> StoreResult<()> {
+        async fn append_messages(&self, id: &str, messages: &[HistoryItem]) -> StoreResult<()> {
             self.inner.append_messages(id, messages).await
         }
-        async fn messages(&self, id: &str) -> StoreResult<Vec<Value>> {
+        async fn messages(&self, id: &str) -> StoreResult<Vec<HistoryItem>> {
             self.inner.messages(id).await
         }
         async fn append_event(&self, id: &str, seq: u64, event: &[u8]) -> StoreResult<()> {
@@ -667,6 +728,7 @@ mod tests {
             turn_id: "t1".into(),
             cancel: CancellationToken::new(),
             lease_owner: "r:t1".into(),
+            steer: Default::default(),
         }));
         assert_eq!(turn.emit(ChatEvent::default()).await, 1);
         turn.allow_for_session("shell").await;
@@ -776,5 +838,21 @@ mod tests {
             rx.try_recv().is_err(),
             "nothing that is not durable is published"
         );
+    }
+
+    #[test]
+    fn a_steer_is_either_read_by_the_turn_or_refused() {
+        let q = SteerQueue::default();
+        assert!(q.push("a".into()));
+        assert!(!q.close_if_empty(), "a message waits: the frame goes on");
+        assert!(q.push("b".into()), "still open");
+        assert_eq!(q.take(), ["a", "b"]);
+        assert!(q.close_if_empty(), "nothing waits: closed");
+        assert!(!q.push("late".into()), "refused once closed");
+        assert!(q.take().is_empty());
+        let r = SteerQueue::default();
+        assert!(r.push("unread".into()));
+        assert_eq!(r.close(), ["unread"], "what a stopped turn never read");
+        assert!(!SteerQueue::closed().push("x".into()));
     }
 }

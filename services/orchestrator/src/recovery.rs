@@ -10,12 +10,12 @@
 
 use crate::error::OrchestratorError;
 use crate::hub::{Hub, SessionState};
+use omicos_history::HistoryItem;
 use omicos_proto::{
     ChatEvent, ToolCallFinished, ToolStatus, TurnDone, TurnDoneReason, chat_event, model_envelope,
 };
 use omicos_sessionstore::now_ms;
 use prost::Message;
-use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,29 +83,27 @@ async fn log(state: &SessionState) -> Result<Vec<ChatEvent>, OrchestratorError> 
 }
 
 /// `tool` messages for every call of the history's last assistant message that has none.
-pub fn unanswered_tool_messages(history: &[Value]) -> Vec<Value> {
-    let Some(at) = history.iter().rposition(|m| m["role"] == "assistant") else {
+pub fn unanswered_tool_messages(history: &[HistoryItem]) -> Vec<HistoryItem> {
+    let Some((at, last)) = history.iter().enumerate().rev().find_map(|(i, m)| match m {
+        HistoryItem::Assistant(a) => Some((i, a)),
+        _ => None,
+    }) else {
         return vec![];
     };
     let answered: HashSet<&str> = history[at + 1..]
         .iter()
-        .filter(|m| m["role"] == "tool")
-        .filter_map(|m| m["tool_call_id"].as_str())
-        .collect();
-    history[at]["tool_calls"]
-        .as_array()
-        .map(|calls| {
-            calls
-                .iter()
-                .filter_map(|c| c["id"].as_str())
-                .filter(|id| !answered.contains(id))
-                .map(|id| {
-                    json!({"role": "tool", "tool_call_id": id,
-                        "content": model_envelope(ToolStatus::Error, INTERRUPTED)})
-                })
-                .collect()
+        .filter_map(|m| match m {
+            HistoryItem::Tool(t) => Some(t.tool_call_id.as_str()),
+            _ => None,
         })
-        .unwrap_or_default()
+        .collect();
+    last.calls()
+        .iter()
+        .filter(|c| !answered.contains(c.id.as_str()))
+        .map(|c| {
+            HistoryItem::tool_result(&c.id, model_envelope(ToolStatus::Error, INTERRUPTED), None)
+        })
+        .collect()
 }
 
 /// Closes the session's open turn in the log, if it has one. The caller holds
@@ -240,6 +238,7 @@ pub async fn sweep(
 mod tests {
     use super::*;
     use omicos_proto::{ToolCallStarted, TurnStarted};
+    use serde_json::json;
 
     fn ev(turn: &str, kind: chat_event::Kind) -> ChatEvent {
         ChatEvent {
@@ -288,26 +287,27 @@ mod tests {
 
     #[test]
     fn every_call_of_the_last_assistant_message_is_answered_once() {
-        let history = vec![
+        let history: Vec<HistoryItem> = [
             json!({"role": "user", "content": "go"}),
             json!({"role": "assistant", "content": "", "tool_calls": [
                 {"id": "c1", "type": "function", "function": {"name": "x", "arguments": "{}"}},
                 {"id": "c2", "type": "function", "function": {"name": "y", "arguments": "{}"}},
                 {"id": "c3", "type": "function", "function": {"name": "z", "arguments": "{}"}}]}),
             json!({"role": "tool", "tool_call_id": "c1", "content": "{}"}),
-        ];
+        ]
+        .into_iter()
+        .map(HistoryItem::from_value)
+        .collect();
         let answers = unanswered_tool_messages(&history);
         let ids: Vec<&str> = answers
             .iter()
-            .map(|m| m["tool_call_id"].as_str().unwrap())
+            .map(|m| match m {
+                HistoryItem::Tool(t) => t.tool_call_id.as_str(),
+                other => panic!("{other:?}"),
+            })
             .collect();
         assert_eq!(ids, ["c2", "c3"]);
-        assert!(
-            answers[0]["content"]
-                .as_str()
-                .unwrap()
-                .contains(INTERRUPTED)
-        );
+        assert!(answers[0].content().unwrap().contains(INTERRUPTED));
         assert!(unanswered_tool_messages(&history[..1]).is_empty());
     }
 }

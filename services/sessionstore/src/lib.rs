@@ -1,4 +1,5 @@
-//! The conversation store: a session's metadata, its messages in OpenAI shape,
+//! The conversation store: a session's metadata, its history (one
+//! [`HistoryItem`] a message, stored as its JSON),
 //! and its event log keyed by the gap-free `event_seq`, so that `Attach` works
 //! after a restart and any orchestrator replica can serve any session.
 //!
@@ -8,7 +9,8 @@
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+
+pub use omicos_history::HistoryItem;
 
 pub mod memory;
 pub mod notice;
@@ -108,10 +110,10 @@ pub trait SessionStore: Send + Sync + 'static {
     }
     /// Deletes a session with its messages and events. False if it did not exist.
     async fn delete_session(&self, id: &str) -> StoreResult<bool>;
-    /// Appends messages (OpenAI chat shape) and bumps last_active.
-    async fn append_messages(&self, id: &str, messages: &[Value]) -> StoreResult<()>;
+    /// Appends messages and bumps last_active.
+    async fn append_messages(&self, id: &str, messages: &[HistoryItem]) -> StoreResult<()>;
     /// All messages of a session, in order.
-    async fn messages(&self, id: &str) -> StoreResult<Vec<Value>>;
+    async fn messages(&self, id: &str) -> StoreResult<Vec<HistoryItem>>;
     /// Appends one event. `seq` must be last_seq + 1; otherwise an error.
     async fn append_event(&self, id: &str, seq: u64, event: &[u8]) -> StoreResult<()>;
     /// Appends events with consecutive seqs from `first_seq` (which must be

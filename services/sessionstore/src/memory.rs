@@ -1,8 +1,9 @@
 //! An in-process store.
 
-use crate::{Lease, Notice, Notices, SessionMeta, SessionStore, StoreError, StoreResult, now_ms};
+use crate::{
+    HistoryItem, Lease, Notice, Notices, SessionMeta, SessionStore, StoreError, StoreResult, now_ms,
+};
 use async_trait::async_trait;
-use serde_json::Value;
 use std::collections::BTreeSet;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -10,7 +11,7 @@ use std::sync::Mutex;
 #[derive(Default)]
 struct Entry {
     meta: SessionMeta,
-    messages: Vec<Value>,
+    messages: Vec<HistoryItem>,
     events: Vec<Vec<u8>>,
     lease: Option<(String, i64)>,
     grants: BTreeSet<String>,
@@ -67,7 +68,7 @@ impl SessionStore for MemoryStore {
     async fn delete_session(&self, id: &str) -> StoreResult<bool> {
         Ok(self.sessions.lock().unwrap().remove(id).is_some())
     }
-    async fn append_messages(&self, id: &str, messages: &[Value]) -> StoreResult<()> {
+    async fn append_messages(&self, id: &str, messages: &[HistoryItem]) -> StoreResult<()> {
         let mut s = self.sessions.lock().unwrap();
         let e = s
             .get_mut(id)
@@ -76,7 +77,7 @@ impl SessionStore for MemoryStore {
         e.meta.last_active_ms = now_ms();
         Ok(())
     }
-    async fn messages(&self, id: &str) -> StoreResult<Vec<Value>> {
+    async fn messages(&self, id: &str) -> StoreResult<Vec<HistoryItem>> {
         let s = self.sessions.lock().unwrap();
         Ok(s.get(id).map(|e| e.messages.clone()).unwrap_or_default())
     }

@@ -9,10 +9,11 @@
 //! replicas never interleave one session's messages or events. The turn lease
 //! is a row (owner, expiry) taken with one atomic upsert.
 
-use crate::{Lease, Notice, Notices, SessionMeta, SessionStore, StoreError, StoreResult, now_ms};
+use crate::{
+    HistoryItem, Lease, Notice, Notices, SessionMeta, SessionStore, StoreError, StoreResult, now_ms,
+};
 use async_trait::async_trait;
 use rusqlite::OptionalExtension;
-use serde_json::Value;
 use sqlx::Row;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -842,15 +843,15 @@ impl SessionStore for SqlStore {
         self.writer.write(id, group_commit::Rows::Delete).await
     }
 
-    async fn append_messages(&self, id: &str, messages: &[Value]) -> StoreResult<()> {
-        let bodies = messages.iter().map(Value::to_string).collect();
+    async fn append_messages(&self, id: &str, messages: &[HistoryItem]) -> StoreResult<()> {
+        let bodies = messages.iter().map(HistoryItem::to_json).collect();
         self.writer
             .write(id, group_commit::Rows::Messages(bodies))
             .await
             .map(drop)
     }
 
-    async fn messages(&self, id: &str) -> StoreResult<Vec<Value>> {
+    async fn messages(&self, id: &str) -> StoreResult<Vec<HistoryItem>> {
         let bodies: Vec<String> = on_db!(&self.db, p => {
             sqlx::query_scalar("SELECT body FROM session_messages WHERE session_id = $1 ORDER BY idx")
                 .bind(id)

@@ -4,7 +4,7 @@
 mod common;
 
 use omicos_sessionstore::{
-    SessionMeta, SessionStore, SqlStore, StoreError, StoreResult, now_ms, open,
+    HistoryItem, SessionMeta, SessionStore, SqlStore, StoreError, StoreResult, now_ms, open,
 };
 use serde_json::json;
 use std::sync::Arc;
@@ -49,9 +49,13 @@ async fn contract(s: Arc<dyn SessionStore>, name: &str) {
     assert_eq!(s.get_session("a").await.unwrap().unwrap().title, "renamed");
 
     // messages, in order, bumping last_active
-    let m1 = json!({"role": "user", "content": "hi ünïcode 🙂"});
-    let m2 = json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "shell", "arguments": "{\"cmd\":\"ls\"}"}}]});
-    let m3 = json!({"role": "tool", "tool_call_id": "c1", "content": "{\"status\":\"done\",\"result\":\"x\"}"});
+    let m1 = HistoryItem::user("hi ünïcode 🙂");
+    let m2 = HistoryItem::from_value(
+        json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "shell", "arguments": "{\"cmd\":\"ls\"}"}}]}),
+    );
+    let m3 = HistoryItem::from_value(
+        json!({"role": "tool", "tool_call_id": "c1", "content": "{\"status\":\"done\",\"result\":\"x\"}"}),
+    );
     s.append_messages("a", &[m1.clone(), m2.clone()])
         .await
         .unwrap();
@@ -64,7 +68,8 @@ async fn contract(s: Arc<dyn SessionStore>, name: &str) {
     assert!(s.messages("b").await.unwrap().is_empty());
     assert!(
         matches!(
-            s.append_messages("ghost", &[json!({})]).await,
+            s.append_messages("ghost", &[HistoryItem::from_value(json!({}))])
+                .await,
             Err(StoreError::NotFound(_))
         ),
         "{name}"
@@ -209,8 +214,8 @@ async fn restart_keeps_history_and_attach_resumes_from_an_old_seq() {
             s.append_messages(
                 "conv",
                 &[
-                    json!({"role": "user", "content": "first"}),
-                    json!({"role": "assistant", "content": "one"}),
+                    HistoryItem::user("first"),
+                    HistoryItem::Assistant(omicos_history::AssistantMessage::new("one")),
                 ],
             )
             .await
@@ -234,11 +239,14 @@ async fn restart_keeps_history_and_attach_resumes_from_an_old_seq() {
             b.name
         );
         // The conversation continues where it stopped.
-        s.append_messages("conv", &[json!({"role": "user", "content": "second"})])
+        s.append_messages("conv", &[HistoryItem::user("second")])
             .await
             .unwrap();
         s.append_event("conv", 5, b"e5").await.unwrap();
-        assert_eq!(s.messages("conv").await.unwrap()[2]["content"], "second");
+        assert_eq!(
+            s.messages("conv").await.unwrap()[2].content(),
+            Some("second")
+        );
         assert_eq!(
             s.events_since("conv", 0)
                 .await
@@ -384,12 +392,9 @@ async fn concurrent_appends_from_two_replicas() {
                     {
                         written += 1;
                     }
-                    s.append_messages(
-                        "shared",
-                        &[json!({"role": "user", "content": format!("w{w}")})],
-                    )
-                    .await
-                    .unwrap();
+                    s.append_messages("shared", &[HistoryItem::user(format!("w{w}"))])
+                        .await
+                        .unwrap();
                 }
                 written
             }));
@@ -429,7 +434,7 @@ async fn a_remembered_cursor_gives_way_to_another_stores_writes() {
         for seq in 1..=3 {
             a.append_event("s", seq, b"a").await.unwrap();
         }
-        a.append_messages("s", &[json!({"role": "user", "content": "a1"})])
+        a.append_messages("s", &[HistoryItem::user("a1")])
             .await
             .unwrap();
         // The other store writes after a's last commit.
@@ -437,7 +442,7 @@ async fn a_remembered_cursor_gives_way_to_another_stores_writes() {
             other.append_event("s", seq, b"o").await.unwrap();
         }
         other
-            .append_messages("s", &[json!({"role": "user", "content": "o1"})])
+            .append_messages("s", &[HistoryItem::user("o1")])
             .await
             .unwrap();
         // a's cursor says 3: seq 4 was taken by the other, and is refused...
@@ -445,7 +450,7 @@ async fn a_remembered_cursor_gives_way_to_another_stores_writes() {
         refused_out_of_order(&stale, b.name);
         // ...while the seq after the other's (what a hub that re-read asks) is taken.
         a.append_event("s", 6, b"a").await.unwrap();
-        a.append_messages("s", &[json!({"role": "user", "content": "a2"})])
+        a.append_messages("s", &[HistoryItem::user("a2")])
             .await
             .unwrap();
         let events = other.events_since("s", 0).await.unwrap();
@@ -468,7 +473,7 @@ async fn a_remembered_cursor_gives_way_to_another_stores_writes() {
             .await
             .unwrap()
             .iter()
-            .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+            .map(|m| m.content().unwrap_or_default().to_owned())
             .collect();
         assert_eq!(contents, ["a1", "o1", "a2"], "{}", b.name);
         // Deleted through the other store: a's remembered cursor writes nothing more.
@@ -479,9 +484,7 @@ async fn a_remembered_cursor_gives_way_to_another_stores_writes() {
             "{}: {gone:?}",
             b.name
         );
-        let gone = a
-            .append_messages("s", &[json!({"role": "user", "content": "late"})])
-            .await;
+        let gone = a.append_messages("s", &[HistoryItem::user("late")]).await;
         assert!(
             matches!(gone, Err(StoreError::NotFound(_))),
             "{}: {gone:?}",
@@ -538,7 +541,7 @@ async fn a_schema_4_store_upgrades_with_its_rows() {
             .unwrap();
     }
     store
-        .append_messages("kept", &[json!({"role": "user", "content": "hi"})])
+        .append_messages("kept", &[HistoryItem::user("hi")])
         .await
         .unwrap();
     store.close().await;

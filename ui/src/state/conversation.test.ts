@@ -48,6 +48,22 @@ describe("event_seq order", () => {
     expect(call.elapsedMs).toBe(1234);
   });
 
+  it("shows a steered message where it joined the turn", () => {
+    const l = new Log();
+    l.started("list the files");
+    l.text("Listing.");
+    l.call("c1", "file_manager__list", "{}");
+    l.finished("c1", "file_manager__list", "[]");
+    l.steer("count them too");
+    l.text("None to count.");
+    l.done();
+    const c = applyAll(emptyConversation("s1"), l.events);
+    const items = c.frames["t1|root"]!.items;
+    expect(items.map((i) => i.t)).toEqual(["text", "call", "steer", "text"]);
+    expect(items[2]).toEqual({ t: "steer", id: "s5", message: "count them too" });
+    expect(c.turns).toHaveLength(1);
+  });
+
   it("drops events it holds already (a replay that overlaps)", () => {
     const log = demoLog();
     const half = applyAll(emptyConversation("s1"), log.events.slice(0, 7));

@@ -66,6 +66,8 @@ export type Item =
   | { t: "call"; callId: string }
   | { t: "error"; id: string; kind: string; message: string }
   | { t: "switch"; id: string; from: string; to: string; reason: string }
+  /** A message the user steered into the running turn (it joined the next model request). */
+  | { t: "steer"; id: string; message: string }
   /** A sub-turn whose opening call is not in view (its frame is shown where it happened). */
   | { t: "frame"; key: string };
 
@@ -350,6 +352,10 @@ function fold(c: Conversation, ev: ChatEvent, seq: number): Conversation {
         ...f,
         items: [...f.items, { t: "error", id: `e${seq}`, kind: v.kind, message: v.message }],
       }));
+    }
+    case "steer": {
+      const message = k.value.message;
+      return withFrame(c, ev, (f) => ({ ...f, items: [...f.items, { t: "steer", id: `s${seq}`, message }] }));
     }
     case "turnDone": {
       const reason = k.value.reason;

@@ -48,6 +48,9 @@ export class Log {
       agent,
     );
   }
+  steer(message: string): ChatEvent {
+    return this.push({ case: "steer", value: { message } });
+  }
   text(t: string, ctx = "root", agent = "generalist"): ChatEvent {
     return this.push({ case: "textDelta", value: { text: t } }, ctx, agent);
   }

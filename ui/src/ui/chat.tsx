@@ -151,6 +151,13 @@ function ItemBlock(props: { item: Item; conv: Conversation; live: boolean }) {
       return <FrameBlock frameKey={it.key} conv={props.conv} live={props.live} />;
     case "error":
       return <ErrorBlock kind={it.kind} message={it.message} />;
+    case "steer":
+      return (
+        <div class="msg user steer" data-testid="steer">
+          <div class="who">You, while it worked</div>
+          <div class="user-text">{it.message}</div>
+        </div>
+      );
     case "switch":
       return (
         <p class="switch muted">

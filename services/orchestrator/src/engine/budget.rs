@@ -4,8 +4,8 @@
 //! sub-turn, turn or session ceiling is reached.
 
 use crate::config::BudgetConfig;
+use omicos_history::{HistoryItem, Usage};
 use omicos_proto::TurnUsage;
-use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 
 /// Tokens, cost and model calls.
@@ -50,22 +50,20 @@ impl Meter {
 
     /// As stored on an assistant message (`usage`), so a session's totals
     /// can be summed from its history on any replica.
-    pub fn to_json(&self) -> Value {
-        json!({"input_tokens": self.input, "output_tokens": self.output, "cost": self.cost})
+    pub fn to_usage(&self) -> Usage {
+        Usage::new(self.input, self.output, self.cost)
     }
 
     /// The session's usage so far: the sum of the `usage` of its assistant messages.
-    pub fn of_history(history: &[Value]) -> Meter {
+    pub fn of_history(history: &[HistoryItem]) -> Meter {
         let mut m = Meter::default();
-        for u in history
-            .iter()
-            .filter(|m| m["role"] == "assistant")
-            .map(|m| &m["usage"])
-            .filter(|u| u.is_object())
-        {
-            m.input += u["input_tokens"].as_u64().unwrap_or(0);
-            m.output += u["output_tokens"].as_u64().unwrap_or(0);
-            m.cost += u["cost"].as_f64().unwrap_or(0.0);
+        for u in history.iter().filter_map(|m| match m {
+            HistoryItem::Assistant(a) => a.usage.as_ref(),
+            _ => None,
+        }) {
+            m.input += u.input_tokens;
+            m.output += u.output_tokens;
+            m.cost += u.cost();
             m.calls += 1;
         }
         m
@@ -155,6 +153,7 @@ impl Meters {
 mod tests {
     use super::*;
     use crate::config::Price;
+    use serde_json::json;
 
     #[test]
     fn cost_comes_from_the_price_table_and_each_ceiling_names_itself() {
@@ -189,11 +188,14 @@ mod tests {
 
     #[test]
     fn the_session_sums_the_usage_kept_on_assistant_messages() {
-        let history = vec![
+        let history: Vec<HistoryItem> = [
             json!({"role": "user", "content": "x"}),
             json!({"role": "assistant", "content": "a", "usage": {"input_tokens": 10, "output_tokens": 2, "cost": 0.5}}),
             json!({"role": "assistant", "content": "b", "usage": {"input_tokens": 5, "output_tokens": 1, "cost": 0.25}}),
-        ];
+        ]
+        .into_iter()
+        .map(HistoryItem::from_value)
+        .collect();
         let m = Meter::of_history(&history);
         assert_eq!((m.input, m.output, m.calls), (15, 3, 2));
         assert!((m.cost - 0.75).abs() < 1e-9);

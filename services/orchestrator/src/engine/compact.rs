@@ -6,13 +6,14 @@
 //! Compact RPC) compactions all come here.
 
 use super::budget::Meter;
-use super::context::{self, COMPACTION_PROMPT, COMPACTION_ROLE, View};
+use super::context::{self, COMPACTION_PROMPT, View};
 use super::{Engine, Frame, Outcome, TurnSettings, emit_error};
 use crate::hub::SessionState;
 use crate::llm::{LlmBackend, LlmError, LlmRequest};
 use crate::runner_client::EventTag;
+use omicos_history::HistoryItem;
 use omicos_proto::{Compaction, chat_event};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -51,8 +52,8 @@ impl Trigger {
 /// A compaction that happened: the marker to append, the event's counts,
 /// and the summarizing call's usage.
 pub struct Compacted {
-    /// The marker message (append it to the history).
-    pub marker: Value,
+    /// The marker (append it to the history).
+    pub marker: HistoryItem,
     /// The counts.
     pub event: Compaction,
     /// The summarizing model call.
@@ -179,7 +180,7 @@ impl Engine {
     pub async fn compact_session(
         &self,
         session_id: &str,
-        history: &[Value],
+        history: &[HistoryItem],
         system: &str,
         tools: &[crate::llm::ToolDef],
     ) -> Result<Option<Compacted>, LlmError> {
@@ -205,7 +206,7 @@ impl Engine {
     async fn compact_history(
         &self,
         session_id: &str,
-        history: &[Value],
+        history: &[HistoryItem],
         backend: &dyn LlmBackend,
         model_override: &str,
         model: &str,
@@ -229,14 +230,13 @@ impl Engine {
             return Ok(None);
         };
         self.pre_compact_hook(session_id, trigger).await;
-        let previous = history
+        let previous = history.iter().rev().find_map(|m| match m {
+            HistoryItem::Compaction(c) => Some(c.summary.as_str()),
+            _ => None,
+        });
+        let folded: Vec<HistoryItem> = history[from..at]
             .iter()
-            .rev()
-            .find(|m| m["role"] == COMPACTION_ROLE)
-            .and_then(|m| m["summary"].as_str());
-        let folded: Vec<Value> = history[from..at]
-            .iter()
-            .filter(|m| m["role"] != COMPACTION_ROLE)
+            .filter(|m| !matches!(m, HistoryItem::Compaction(_)))
             .cloned()
             .collect();
         // The summarizing request gets half the window.
@@ -261,9 +261,9 @@ impl Engine {
         };
         let req = LlmRequest {
             system: prompt.to_owned(),
-            messages: vec![
-                json!({"role": "user", "content": format!("{text}\n\nWrite the summary now.")}),
-            ],
+            messages: vec![HistoryItem::user(format!(
+                "{text}\n\nWrite the summary now."
+            ))],
             tools: Default::default(),
             model: model_override.to_owned(),
             agent_id: "compaction".into(),
@@ -316,11 +316,11 @@ impl Engine {
         // The counts after: the view with the marker in place.
         let mut after_history = Vec::with_capacity(history.len() + 1);
         after_history.extend_from_slice(history);
-        after_history.push(marker.clone());
+        after_history.push(HistoryItem::Compaction(marker.clone()));
         let after = context::measure(&after_history, fixed, cfg, calibration, u64::MAX);
-        marker["tokens_after"] = json!(after.tokens);
+        marker.tokens_after = after.tokens;
         Ok(Some(Compacted {
-            marker,
+            marker: HistoryItem::Compaction(marker),
             event: Compaction {
                 tokens_before: before.tokens,
                 tokens_after: after.tokens,

@@ -1,7 +1,7 @@
 //! Context management: what of a frame's history the model sees.
 //!
 //! The history (the store, the frame's messages) is append-only and keeps
-//! everything. A compaction appends a *marker* message (`role: compaction`)
+//! everything. A compaction appends a *marker* ([`HistoryItem::Compaction`])
 //! holding the summary of everything before `kept_from`; the model's view is
 //! then one user message (the task-state checkpoint and the summary) followed
 //! by the history from `kept_from` on. The checkpoint is rebuilt from the
@@ -15,10 +15,11 @@
 
 use crate::config::ContextConfig;
 use crate::llm::ToolDef;
-use serde_json::{Value, json};
-
-/// The role of a compaction marker in the history; never sent to a model.
-pub const COMPACTION_ROLE: &str = "compaction";
+use omicos_history::{
+    AssistantMessage, CompactionMarker, HistoryItem, SystemMessage, ToolCall, ToolResult,
+    UserMessage,
+};
+use serde_json::Value;
 
 /// The system prompt of the summarizing request.
 pub const COMPACTION_PROMPT: &str = "You are compacting the history of an agent session so that the work can go on \
@@ -37,8 +38,8 @@ const TRIMMED_MARK: &str = "[result trimmed to save context]";
 /// The messages a model request carries, and what they cost.
 #[derive(Clone, Debug, Default)]
 pub struct View {
-    /// The messages in OpenAI chat shape (no markers, no private fields).
-    pub messages: Vec<Value>,
+    /// The messages the model reads (no markers, no private fields).
+    pub messages: Vec<HistoryItem>,
     /// Estimated tokens of the messages, the system prompt and the tools.
     pub tokens: u64,
     /// The same before calibration (what the backend's usage is compared with).
@@ -64,9 +65,63 @@ fn chars(v: &Value) -> usize {
 /// Per-message framing the servers add (role markers, separators), in characters.
 const MESSAGE_OVERHEAD_CHARS: usize = 16;
 
-/// Raw size estimate of a message in characters.
-pub fn message_chars(m: &Value) -> usize {
-    chars(m) + MESSAGE_OVERHEAD_CHARS
+/// The fields of the chat format an unknown row carries to the model.
+const CHAT_FIELDS: [&str; 5] = ["role", "content", "tool_calls", "tool_call_id", "name"];
+
+/// Characters of a JSON string.
+fn str_chars(s: &str) -> usize {
+    s.len() + 2
+}
+
+/// Characters of an object's field whose value has `value` characters.
+fn field(key: &str, value: usize) -> usize {
+    key.len() + 3 + value
+}
+
+/// Characters of a tool call in the chat shape.
+fn call_chars(c: &ToolCall) -> usize {
+    let function =
+        field("name", str_chars(c.name())) + field("arguments", str_chars(c.arguments())) + 2;
+    field("id", str_chars(&c.id))
+        + field("type", str_chars(&c.kind))
+        + field("function", function)
+        + 2
+}
+
+/// Characters of an item's chat fields, as the model's view carries them
+/// (the private keys and the markers are never sent).
+fn item_chars(m: &HistoryItem) -> usize {
+    let role = field("role", str_chars(m.role()));
+    let fields = match m {
+        HistoryItem::User(UserMessage { content, .. })
+        | HistoryItem::System(SystemMessage { content, .. }) => {
+            role + field("content", str_chars(content))
+        }
+        HistoryItem::Assistant(a) => {
+            role + field("content", str_chars(&a.content))
+                + a.tool_calls.as_ref().map_or(0, |calls| {
+                    field(
+                        "tool_calls",
+                        calls.iter().map(call_chars).sum::<usize>() + 2,
+                    )
+                })
+        }
+        HistoryItem::Tool(t) => {
+            role + field("content", str_chars(&t.content))
+                + field("tool_call_id", str_chars(&t.tool_call_id))
+        }
+        HistoryItem::Compaction(_) => 0,
+        HistoryItem::Other(v) => CHAT_FIELDS
+            .iter()
+            .filter_map(|k| v.get(*k).map(|f| field(k, chars(f))))
+            .sum(),
+    };
+    fields + 2
+}
+
+/// Raw size estimate of a message in characters, as the view carries it.
+pub fn message_chars(m: &HistoryItem) -> usize {
+    item_chars(m) + MESSAGE_OVERHEAD_CHARS
 }
 
 /// Raw size estimate of the system prompt and tool definitions in characters.
@@ -84,35 +139,33 @@ pub fn tokens(chars: usize, ratio: f64, calibration: f64) -> u64 {
 }
 
 /// Where the latest compaction marker is, and where its verbatim part starts.
-fn latest_marker(history: &[Value]) -> Option<(usize, usize)> {
-    history
-        .iter()
-        .rposition(|m| m["role"] == COMPACTION_ROLE)
-        .map(|i| {
-            let kept = history[i]["kept_from"].as_u64().unwrap_or(i as u64) as usize;
-            (i, kept.min(i))
-        })
+fn latest_marker(history: &[HistoryItem]) -> Option<(usize, &CompactionMarker)> {
+    history.iter().enumerate().rev().find_map(|(i, m)| match m {
+        HistoryItem::Compaction(c) => Some((i, c)),
+        _ => None,
+    })
 }
 
-/// A message as the model reads it: only the fields of the chat format.
-/// The fields of the chat format a view carries.
-const CHAT_FIELDS: [&str; 5] = ["role", "content", "tool_calls", "tool_call_id", "name"];
-
-fn clean(m: &Value) -> Value {
-    let mut out = serde_json::Map::new();
-    for k in CHAT_FIELDS {
-        if let Some(v) = m.get(k) {
-            out.insert(k.into(), v.clone());
-        }
+/// An item as the model reads it: its chat fields only (a row of no known
+/// shape is filtered by the backend).
+fn for_model(m: &HistoryItem) -> HistoryItem {
+    match m {
+        HistoryItem::User(u) => HistoryItem::user(u.content.clone()),
+        HistoryItem::Assistant(a) => HistoryItem::Assistant(AssistantMessage {
+            content: a.content.clone(),
+            tool_calls: a.tool_calls.clone(),
+            ..Default::default()
+        }),
+        HistoryItem::Tool(t) => HistoryItem::tool_result(&t.tool_call_id, t.content.clone(), None),
+        other => other.clone(),
     }
-    Value::Object(out)
 }
 
 /// A tool message's content cut to a preview that names where the whole result is.
-fn trimmed_content(m: &Value, preview_chars: usize) -> String {
-    let content = m["content"].as_str().unwrap_or_default();
+fn trimmed_content(m: &ToolResult, preview_chars: usize) -> String {
+    let content = &m.content;
     let preview: String = content.chars().take(preview_chars).collect();
-    let whole = match m["spool_path"].as_str().filter(|s| !s.is_empty()) {
+    let whole = match m.spool_path.as_deref().filter(|s| !s.is_empty()) {
         Some(p) => format!("the whole result is in the file {p}"),
         None => "the whole result is kept in the session's trajectory".into(),
     };
@@ -137,29 +190,21 @@ pub struct Checkpoint {
 
 impl Checkpoint {
     /// Built from the whole history.
-    pub fn of(history: &[Value]) -> Self {
+    pub fn of(history: &[HistoryItem]) -> Self {
         let mut c = Checkpoint::default();
         // call id → tool name, for the results that follow.
         let mut names: std::collections::HashMap<&str, &str> = Default::default();
         for m in history {
-            match m["role"].as_str() {
-                Some("user") if c.original_request.is_empty() => {
-                    c.original_request = m["content"].as_str().unwrap_or_default().to_owned();
+            match m {
+                HistoryItem::User(u) if c.original_request.is_empty() => {
+                    c.original_request = u.content.clone();
                 }
-                Some("assistant") => {
-                    for tc in m["tool_calls"].as_array().into_iter().flatten() {
-                        let (Some(id), Some(name)) =
-                            (tc["id"].as_str(), tc["function"]["name"].as_str())
-                        else {
-                            continue;
-                        };
-                        names.insert(id, name);
-                        let args = || {
-                            serde_json::from_str::<Value>(
-                                tc["function"]["arguments"].as_str().unwrap_or("{}"),
-                            )
-                            .unwrap_or(Value::Null)
-                        };
+                HistoryItem::Assistant(a) => {
+                    for tc in a.calls() {
+                        let name = tc.name();
+                        names.insert(&tc.id, name);
+                        let args =
+                            || serde_json::from_str::<Value>(tc.arguments()).unwrap_or(Value::Null);
                         match name {
                             "plan" => {
                                 if let Some(p) = args()["plan"].as_str() {
@@ -177,18 +222,17 @@ impl Checkpoint {
                         }
                     }
                 }
-                Some("tool") => {
-                    let id = m["tool_call_id"].as_str().unwrap_or_default();
-                    if names.get(id).is_some_and(|n| n.starts_with("task__")) {
-                        let env: Value =
-                            serde_json::from_str(m["content"].as_str().unwrap_or_default())
-                                .unwrap_or(Value::Null);
-                        if env["status"] == "done" {
-                            c.tasks = match &env["result"] {
-                                Value::String(s) => s.clone(),
-                                other => other.to_string(),
-                            };
-                        }
+                HistoryItem::Tool(t)
+                    if names
+                        .get(t.tool_call_id.as_str())
+                        .is_some_and(|n| n.starts_with("task__")) =>
+                {
+                    let env: Value = serde_json::from_str(&t.content).unwrap_or(Value::Null);
+                    if env["status"] == "done" {
+                        c.tasks = match &env["result"] {
+                            Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        };
                     }
                 }
                 _ => {}
@@ -231,7 +275,7 @@ pub struct Measure {
     /// History index where the verbatim part starts.
     pub verbatim_from: usize,
     /// The checkpoint-and-summary message the view starts with after a marker.
-    head: Option<Value>,
+    head: Option<HistoryItem>,
     /// Old tool results cut to a preview: history index → the preview.
     cuts: Vec<(usize, String)>,
 }
@@ -241,7 +285,7 @@ pub struct Measure {
 /// trimmed (oldest first, never the last `keep_recent_messages`) while the
 /// estimate passes `limit` tokens.
 pub fn measure(
-    history: &[Value],
+    history: &[HistoryItem],
     fixed: usize,
     cfg: &ContextConfig,
     calibration: f64,
@@ -250,14 +294,14 @@ pub fn measure(
     let ratio = cfg.chars_per_token;
     let mut out = Measure::default();
     let from = match latest_marker(history) {
-        Some((at, kept)) => {
-            let summary = history[at]["summary"].as_str().unwrap_or_default();
+        Some((at, marker)) => {
             let text = format!(
-                "{}\n## Summary of the earlier conversation\n{summary}",
-                Checkpoint::of(history).render()
+                "{}\n## Summary of the earlier conversation\n{}",
+                Checkpoint::of(history).render(),
+                marker.summary
             );
-            out.head = Some(json!({"role": "user", "content": text}));
-            kept
+            out.head = Some(HistoryItem::user(text));
+            (marker.kept_from as usize).min(at)
         }
         None => 0,
     };
@@ -266,10 +310,10 @@ pub fn measure(
     // (history index, estimated characters) of each message the view carries.
     let mut sizes = Vec::with_capacity(history.len().saturating_sub(from));
     for (at, m) in history.iter().enumerate().skip(from) {
-        if m["role"] == COMPACTION_ROLE {
+        if matches!(m, HistoryItem::Compaction(_)) {
             continue;
         }
-        let c = view_chars(m);
+        let c = message_chars(m);
         total += c;
         sizes.push((at, c));
     }
@@ -279,15 +323,13 @@ pub fn measure(
         if tokens(total, ratio, calibration) <= limit {
             break;
         }
-        let m = &history[at];
-        if m["role"] == "tool"
-            && m["content"].as_str().is_some_and(|c| {
-                c.len() > cfg.tool_result_preview_chars * 2 && !c.contains(TRIMMED_MARK)
-            })
+        if let HistoryItem::Tool(t) = &history[at]
+            && t.content.len() > cfg.tool_result_preview_chars * 2
+            && !t.content.contains(TRIMMED_MARK)
         {
-            let cut = trimmed_content(m, cfg.tool_result_preview_chars);
+            let cut = trimmed_content(t, cfg.tool_result_preview_chars);
             // What the trimmed message adds: its content replaced, its other chat fields kept.
-            let c = size - chars(&m["content"]) + cut.len() + 2;
+            let c = size - str_chars(&t.content) + str_chars(&cut);
             total = total - size + c;
             out.cuts.push((at, cut));
         }
@@ -297,15 +339,6 @@ pub fn measure(
     out
 }
 
-/// Estimated characters of a message as the view carries it (its chat fields only).
-fn view_chars(m: &Value) -> usize {
-    let fields: usize = CHAT_FIELDS
-        .iter()
-        .filter_map(|k| m.get(*k).map(|v| k.len() + 3 + chars(v)))
-        .sum();
-    fields + 2 + MESSAGE_OVERHEAD_CHARS
-}
-
 impl Measure {
     /// Old tool results this view cuts to a preview.
     pub fn trimmed(&self) -> u32 {
@@ -313,20 +346,21 @@ impl Measure {
     }
 
     /// The view itself: the messages in chat shape.
-    pub fn view(self, history: &[Value]) -> View {
+    pub fn view(self, history: &[HistoryItem]) -> View {
         let mut messages = Vec::with_capacity(history.len().saturating_sub(self.verbatim_from) + 1);
         messages.extend(self.head);
         let trimmed = self.cuts.len() as u32;
         let mut cuts = self.cuts.into_iter().peekable();
         for (at, m) in history.iter().enumerate().skip(self.verbatim_from) {
-            if m["role"] == COMPACTION_ROLE {
+            if matches!(m, HistoryItem::Compaction(_)) {
                 continue;
             }
-            let mut c = clean(m);
-            if let Some((_, cut)) = cuts.next_if(|(i, _)| *i == at) {
-                c["content"] = Value::String(cut);
+            match (m, cuts.next_if(|(i, _)| *i == at)) {
+                (HistoryItem::Tool(t), Some((_, cut))) => {
+                    messages.push(HistoryItem::tool_result(&t.tool_call_id, cut, None));
+                }
+                _ => messages.push(for_model(m)),
             }
-            messages.push(c);
         }
         View {
             messages,
@@ -340,7 +374,7 @@ impl Measure {
 
 /// The model's view of `history` (see [`measure`]), built.
 pub fn view(
-    history: &[Value],
+    history: &[HistoryItem],
     fixed: usize,
     cfg: &ContextConfig,
     calibration: f64,
@@ -353,7 +387,7 @@ pub fn view(
 /// returned index (a user or assistant message, so no tool result is parted
 /// from its call) and holds about `recent_tokens`. None: nothing to fold.
 pub fn split_point(
-    history: &[Value],
+    history: &[HistoryItem],
     from: usize,
     recent_tokens: u64,
     cfg: &ContextConfig,
@@ -363,11 +397,11 @@ pub fn split_point(
     let mut best = None;
     for i in (from..history.len()).rev() {
         let m = &history[i];
-        if m["role"] == COMPACTION_ROLE {
+        if matches!(m, HistoryItem::Compaction(_)) {
             continue;
         }
         acc += message_chars(m);
-        let boundary = matches!(m["role"].as_str(), Some("user" | "assistant"));
+        let boundary = matches!(m, HistoryItem::User(_) | HistoryItem::Assistant(_));
         if boundary && i > from {
             best = Some(i);
             if tokens(acc, cfg.chars_per_token, calibration) >= recent_tokens {
@@ -381,26 +415,25 @@ pub fn split_point(
 
 /// The transcript of `messages` as plain text for the summarizing request,
 /// each message cut to `per_message` characters, at most `budget` characters.
-pub fn transcript(messages: &[Value], per_message: usize, budget: usize) -> String {
+pub fn transcript(messages: &[HistoryItem], per_message: usize, budget: usize) -> String {
     let mut out = String::new();
     for m in messages {
-        if m["role"] == COMPACTION_ROLE {
-            if let Some(s) = m["summary"].as_str() {
-                out.push_str(&format!("[earlier summary]\n{s}\n\n"));
-            }
+        if let HistoryItem::Compaction(c) = m {
+            out.push_str(&format!("[earlier summary]\n{}\n\n", c.summary));
             continue;
         }
-        let role = m["role"].as_str().unwrap_or("?");
+        let role = match m.role() {
+            "" => "?",
+            r => r,
+        };
         let mut line = String::new();
-        if let Some(c) = m["content"].as_str().filter(|c| !c.is_empty()) {
+        if let Some(c) = m.content().filter(|c| !c.is_empty()) {
             line.push_str(c);
         }
-        for tc in m["tool_calls"].as_array().into_iter().flatten() {
-            line.push_str(&format!(
-                "\n[calls {} with {}]",
-                tc["function"]["name"].as_str().unwrap_or("?"),
-                tc["function"]["arguments"].as_str().unwrap_or("{}")
-            ));
+        if let HistoryItem::Assistant(a) = m {
+            for tc in a.calls() {
+                line.push_str(&format!("\n[calls {} with {}]", tc.name(), tc.arguments()));
+            }
         }
         let cut: String = line.chars().take(per_message).collect();
         let more = if cut.len() < line.len() { " …" } else { "" };
@@ -428,15 +461,30 @@ pub fn marker(
     after: u64,
     folded: usize,
     trigger: &str,
-) -> Value {
-    json!({"role": COMPACTION_ROLE, "summary": summary, "kept_from": kept_from,
-           "tokens_before": before, "tokens_after": after, "messages_summarized": folded,
-           "trigger": trigger, "at_ms": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)})
+) -> CompactionMarker {
+    CompactionMarker {
+        summary: summary.to_owned(),
+        kept_from: kept_from as u64,
+        tokens_before: before,
+        tokens_after: after,
+        messages_summarized: folded as u64,
+        trigger: trigger.to_owned(),
+        at_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
+        extra: Default::default(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    fn item(v: Value) -> HistoryItem {
+        HistoryItem::from_value(v)
+    }
 
     fn cfg() -> ContextConfig {
         ContextConfig {
@@ -446,8 +494,8 @@ mod tests {
         }
     }
 
-    fn history() -> Vec<Value> {
-        vec![
+    fn history() -> Vec<HistoryItem> {
+        [
             json!({"role": "user", "content": "analyse the data"}),
             json!({"role": "assistant", "content": "", "tool_calls": [
                 {"id": "p1", "type": "function", "function": {"name": "plan", "arguments": "{\"plan\":\"1. load\\n2. plot\"}"}},
@@ -459,6 +507,9 @@ mod tests {
             json!({"role": "assistant", "content": "written"}),
             json!({"role": "user", "content": "now plot"}),
         ]
+        .into_iter()
+        .map(item)
+        .collect()
     }
 
     #[test]
@@ -481,20 +532,27 @@ mod tests {
         let roomy = view(&h, 0, &cfg(), 1.0, 1_000_000);
         assert_eq!(roomy.trimmed, 0);
         assert_eq!(roomy.messages.len(), h.len());
-        assert!(roomy.messages.iter().all(|m| m.get("spool_path").is_none()));
+        assert!(roomy.messages.iter().all(|m| match m {
+            HistoryItem::Tool(t) => t.spool_path.is_none(),
+            HistoryItem::Assistant(a) => a.usage.is_none(),
+            _ => true,
+        }));
         let tight = view(&h, 0, &cfg(), 1.0, roomy.tokens - 50);
         assert_eq!(
             tight.trimmed, 2,
             "the small task result first, then the big one"
         );
-        let cut = tight.messages[4]["content"].as_str().unwrap();
+        let cut = tight.messages[4].content().unwrap();
         assert!(
             cut.contains(".omicos/spool/w1.txt") && cut.contains(TRIMMED_MARK),
             "{cut}"
         );
         assert!(tight.tokens < roomy.tokens);
         // The call itself is kept.
-        assert_eq!(tight.messages[1]["tool_calls"][2]["id"], "w1");
+        let HistoryItem::Assistant(a) = &tight.messages[1] else {
+            panic!("{:?}", tight.messages[1])
+        };
+        assert_eq!(a.calls()[2].id, "w1");
     }
 
     /// The decision is made on lengths alone: it must count exactly what the
@@ -502,8 +560,15 @@ mod tests {
     #[test]
     fn the_measure_counts_what_the_view_carries() {
         let mut marked = history();
-        marked.push(marker("they loaded data", 5, 100, 40, 5, "auto"));
-        marked.push(json!({"role": "assistant", "content": "plotted"}));
+        marked.push(HistoryItem::Compaction(marker(
+            "they loaded data",
+            5,
+            100,
+            40,
+            5,
+            "auto",
+        )));
+        marked.push(item(json!({"role": "assistant", "content": "plotted"})));
         for (h, limit) in [
             (history(), u64::MAX),
             (history(), 1),
@@ -519,9 +584,7 @@ mod tests {
             assert_eq!(
                 v.messages
                     .iter()
-                    .filter(|m| m["content"]
-                        .as_str()
-                        .is_some_and(|c| c.contains(TRIMMED_MARK)))
+                    .filter(|m| m.content().is_some_and(|c| c.contains(TRIMMED_MARK)))
                     .count() as u32,
                 trimmed
             );
@@ -531,10 +594,17 @@ mod tests {
     #[test]
     fn after_a_marker_the_view_is_checkpoint_summary_then_the_verbatim_part() {
         let mut h = history();
-        h.push(marker("they loaded data", 5, 100, 40, 5, "auto"));
-        h.push(json!({"role": "assistant", "content": "plotted"}));
+        h.push(HistoryItem::Compaction(marker(
+            "they loaded data",
+            5,
+            100,
+            40,
+            5,
+            "auto",
+        )));
+        h.push(item(json!({"role": "assistant", "content": "plotted"})));
         let v = view(&h, 0, &cfg(), 1.0, 1_000_000);
-        let head = v.messages[0]["content"].as_str().unwrap();
+        let head = v.messages[0].content().unwrap();
         assert!(head.starts_with(CHECKPOINT_HEADER), "{head}");
         assert!(
             head.contains("analyse the data")
@@ -543,7 +613,7 @@ mod tests {
         );
         let rest: Vec<&str> = v.messages[1..]
             .iter()
-            .map(|m| m["content"].as_str().unwrap())
+            .map(|m| m.content().unwrap())
             .collect();
         assert_eq!(rest, ["written", "now plot", "plotted"]);
     }
@@ -552,7 +622,10 @@ mod tests {
     fn the_split_never_parts_a_result_from_its_call() {
         let h = history();
         let at = split_point(&h, 0, 1, &cfg(), 1.0).unwrap();
-        assert!(matches!(h[at]["role"].as_str(), Some("user" | "assistant")));
+        assert!(matches!(
+            h[at],
+            HistoryItem::User(_) | HistoryItem::Assistant(_)
+        ));
         assert_eq!(at, 6);
         let all = split_point(&h, 0, 1_000_000, &cfg(), 1.0).unwrap();
         assert_eq!(all, 1, "folds at least the first message");

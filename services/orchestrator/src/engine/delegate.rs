@@ -96,7 +96,7 @@ impl Engine {
         chain.push(caller.agent.id.clone());
         let mut frame = Frame {
             agent: callee.clone(),
-            messages: vec![json!({"role": "user", "content": instruction})],
+            messages: vec![omicos_history::HistoryItem::user(instruction)],
             depth,
             chain,
             context,
@@ -104,6 +104,8 @@ impl Engine {
             last_text: Arc::new(Mutex::new(String::new())),
             meters: caller.meters.clone(),
             used: Default::default(),
+            // Steered messages go to the root frame.
+            steer: None,
         };
         let last = frame.last_text.clone();
         let deadline = self.config.delegation.deadline;

@@ -8,8 +8,9 @@ use super::{Engine, Frame, Outcome, TurnSettings, emit_error, runner_toolsets};
 use crate::hub::SessionState;
 use crate::llm::{LlmDelta, LlmError, LlmRequest, ToolCall};
 use crate::runner_client::EventTag;
+use omicos_history::{AssistantMessage, HistoryItem, ToolCall as HistoryToolCall};
 use omicos_proto::{
-    Decision, ExecuteStart, TextDelta, ToolCallFinished, ToolCallStarted, ToolStatus, Usage,
+    Decision, ExecuteStart, Steer, TextDelta, ToolCallFinished, ToolCallStarted, ToolStatus, Usage,
     chat_event, model_envelope,
 };
 use serde_json::{Value, json};
@@ -77,6 +78,13 @@ impl Engine {
             {
                 return Outcome::Budget(why);
             }
+            // Messages steered in since the last request join it here,
+            // after every call of the last answer was answered.
+            if let Some(q) = frame.steer.clone() {
+                for message in q.take() {
+                    self.steered(session, s, frame, &tag, message).await;
+                }
+            }
             let model = self.model_name(s).to_owned();
             let system = frame.agent.system_prompt.clone();
             let fixed = context::fixed_chars(&system, &tools);
@@ -138,12 +146,13 @@ impl Engine {
                     Err(LlmError::Cancelled) => {
                         if !seen.is_empty() {
                             // The partial answer stays in the history as the user saw it.
-                            self.push(
-                                session,
-                                frame,
-                                json!({"role": "assistant", "content": seen, "interrupted": true}),
-                            )
-                            .await;
+                            let partial = AssistantMessage {
+                                content: seen.clone(),
+                                interrupted: Some(true),
+                                ..Default::default()
+                            };
+                            self.push(session, frame, HistoryItem::Assistant(partial))
+                                .await;
                             self.trajectories
                                 .append(
                                     &session.id,
@@ -231,17 +240,19 @@ impl Engine {
                 })))
                 .await;
             *frame.last_text.lock().expect("last text") = turn.text.clone();
-            let mut assistant =
-                json!({"role": "assistant", "content": turn.text, "usage": used.to_json()});
-            if !turn.tool_calls.is_empty() {
-                assistant["tool_calls"] = Value::Array(
+            let assistant = AssistantMessage {
+                content: turn.text.clone(),
+                usage: Some(used.to_usage()),
+                tool_calls: (!turn.tool_calls.is_empty()).then(|| {
                     turn.tool_calls
                         .iter()
-                        .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
-                        .collect(),
-                );
-            }
-            self.push(session, frame, assistant).await;
+                        .map(|c| HistoryToolCall::function(&c.id, &c.name, &c.arguments))
+                        .collect()
+                }),
+                ..Default::default()
+            };
+            self.push(session, frame, HistoryItem::Assistant(assistant))
+                .await;
             self.trajectories
                 .append(
                     &session.id,
@@ -251,7 +262,12 @@ impl Engine {
                 )
                 .await;
             if turn.tool_calls.is_empty() {
-                return Outcome::Completed;
+                // A message steered in while the model answered is answered
+                // in this turn; the queue closes only when none waits.
+                if frame.steer.as_ref().is_none_or(|q| q.close_if_empty()) {
+                    return Outcome::Completed;
+                }
+                continue;
             }
             if let Some(why) =
                 frame
@@ -426,15 +442,41 @@ impl Engine {
         spool: &str,
     ) {
         let content = model_envelope(status, result);
-        let mut msg = json!({"role": "tool", "tool_call_id": call.id, "content": content});
-        if !spool.is_empty() {
-            // Where the whole result is, for a trimmed preview to name (never sent to the model).
-            msg["spool_path"] = json!(spool);
-        }
+        // Where the whole result is, for a trimmed preview to name (never sent to the model).
+        let spool = (!spool.is_empty()).then(|| spool.to_owned());
+        let msg = HistoryItem::tool_result(&call.id, content, spool);
         self.push(session, frame, msg).await;
     }
 
-    pub(super) async fn push(&self, session: &Arc<SessionState>, frame: &mut Frame, msg: Value) {
+    /// A steered message joins the frame: its event, the history, the trajectory.
+    pub(super) async fn steered(
+        &self,
+        session: &Arc<SessionState>,
+        s: &TurnSettings,
+        frame: &mut Frame,
+        tag: &EventTag,
+        message: String,
+    ) {
+        session
+            .emit(tag.event(chat_event::Kind::Steer(Steer {
+                message: message.clone(),
+            })))
+            .await;
+        self.trajectories
+            .append(
+                &session.id,
+                json!({"type": "steer", "turn_id": s.turn_id, "context": frame.context, "content": message}),
+            )
+            .await;
+        self.push(session, frame, HistoryItem::user(message)).await;
+    }
+
+    pub(super) async fn push(
+        &self,
+        session: &Arc<SessionState>,
+        frame: &mut Frame,
+        msg: HistoryItem,
+    ) {
         if frame.persist
             && let Err(e) = session
                 .store()

@@ -31,7 +31,6 @@ use crate::llm::{LlmBackend, LlmError};
 use crate::runner_client::{EventTag, Runner};
 use crate::trajectory::Trajectories;
 use omicos_proto::{ErrorEvent, PermissionMode, TurnDoneReason, chat_event};
-use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -153,7 +152,7 @@ pub struct Frame {
     /// The agent.
     pub agent: AgentProfile,
     /// Its context (history for the root, the instruction for a sub-turn).
-    pub messages: Vec<Value>,
+    pub messages: Vec<omicos_history::HistoryItem>,
     /// Delegation depth (0 = root).
     pub depth: u32,
     /// Agents on the delegation chain, root first.
@@ -168,6 +167,8 @@ pub struct Frame {
     pub meters: budget::Meters,
     /// What this frame's own model calls used.
     pub used: budget::Meter,
+    /// Messages steered into the turn (the root frame only).
+    pub steer: Option<Arc<crate::hub::SteerQueue>>,
 }
 
 impl Engine {

@@ -5,10 +5,11 @@
 use super::{Engine, Frame, Outcome, TurnSettings, emit_error};
 use crate::agents::AgentProfile;
 use crate::error::OrchestratorError;
-use crate::hub::SessionState;
+use crate::hub::{SessionState, SteerQueue};
 use crate::runner_client::EventTag;
+use omicos_history::HistoryItem;
 use omicos_proto::{TurnDone, TurnStarted, chat_event};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -29,6 +30,8 @@ pub struct RootTurn {
     pub cancel: CancellationToken,
     /// The session was created for this turn: it has no history to read.
     pub new_session: bool,
+    /// Messages steered into the turn while it runs.
+    pub steer: Arc<SteerQueue>,
 }
 
 impl Engine {
@@ -43,6 +46,7 @@ impl Engine {
             lease,
             cancel,
             new_session,
+            steer,
         } = turn;
         let turn_id = settings.turn_id.clone();
         let lease_ms = lease.as_millis() as i64;
@@ -89,11 +93,24 @@ impl Engine {
                     last_text: Arc::new(Mutex::new(String::new())),
                     meters: meters.clone(),
                     used: Default::default(),
+                    steer: Some(steer.clone()),
                 };
-                self.run_root_frame(&st, &settings, &mut frame, &cancel)
-                    .await
+                let outcome = self
+                    .run_root_frame(&st, &settings, &mut frame, &cancel)
+                    .await;
+                // Steered in after the frame's last model request (it was
+                // cancelled, or stopped at a limit): kept in the history,
+                // where the next turn reads it.
+                for message in steer.close() {
+                    self.steered(&st, &settings, &mut frame, &tag, message)
+                        .await;
+                }
+                outcome
             }
             Err(e) => {
+                for message in steer.close() {
+                    tracing::warn!(session = %st.id, message, "steered message dropped: the history was unreadable");
+                }
                 // Without its history the model would answer out of context: fail the turn clearly.
                 emit_error(&st, &tag, &e).await;
                 Outcome::Error
@@ -167,7 +184,7 @@ impl Engine {
         st: &SessionState,
         message: &str,
         new_session: bool,
-    ) -> Result<Vec<Value>, OrchestratorError> {
+    ) -> Result<Vec<HistoryItem>, OrchestratorError> {
         let mut history = if new_session {
             Vec::new()
         } else {
@@ -179,7 +196,7 @@ impl Engine {
                     source,
                 })?
         };
-        let user = json!({"role": "user", "content": message});
+        let user = HistoryItem::user(message);
         if let Err(e) = st
             .store()
             .append_messages(&st.id, std::slice::from_ref(&user))

@@ -4,6 +4,7 @@ use super::retry::{RetryPolicy, send};
 use super::sse::SseReader;
 use super::{LlmBackend, LlmDelta, LlmError, LlmRequest, LlmTurn, ToolCall, ToolDef};
 use async_trait::async_trait;
+use omicos_history::HistoryItem;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -61,49 +62,43 @@ pub fn tools_json(tools: &[ToolDef]) -> Value {
     )
 }
 
-/// Converts OpenAI-shaped history into Anthropic messages: tool calls become
-/// `tool_use` blocks, tool results `tool_result` blocks in a user message, and
-/// consecutive messages of one role are merged (Anthropic wants alternation).
-pub fn to_anthropic_messages(messages: &[Value]) -> Vec<Value> {
+/// Converts the history into Anthropic messages: tool calls become
+/// `tool_use` blocks, tool results `tool_result` blocks in a user message,
+/// and consecutive messages of one role are merged (Anthropic wants
+/// alternation). Compaction markers are never sent; a system message or a
+/// row of no known shape goes as user text.
+pub fn to_anthropic_messages(items: &[HistoryItem]) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::new();
-    for m in messages {
-        let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
-        let (role, blocks) = match role {
-            "assistant" => {
+    for item in items {
+        let (role, blocks) = match item {
+            HistoryItem::Assistant(m) => {
                 let mut blocks = Vec::new();
-                if let Some(t) = m
-                    .get("content")
-                    .and_then(Value::as_str)
-                    .filter(|t| !t.is_empty())
-                {
-                    blocks.push(json!({"type": "text", "text": t}));
+                if !m.content.is_empty() {
+                    blocks.push(json!({"type": "text", "text": m.content}));
                 }
-                for tc in m
-                    .get("tool_calls")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    let f = &tc["function"];
-                    let args = f["arguments"].as_str().unwrap_or("{}");
+                for tc in m.calls() {
+                    let args = tc.arguments();
                     let input = serde_json::from_str::<Value>(args)
                         .ok()
                         .filter(Value::is_object)
                         .unwrap_or_else(|| json!({"_raw_arguments": args}));
-                    blocks.push(json!({"type": "tool_use", "id": tc["id"], "name": f["name"], "input": input}));
+                    blocks.push(
+                        json!({"type": "tool_use", "id": tc.id, "name": tc.name(), "input": input}),
+                    );
                 }
                 ("assistant", blocks)
             }
-            "tool" => (
+            HistoryItem::Tool(m) => (
                 "user",
                 vec![json!({
                     "type": "tool_result",
-                    "tool_use_id": m["tool_call_id"],
-                    "content": m.get("content").and_then(Value::as_str).unwrap_or_default(),
+                    "tool_use_id": m.tool_call_id,
+                    "content": m.content,
                 })],
             ),
-            _ => {
-                let text = m.get("content").and_then(Value::as_str).unwrap_or_default();
+            HistoryItem::Compaction(_) => continue,
+            other => {
+                let text = other.content().unwrap_or_default();
                 ("user", vec![json!({"type": "text", "text": text})])
             }
         };
@@ -112,10 +107,9 @@ pub fn to_anthropic_messages(messages: &[Value]) -> Vec<Value> {
         }
         match out.last_mut() {
             Some(last) if last["role"] == role => {
-                last["content"]
-                    .as_array_mut()
-                    .expect("content is an array")
-                    .extend(blocks);
+                if let Some(content) = last["content"].as_array_mut() {
+                    content.extend(blocks);
+                }
             }
             _ => out.push(json!({"role": role, "content": blocks})),
         }
@@ -146,7 +140,7 @@ impl LlmBackend for AnthropicBackend {
         let body = if req.tools.is_empty() {
             body.to_string()
         } else {
-            super::with_tools(&body, req.tools.anthropic_json())
+            super::with_tools(body.to_string(), req.tools.anthropic_json())
         };
         let url = self.url();
         let resp = send(&self.retry, cancel, || {
@@ -368,20 +362,36 @@ mod tests {
 
     #[test]
     fn history_converts_and_merges() {
-        let msgs = vec![
+        let msgs: Vec<HistoryItem> = [
             json!({"role": "user", "content": "hi"}),
-            json!({"role": "assistant", "content": "", "tool_calls": [
+            json!({"role": "assistant", "content": "", "usage": {"input_tokens": 1, "output_tokens": 2, "cost": 0.0}, "tool_calls": [
                 {"id": "a", "type": "function", "function": {"name": "t", "arguments": "{\"x\":1}"}},
                 {"id": "b", "type": "function", "function": {"name": "t", "arguments": "not json"}}]}),
-            json!({"role": "tool", "tool_call_id": "a", "content": "r1"}),
+            json!({"role": "tool", "tool_call_id": "a", "content": "r1", "spool_path": "s/a.txt"}),
             json!({"role": "tool", "tool_call_id": "b", "content": "r2"}),
+            json!({"role": "compaction", "summary": "s", "kept_from": 0, "tokens_before": 1,
+                   "tokens_after": 1, "messages_summarized": 0, "trigger": "auto", "at_ms": 1}),
             json!({"role": "user", "content": "next"}),
-        ];
+            json!({"role": "assistant", "content": "cut", "interrupted": true}),
+        ]
+        .into_iter()
+        .map(HistoryItem::from_value)
+        .collect();
         let out = to_anthropic_messages(&msgs);
-        assert_eq!(out.len(), 3);
+        assert_eq!(out.len(), 4);
+        assert_eq!(out[1]["content"][0]["type"], "tool_use");
         assert_eq!(out[1]["content"][0]["input"]["x"], 1);
         assert_eq!(out[1]["content"][1]["input"]["_raw_arguments"], "not json");
         assert_eq!(out[2]["role"], "user");
         assert_eq!(out[2]["content"].as_array().unwrap().len(), 3);
+        assert_eq!(
+            out[2]["content"][0],
+            json!({"type": "tool_result", "tool_use_id": "a", "content": "r1"}),
+            "private keys stay in the history"
+        );
+        assert_eq!(
+            out[3],
+            json!({"role": "assistant", "content": [{"type": "text", "text": "cut"}]})
+        );
     }
 }

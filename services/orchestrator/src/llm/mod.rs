@@ -10,6 +10,7 @@ pub mod sse;
 
 use crate::error::ErrorKind;
 use async_trait::async_trait;
+use omicos_history::HistoryItem;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -77,10 +78,10 @@ impl From<Vec<ToolDef>> for ToolSet {
     }
 }
 
-/// `body` (a JSON object) serialized with `"tools": <tools_json>` added
+/// `body` (a serialized JSON object) with `"tools": <tools_json>` added
 /// last, without parsing or copying the pre-serialized tools again.
-pub fn with_tools(body: &Value, tools_json: &str) -> String {
-    let mut s = body.to_string();
+pub fn with_tools(body: String, tools_json: &str) -> String {
+    let mut s = body;
     if s.len() >= 2 && s.ends_with('}') {
         s.pop();
         if s.len() > 1 {
@@ -98,8 +99,9 @@ pub fn with_tools(body: &Value, tools_json: &str) -> String {
 pub struct LlmRequest {
     /// The system prompt.
     pub system: String,
-    /// The conversation in OpenAI chat shape (no system message).
-    pub messages: Vec<Value>,
+    /// The conversation as the model sees it (no markers; each backend
+    /// converts it to its wire format).
+    pub messages: Vec<HistoryItem>,
     /// Tools the model may call.
     pub tools: std::sync::Arc<ToolSet>,
     /// Model override ("" = the backend's configured model).

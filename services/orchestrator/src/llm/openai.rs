@@ -6,6 +6,8 @@ use super::retry::{RetryPolicy, send};
 use super::sse::SseReader;
 use super::{LlmBackend, LlmDelta, LlmError, LlmRequest, LlmTurn};
 use async_trait::async_trait;
+use omicos_history::{HistoryItem, ToolCall as HistoryToolCall};
+use serde::Serialize;
 use serde_json::{Value, json};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -43,18 +45,20 @@ impl OpenAiBackend {
 
     /// The request body, serialized (the tools' JSON is the set's, made once).
     fn body(&self, req: &LlmRequest) -> String {
-        let mut messages = vec![json!({"role": "system", "content": req.system})];
-        messages.extend(req.messages.iter().cloned());
-        let body = json!({
-            "model": self.model(req),
-            "messages": messages,
-            "stream": true,
-            "stream_options": {"include_usage": true},
-        });
+        let body = Body {
+            model: self.model(req),
+            messages: to_openai_messages(&req.system, &req.messages),
+            stream: true,
+            stream_options: StreamOptions {
+                include_usage: true,
+            },
+        };
+        // Borrowed strings and numbers only: it cannot fail.
+        let body = serde_json::to_string(&body).unwrap_or_default();
         if req.tools.is_empty() {
-            body.to_string()
+            body
         } else {
-            super::with_tools(&body, req.tools.openai_json())
+            super::with_tools(body, req.tools.openai_json())
         }
     }
 
@@ -65,6 +69,91 @@ impl OpenAiBackend {
             &req.model
         }
     }
+}
+
+/// A Chat Completions request body (`tools` is added to it serialized).
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    stream: bool,
+    stream_options: StreamOptions,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+/// One message of the Chat Completions `messages` array: the chat fields of
+/// a history item, borrowed (the private keys stay in the history).
+#[derive(Debug, PartialEq, Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum WireMessage<'a> {
+    /// The system prompt.
+    System {
+        /// Its text.
+        content: &'a str,
+    },
+    /// A user message.
+    User {
+        /// Its text.
+        content: &'a str,
+    },
+    /// An answer, with the calls it asked for.
+    Assistant {
+        /// Its text.
+        content: &'a str,
+        /// Its calls, already in the chat shape.
+        #[serde(skip_serializing_if = "<[_]>::is_empty")]
+        tool_calls: &'a [HistoryToolCall],
+    },
+    /// A tool result.
+    Tool {
+        /// The call it answers.
+        tool_call_id: &'a str,
+        /// The envelope.
+        content: &'a str,
+    },
+    /// A stored row of no known shape: its chat fields, as they are.
+    #[serde(untagged)]
+    Raw(serde_json::Map<String, Value>),
+}
+
+/// The fields of the chat format an unknown row may carry to the model.
+const CHAT_FIELDS: [&str; 5] = ["role", "content", "tool_calls", "tool_call_id", "name"];
+
+/// The `messages` array of a request: the system prompt, then the history
+/// (compaction markers are never sent).
+pub fn to_openai_messages<'a>(system: &'a str, items: &'a [HistoryItem]) -> Vec<WireMessage<'a>> {
+    let mut out = Vec::with_capacity(items.len() + 1);
+    out.push(WireMessage::System { content: system });
+    for item in items {
+        out.push(match item {
+            HistoryItem::User(m) => WireMessage::User {
+                content: &m.content,
+            },
+            HistoryItem::System(m) => WireMessage::System {
+                content: &m.content,
+            },
+            HistoryItem::Assistant(m) => WireMessage::Assistant {
+                content: &m.content,
+                tool_calls: m.calls(),
+            },
+            HistoryItem::Tool(m) => WireMessage::Tool {
+                tool_call_id: &m.tool_call_id,
+                content: &m.content,
+            },
+            HistoryItem::Compaction(_) => continue,
+            HistoryItem::Other(v) => WireMessage::Raw(
+                CHAT_FIELDS
+                    .iter()
+                    .filter_map(|k| v.get(*k).map(|f| ((*k).to_owned(), f.clone())))
+                    .collect(),
+            ),
+        });
+    }
+    out
 }
 
 /// The OpenAI `tools[]` array for these tools.
@@ -197,4 +286,46 @@ impl LlmBackend for OpenAiBackend {
 
 fn trunc(s: &str) -> String {
     s.chars().take(200).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use omicos_history::AssistantMessage;
+    use serde_json::json;
+
+    #[test]
+    fn history_converts_to_chat_messages_without_private_keys() {
+        let items = vec![
+            HistoryItem::user("hi"),
+            HistoryItem::Assistant(AssistantMessage {
+                content: "".into(),
+                usage: Some(omicos_history::Usage::new(3, 4, 0.5)),
+                tool_calls: Some(vec![HistoryToolCall::function("a", "t", "{\"x\":1}")]),
+                ..Default::default()
+            }),
+            HistoryItem::tool_result("a", "r1", Some("spool/a.txt".into())),
+            HistoryItem::from_value(json!({"role": "compaction", "summary": "s", "kept_from": 0,
+                "tokens_before": 1, "tokens_after": 1, "messages_summarized": 0, "trigger": "auto", "at_ms": 1})),
+            HistoryItem::Assistant(AssistantMessage {
+                content: "cut".into(),
+                interrupted: Some(true),
+                ..Default::default()
+            }),
+            HistoryItem::from_value(json!({"role": "developer", "content": "x", "secret": 1})),
+        ];
+        let wire = serde_json::to_value(to_openai_messages("sys", &items)).unwrap();
+        assert_eq!(
+            wire,
+            json!([
+                {"role": "system", "content": "sys"},
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "a", "type": "function", "function": {"name": "t", "arguments": "{\"x\":1}"}}]},
+                {"role": "tool", "tool_call_id": "a", "content": "r1"},
+                {"role": "assistant", "content": "cut"},
+                {"role": "developer", "content": "x"},
+            ])
+        );
+    }
 }

@@ -6,7 +6,7 @@ use super::events::{Pump, PumpStart, one_shot_error};
 use super::{EventStream, OrchestratorService};
 use crate::engine::{RootTurn, TurnSettings};
 use crate::error::OrchestratorError;
-use crate::hub::{RunningTurn, SessionState};
+use crate::hub::{RunningTurn, SessionState, SteerQueue};
 use omicos_proto::{
     ChatClientMessage, ChatEvent, ChatRequest, Decision, PermissionMode, chat_client_message,
 };
@@ -48,6 +48,8 @@ pub(super) struct Started {
     pub(super) turn_id: String,
     pub(super) start_seq: u64,
     pub(super) events: broadcast::Receiver<ChatEvent>,
+    /// The message was steered into a turn already running.
+    pub(super) steered: bool,
 }
 
 impl OrchestratorService {
@@ -79,6 +81,7 @@ impl OrchestratorService {
             turn_id,
             start_seq,
             events: rx,
+            ..
         } = match self.start_turn(&who, owned, cr, deadline).await {
             Ok(s) => s,
             // Answered in-band, so a client that resumes a lost session sees why in its event stream.
@@ -197,6 +200,12 @@ impl OrchestratorService {
         } else {
             cr.agent.clone()
         };
+        if cr.steer
+            && let Some(meta) = &existing
+            && let Some(steered) = self.steer(&meta.id, &cr.message).await
+        {
+            return Ok(steered);
+        }
         let team = self.engine.agents.resolve_team(&members, &active)?;
         let session_id = if cr.session_id.is_empty() {
             uuid::Uuid::new_v4().to_string()
@@ -234,10 +243,12 @@ impl OrchestratorService {
         let lease = self.engine.config.turn_lease;
         let lease_ms = lease.as_millis() as i64;
         let cancel = CancellationToken::new();
+        let steer = Arc::new(SteerQueue::default());
         if !state.start_turn(RunningTurn {
             turn_id: turn_id.clone(),
             cancel: cancel.clone(),
             lease_owner: owner.clone(),
+            steer: steer.clone(),
         }) {
             return Err(OrchestratorError::SessionBusy(session_id));
         }
@@ -301,6 +312,7 @@ impl OrchestratorService {
                 lease,
                 cancel,
                 new_session,
+                steer,
             },
         ));
         Ok(Started {
@@ -308,6 +320,32 @@ impl OrchestratorService {
             turn_id,
             start_seq,
             events,
+            steered: false,
+        })
+    }
+}
+
+impl OrchestratorService {
+    /// Hands `message` to the turn running on this session here, if it
+    /// still takes messages; the caller then follows that turn to its end.
+    /// None: no turn here takes it (the message starts a turn of its own).
+    async fn steer(&self, session_id: &str, message: &str) -> Option<Started> {
+        let state = self.hub.existing(session_id)?;
+        let turn = state.running()?;
+        // Subscribed before the message is handed over: the turn's Steer
+        // event, and everything after it, reaches this stream.
+        let start_seq = state.last_seq().await;
+        let events = state.subscribe();
+        if !turn.steer.push(message.to_owned()) {
+            return None;
+        }
+        tracing::info!(session = %session_id, turn = %turn.turn_id, "message steered into the running turn");
+        Some(Started {
+            state,
+            turn_id: turn.turn_id,
+            start_seq,
+            events,
+            steered: true,
         })
     }
 }

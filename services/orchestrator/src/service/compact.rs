@@ -30,6 +30,7 @@ impl OrchestratorService {
             turn_id: hold.clone(),
             cancel: CancellationToken::new(),
             lease_owner: owner.clone(),
+            steer: std::sync::Arc::new(crate::hub::SteerQueue::closed()),
         }) {
             return Err(OrchestratorError::SessionBusy(id));
         }

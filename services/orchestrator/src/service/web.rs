@@ -34,7 +34,17 @@ impl OrchestratorService {
             turn_id,
             start_seq,
             events: mut rx,
+            steered,
         } = self.start_turn(who, owned, cr, None).await?;
+        if steered {
+            // The turn started long ago; its Steer event comes at its next model request.
+            return Ok(StartTurnResponse {
+                session_id: state.id.clone(),
+                turn_id,
+                start_seq: start_seq + 1,
+                steered,
+            });
+        }
         // TurnStarted is the turn's first event, so its seq is start_seq + 1;
         // rx was subscribed before the turn could emit it. Already past it
         // when last_seq says so (the seq lock covers the append and the broadcast).
@@ -56,6 +66,7 @@ impl OrchestratorService {
             session_id: state.id.clone(),
             turn_id,
             start_seq: start_seq + 1,
+            steered,
         })
     }
 

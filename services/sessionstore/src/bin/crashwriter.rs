@@ -59,7 +59,12 @@ async fn main() {
             let mut seq = store.last_seq(&id).await.unwrap_or_else(|e| fail(e));
             loop {
                 seq += 1;
-                let msg = serde_json::json!({"role": "assistant", "content": format!("reply {seq} {}", "x".repeat((seq % 64) as usize))});
+                let msg = omicos_sessionstore::HistoryItem::Assistant(
+                    omicos_history::AssistantMessage::new(format!(
+                        "reply {seq} {}",
+                        "x".repeat((seq % 64) as usize)
+                    )),
+                );
                 store
                     .append_messages(&id, &[msg])
                     .await
