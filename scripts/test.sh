@@ -4,6 +4,13 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+# What the run needs besides cargo and Python 3.11, said up front.
+if ! command -v npm >/dev/null 2>&1; then
+  echo "==> npm not installed: the MCP tests (tests/mcp-servers) cannot be set up and will fail, the page checks and browser tests are SKIPPED; install Node 20 and npm (apt-get install nodejs npm)"
+fi
+if [ "$(id -u)" != 0 ] && ! command -v chromium >/dev/null 2>&1; then
+  echo "==> not root and no chromium: the browser tests need Debian's chromium (they install it with apt-get as root); OMICOS_SKIP_UI_BROWSER=1 skips them"
+fi
 "$root/scripts/bootstrap.sh"
 export OMICOS_KERNEL_PYTHON="${OMICOS_KERNEL_PYTHON:-$root/.venv/bin/python3}"
 # PostgreSQL-backed tests run when 127.0.0.1:5432 answers; start the local cluster if it is installed but down.
@@ -27,7 +34,9 @@ if command -v npm >/dev/null 2>&1; then
 else
   echo "==> npm not installed: ui-check SKIPPED (the committed page in services/webui/dist/ is not re-verified)"
 fi
-"$root/scripts/mcp-servers.sh"  # MCP reference servers + TS SDK client for services/mcp's tests
+if command -v npm >/dev/null 2>&1; then
+  "$root/scripts/mcp-servers.sh"  # MCP reference servers + TS SDK client for services/mcp's tests
+fi
 status=0
 # The service binaries the cluster tests start as processes, built with the
 # tests' feature set before the suite: the tests then do not build them
@@ -47,5 +56,12 @@ elif command -v npm >/dev/null 2>&1; then
   "$root/scripts/ui-stack-test.sh" || status=$?
 else
   echo "==> npm not installed: the browser tests SKIPPED (scripts/ui-stack-test.sh)"
+fi
+echo "==> summary"
+python3 "$root/scripts/skipped-tests.py" "${CARGO_TARGET_DIR:-$root/target}/nextest/default/junit.xml" || true
+if [ "$status" = 0 ]; then
+  echo "==> test.sh: passed"
+else
+  echo "==> test.sh: FAILED (exit $status)"
 fi
 exit "$status"

@@ -52,6 +52,17 @@ pub enum Reply {
         /// server's own (see [`crate::stream_shapes::call_id`]).
         calls: Vec<(String, String, String)>,
     },
+    /// A stream captured from a real server or gateway, sent byte for byte
+    /// as `text/event-stream` (tests/stream-captures/).
+    Raw(String),
+}
+
+/// A captured SSE body, sent as it was captured.
+fn raw_sse(body: String) -> Response {
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(axum::body::Body::from(body))
+        .expect("a raw SSE response")
 }
 
 /// Decides the reply to a request from its body, once the script is used up.
@@ -382,6 +393,7 @@ async fn openai(state: Shared, body: axum::Json<Value>) -> Response {
     let usage = json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "fake-gpt", "choices": [],
         "usage": {"prompt_tokens": prompt, "completion_tokens": 7, "total_tokens": prompt + 7}});
     match reply {
+        Reply::Raw(body) => raw_sse(body),
         Reply::Shaped {
             shape,
             reasoning,
@@ -437,8 +449,10 @@ async fn openai(state: Shared, body: axum::Json<Value>) -> Response {
                         Value::Null,
                     ),
                 ));
-                // Arguments split over many chunks, as real servers do.
-                for p in pieces(args, 4) {
+                // Arguments split over many chunks, as real servers do (a
+                // few characters each; at most about 4,096 chunks, so a huge
+                // argument is not gigabytes of frames).
+                for p in pieces(args, (args.len() / 4096).max(4)) {
                     frames.push((
                         None,
                         chunk(
@@ -555,6 +569,7 @@ async fn anthropic(state: Shared, body: axum::Json<Value>) -> Response {
         f
     };
     match reply {
+        Reply::Raw(body) => raw_sse(body),
         Reply::Text(t) | Reply::Slow(t, _) => {
             let mut frames = vec![start];
             frames.extend(text_block(0, &t));

@@ -836,6 +836,37 @@ async fn files_need_the_token_and_belong_to_the_sessions_owner() {
 
 #[tokio::test]
 async fn memory_is_per_principal_by_default() {
+    let (reader, alice) = memory_between_colleagues(serde_json::json!({})).await;
+    assert!(
+        !reader.contains("zebra"),
+        "a colleague read alice's memory: {reader}"
+    );
+    assert!(
+        alice.contains("zebra"),
+        "alice lost her own memory: {alice}"
+    );
+}
+
+/// A tenant-wide memory is an explicit choice per agent: the agent named
+/// in `memory_sharing_agents` shares one memory among the tenant's
+/// principals while the deployment's default stays `principal`.
+#[tokio::test]
+async fn memory_shared_by_a_tenant_is_a_choice_per_agent() {
+    let mut agents = serde_json::Map::new();
+    agents.insert(
+        omicos_orchestrator::agents::SINGLE_AGENT_ID.into(),
+        "tenant".into(),
+    );
+    agents.insert("someone-else".into(), "principal".into());
+    let (reader, alice) =
+        memory_between_colleagues(serde_json::json!({ "memory_sharing_agents": agents })).await;
+    assert!(reader.contains("zebra"), "the shared memory: {reader}");
+    assert!(alice.contains("zebra"), "{alice}");
+}
+
+/// alice saves a memory, her colleague (same tenant) searches for it, then
+/// alice does: what each search answered.
+async fn memory_between_colleagues(runner_overrides: serde_json::Value) -> (String, String) {
     const SECRET: &str = "memory-test-service-secret";
     let call = |id: &str, tool: &str, args: serde_json::Value| {
         Reply::Tools(
@@ -864,10 +895,15 @@ async fn memory_is_per_principal_by_default() {
         Reply::Text("searched".into()),
     ])
     .await;
+    let mut overrides = serde_json::json!({"service_secret": SECRET});
+    overrides
+        .as_object_mut()
+        .unwrap()
+        .extend(runner_overrides.as_object().cloned().unwrap_or_default());
     let stack = Stack::start(
         llm.clone(),
         StackOptions {
-            runner_overrides: serde_json::json!({"service_secret": SECRET}),
+            runner_overrides: overrides,
             tweak: Some(Box::new(|c| {
                 c.service_secret = SECRET.into();
                 c.auth.api_keys = vec![
@@ -923,15 +959,6 @@ async fn memory_is_per_principal_by_default() {
         "{}",
         result_of("c_save")
     );
-    let reader = result_of("c_reader");
-    assert!(
-        !reader.contains("zebra"),
-        "a colleague read alice's memory: {reader}"
-    );
-    let alice = result_of("c_alice");
-    assert!(
-        alice.contains("zebra"),
-        "alice lost her own memory: {alice}"
-    );
     sd.trigger();
+    (result_of("c_reader"), result_of("c_alice"))
 }

@@ -126,3 +126,71 @@ async fn an_idle_stream_is_broken() {
     assert!(matches!(err, LlmError::StreamBroken(_)), "{err:?}");
     assert_eq!(err.kind().as_str(), "llm_stream_broken");
 }
+
+/// LiteLLM's `/v1/messages` in front of an OpenAI-compatible model that
+/// repeats the call's id in every fragment (llama.cpp's server) splits one
+/// call into a tool_use block per fragment, all with one id, the last only
+/// whitespace: captured from a real proxy by
+/// tests/stream-captures/capture_litellm.py. Through Chat it is one call
+/// with whole arguments, and the model is told one result for it.
+#[tokio::test]
+async fn litellm_blocks_sharing_an_id_are_one_call_through_chat() {
+    use omicos_e2e::stack::finished_calls;
+    use omicos_e2e::{FakeLlm, Reply, Stack, StackOptions};
+    use omicos_proto::{ChatRequest, chat_event};
+    let capture = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("stream-captures/litellm_split_tool_use.sse"),
+    )
+    .unwrap();
+    let blocks = capture.matches("\"type\": \"tool_use\"").count();
+    assert!(blocks > 5, "the capture splits the call: {blocks} blocks");
+    let llm = FakeLlm::start(vec![Reply::Raw(capture), Reply::Text("done".into())]).await;
+    let stack = Stack::start(
+        llm.clone(),
+        StackOptions {
+            backend: "anthropic".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let events = stack
+        .chat(ChatRequest {
+            message: "list /tmp".into(),
+            permission_mode: "full".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .until_done()
+        .await;
+    let started: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Some(chat_event::Kind::ToolCallStarted(t)) => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started.len(), 1, "{started:?}");
+    assert_eq!(started[0].call_id, "call_cap1");
+    assert_eq!(started[0].name, "shell");
+    let args: serde_json::Value = serde_json::from_str(&started[0].arguments).unwrap();
+    assert_eq!(
+        args,
+        serde_json::json!({"command": "ls -la /tmp && echo done", "timeout_secs": 30})
+    );
+    let done = finished_calls(&events);
+    assert_eq!(done.len(), 1);
+    assert!(done[0].result.contains("exit_code"), "{}", done[0].result);
+    // The next request answers that one call once.
+    llm.assert_invariants();
+    let next = &llm.requests()[1].body;
+    let uses = next.to_string().matches("\"tool_use\"").count();
+    assert_eq!(uses, 1, "{next}");
+    // The prompt's size, sent only at the end, is counted.
+    let usage = events.iter().find_map(|e| match &e.kind {
+        Some(chat_event::Kind::TurnDone(d)) => d.usage.clone(),
+        _ => None,
+    });
+    assert!(usage.is_some_and(|u| u.input_tokens >= 10), "{events:?}");
+}

@@ -288,6 +288,13 @@ async fn other_principals_are_refused_on_every_route_and_change_nothing() {
         .join(&sid);
     std::fs::create_dir_all(&out_dir).unwrap();
     std::fs::write(out_dir.join("plot.png"), b"\x89PNG\r\n\x1a\n").unwrap();
+    // A spooled result of the session, in its own folder of the spool.
+    let spool_dir = stack
+        .workspace
+        .join(".omicos/tenants/acme/.omicos/tool_outputs")
+        .join(&sid);
+    std::fs::create_dir_all(&spool_dir).unwrap();
+    std::fs::write(spool_dir.join("17__c.txt"), "alice's spooled result").unwrap();
     let before = snapshot(&url, &sid, &llm).await;
     assert!(!before.0.is_empty() && !before.1.is_empty());
 
@@ -305,11 +312,11 @@ async fn other_principals_are_refused_on_every_route_and_change_nothing() {
         assert_eq!(code, &(Code::NotFound as i32).to_string(), "{rpc}");
     }
     let http = reqwest::Client::new();
-    let file = |token: &'static str, sid: String| {
+    let get = |token: &'static str, path: String| {
         let http = http.clone();
         let url = url.clone();
         async move {
-            http.get(format!("{url}/files/.omicos/outputs/{sid}/plot.png"))
+            http.get(format!("{url}/files/{path}"))
                 .header("authorization", format!("Bearer {token}"))
                 .send()
                 .await
@@ -318,6 +325,14 @@ async fn other_principals_are_refused_on_every_route_and_change_nothing() {
                 .as_u16()
         }
     };
+    let file =
+        |token: &'static str, sid: String| get(token, format!(".omicos/outputs/{sid}/plot.png"));
+    let spooled = |token: &'static str, path: String| get(token, path);
+    let spool_paths = [
+        format!(".omicos/tool_outputs/{sid}/17__c.txt"),
+        format!(".omicos/tool_outputs/no-such-session/../{sid}/17__c.txt"),
+        format!(".omicos/tool_outputs/%2e%2e/tool_outputs/{sid}/17__c.txt"),
+    ];
     for (who, token) in [
         ("bob (same tenant)", BOB),
         ("mallory (other tenant)", MALLORY),
@@ -334,9 +349,13 @@ async fn other_principals_are_refused_on_every_route_and_change_nothing() {
         );
         assert_eq!(file(token, sid.clone()).await, 404, "{who}: /files/");
         assert_eq!(file(token, "no-such-session".into()).await, 404);
+        for p in &spool_paths {
+            assert_eq!(spooled(token, p.clone()).await, 404, "{who}: {p}");
+        }
     }
     // Nothing changed: the same history, the same log, no model call.
     assert_eq!(snapshot(&url, &sid, &llm).await, before);
     // And alice still has it all.
     assert_eq!(file(ALICE, sid.clone()).await, 200);
+    assert_eq!(spooled(ALICE, spool_paths[0].clone()).await, 200);
 }

@@ -28,6 +28,16 @@ function bearerToken(): string | null {
 
 const token = bearerToken();
 
+/** Whether the page holds a token to send. */
+export function hasToken(): boolean {
+  return !!token;
+}
+
+/** Keeps a token the person pasted (this tab only); the page reloads to use it. */
+export function saveToken(t: string): void {
+  globalThis.sessionStorage?.setItem("omicos.token", t.trim());
+}
+
 // An <img src="/files/…"> cannot send the header: the same token goes in a
 // cookie that only this origin's /files/ requests carry (SameSite=Strict).
 if (token && globalThis.document) {

@@ -5,7 +5,7 @@ import { useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } fr
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { AgentInfo, ClientConfig, SessionSummary } from "./gen/omicos/v1/orchestrator_pb";
 import { Decision, PermissionMode } from "./gen/omicos/v1/common_pb";
-import { attachSource, describeError, isUnreachable, orchestrator, web } from "./api";
+import { attachSource, describeError, hasToken, isUnreachable, orchestrator, saveToken, web } from "./api";
 import { emptyConversation, type Conversation, type PendingApproval } from "./state/conversation";
 import { Follower, type LinkState } from "./state/follow";
 import { chooseActive, toggleMember, type TeamChoice } from "./state/catalog";
@@ -13,7 +13,10 @@ import { AgentCards } from "./ui/cards";
 import { ChatLog } from "./ui/chat";
 import { ApprovalDialog } from "./ui/approval";
 import { SessionList } from "./ui/sessions";
-import { SettingsPanel, type Settings } from "./ui/settings";
+import { SignIn } from "./ui/signin";
+import { MODES, SettingsPanel, type Settings } from "./ui/settings";
+import { accessFromCode, accessText, connectionLost, linkText as linkWords, type Access } from "./state/status-text";
+import { composerTarget } from "./state/target";
 
 const DEFAULT_HEARTBEAT_S = 15;
 
@@ -69,10 +72,19 @@ export function App() {
   const [tier, setTier] = useState("");
   const [config, setConfig] = useState<ClientConfig | null>(null);
   const [sessions, setSessions] = useState<SessionSummary[]>([]);
-  const [settings, setSettingsState] = useState<Settings>(load("omicos.settings", { mode: "auto", provider: "", model: "" }));
+  // Read only until the person or the server says otherwise: nothing runs with side effects by surprise.
+  const [settings, setSettingsState] = useState<Settings>(load("omicos.settings", { mode: "read_only", provider: "", model: "" }));
   const [team, setTeamState] = useState<TeamChoice>(load("omicos.team", { active: "", members: [] }));
+  /** Agents picked inside a session, by session: they hold there only. */
+  const [picks, setPicks] = useState<Record<string, string>>(load("omicos.picks", {}));
   const [draft, setDraft] = useState("");
-  const [notice, setNotice] = useState<string | null>(null);
+  /** A notice, and whether it is about reaching the server (then a reconnect clears it). */
+  const [notice, setNoticeState] = useState<{ text: string; link: boolean } | null>(null);
+  const setNotice = (text: string | null, link = false) => setNoticeState(text === null ? null : { text, link });
+  const [access, setAccess] = useState<Access>("ok");
+  const [drawer, setDrawer] = useState(false);
+  /** Whether the page may still ask to send notifications (the browser has not been asked). */
+  const [canAskNotify, setCanAskNotify] = useState(typeof Notification !== "undefined" && Notification.permission === "default");
   const [streamLink, setStreamLink] = useState<LinkState | null>(null);
   const [pingLink, setPingLink] = useState<LinkState>("connecting");
   const [approvalsHidden, setApprovalsHidden] = useState(false);
@@ -82,8 +94,13 @@ export function App() {
   const composer = useRef<HTMLTextAreaElement>(null);
   const heardAt = useRef(0);
   const mainRef = useRef<HTMLElement>(null);
+  const pendingRef = useRef<HTMLButtonElement>(null);
   /** Whether the view follows new output (the reader is at the bottom). */
   const stick = useRef(true);
+  /** Turns held when Send was pressed: the next one is brought into view, wherever the reader was. */
+  const sentAt = useRef<number | null>(null);
+  /** Turns this page cancelled (kept across reloads): only those read "Cancelled". */
+  const [cancelledHere, setCancelledHere] = useState<string[]>(load<{ ids: string[] }>("omicos.cancelled", { ids: [] }).ids);
 
   const heartbeatMs = (config?.heartbeatSecs || DEFAULT_HEARTBEAT_S) * 1000;
 
@@ -103,7 +120,9 @@ export function App() {
       heardAt.current = Date.now();
       setPingLink("connected");
     } catch (e) {
-      setPingLink(isUnreachable(e) ? "offline" : "connected");
+      const a = accessFromCode(ConnectError.from(e).code, hasToken());
+      if (a) setAccess(a);
+      else setPingLink(isUnreachable(e) ? "offline" : "connected");
     }
   }, []);
 
@@ -115,7 +134,11 @@ export function App() {
         setAgents(r.agents);
         setTier(r.deploymentTier);
       })
-      .catch((e) => setNotice(`Could not load the agents: ${describeError(e)}`));
+      .catch((e) => {
+        const a = accessFromCode(ConnectError.from(e).code, hasToken());
+        if (a) setAccess(a);
+        else setNotice(`Could not load the agents: ${describeError(e)}`, isUnreachable(e));
+      });
     web
       .getClientConfig({})
       .then((c) => {
@@ -129,13 +152,15 @@ export function App() {
     void refreshSessions();
   }, [refreshSessions]);
 
-  // Honest "connected": a ping when nothing has been heard for a heartbeat period.
+  // Honest "connected": a ping when nothing has been heard for a heartbeat
+  // period. A refused token is not retried: it will not mend by itself.
   useEffect(() => {
+    if (access !== "ok") return;
     const t = setInterval(() => {
       if (Date.now() - heardAt.current >= heartbeatMs) void refreshSessions();
     }, Math.max(2000, heartbeatMs / 2));
     return () => clearInterval(t);
-  }, [heartbeatMs, refreshSessions]);
+  }, [heartbeatMs, refreshSessions, access]);
 
   // One follower per open session: replay from seq 0, then follow.
   useEffect(() => {
@@ -158,6 +183,8 @@ export function App() {
         setStreamLink(l);
       },
       onFatal: (e: ConnectError) => {
+        const a = accessFromCode(e.code, hasToken());
+        if (a) return setAccess(a);
         setNotice(e.code === Code.NotFound ? `Session ${sessionId} does not exist.` : `Cannot open the session: ${describeError(e)}`);
       },
       stallMs: heartbeatMs * 2 + 5000,
@@ -167,16 +194,41 @@ export function App() {
     return () => f.close();
   }, [sessionId, heartbeatMs, setConv]);
 
+  // The browser knows when the network goes: say so at once, and try again the moment it is back.
+  useEffect(() => {
+    const down = () => {
+      setPingLink("offline");
+      follower.current?.dropLink();
+    };
+    const up = () => {
+      follower.current?.follow();
+      void refreshSessions();
+    };
+    addEventListener("offline", down);
+    addEventListener("online", up);
+    return () => {
+      removeEventListener("offline", down);
+      removeEventListener("online", up);
+    };
+  }, [refreshSessions]);
+
   useEffect(() => {
     const onPop = () => setSessionId(routeSession());
     addEventListener("popstate", onPop);
     return () => removeEventListener("popstate", onPop);
   }, []);
 
-  // New output scrolls into view while the reader is at the bottom; scrolling up stops that.
+  // New output scrolls into view while the reader is at the bottom; scrolling
+  // up stops that, and Send starts it again. Nothing to follow (the cards):
+  // the view stays where it opened, at the top.
   useLayoutEffect(() => {
     const m = mainRef.current;
-    if (m && stick.current) m.scrollTop = m.scrollHeight;
+    if (!m || conv.turns.length === 0) return;
+    if (sentAt.current !== null && conv.turns.length > sentAt.current) {
+      sentAt.current = null;
+      stick.current = true;
+    }
+    if (stick.current) m.scrollTop = m.scrollHeight;
   }, [conv]);
 
   // A turn that ends changes its session's last activity (and maybe its title).
@@ -186,17 +238,63 @@ export function App() {
     wasLive.current = conv.live !== null;
   }, [conv.live, refreshSessions]);
 
-  // New approvals bring the dialog back.
+  // New approvals bring the dialog back, and a notification when the person allowed them.
   const approvalCount = conv.approvals.length;
   useEffect(() => {
     if (approvalCount > 0) setApprovalsHidden(false);
   }, [approvalCount]);
+  const notified = useRef(new Set<string>());
+  useEffect(() => {
+    for (const a of conv.approvals) {
+      if (notified.current.has(a.callId)) continue;
+      notified.current.add(a.callId);
+      if (typeof Notification !== "undefined" && Notification.permission === "granted") {
+        try {
+          new Notification(`omicos: allow ${a.toolName}?`, { body: a.summary, tag: a.callId });
+        } catch {
+          // Some browsers allow notifications only from a service worker.
+        }
+      }
+    }
+  }, [conv.approvals]);
+
+  // A follower that is (re)connecting says so; otherwise what was last heard:
+  // stream events and heartbeats, or the ping that runs when they are quiet.
+  const link: LinkState = streamLink && streamLink !== "connected" ? streamLink : pingLink;
+
+  // A reconnect clears what was said about the server being out of reach.
+  const prevLink = useRef(link);
+  useEffect(() => {
+    if (link === "connected" && prevLink.current !== "connected") setNoticeState((n) => (n?.link ? null : n));
+    prevLink.current = link;
+  }, [link]);
+
+  // Put aside, the questions leave focus on the button that brings them back.
+  useEffect(() => {
+    if (approvalsHidden) pendingRef.current?.focus();
+  }, [approvalsHidden]);
+
+  // Escape closes the phone's sessions drawer.
+  useEffect(() => {
+    if (!drawer) return;
+    const onKey = (e: KeyboardEvent) => {
+      if (e.key === "Escape") {
+        setDrawer(false);
+        document.querySelector<HTMLElement>(".drawer-toggle")?.focus();
+      }
+    };
+    addEventListener("keydown", onKey);
+    return () => removeEventListener("keydown", onKey);
+  }, [drawer]);
 
   const open = (id: string | null) => {
     history.pushState(null, "", id ? `/s/${encodeURIComponent(id)}` : "/");
     setSessionId(id);
     setShowCards(id === null);
     setNotice(null);
+    setDrawer(false);
+    stick.current = true;
+    if (id === null && mainRef.current) mainRef.current.scrollTop = 0;
   };
 
   const live = conv.live !== null;
@@ -207,12 +305,15 @@ export function App() {
     if (!message || live || sending) return;
     setSending(true);
     setNotice(null);
+    // The reader asked for this turn: bring it into view even if they had scrolled up.
+    stick.current = true;
+    sentAt.current = conv.sessionId === (sessionId ?? "") ? conv.turns.length : 0;
     try {
       const r = await web.startTurn({
         sessionId: sessionId ?? "",
         message,
-        agent: team.active,
-        teamMembers: team.members,
+        agent: target.agent,
+        teamMembers: target.team,
         permissionMode: settings.mode,
         model: config?.modelOverride ? settings.model : "",
         provider: config?.modelOverride ? settings.provider : "",
@@ -226,7 +327,11 @@ export function App() {
       }
       void refreshSessions();
     } catch (err) {
-      setNotice(`The turn did not start: ${describeError(err)}`);
+      sentAt.current = null;
+      setNotice(
+        isUnreachable(err) ? "The message was not sent: the server cannot be reached. Try again once the page has reconnected." : `The turn did not start: ${describeError(err)}`,
+        isUnreachable(err),
+      );
     } finally {
       setSending(false);
     }
@@ -234,11 +339,20 @@ export function App() {
 
   const cancel = async () => {
     if (!sessionId) return;
+    const turn = conv.live;
+    if (turn) {
+      const ids = [...cancelledHere.filter((t) => t !== turn), turn].slice(-200);
+      setCancelledHere(ids);
+      save("omicos.cancelled", { ids });
+    }
     try {
       const r = await orchestrator.cancelTurn({ sessionId });
       if (!r.cancelled) setNotice("Nothing to cancel: the turn had already ended.");
     } catch (err) {
-      setNotice(`Cancel failed: ${describeError(err)}`);
+      setNotice(
+        isUnreachable(err) ? "Could not cancel: the server cannot be reached. Try again once the page has reconnected." : `Cancel failed: ${describeError(err)}`,
+        isUnreachable(err),
+      );
     }
   };
 
@@ -254,49 +368,122 @@ export function App() {
       setNotice(
         ce.code === Code.NotFound
           ? `The approval for ${a.toolName} was no longer pending (answered elsewhere, or timed out).`
-          : `The decision was not delivered: ${describeError(err)}`,
+          : isUnreachable(err)
+            ? `The decision on ${a.toolName} was not delivered: the server cannot be reached. Answer again once the page has reconnected.`
+            : `The decision was not delivered: ${describeError(err)}`,
+        isUnreachable(err),
       );
     }
-    composer.current?.focus();
     return null;
   };
 
+  /** An agent picked in a session holds there; in a new chat it is the global pick. */
+  const pickAgent = (a: AgentInfo) => {
+    if (sessionId) {
+      const next = { ...picks, [sessionId]: a.id };
+      setPicks(next);
+      save("omicos.picks", next);
+    } else {
+      setTeam(chooseActive(team, a));
+    }
+  };
   const pickPrompt = (a: AgentInfo, p: string) => {
-    setTeam(chooseActive(team, a));
+    pickAgent(a);
     setDraft(p);
     composer.current?.focus();
   };
 
-  // A follower that is (re)connecting says so; otherwise what was last heard:
-  // stream events and heartbeats, or the ping that runs when they are quiet.
-  const link: LinkState = streamLink && streamLink !== "connected" ? streamLink : pingLink;
-  const linkText = useMemo(
-    () => ({ connecting: "Connecting…", connected: "Connected", reconnecting: "Reconnecting…", offline: "Offline" })[link],
-    [link],
-  );
-  const title = sessions.find((s) => s.sessionId === sessionId)?.title || (sessionId ? "Session" : "New chat");
+  const deleteSession = async (id: string) => {
+    try {
+      await orchestrator.deleteSession({ sessionId: id });
+      if (id === sessionId) open(null);
+    } catch (err) {
+      setNotice(`The session was not deleted: ${describeError(err)}`, isUnreachable(err));
+    }
+    void refreshSessions();
+  };
+
+  const linkText = linkWords(link, access);
+  const lost = access === "ok" && connectionLost(link);
+  const summary = sessions.find((s) => s.sessionId === sessionId);
+  const title = summary?.title || (sessionId ? "Session" : "New chat");
+  const target = composerTarget(sessionId, conv, summary, picks, team);
+  const names = useMemo(() => new Map(agents.map((a) => [a.id, a.name || a.id])), [agents]);
+  const nameOf = useCallback((id: string) => names.get(id) ?? id, [names]);
+  const modeText = MODES.find((m) => m.value === settings.mode) ?? MODES[0]!;
+
+  // The tab says when a question waits, so a person in another tab sees it.
+  useEffect(() => {
+    document.title = approvalCount > 0 ? `(${approvalCount}) approval${approvalCount > 1 ? "s" : ""} waiting · omicos` : `${title} · omicos`;
+  }, [approvalCount, title]);
+
+  const agentOptions = agents.filter((a) => !a.locked || a.id === target.agent);
+  if (target.agent && !agents.some((a) => a.id === target.agent)) {
+    agentOptions.push({ id: target.agent, name: target.agent } as AgentInfo);
+  }
 
   return (
-    <div class="layout">
+    <div class={`layout${drawer ? " drawer-open" : ""}`}>
       <a class="skip" href="#composer">
         Skip to the message box
       </a>
-      <aside class="side">
-        <SessionList sessions={sessions} current={sessionId} onOpen={open} onNew={() => open(null)} />
+      <aside class="side" id="side" aria-label="Sessions and new chat">
+        <button
+          type="button"
+          class="phone-only close-drawer"
+          onClick={() => {
+            setDrawer(false);
+            document.querySelector<HTMLElement>(".drawer-toggle")?.focus();
+          }}
+        >
+          Close
+        </button>
+        <SessionList sessions={sessions} current={sessionId} onOpen={open} onNew={() => open(null)} onDelete={deleteSession} />
       </aside>
+      {drawer && <div class="scrim phone-only" aria-hidden="true" onClick={() => setDrawer(false)} />}
       <div class="main-col">
         <header class="top">
-          <h1>
-            <span aria-hidden="true">◆ </span>omicos <span class="muted title">· {title}</span>
-          </h1>
+          <div class="top-left">
+            <button
+              type="button"
+              class="phone-only drawer-toggle"
+              aria-expanded={drawer}
+              aria-controls="side"
+              onClick={() => {
+                setDrawer(!drawer);
+                // Opened: focus moves into the drawer, where the person is going.
+                if (!drawer) requestAnimationFrame(() => document.querySelector<HTMLElement>(".close-drawer")?.focus());
+              }}
+            >
+              Sessions
+            </button>
+            <h1>
+              <span aria-hidden="true">◆ </span>omicos <span class="muted title">· {title}</span>
+            </h1>
+          </div>
           <div class="top-right">
-            <span class={`link link-${link}`} role="status" data-testid="link" data-link={link}>
+            <button type="button" class="primary phone-only" onClick={() => open(null)}>
+              New chat
+            </button>
+            {canAskNotify && (
+              <button
+                type="button"
+                class="link"
+                onClick={() => {
+                  void Notification.requestPermission().finally(() => setCanAskNotify(Notification.permission === "default"));
+                }}
+              >
+                Notify me about approvals
+              </button>
+            )}
+            <span class={`link link-${access === "ok" ? link : "signed-out"}`} role="status" data-testid="link" data-link={access === "ok" ? link : "signed-out"}>
               <span class="dot" aria-hidden="true" />
               {linkText}
             </span>
             <SettingsPanel settings={settings} config={config} onChange={setSettings} />
           </div>
         </header>
+        {access !== "ok" && <SignIn text={accessText(access)} onToken={(t) => (saveToken(t), location.reload())} />}
         <main
           class="main"
           id="main"
@@ -317,51 +504,92 @@ export function App() {
               <AgentCards
                 agents={agents}
                 tier={tier}
-                team={team}
-                onActive={(a) => setTeam(chooseActive(team, a))}
+                team={sessionId ? { active: target.agent, members: target.team } : team}
+                blocked={access !== "ok"}
+                nameOf={nameOf}
+                onActive={pickAgent}
                 onToggle={(a) => setTeam(toggleMember(team, a))}
                 onPrompt={pickPrompt}
               />
             </div>
           </section>
-          <ChatLog conv={conv} />
+          <ChatLog conv={conv} nameOf={nameOf} lost={lost} cancelledHere={cancelledHere} />
           {approvalCount > 0 && approvalsHidden && (
-            <button type="button" class="pending" onClick={() => setApprovalsHidden(false)}>
+            <button type="button" class="pending" ref={pendingRef} onClick={() => setApprovalsHidden(false)}>
               {approvalCount} approval{approvalCount > 1 ? "s" : ""} waiting
             </button>
           )}
         </main>
         <div class="notice" role="alert" data-testid="notice">
-          {notice}
+          {notice?.text}
         </div>
         <form class="composer" onSubmit={send} aria-label="Message">
-          <label for="composer" class="visually-hidden">
-            Message{team.active ? ` to ${team.active}` : ""}
-          </label>
-          <textarea
-            id="composer"
-            ref={composer}
-            rows={3}
-            value={draft}
-            placeholder={team.active ? `Message ${team.active}… (Enter sends, Shift+Enter: new line)` : "Message… (Enter sends, Shift+Enter: new line)"}
-            onInput={(e) => setDraft(e.currentTarget.value)}
-            onKeyDown={(e) => {
-              if (e.key === "Enter" && !e.shiftKey && !e.isComposing) void send(e);
-            }}
-          />
-          <div class="composer-actions">
-            {live ? (
-              <button type="button" class="danger" onClick={cancel}>
-                Cancel turn
+          <div class="composer-opts">
+            <label>
+              <span>Agent</span>
+              <select data-testid="agent-pick" value={target.agent} onChange={(e) => {
+                const a = agents.find((x) => x.id === e.currentTarget.value);
+                if (a) pickAgent(a);
+                else if (!sessionId) setTeam({ ...team, active: "" });
+              }}>
+                {!target.agent && <option value="">First agent of the team</option>}
+                {agentOptions.map((a) => (
+                  <option value={a.id} key={a.id}>
+                    {a.name || a.id}
+                  </option>
+                ))}
+              </select>
+            </label>
+            <label>
+              <span>Permissions</span>
+              <select data-testid="mode-pick" aria-describedby="mode-help" value={settings.mode} onChange={(e) => setSettings({ ...settings, mode: e.currentTarget.value })}>
+                {MODES.map((m) => (
+                  <option value={m.value} key={m.value}>
+                    {m.short}
+                  </option>
+                ))}
+              </select>
+            </label>
+            <span class="muted mode-help" id="mode-help" data-testid="mode-help">
+              {modeText.help}
+            </span>
+          </div>
+          <div class="composer-row">
+            <label for="composer" class="visually-hidden">
+              Message{target.agent ? ` to ${nameOf(target.agent)}` : ""}
+            </label>
+            <textarea
+              id="composer"
+              ref={composer}
+              rows={3}
+              value={draft}
+              placeholder={target.agent ? `Message ${nameOf(target.agent)}… (Enter sends, Shift+Enter: new line)` : "Message… (Enter sends, Shift+Enter: new line)"}
+              onInput={(e) => setDraft(e.currentTarget.value)}
+              onKeyDown={(e) => {
+                if (e.key === "Enter" && !e.shiftKey && !e.isComposing) void send(e);
+              }}
+            />
+            <div class="composer-actions">
+              {live && !lost ? (
+                <button type="button" class="danger" onClick={cancel}>
+                  Cancel turn
+                </button>
+              ) : null}
+              <button type="submit" class="primary" disabled={!draft.trim() || live || sending}>
+                Send
               </button>
-            ) : null}
-            <button type="submit" class="primary" disabled={!draft.trim() || live || sending}>
-              Send
-            </button>
+            </div>
           </div>
         </form>
       </div>
-      <ApprovalDialog queue={conv.approvals} hidden={approvalsHidden} onDecide={decide} onHide={() => setApprovalsHidden(true)} />
+      <ApprovalDialog
+        queue={conv.approvals}
+        hidden={approvalsHidden}
+        nameOf={nameOf}
+        onDecide={decide}
+        onHide={() => setApprovalsHidden(true)}
+        onAnswered={() => composer.current?.focus()}
+      />
     </div>
   );
 }

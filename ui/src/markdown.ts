@@ -43,7 +43,8 @@ const marked = new Marked({
     code({ text, lang }) {
       const l = (lang ?? "").split(/\s/)[0] ?? "";
       const cls = l ? ` class="hljs language-${escapeHtml(l)}"` : ` class="hljs"`;
-      return `<pre tabindex="0"><code${cls}>${highlight(text, l)}</code></pre>\n`;
+      // The copy button is handled by the chat (one listener for all blocks).
+      return `<div class="code-block"><button type="button" class="copy copy-code">Copy</button><pre tabindex="0"><code${cls}>${highlight(text, l)}</code></pre></div>\n`;
     },
   },
 });
@@ -60,7 +61,9 @@ function purify(html: string): string {
       }
     });
   }
-  return DOMPurify.sanitize(html, { USE_PROFILES: { html: true } });
+  const clean = DOMPurify.sanitize(html, { USE_PROFILES: { html: true } });
+  // A wide table scrolls inside its own box, never the conversation.
+  return clean.replace(/<table(\s[^>]*)?>/g, '<div class="table-wrap" tabindex="0">$&').replace(/<\/table>/g, "</table></div>");
 }
 
 const cache = new Map<string, string>();

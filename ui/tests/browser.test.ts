@@ -3,10 +3,11 @@
 // $OMICOS_UI_URL serving the page and gRPC-web, its model following
 // tests/stack-script.json, every tool running for real. The steps run in
 // order on one page, as a person would use it; each saves a screenshot
-// under test-artifacts/, and axe-core checks the page at four points.
+// under test-artifacts/, and axe-core checks every screen (the cards, a
+// conversation, an approval, the phone layout): no violation at all.
 
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { chromium, type BrowserContext, type Page } from "playwright-core";
+import { chromium, type BrowserContext, type Locator, type Page } from "playwright-core";
 import AxeBuilder from "@axe-core/playwright";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -14,6 +15,7 @@ import { join } from "node:path";
 import { startPeer } from "./peer";
 
 let BASE = process.env.OMICOS_UI_URL ?? "";
+const PEER = !!process.env.OMICOS_UI_PEER && !process.env.OMICOS_UI_URL;
 let stopPeer: (() => Promise<void>) | null = null;
 const ARTIFACTS = process.env.OMICOS_UI_ARTIFACTS ?? join(import.meta.dirname, "..", "test-artifacts");
 const SCRIPT = JSON.parse(readFileSync(join(import.meta.dirname, "stack-script.json"), "utf8")) as {
@@ -41,19 +43,56 @@ async function shot(name: string): Promise<void> {
   await page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
 }
 
-/** axe-core on the page as it stands: no serious or critical violation. */
-async function axe(name: string): Promise<void> {
-  const r = await new AxeBuilder({ page }).withTags(["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"]).analyze();
+/** axe-core on the page as it stands: no violation, whatever its impact. */
+async function axe(name: string, on: Page = page): Promise<void> {
+  const r = await new AxeBuilder({ page: on }).withTags(["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"]).analyze();
   writeFileSync(join(ARTIFACTS, `axe-${name}.json`), JSON.stringify(r.violations, null, 2));
-  const bad = r.violations.filter((v) => v.impact === "serious" || v.impact === "critical");
-  expect(bad.map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(" ")).join(", ")}`)).toEqual([]);
+  expect(r.violations.map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(" ")).join(", ")}`)).toEqual([]);
+}
+
+/** WCAG contrast of a button's label on its fill while the pointer is on it. */
+async function hoverContrast(button: Locator): Promise<number> {
+  await button.hover();
+  await page.waitForTimeout(50);
+  return button.evaluate((el) => {
+    const rgb = (c: string) => (c.match(/[\d.]+/g) ?? []).slice(0, 3).map(Number);
+    const lum = (c: string) => {
+      const [r, g, b] = rgb(c).map((v) => {
+        const x = v / 255;
+        return x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4;
+      });
+      return 0.2126 * r! + 0.7152 * g! + 0.0722 * b!;
+    };
+    const st = getComputedStyle(el);
+    const [a, b] = [lum(st.color), lum(st.backgroundColor)].sort((x, y) => y - x);
+    return (a! + 0.05) / (b! + 0.05);
+  });
+}
+
+/** Whether the element's box lies within the conversation's visible part. */
+async function inView(loc: Locator): Promise<boolean> {
+  return loc.evaluate((el) => {
+    const m = document.getElementById("main")!.getBoundingClientRect();
+    const r = el.getBoundingClientRect();
+    return r.top >= m.top - 1 && r.bottom <= m.bottom + 1;
+  });
+}
+
+/** Notifications the page fired (the init script records them). */
+async function notifications(on: Page = page): Promise<string[]> {
+  return on.evaluate(() => (window as unknown as { __omicosNotes?: string[] }).__omicosNotes ?? []);
 }
 
 /** What a person sees of the conversation, to compare before and after a reload. */
 async function transcript(): Promise<{ turns: number; texts: string[]; tools: string[]; images: number }> {
   return page.evaluate(() => ({
     turns: document.querySelectorAll("[data-testid=turn]").length,
-    texts: [...document.querySelectorAll("[data-testid=agent-text]")].map((e) => e.textContent ?? ""),
+    // The text without the copy buttons' labels (they change when clicked).
+    texts: [...document.querySelectorAll("[data-testid=agent-text]")].map((e) => {
+      const c = e.cloneNode(true) as Element;
+      c.querySelectorAll("button").forEach((b) => b.remove());
+      return c.textContent ?? "";
+    }),
     tools: [...document.querySelectorAll("[data-testid=tool-card]")].map((e) => `${e.getAttribute("data-call")}:${e.getAttribute("data-status")}`),
     images: document.querySelectorAll("img[data-testid=tool-image]").length,
   }));
@@ -75,6 +114,22 @@ beforeAll(async () => {
     args: CHROMIUM_FLAGS,
     viewport: { width: 1280, height: 900 },
   });
+  // The page's notifications, recorded where the test can read them.
+  await context.addInitScript(() => {
+    const w = window as unknown as { __omicosNotes: string[]; Notification: unknown };
+    w.__omicosNotes = [];
+    class Recorded {
+      static permission = "default";
+      static requestPermission = async () => (Recorded.permission = "granted");
+      constructor(title: string) {
+        w.__omicosNotes.push(title);
+      }
+      close() {}
+    }
+    w.Notification = Recorded;
+  });
+  const origin = new URL(BASE).origin;
+  await context.grantPermissions(["clipboard-read", "clipboard-write", "notifications"], { origin });
   page = context.pages()[0] ?? (await context.newPage());
   page.on("console", (m) => {
     if (m.type() === "error") consoleErrors.push(m.text());
@@ -98,17 +153,33 @@ describe("the page on a live stack", () => {
     // Categories come in category_order: the first heading is the lowest order's.
     const headings = await page.locator(".category h3").allTextContents();
     expect(headings.length).toBeGreaterThan(1);
-    await axe("cards");
-    // Settings: ask before side effects, so run_python_code needs an approval.
-    await page.getByText("Settings", { exact: true }).click();
-    await page.getByLabel("Permission mode").selectOption("auto");
-    await page.getByText("Settings", { exact: true }).click();
+    // The first view opens at the top of the cards, and stays there.
+    await page.waitForTimeout(500);
+    expect(await page.$eval("#main", (m) => m.scrollTop)).toBe(0);
+    expect(await page.$eval("#main", (m) => m.scrollHeight > m.clientHeight)).toBe(true);
+    // The mode in force is beside the message box: read only unless chosen.
+    const mode = page.getByLabel("Permissions");
+    expect(await mode.inputValue()).toBe("read_only");
+    expect(await page.getByTestId("mode-help").textContent()).toContain("without side effects");
+    expect(await page.title()).toBe("New chat · omicos");
+    // Notifications of approvals: asked for once, by the person.
+    const notify = page.getByRole("button", { name: "Notify me about approvals" });
+    await notify.click();
+    await notify.waitFor({ state: "detached" });
+    await axe("empty-state");
+    // Ask before side effects, so run_python_code needs an approval.
+    await mode.selectOption("auto");
+    expect(await page.getByTestId("mode-help").textContent()).toContain("approval");
+    // Primary buttons keep a readable label under the pointer.
+    expect(await hoverContrast(page.locator(".side").getByRole("button", { name: "New chat" }))).toBeGreaterThanOrEqual(4.5);
     const prompt = card.locator("button.prompt").first();
     const text = (await prompt.textContent()) ?? "";
     expect(text.length).toBeGreaterThan(0);
     await prompt.click();
     await expect.poll(() => page.inputValue("#composer")).toBe(text);
     await expect.poll(() => card.getByRole("button", { name: "Active" }).getAttribute("aria-pressed")).toBe("true");
+    expect(await page.getByTestId("agent-pick").inputValue()).toBe(SCRIPT.agent);
+    expect(await hoverContrast(page.getByRole("button", { name: "Send" }))).toBeGreaterThanOrEqual(4.5);
     await shot("01-card-and-prompt");
   });
 
@@ -147,8 +218,34 @@ describe("the page on a live stack", () => {
     expect(await page.evaluate(() => (window as unknown as { __omicosXss?: number }).__omicosXss)).toBeUndefined();
     await axe("approval-dialog");
     await shot("03-approval");
+    // The tab says a question waits, and a notification went out.
+    expect(await page.title()).toBe("(1) approval waiting · omicos");
+    await expect.poll(() => notifications()).toEqual(["omicos: allow run_python_code?"]);
+    // Put aside, then reopened from "1 approval waiting": focus follows.
+    await dialog.getByRole("button", { name: "Later" }).click();
+    await dialog.waitFor({ state: "hidden" });
+    const waiting = page.getByRole("button", { name: "1 approval waiting" });
+    await expect.poll(() => waiting.evaluate((el) => el === document.activeElement)).toBe(true);
+    expect(await hoverContrast(waiting)).toBeGreaterThanOrEqual(4.5);
+    await waiting.click();
+    await dialog.waitFor();
+    expect(await hoverContrast(dialog.getByRole("button", { name: "Allow once" }))).toBeGreaterThanOrEqual(4.5);
+    // An answer that cannot reach the server says so in words, and the
+    // notice goes once the page has reconnected; the question still waits.
+    await context.setOffline(true);
+    await dialog.getByRole("button", { name: "Allow once" }).click();
+    const notice = page.getByTestId("notice");
+    await expect.poll(() => notice.textContent()).toContain("the server cannot be reached");
+    expect(await notice.textContent()).not.toMatch(/Failed to fetch|Unknown/);
+    await context.setOffline(false);
+    await expect.poll(() => page.getAttribute("[data-testid=link]", "data-link"), { timeout: 30_000 }).toBe("connected");
+    await expect.poll(() => notice.textContent(), { timeout: 10_000 }).toBe("");
+    expect(await dialog.isVisible()).toBe(true);
     await dialog.getByRole("button", { name: "Allow once" }).click();
     await dialog.waitFor({ state: "hidden" });
+    // Answered: focus is in the message box, not lost to the page body.
+    await expect.poll(() => page.evaluate(() => document.activeElement?.id)).toBe("composer");
+    await expect.poll(() => page.title()).not.toContain("waiting");
     const card = page.locator(`[data-testid=tool-card][data-call=${SCRIPT.replies[0]!.tool_calls[0]!.id}]`);
     await expect.poll(() => card.getAttribute("data-status"), { timeout: 20_000 }).not.toBe("awaiting_approval");
     expect(await card.textContent()).toContain("allowed once");
@@ -181,6 +278,21 @@ describe("the page on a live stack", () => {
     expect(res.headers()["content-type"]).toBe("image/png");
     await page.getByText(SCRIPT.replies[1]!.text.split(" ")[0]!, { exact: false }).last().waitFor({ timeout: 30_000 });
     await expect.poll(() => page.locator("[data-testid=turn][aria-busy=false]").count(), { timeout: 30_000 }).toBe(1);
+    // Copy a code block, and the whole answer.
+    const clip = () => page.evaluate(() => navigator.clipboard.readText());
+    await page.locator("[data-testid=agent-text] .code-block").first().hover();
+    await page.getByRole("button", { name: "Copy", exact: true }).first().click();
+    await expect.poll(clip).toBe("squares = [n * n for n in range(1, 5)]");
+    await page.getByTestId("copy-answer").first().click();
+    await expect.poll(clip).toContain("Done: the plot of the squares is above.");
+    expect(await clip()).toContain("I will **count** to twenty");
+    // The chat names agents as the cards do.
+    expect(await page.locator("[data-testid=user-message] .who").first().textContent()).toBe("You → Data Analyst");
+    // Each tool card is its own landmark: tool name and call.
+    const labels = await page.locator("[data-testid=tool-card]").evaluateAll((els) => els.map((e) => e.getAttribute("aria-label") ?? ""));
+    expect(labels.length).toBeGreaterThan(0);
+    expect(new Set(labels).size).toBe(labels.length);
+    expect(labels[0]).toBe(`run_python_code, call ${SCRIPT.replies[0]!.tool_calls[0]!.id}`);
     await shot("05-image");
   });
 
@@ -191,7 +303,9 @@ describe("the page on a live stack", () => {
     await page.reload();
     await expect.poll(() => page.getAttribute("[data-testid=link]", "data-link"), { timeout: 20_000 }).toBe("connected");
     await expect.poll(transcript, { timeout: 20_000 }).toEqual(before);
-    await axe("after-reload");
+    // Reopened at its end, the conversation is in view.
+    await expect.poll(() => inView(page.getByTestId("turn").last().locator("[data-testid=agent-text]").last())).toBe(true);
+    await axe("conversation");
     await shot("06-reloaded");
   });
 
@@ -206,9 +320,25 @@ describe("the page on a live stack", () => {
     // Live output arrives while it runs.
     await expect.poll(() => card.locator("[data-testid=tool-output]").textContent(), { timeout: 30_000 }).toMatch(/\d/);
     await shot("07-long-call");
+    // The server out of reach: the page says so, and offers no cancel it cannot deliver.
+    await context.setOffline(true);
+    const lost = page.getByTestId("turn-lost");
+    await lost.waitFor({ timeout: 60_000 });
+    expect(await lost.textContent()).toContain("Connection lost, reconnecting");
+    expect(await page.getByRole("button", { name: "Cancel turn" }).count()).toBe(0);
+    expect(await page.getAttribute("[data-testid=link]", "data-link")).not.toBe("connected");
+    expect(await page.locator(".turn-foot .working").count()).toBe(0);
+    await shot("07b-connection-lost");
+    await context.setOffline(false);
+    await expect.poll(() => page.getAttribute("[data-testid=link]", "data-link"), { timeout: 30_000 }).toBe("connected");
+    await lost.waitFor({ state: "detached", timeout: 30_000 });
+    expect(await page.getByTestId("notice").textContent()).toBe("");
     await page.getByRole("button", { name: "Cancel turn" }).click();
     await expect.poll(() => page.locator("[data-testid=turn-done]").last().textContent(), { timeout: 30_000 }).toBe("Cancelled");
     await expect.poll(() => card.getAttribute("data-status")).not.toBe("running");
+    // A stopped call says why where it can be read.
+    await expect.poll(() => card.getByTestId("tool-reason").isVisible()).toBe(true);
+    expect(((await card.getByTestId("tool-reason").textContent()) ?? "").length).toBeGreaterThan("Why: ".length);
     await expect.poll(() => page.getByRole("button", { name: "Send" }).isVisible()).toBe(true);
     expect(await page.getByRole("button", { name: "Cancel turn" }).count()).toBe(0);
     await shot("08-cancelled");
@@ -252,8 +382,147 @@ describe("the page on a live stack", () => {
     await dialog.getByRole("button", { name: "Deny" }).click();
     await dialog.waitFor({ state: "hidden" });
     await expect.poll(() => card(outside!).getAttribute("data-status"), { timeout: 20_000 }).toBe("denied");
+    await expect.poll(() => card(outside!).getByTestId("tool-reason").isVisible()).toBe(true);
     await page.getByText(SCRIPT.replies[6]!.text.split(";")[0]!, { exact: false }).last().waitFor({ timeout: 30_000 });
     await expect.poll(() => page.locator("[data-testid=turn][aria-busy=false]").count(), { timeout: 30_000 }).toBe(3);
     await shot("11-rule-turn-done");
+  });
+
+  it("sends a reopened session's message to that session's agent, and brings it into view", async () => {
+    const first = new URL(page.url()).pathname;
+    // A new chat with another agent picked (Coder has no run_python_code).
+    await page.locator(".side").getByRole("button", { name: "New chat" }).click();
+    await page.waitForURL((u) => u.pathname === "/");
+    // Back to the empty state: it opens at the top of the cards, not where the conversation was.
+    await page.waitForTimeout(300);
+    expect(await page.$eval("#main", (m) => m.scrollTop)).toBe(0);
+    await page.locator("[data-testid=agent-card][data-agent=coder]").getByRole("button", { name: "Talk to Coder" }).click();
+    expect(await page.getByTestId("agent-pick").inputValue()).toBe("coder");
+    // Reopen the first session: its own agent answers there.
+    await page.locator(`[data-testid=session-link][href="${first}"]`).click();
+    await page.waitForURL((u) => u.pathname === first);
+    await expect.poll(() => page.locator("[data-testid=turn]").count(), { timeout: 20_000 }).toBe(3);
+    await expect.poll(() => page.getByTestId("agent-pick").inputValue()).toBe(SCRIPT.agent);
+    // Scrolled up to the top, then Send: the new message comes into view.
+    await page.$eval("#main", (m) => (m.scrollTop = 0));
+    await page.waitForTimeout(200);
+    await page.fill("#composer", "plot it again");
+    await page.getByRole("button", { name: "Send" }).click();
+    const mine = page.locator("[data-testid=user-message]", { hasText: "plot it again" });
+    await mine.waitFor({ timeout: 20_000 });
+    await expect.poll(() => inView(mine), { timeout: 10_000 }).toBe(true);
+    // run_python_code was allowed for this session in turn 2: it runs without a question.
+    const again = page.locator(`[data-testid=tool-card][data-call=${SCRIPT.replies[7]!.tool_calls[0]!.id}]`);
+    await expect.poll(() => again.getAttribute("data-status"), { timeout: 30_000 }).toBe("done");
+    await expect.poll(() => page.locator("[data-testid=turn][aria-busy=false]").count(), { timeout: 30_000 }).toBe(4);
+    expect(await page.locator("[data-testid=error-event]").count()).toBe(0);
+    expect(await mine.locator(".who").textContent()).toBe("You → Data Analyst");
+    await page.locator(".table-wrap").waitFor();
+    await shot("12-reopened-session");
+  });
+
+  it("fits a phone: sessions in a drawer, New chat at hand, wide content scrolls in its own box", async () => {
+    await page.setViewportSize({ width: 390, height: 844 });
+    try {
+      await page.waitForTimeout(300);
+      // No sideways scroll of the page or the conversation.
+      expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+      expect(await page.$eval("#main", (m) => m.scrollWidth - m.clientWidth)).toBeLessThanOrEqual(0);
+      // The table scrolls inside its own box; the image shrinks to fit.
+      const wrap = page.locator(".table-wrap").last();
+      expect(await wrap.evaluate((w) => w.scrollWidth > w.clientWidth)).toBe(true);
+      const img = page.locator("[data-testid=agent-text] img").last();
+      const mainWidth = await page.$eval("#main", (m) => m.clientWidth);
+      expect(await img.evaluate((e) => e.getBoundingClientRect().width)).toBeLessThanOrEqual(mainWidth);
+      const newChat = page.locator(".top").getByRole("button", { name: "New chat" });
+      expect(await newChat.isVisible()).toBe(true);
+      const links = page.locator("[data-testid=session-link]");
+      expect(await links.first().isVisible()).toBe(false);
+      await axe("phone");
+      await shot("13-phone");
+      const toggle = page.getByRole("button", { name: "Sessions", exact: true });
+      await toggle.click();
+      expect(await toggle.getAttribute("aria-expanded")).toBe("true");
+      await links.first().waitFor();
+      expect(await links.first().isVisible()).toBe(true);
+      await axe("phone-drawer");
+      await shot("14-phone-drawer");
+      await page.keyboard.press("Escape");
+      await expect.poll(() => links.first().isVisible()).toBe(false);
+    } finally {
+      await page.setViewportSize({ width: 1280, height: 900 });
+    }
+  });
+
+  it("finds sessions by search and deletes one", async () => {
+    await page.locator(".side").getByRole("button", { name: "New chat" }).click();
+    await page.waitForURL((u) => u.pathname === "/");
+    await page.fill("#composer", "a throwaway question");
+    await page.getByRole("button", { name: "Send" }).click();
+    await page.waitForURL(/\/s\/[^/]+$/, { timeout: 20_000 });
+    const gone = new URL(page.url()).pathname;
+    await page.getByText(SCRIPT.replies[9]!.text).waitFor({ timeout: 30_000 });
+    const links = page.locator("[data-testid=session-link]");
+    await expect.poll(() => links.count(), { timeout: 20_000 }).toBe(2);
+    const search = page.getByLabel("Search sessions");
+    await search.fill("throwaway");
+    await expect.poll(() => links.count()).toBe(1);
+    expect(await links.first().getAttribute("href")).toBe(gone);
+    await search.fill("no such words here");
+    await expect.poll(() => links.count()).toBe(0);
+    expect(await page.locator(".sessions").textContent()).toContain("No session matches");
+    await search.fill("");
+    await expect.poll(() => links.count()).toBe(2);
+    page.once("dialog", (d) => void d.accept());
+    await page.locator(".session-item", { has: page.locator(`a[href="${gone}"]`) }).getByRole("button", { name: /^Delete session/ }).click();
+    await page.waitForURL((u) => u.pathname === "/");
+    await expect.poll(() => links.count(), { timeout: 10_000 }).toBe(1);
+    // Gone at the server too, not only from this list.
+    await page.reload();
+    await expect.poll(() => page.locator("[data-testid=session-link]").count(), { timeout: 20_000 }).toBe(1);
+    expect(await page.locator(`[data-testid=session-link][href="${gone}"]`).count()).toBe(0);
+  });
+
+  it.skipIf(PEER)("says what to do when the token is missing or wrong, and stops asking", async () => {
+    const token = /#token=([^&]+)/.exec(BASE)?.[1];
+    expect(token, "the stack's page URL carries its token").toBeTruthy();
+    const origin = new URL(BASE).origin;
+    const other = await context.newPage();
+    try {
+      const asked: string[] = [];
+      other.on("request", (r) => {
+        if (r.url().includes("/ListSessions")) asked.push(r.url());
+      });
+      // No token at all.
+      await other.goto(`${origin}/`);
+      const link = () => other.getAttribute("[data-testid=link]", "data-link");
+      await expect.poll(link, { timeout: 20_000 }).toBe("signed-out");
+      const text = other.getByTestId("signin-text");
+      expect(await text.textContent()).toMatch(/^This page is not signed in\. .*omicos up/);
+      const page_ = (await other.textContent("body")) ?? "";
+      expect(page_).not.toMatch(/Bearer|authorization|Unauthenticated/i);
+      expect(page_).not.toContain("catalog is empty");
+      expect(page_).not.toContain("Connected");
+      await axe("signed-out", other);
+      await other.screenshot({ path: join(ARTIFACTS, "15-no-token.png") });
+      // A refused token is not asked again and again (the ping runs every 7.5 s).
+      const before = asked.length;
+      await other.waitForTimeout(17_000);
+      expect(asked.length - before).toBe(0);
+      expect(await link()).toBe("signed-out");
+      // A wrong token says so.
+      await other.goto(`${origin}/#token=not-the-token`);
+      await other.reload();
+      await expect.poll(link, { timeout: 20_000 }).toBe("signed-out");
+      expect(await text.textContent()).toContain("refused");
+      // The right one, pasted: signed in.
+      await other.getByLabel("Access token").fill(decodeURIComponent(token!));
+      await other.getByRole("button", { name: "Sign in" }).click();
+      await expect.poll(link, { timeout: 20_000 }).toBe("connected");
+      expect(await other.getByTestId("signin").count()).toBe(0);
+      await other.locator(`[data-testid=agent-card][data-agent=${SCRIPT.agent}]`).waitFor();
+    } finally {
+      await other.close();
+    }
   });
 });

@@ -85,6 +85,7 @@ class Session {
   live: string | null = null;
   turns = 0;
   title = "";
+  agent = "";
   lastActive = Date.now();
   readonly approvals = new Map<string, { tool: string; args: Record<string, unknown>; resolve: (d: Decision, rule: string) => void }>();
   /** Tools and rules allowed for the rest of the session. */
@@ -142,6 +143,8 @@ export async function startPeer(distDir: string): Promise<{ url: string; stop: (
   const workspace = mkdtempSync(join(tmpdir(), "omicos-ui-peer-"));
   const sessions = new Map<string, Session>();
   let nextId = 1;
+  /** Turns across all sessions: the script's `turn` numbers count them so. */
+  let turnsPlayed = 0;
 
   async function play(s: Session, turnId: string, replies: Reply[], signal: AbortSignal): Promise<void> {
     let n = 0;
@@ -198,6 +201,11 @@ export async function startPeer(distDir: string): Promise<{ url: string; stop: (
           s.emit(turnId, { case: "toolOutputChunk", value: { callId: call.id, chunk: { stream: "stdout", text: "plotted\n" } } });
           const result = JSON.stringify({ status: "done", result: JSON.stringify({ stdout: "plotted\n", stderr: "", display_data: [{ "text/plain": "<IPython.core.display.Image object>", png_path: rel }] }) });
           s.emit(turnId, { case: "toolCallFinished", value: { callId: call.id, name: call.name, status: ToolStatus.DONE, result, elapsedMs: BigInt(Date.now() - started) } });
+        } else if (!code.includes("range(1200)")) {
+          const out = code.match(/print\("([^"]*)"\)/)?.[1] ?? "";
+          s.emit(turnId, { case: "toolOutputChunk", value: { callId: call.id, chunk: { stream: "stdout", text: `${out}\n` } } });
+          const result = JSON.stringify({ status: "done", result: JSON.stringify({ stdout: `${out}\n`, stderr: "" }) });
+          s.emit(turnId, { case: "toolCallFinished", value: { callId: call.id, name: call.name, status: ToolStatus.DONE, result, elapsedMs: BigInt(Date.now() - started) } });
         } else {
           for (let i = 0; !signal.aborted; i++) {
             s.emit(turnId, { case: "toolOutputChunk", value: { callId: call.id, chunk: { stream: "stdout", text: `${i}\n` } } });
@@ -227,13 +235,16 @@ export async function startPeer(distDir: string): Promise<{ url: string; stop: (
         }
         if (s.live) throw new ConnectError(`session \`${s.id}\` is running turn ${s.live}`, Code.FailedPrecondition);
         s.turns += 1;
+        turnsPlayed += 1;
+        const turnNo = turnsPlayed;
+        s.agent = req.agent;
         const turnId = `${s.id}-t${s.turns}`;
         const mode = req.permissionMode === "full" ? PermissionMode.FULL : req.permissionMode === "read_only" ? PermissionMode.READ_ONLY : PermissionMode.AUTO;
         const start = s.emit(turnId, { case: "turnStarted", value: { message: req.message, agent: req.agent, teamMembers: req.teamMembers, permissionMode: mode } });
         s.live = turnId;
         const ac = new AbortController();
         s.cancel = ac;
-        const replies = SCRIPT.replies.filter((r) => r.turn === s!.turns);
+        const replies = SCRIPT.replies.filter((r) => r.turn === turnNo);
         const session = s;
         void play(session, turnId, replies, ac.signal).then(() => {
           session.emit(turnId, { case: "turnDone", value: { reason: ac.signal.aborted ? TurnDoneReason.CANCELLED : TurnDoneReason.COMPLETED } });
@@ -242,7 +253,7 @@ export async function startPeer(distDir: string): Promise<{ url: string; stop: (
         return { sessionId: s.id, turnId, startSeq: start.eventSeq };
       },
       async getClientConfig() {
-        return { providers: ["replay", "openai"], defaultModel: "scripted", modelOverride: true, defaultPermissionMode: PermissionMode.AUTO, deploymentTier: "community", heartbeatSecs: HEARTBEAT_S };
+        return { providers: ["replay", "openai"], defaultModel: "scripted", modelOverride: true, defaultPermissionMode: PermissionMode.READ_ONLY, deploymentTier: "community", heartbeatSecs: HEARTBEAT_S };
       },
     });
     router.service(Orchestrator, {
@@ -313,11 +324,18 @@ export async function startPeer(distDir: string): Promise<{ url: string; stop: (
           ],
         };
       },
+      async deleteSession(req) {
+        const s = sessions.get(req.sessionId);
+        if (!s) throw new ConnectError(`session \`${req.sessionId}\` does not exist`, Code.NotFound);
+        s.cancel?.abort();
+        sessions.delete(req.sessionId);
+        return {};
+      },
       async listSessions() {
         return {
           sessions: [...sessions.values()]
             .sort((x, y) => y.lastActive - x.lastActive)
-            .map((s) => create(SessionSummarySchema, { sessionId: s.id, title: s.title, lastActiveMs: BigInt(s.lastActive), createdMs: BigInt(s.lastActive), lastEventSeq: BigInt(s.events.length) })),
+            .map((s) => create(SessionSummarySchema, { sessionId: s.id, title: s.title, agent: s.agent, lastActiveMs: BigInt(s.lastActive), createdMs: BigInt(s.lastActive), lastEventSeq: BigInt(s.events.length) })),
         };
       },
     });

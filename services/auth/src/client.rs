@@ -34,6 +34,9 @@ struct JwtVerifier {
     default_max_mode: omicos_proto::PermissionMode,
 }
 
+/// The example client key deploy/ ships (its hash is in the Secret).
+pub const EXAMPLE_CLIENT_KEY: &str = "CHANGE-ME-example-client-key";
+
 impl ClientAuth {
     /// From validated config ([`ClientAuthConfig::validate`]).
     pub fn new(cfg: &ClientAuthConfig) -> Result<Self, String> {
@@ -42,6 +45,15 @@ impl ClientAuth {
             let mut digest = [0u8; 32];
             hex::decode_to_slice(&k.sha256, &mut digest)
                 .map_err(|e| format!("api key of {}: sha256: {e}", k.principal))?;
+            if k.sha256
+                .eq_ignore_ascii_case(&crate::sha256_hex(EXAMPLE_CLIENT_KEY))
+            {
+                tracing::error!(
+                    principal = %k.principal,
+                    "an api key is deploy/'s example key ({EXAMPLE_CLIENT_KEY}), public in the repository: anyone can sign in as `{}`; replace its sha256 with your own key's (deploy/README.md)",
+                    k.principal
+                );
+            }
             keys.push(Key {
                 digest,
                 principal: Principal {
@@ -237,5 +249,26 @@ impl JwtVerifier {
             },
             Instant::now() + left,
         ))
+    }
+}
+
+#[cfg(test)]
+mod example_key {
+    use super::*;
+
+    /// The key whose use is logged as an error is the one deploy/ ships:
+    /// its hash is the one in the k8s Secret (compose.yaml ships none: it
+    /// makes the operator set both).
+    #[test]
+    fn the_example_key_is_the_one_deploy_ships() {
+        let hash = crate::sha256_hex(EXAMPLE_CLIENT_KEY);
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let text = std::fs::read_to_string(root.join("deploy/k8s/omicos.yaml")).unwrap();
+        assert!(text.contains(&hash), "deploy/ ships another example key");
+        assert!(crate::service::is_placeholder_secret(
+            "CHANGE-ME-to-32-random-bytes"
+        ));
+        assert!(text.contains("CHANGE-ME-to-32-random-bytes"));
+        assert!(!crate::service::is_placeholder_secret("9f2c0d1e-random"));
     }
 }

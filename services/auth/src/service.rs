@@ -176,9 +176,22 @@ impl std::fmt::Debug for ServiceAuth {
     }
 }
 
+/// deploy/'s placeholders start so: a secret anybody can read in the repository.
+pub const PLACEHOLDER_PREFIX: &str = "CHANGE-ME";
+
+/// Whether `secret` is a shipped placeholder rather than the operator's own.
+pub fn is_placeholder_secret(secret: &str) -> bool {
+    secret.starts_with(PLACEHOLDER_PREFIX)
+}
+
 impl ServiceAuth {
     /// Requires `secret`; an empty secret checks nothing (a warning says so once at start).
     pub fn new(secret: &str) -> Self {
+        if is_placeholder_secret(secret) {
+            tracing::error!(
+                "the service secret is deploy/'s placeholder (CHANGE-ME…), public in the repository: anyone who reads it can call this service as any part; set a random one (openssl rand -hex 32) in the Secret"
+            );
+        }
         Self {
             digest: (!secret.is_empty()).then(|| sha2::Sha256::digest(secret.as_bytes()).into()),
             allow_roleless_client_certs: false,

@@ -2,7 +2,8 @@
 //! output files are served only to a caller with a valid bearer token (in
 //! `Authorization`, or the page's `omicos_token` cookie, since an `<img>`
 //! sends no header), from its tenant's workspace, and a session's outputs
-//! (`.omicos/outputs/<session>/`) only to the session's owner. Another
+//! (`.omicos/outputs/<session>/`) and spooled results
+//! (`.omicos/tool_outputs/<session>/`) only to the session's owner. Another
 //! owner's file is 404, as a file that does not exist.
 
 use crate::hub::Hub;
@@ -45,14 +46,23 @@ impl FilesGate {
             .map_err(|_| StatusCode::NOT_FOUND)?;
         // Resolve first: the real file, inside one of the served roots.
         let full = omicos_webui::resolve_workspace_file(&ws, rel).ok_or(StatusCode::NOT_FOUND)?;
-        // Then authorize on what was resolved: a file under the outputs
-        // root belongs to the session whose folder holds it.
-        let outputs = ws.join(".omicos/outputs").canonicalize().ok();
-        if let Some(inside) = outputs.as_ref().and_then(|o| full.strip_prefix(o).ok()) {
-            let session = match inside.components().next() {
-                Some(std::path::Component::Normal(s)) if inside.components().count() > 1 => {
+        // Then authorize on what was resolved: a file in a session's folder
+        // of either root (outputs, the spool) belongs to that session. A
+        // spool file directly under the spool root is from before spools
+        // had a folder per session, named by its call id: the tenant's.
+        for root in omicos_webui::FILE_ROOTS {
+            let Some(base) = ws.join(root).canonicalize().ok() else {
+                continue;
+            };
+            let Ok(inside) = full.strip_prefix(&base) else {
+                continue;
+            };
+            let mut parts = inside.components();
+            let session = match (parts.next(), parts.next()) {
+                (Some(std::path::Component::Normal(s)), Some(_)) => {
                     s.to_string_lossy().into_owned()
                 }
+                (Some(_), None) if root.ends_with("tool_outputs") => break,
                 _ => return Err(StatusCode::NOT_FOUND),
             };
             let owned = match self.hub.store().get_session(&session).await {
@@ -64,6 +74,7 @@ impl FilesGate {
                 tracing::warn!(target: "omicos::audit", event = "file_denied", principal = %who.label(), path = rel, session = %session, "a file of another owner's session was asked for");
                 return Err(StatusCode::NOT_FOUND);
             }
+            break;
         }
         Ok(full)
     }

@@ -149,21 +149,18 @@ impl Base {
         Ok(cg)
     }
 
-    /// Removes the directories a killed service left (empty ones; a cgroup
-    /// with a process in it refuses).
-    pub fn sweep_siblings(&self, keep: &str) {
+    /// Removes the directories that instances known to be gone left (a
+    /// killed service's; empty ones: a cgroup with a process in it refuses).
+    /// Never a live sibling's: its box cgroups are empty between their
+    /// creation and the zygote's join, and writing to a removed cgroup's
+    /// `cgroup.procs` fails with ENODEV.
+    pub fn sweep_gone(&self, gone: &[String]) {
         for (_, base) in &self.dirs {
             let Some(parent) = base.parent() else {
                 continue;
             };
-            let Ok(entries) = std::fs::read_dir(parent) else {
-                continue;
-            };
-            for e in entries.flatten() {
-                let p = e.path();
-                if p.file_name().and_then(|n| n.to_str()) == Some(keep) {
-                    continue;
-                }
+            for name in gone {
+                let p = parent.join(name);
                 if let Ok(children) = std::fs::read_dir(&p) {
                     for c in children.flatten().filter(|c| c.path().is_dir()) {
                         let _ = std::fs::remove_dir(c.path());
@@ -373,5 +370,32 @@ impl Drop for BoxCgroup {
             // Nothing left to retry: its drop has nothing to do.
             this.dirs.clear();
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A live sibling instance's empty box cgroup (made, not yet joined) is
+    /// never swept: only instances known to be gone are.
+    #[test]
+    fn only_gone_instances_are_swept() {
+        let root = tempfile::tempdir().unwrap();
+        let top = root.path().join("omicos-sandbox");
+        for d in ["i-me/b-own", "i-live/b-starting", "i-dead/b-left"] {
+            std::fs::create_dir_all(top.join(d)).unwrap();
+        }
+        let base = Base {
+            v2: true,
+            dirs: vec![("memory", top.join("i-me"))],
+        };
+        base.sweep_gone(&["i-dead".to_string()]);
+        assert!(
+            top.join("i-live/b-starting").is_dir(),
+            "a live sibling's box was swept"
+        );
+        assert!(top.join("i-me/b-own").is_dir());
+        assert!(!top.join("i-dead").exists(), "a gone instance was left");
     }
 }

@@ -211,10 +211,12 @@ fn private_dir(path: &Path) -> Result<(), SandboxError> {
     Ok(())
 }
 
-/// Removes runtime directories of instances that are gone (their lock is free).
-fn sweep_runtime(runtime_root: &Path, keep: &str) {
+/// Removes runtime directories of instances that are gone (their lock is
+/// free) and names them: only their cgroups may be swept too.
+fn sweep_runtime(runtime_root: &Path, keep: &str) -> Vec<String> {
+    let mut gone = Vec::new();
     let Ok(entries) = std::fs::read_dir(runtime_root) else {
-        return;
+        return gone;
     };
     for e in entries.flatten() {
         let name = e.file_name();
@@ -229,8 +231,10 @@ fn sweep_runtime(runtime_root: &Path, keep: &str) {
         // SAFETY: flock(2) on a file we opened.
         if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
             let _ = std::fs::remove_dir_all(e.path());
+            gone.push(name.to_string());
         }
     }
+    gone
 }
 
 /// The sandboxes of this process, by config: see [`Sandbox::shared`].
@@ -274,7 +278,7 @@ impl Sandbox {
         let instance = format!("i-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let runtime_root = default_runtime(&config);
         private_dir(&runtime_root)?;
-        sweep_runtime(&runtime_root, &instance);
+        let gone = sweep_runtime(&runtime_root, &instance);
         let runtime = runtime_root.join(&instance);
         private_dir(&runtime)?;
         let lock = std::fs::File::create(runtime.join("lock")).map_err(|e| SandboxError::Dir {
@@ -295,7 +299,7 @@ impl Sandbox {
             ProcessCgroup::Dir(d) => box_cgroup::Base::detect(d, &instance, &mut cg_why),
         };
         if let Some(c) = &cgroups {
-            c.sweep_siblings(&instance);
+            c.sweep_gone(&gone);
         }
         let mut lines = Vec::new();
         lines.push(match mode {
@@ -835,6 +839,15 @@ impl Sandbox {
             Err(why) if why.contains("idmap") && self.idmap.swap(false, Ordering::SeqCst) => {
                 tracing::warn!(error = %why, "sandbox: idmapped mounts do not work here; boxes bind the workspace as is (the service's files are read-only to them)");
                 SessionBox::start(self.launch(&key, false)?)
+                    .await
+                    .map_err(SandboxError::Box)
+            }
+            // The box's cgroup went away between its creation and the
+            // zygote's join (ENODEV; an operator's or another service's
+            // sweep): once more, in a new one.
+            Err(why) if why.contains(&format!("(os error {})", libc::ENODEV)) => {
+                tracing::warn!(error = %why, "sandbox: the box's cgroup was removed before the box joined it; starting it again");
+                SessionBox::start(self.launch(&key, self.idmap.load(Ordering::SeqCst))?)
                     .await
                     .map_err(SandboxError::Box)
             }

@@ -436,6 +436,13 @@ fn rename_in_env(
 
 fn merge(base: &mut Value, overlay: Value, path: &str) -> Result<(), ConfigError> {
     match (base, overlay) {
+        // A map whose default is empty is the operator's to fill (agent ids,
+        // model names, tool names): its keys are data, not settings to check.
+        // Merging key by key refused every one as unknown.
+        (Value::Mapping(b), Value::Mapping(o)) if b.is_empty() => {
+            *b = o;
+            Ok(())
+        }
         (Value::Mapping(b), Value::Mapping(o)) => {
             for (k, v) in o {
                 let key = k
@@ -720,6 +727,7 @@ mod tests {
         shutdown_grace: Duration,
         #[serde(with = "duration::option")]
         hook_timeout: Option<Duration>,
+        windows: std::collections::BTreeMap<String, u64>,
     }
     impl Default for Cfg {
         fn default() -> Self {
@@ -729,6 +737,7 @@ mod tests {
                 toolsets: Vec::new(),
                 shutdown_grace: Duration::from_secs(10),
                 hook_timeout: None,
+                windows: Default::default(),
             }
         }
     }
@@ -765,6 +774,21 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    /// A map whose default is empty takes the operator's keys (they are
+    /// data: model names, agent ids); a key beside it is still checked.
+    #[test]
+    fn an_empty_default_map_takes_the_operators_keys() {
+        let f = write("windows:\n  gpt-x: 1000\n  claude-y: 2000\n");
+        let c: Cfg = load_config(Some(&f.0), &[]).unwrap();
+        assert_eq!(c.windows.get("gpt-x"), Some(&1000));
+        assert_eq!(c.windows.get("claude-y"), Some(&2000));
+        let f = write("windows:\n  gpt-x: 1000\nwindowz: {}\n");
+        let e = load_config::<Cfg>(Some(&f.0), &[]).unwrap_err();
+        assert_eq!(e.key_path(), Some("windowz"), "{e}");
+        let f = write("windows:\n  gpt-x: many\n");
+        assert!(load_config::<Cfg>(Some(&f.0), &[]).is_err());
     }
 
     #[test]

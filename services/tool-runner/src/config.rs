@@ -55,6 +55,10 @@ pub struct Config {
     /// calls with no forwarded principal) keeps the tenant's scope, so the
     /// rows it wrote before stay its own.
     pub memory_sharing: String,
+    /// `memory_sharing` per agent id, over the deployment's: an agent that
+    /// keeps a team's shared notes can be `tenant` while the rest stay
+    /// `principal` (or the other way round).
+    pub memory_sharing_agents: std::collections::BTreeMap<String, String>,
     /// Longest a shell command may run (also the cap of a call's own timeout).
     #[serde(with = "duration")]
     pub shell_timeout: Duration,
@@ -106,6 +110,7 @@ impl Default for Config {
             metrics_addr: String::new(),
             memory_scope: "workspace".into(),
             memory_sharing: "principal".into(),
+            memory_sharing_agents: Default::default(),
             shell_timeout: Duration::from_secs(120),
             shell_output_cap_bytes: 1 << 20,
             default_permission_mode: "read_only".into(),
@@ -193,14 +198,24 @@ impl ServiceConfig for Config {
         self.tls.load("tls")?;
         omicos_proto::PermissionMode::parse(&self.default_permission_mode)
             .map_err(|e| ConfigError::key("default_permission_mode", e.to_string()))?;
-        if !matches!(self.memory_sharing.as_str(), "principal" | "tenant") {
-            return Err(ConfigError::key(
-                "memory_sharing",
-                format!(
-                    "is `{}`: principal (each principal its own memory) or tenant (one per tenant)",
-                    crate::pipeline::bounded_text(&self.memory_sharing)
-                ),
-            ));
+        let sharing = std::iter::once(("memory_sharing".to_owned(), &self.memory_sharing)).chain(
+            self.memory_sharing_agents.iter().map(|(a, v)| {
+                (
+                    format!("memory_sharing_agents.{}", crate::pipeline::bounded_text(a)),
+                    v,
+                )
+            }),
+        );
+        for (key, value) in sharing {
+            if !matches!(value.as_str(), "principal" | "tenant") {
+                return Err(ConfigError::key(
+                    key,
+                    format!(
+                        "is `{}`: principal (each principal its own memory) or tenant (one per tenant)",
+                        crate::pipeline::bounded_text(value)
+                    ),
+                ));
+            }
         }
         for (event, list) in self.hooks.events() {
             for (i, m) in list.iter().enumerate() {

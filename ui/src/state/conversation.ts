@@ -91,6 +91,8 @@ export interface TurnView {
   startedMs: number;
   rootFrame: string;
   done: TurnDoneReason | null;
+  /** The server's words on why it ended, when the reason alone does not say. */
+  doneDetail: string;
   usage: { input: number; output: number; model: string } | null;
 }
 
@@ -363,7 +365,7 @@ function fold(c: Conversation, ev: ChatEvent, seq: number): Conversation {
           calls[id] = { ...call, status: reason === TurnDoneReason.CANCELLED ? "cancelled" : "error", finishedMs: ts };
         }
       }
-      const s = withTurn({ ...c, calls }, ev.turnId, (t) => ({ ...t, done: reason }));
+      const s = withTurn({ ...c, calls }, ev.turnId, (t) => ({ ...t, done: reason, doneDetail: k.value.detail }));
       return {
         ...s,
         live: s.live === ev.turnId ? null : s.live,
@@ -382,7 +384,7 @@ function startTurn(
   ts: number,
 ): Conversation {
   const root = frameKey(turnId, "root");
-  const turn: TurnView = { id: turnId, ...t, startedMs: ts, rootFrame: root, done: null, usage: null };
+  const turn: TurnView = { id: turnId, ...t, startedMs: ts, rootFrame: root, done: null, doneDetail: "", usage: null };
   const frame: FrameView = { key: root, turnId, contextId: "root", agentId: t.agent, depth: 0, items: [] };
   return { ...c, turns: [...c.turns, turn], frames: { ...c.frames, [root]: frame }, live: turnId };
 }

@@ -14,7 +14,7 @@ class ScriptedAttach implements AttachSource {
   constructor(
     private readonly log: Log,
     /** Per attempt: how many events to send before failing; undefined: all, then end. */
-    private readonly breakAfter: (number | "error" | "fatal" | undefined)[],
+    private readonly breakAfter: (number | "error" | "fatal" | "unauthenticated" | undefined)[],
     private readonly extra: (attempt: number) => ChatEvent[] = () => [],
   ) {}
   async *attach(_id: string, since: number, signal: AbortSignal): AsyncIterable<ChatEvent> {
@@ -23,6 +23,7 @@ class ScriptedAttach implements AttachSource {
     const plan = this.breakAfter[attempt];
     if (plan === "error") throw new ConnectError("connection refused", Code.Unavailable);
     if (plan === "fatal") throw new ConnectError("session `s1` does not exist", Code.NotFound);
+    if (plan === "unauthenticated") throw new ConnectError("the token was refused", Code.Unauthenticated);
     for (const ev of this.extra(attempt)) yield ev;
     let sent = 0;
     for (const ev of this.log.events.filter((e) => Number(e.eventSeq) > since)) {
@@ -116,6 +117,16 @@ describe("Follower", () => {
     expect(r.fatal.map((e) => e.code)).toEqual([Code.NotFound]);
   });
 
+  it("never calls a refused token connected, and does not retry it", async () => {
+    const src = new ScriptedAttach(turnLog(), ["unauthenticated"]);
+    const r = run(src);
+    r.f.follow();
+    await r.finished;
+    expect(r.fatal.map((e) => e.code)).toEqual([Code.Unauthenticated]);
+    expect(r.links).not.toContain("connected");
+    expect(src.calls).toEqual([0]);
+  });
+
   it("takes a silent stream as lost and attaches again", async () => {
     const log = turnLog();
     let now = 0;
@@ -158,6 +169,47 @@ describe("Follower", () => {
     await new Promise((r) => setTimeout(r, 10));
     expect(calls).toEqual([0, 2]);
     expect(links).toContain("reconnecting");
+    expect(last!.lastSeq).toBe(log.seq);
+    f.close();
+  });
+
+  it("drops a stream that still looks alive when the browser goes offline, and resumes from the last seq", async () => {
+    const log = turnLog();
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const calls: number[] = [];
+    const src: AttachSource = {
+      async *attach(_id, since, signal) {
+        calls.push(since);
+        for (const ev of log.events.filter((e) => Number(e.eventSeq) > since)) {
+          yield ev;
+          if (calls.length === 1 && Number(ev.eventSeq) === 2) {
+            // Nothing says the stream is gone (no stall yet): only the browser's offline event.
+            await new Promise<void>((r) => signal.addEventListener("abort", () => r(), { once: true }));
+            release();
+            return;
+          }
+        }
+      },
+    };
+    const links: LinkState[] = [];
+    let last: Conversation | null = null;
+    const f = new Follower(src, "s1", {
+      onState: (c) => (last = c),
+      onLink: (l) => links.push(l),
+      onFatal: () => {},
+      stallMs: 60_000,
+      stallCheckMs: null,
+      sleep: async () => {},
+    });
+    f.follow();
+    await new Promise((r) => setTimeout(r, 10));
+    expect(links).toEqual(["connecting", "connected"]);
+    f.dropLink();
+    expect(links[links.length - 1]).toBe("reconnecting");
+    await gate;
+    await new Promise((r) => setTimeout(r, 10));
+    expect(calls).toEqual([0, 2]);
     expect(last!.lastSeq).toBe(log.seq);
     f.close();
   });

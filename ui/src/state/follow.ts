@@ -103,6 +103,19 @@ export class Follower {
     if (this.watchdog) clearInterval(this.watchdog);
   }
 
+  /**
+   * The network went away (the browser says it is offline): drop the open
+   * stream now instead of waiting for its silence; the loop attaches again
+   * with backoff, and follow() once the network is back tries at once.
+   */
+  dropLink(): void {
+    if (this.stream && !this.stalled) {
+      this.stalled = true;
+      this.opts.onLink("reconnecting", "offline");
+      this.stream.abort();
+    }
+  }
+
   /** Checks the open stream for silence; called by a timer, or by tests. */
   checkStall(): void {
     if (this.stream && !this.stalled && this.now() - this.heardAt > this.opts.stallMs) {
@@ -162,7 +175,9 @@ export class Follower {
       if (failure) {
         const ce = ConnectError.from(failure);
         if (FATAL.has(ce.code)) {
-          this.opts.onLink("connected");
+          // The server answered, so the link is up; but a refused token is
+          // no connection the page can use, and the page says so instead.
+          if (ce.code !== Code.Unauthenticated) this.opts.onLink("connected");
           this.opts.onFatal(ce);
           return;
         }

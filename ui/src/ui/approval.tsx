@@ -24,7 +24,15 @@ function pretty(args: string): string {
 /** What the dialog answers with: a decision, and with ALLOW_SESSION maybe a rule. Resolves to the server's reason when it refused the rule (the call still waits). */
 export type Decide = (a: PendingApproval, d: Decision, rule?: string) => Promise<string | null>;
 
-export function ApprovalDialog(props: { queue: PendingApproval[]; hidden: boolean; onDecide: Decide; onHide: () => void }) {
+export function ApprovalDialog(props: {
+  queue: PendingApproval[];
+  hidden: boolean;
+  nameOf: (id: string) => string;
+  onDecide: Decide;
+  onHide: () => void;
+  /** The last question was answered and the dialog closed: focus goes back to the page's work. */
+  onAnswered: () => void;
+}) {
   const ref = useRef<HTMLDialogElement>(null);
   const head = useRef<HTMLHeadingElement>(null);
   const a = props.queue[0];
@@ -36,6 +44,9 @@ export function ApprovalDialog(props: { queue: PendingApproval[]; hidden: boolea
       d.showModal();
     } else if (!open && d.open) {
       d.close();
+      // Answered (not put aside): the dialog would hand focus back to
+      // whatever opened it, which may be gone (the "waiting" button).
+      if (!props.hidden) props.onAnswered();
     }
     // Focus the heading, not a button: Enter alone must not decide.
     if (open) head.current?.focus();
@@ -64,14 +75,14 @@ export function ApprovalDialog(props: { queue: PendingApproval[]; hidden: boolea
             </p>
           )}
           {/* Keyed by call: the rule, its error and the busy state belong to one question. */}
-          <ApprovalCard key={a.callId} a={a} onDecide={props.onDecide} onHide={props.onHide} />
+          <ApprovalCard key={a.callId} a={a} nameOf={props.nameOf} onDecide={props.onDecide} onHide={props.onHide} />
         </div>
       )}
     </dialog>
   );
 }
 
-function ApprovalCard(props: { a: PendingApproval; onDecide: Decide; onHide: () => void }) {
+function ApprovalCard(props: { a: PendingApproval; nameOf: (id: string) => string; onDecide: Decide; onHide: () => void }) {
   const a = props.a;
   const suggestion = useMemo(() => suggestRule(a.toolName, a.arguments), [a.toolName, a.arguments]);
   const [rule, setRule] = useState(suggestion.rule);
@@ -101,7 +112,7 @@ function ApprovalCard(props: { a: PendingApproval; onDecide: Decide; onHide: () 
         {a.agentId && (
           <>
             <dt>Asked by</dt>
-            <dd>{a.agentId}</dd>
+            <dd>{props.nameOf(a.agentId)}</dd>
           </>
         )}
       </dl>

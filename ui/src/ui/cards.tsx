@@ -7,22 +7,30 @@ export function AgentCards(props: {
   agents: AgentInfo[];
   tier: string;
   team: TeamChoice;
+  /** The server refused the page (sign-in): the catalog is not to blame. */
+  blocked: boolean;
+  nameOf: (id: string) => string;
   onActive: (a: AgentInfo) => void;
   onToggle: (a: AgentInfo) => void;
   onPrompt: (a: AgentInfo, prompt: string) => void;
 }) {
   const groups = groupByCategory(props.agents);
   if (!props.agents.length) {
-    return <p class="muted">No agents yet: the catalog is empty or the orchestrator has not answered.</p>;
+    return (
+      <p class="muted">
+        {props.blocked ? "The agents appear once the page is signed in." : "No agents yet: the catalog is empty or the orchestrator has not answered."}
+      </p>
+    );
   }
   const members = props.team.members;
+  const n = props.nameOf;
   return (
     <div class="cards">
       <p class="muted team-line" role="status">
         {members.length
-          ? `Team: ${members.join(", ")}. Active: ${props.team.active || members[0]}.`
+          ? `Team: ${members.map(n).join(", ")}. Active: ${n(props.team.active || members[0]!)}.`
           : props.team.active
-            ? `Active: ${props.team.active}; the team is the whole catalog.`
+            ? `Active: ${n(props.team.active)}; the team is the whole catalog.`
             : "Team: the whole catalog; the first agent answers."}
       </p>
       {groups.map((g) => (

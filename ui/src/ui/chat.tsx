@@ -1,16 +1,29 @@
 // The conversation: turns, nested frames per execution context, streaming
 // markdown, tool-call cards with output, progress bars, images and spools.
 
-import { useEffect, useState } from "preact/hooks";
+import { createContext } from "preact";
+import { useContext, useEffect, useState } from "preact/hooks";
 import { TurnDoneReason } from "../gen/omicos/v1/orchestrator_pb";
 import { Decision } from "../gen/omicos/v1/common_pb";
 import type { Bar, Conversation, FrameView, Item, ToolCallView, TurnView } from "../state/conversation";
 import { fileUrl, outputFiles } from "../state/outputs";
 import { renderMarkdown } from "../markdown";
+import { barText, doneText, formatDuration } from "../state/status-text";
+import { copyText } from "./copy";
 
-export function ChatLog(props: { conv: Conversation }) {
+/** What every block of the log reads besides the conversation. */
+interface LogContext {
+  nameOf: (id: string) => string;
+  /** The server is out of reach: a live turn cannot be followed. */
+  lost: boolean;
+  cancelledHere: string[];
+}
+const Log = createContext<LogContext>({ nameOf: (id) => id, lost: false, cancelledHere: [] });
+
+export function ChatLog(props: { conv: Conversation; nameOf: (id: string) => string; lost: boolean; cancelledHere: string[] }) {
   const c = props.conv;
   return (
+    <Log.Provider value={{ nameOf: props.nameOf, lost: props.lost, cancelledHere: props.cancelledHere }}>
     <ol class="turns" aria-label="Conversation">
       {c.turns.map((t) => (
         <TurnBlock turn={t} conv={c} key={t.id} />
@@ -21,37 +34,64 @@ export function ChatLog(props: { conv: Conversation }) {
         </li>
       ))}
     </ol>
+    </Log.Provider>
   );
 }
 
-const DONE_TEXT: Record<number, string> = {
-  [TurnDoneReason.CANCELLED]: "Cancelled",
-  [TurnDoneReason.ERROR]: "Ended by an error",
-  [TurnDoneReason.MAX_ITERATIONS]: "Stopped: the tool-iteration limit was reached",
-  [TurnDoneReason.DEADLINE]: "Stopped: the turn's deadline passed",
-  [TurnDoneReason.INTERRUPTED]: "Interrupted: the orchestrator running it was lost",
-};
+/** The answer's text (markdown as the model wrote it): the root frame's texts. */
+function answerText(t: TurnView, conv: Conversation): string {
+  const f = conv.frames[t.rootFrame];
+  return f ? f.items.flatMap((it) => (it.t === "text" ? [it.text.trim()] : [])).join("\n\n") : "";
+}
+
+/** A button that copies `text()` and says so for a moment. */
+export function CopyButton(props: { text: () => string; label: string; testid?: string }) {
+  const [done, setDone] = useState<boolean | null>(null);
+  return (
+    <button
+      type="button"
+      class="copy"
+      data-testid={props.testid}
+      onClick={async () => {
+        setDone(await copyText(props.text()));
+        setTimeout(() => setDone(null), 2000);
+      }}
+    >
+      {done === null ? props.label : done ? "Copied" : "Copy failed"}
+    </button>
+  );
+}
 
 function TurnBlock(props: { turn: TurnView; conv: Conversation }) {
   const t = props.turn;
+  const ctx = useContext(Log);
   const live = t.done === null;
+  const cancelled = t.done === TurnDoneReason.CANCELLED && ctx.cancelledHere.includes(t.id);
+  const hasAnswer = !live && answerText(t, props.conv) !== "";
   return (
     <li class="turn" data-testid="turn" aria-busy={live}>
       {t.message && (
-        <div class="msg user">
-          <div class="who">You{t.agent ? ` → ${t.agent}` : ""}</div>
+        <div class="msg user" data-testid="user-message">
+          <div class="who">You{t.agent ? ` → ${ctx.nameOf(t.agent)}` : ""}</div>
           <div class="user-text">{t.message}</div>
         </div>
       )}
       <FrameBlock frameKey={t.rootFrame} conv={props.conv} live={live} />
       <div class="turn-foot muted">
         {live ? (
-          <span class="working">Working…</span>
+          ctx.lost ? (
+            <span class="lost" data-testid="turn-lost">
+              Connection lost, reconnecting… The turn goes on at the server.
+            </span>
+          ) : (
+            <span class="working">Working…</span>
+          )
         ) : t.done !== TurnDoneReason.COMPLETED && t.done !== TurnDoneReason.UNSPECIFIED ? (
-          <span class={t.done === TurnDoneReason.CANCELLED ? "cancelled" : "stopped"} data-testid="turn-done">
-            {DONE_TEXT[t.done ?? 0] ?? "Ended"}
+          <span class={cancelled ? "cancelled" : "stopped"} data-testid="turn-done">
+            {doneText(t.done!, t.doneDetail, cancelled)}
           </span>
         ) : null}
+        {hasAnswer && <CopyButton text={() => answerText(t, props.conv)} label="Copy answer" testid="copy-answer" />}
         {t.usage && (
           <span class="usage">
             {" "}
@@ -73,12 +113,13 @@ function FrameBlock(props: { frameKey: string; conv: Conversation; live: boolean
       ))}
     </div>
   );
+  const { nameOf } = useContext(Log);
   if (f.depth === 0) return <div class="frame root">{body}</div>;
   return (
-    <section class={`frame nested depth-${Math.min(f.depth, 4)}`} aria-label={`Sub-turn of ${f.agentId}`} data-testid="frame">
+    <section class={`frame nested depth-${Math.min(f.depth, 4)}`} aria-label={`Sub-turn of ${nameOf(f.agentId)} (${f.contextId})`} data-testid="frame">
       <div class="frame-head">
         <span aria-hidden="true">↳ </span>
-        {f.agentId}
+        {nameOf(f.agentId)}
       </div>
       {body}
     </section>
@@ -98,6 +139,7 @@ function itemKey(it: Item): string {
 
 function ItemBlock(props: { item: Item; conv: Conversation; live: boolean }) {
   const it = props.item;
+  const { nameOf } = useContext(Log);
   switch (it.t) {
     case "text":
       return <Markdown text={it.text} streaming={props.live} />;
@@ -120,7 +162,7 @@ function ItemBlock(props: { item: Item; conv: Conversation; live: boolean }) {
       return (
         <p class="switch muted">
           <span aria-hidden="true">⇄ </span>
-          {it.reason === "return" ? `${it.from} handed back to ${it.to}` : `${it.from} asked ${it.to}`}
+          {it.reason === "return" ? `${nameOf(it.from)} handed back to ${nameOf(it.to)}` : `${nameOf(it.from)} asked ${nameOf(it.to)}`}
         </p>
       );
   }
@@ -131,6 +173,16 @@ function Markdown(props: { text: string; streaming: boolean }) {
     <div
       class={`msg agent md${props.streaming ? " streaming" : ""}`}
       data-testid="agent-text"
+      onClick={(e) => {
+        // The copy buttons markdown.ts puts on code blocks.
+        const b = (e.target as Element).closest?.("button.copy-code");
+        const code = b?.parentElement?.querySelector("pre");
+        if (!b || !code) return;
+        void copyText(code.textContent ?? "").then((ok) => {
+          b.textContent = ok ? "Copied" : "Copy failed";
+          setTimeout(() => (b.textContent = "Copy"), 2000);
+        });
+      }}
       dangerouslySetInnerHTML={{ __html: renderMarkdown(props.text) }}
     />
   );
@@ -155,16 +207,6 @@ function useNow(active: boolean, ms = 1000): number {
   return now;
 }
 
-/** "4.2 s", "3 min 05 s". */
-export function formatDuration(ms: number): string {
-  if (!Number.isFinite(ms) || ms < 0) return "–";
-  if (ms < 10_000) return `${(ms / 1000).toFixed(1)} s`;
-  const s = Math.round(ms / 1000);
-  if (s < 60) return `${s} s`;
-  const m = Math.floor(s / 60);
-  if (m < 60) return `${m} min ${String(s % 60).padStart(2, "0")} s`;
-  return `${Math.floor(m / 60)} h ${String(m % 60).padStart(2, "0")} min`;
-}
 
 const STATUS_TEXT: Record<ToolCallView["status"], string> = {
   running: "running",
@@ -194,9 +236,12 @@ function ToolCard(props: { call: ToolCallView; conv: Conversation }) {
   const running = c.status === "running" || c.status === "awaiting_approval";
   const now = useNow(running);
   const elapsed = c.elapsedMs ?? (running ? now - c.startedMs : (c.finishedMs ?? now) - c.startedMs);
-  const title = c.name === "call_agent" ? agentOf(c.arguments) : null;
+  const { nameOf } = useContext(Log);
+  const called = c.name === "call_agent" ? agentOf(c.arguments) : null;
+  const title = called ? nameOf(called) : null;
+  const failed = c.status === "error" || c.status === "denied" || c.status === "cancelled";
   return (
-    <section class={`tool status-${c.status}`} aria-label={`Tool call ${c.name}`} data-testid="tool-card" data-call={c.callId} data-status={c.status}>
+    <section class={`tool status-${c.status}`} aria-label={`${c.name}${title ? ` → ${title}` : ""}, call ${c.callId}`} data-testid="tool-card" data-call={c.callId} data-status={c.status}>
       <header class="tool-head">
         <span class="tool-name">{c.name}</span>
         {title && <span class="muted"> → {title}</span>}
@@ -217,8 +262,21 @@ function ToolCard(props: { call: ToolCallView; conv: Conversation }) {
         <summary>Arguments</summary>
         <pre tabindex={0}>{prettyArgs(c.arguments)}</pre>
       </details>
+      {failed && (
+        <div class="reason" data-testid="tool-reason">
+          <strong>Why: </strong>
+          <pre tabindex={0}>
+            {c.result ||
+              (c.status === "cancelled"
+                ? "The turn was cancelled while this call ran."
+                : c.status === "denied"
+                  ? "Denied."
+                  : "The turn ended before this call finished.")}
+          </pre>
+        </div>
+      )}
       {c.bars.map((b) => (
-        <ProgressBar bar={b} key={b.id} />
+        <ProgressBar bar={b} running={running} key={b.id} />
       ))}
       {c.output.length > 0 && (
         <pre class="output" tabindex={0} aria-label="Live output" data-testid="tool-output">
@@ -231,7 +289,7 @@ function ToolCard(props: { call: ToolCallView; conv: Conversation }) {
       )}
       {c.childFrame && <FrameBlock frameKey={c.childFrame} conv={props.conv} live={running} />}
       <Images call={c} />
-      {c.result !== null && (
+      {c.result !== null && !failed && (
         <details class="result">
           <summary>Result{c.spoolPath ? " (preview)" : ""}</summary>
           <pre tabindex={0}>{c.result}</pre>
@@ -251,19 +309,15 @@ function agentOf(args: string): string | null {
   }
 }
 
-function ProgressBar(props: { bar: Bar }) {
+function ProgressBar(props: { bar: Bar; running: boolean }) {
   const b = props.bar;
   const pct = Math.round(b.percent);
   const label = b.label || "Progress";
-  const count = b.total > 0 ? `${trim(b.current)}/${trim(b.total)}${b.unit ? ` ${b.unit}` : ""}` : `${trim(b.current)}${b.unit ? ` ${b.unit}` : ""}`;
   return (
     <div class="bar" data-testid="progress" data-percent={pct}>
       <div class="bar-text">
         <span>{label}</span>
-        <span>
-          {pct}% · {count}
-          {b.done ? " · done" : b.etaS > 0 ? ` · eta ${formatDuration(b.etaS * 1000)}` : ""}
-        </span>
+        <span data-testid="progress-text">{barText(b, props.running)}</span>
       </div>
       <progress max={100} value={b.percent} aria-label={`${label}: ${pct}%`} />
       {b.message && <div class="muted">{b.message}</div>}
@@ -271,9 +325,6 @@ function ProgressBar(props: { bar: Bar }) {
   );
 }
 
-function trim(n: number): string {
-  return Number.isInteger(n) ? String(n) : n.toFixed(1);
-}
 
 /** Images the call's result names; for a spooled result, read from the full spool file. */
 function Images(props: { call: ToolCallView }) {

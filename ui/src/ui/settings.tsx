@@ -1,5 +1,5 @@
-// Settings: the permission mode, and a model/provider override when the
-// orchestrator says it honours one.
+// Settings: a model/provider override when the orchestrator says it honours
+// one. The permission mode is chosen beside the message box (MODES).
 
 import type { ClientConfig } from "../gen/omicos/v1/orchestrator_pb";
 
@@ -11,52 +11,41 @@ export interface Settings {
   model: string;
 }
 
-export const MODES: { value: string; label: string }[] = [
-  { value: "read_only", label: "Read only: tools without side effects" },
-  { value: "auto", label: "Ask first: side effects need my approval" },
-  { value: "full", label: "Full: run everything without asking" },
+export const MODES: { value: string; short: string; help: string }[] = [
+  { value: "read_only", short: "Read only", help: "Tools without side effects only." },
+  { value: "auto", short: "Ask first", help: "Side effects wait for your approval." },
+  { value: "full", short: "Full access", help: "Everything runs without asking." },
 ];
 
 export function SettingsPanel(props: { settings: Settings; config: ClientConfig | null; onChange: (s: Settings) => void }) {
   const s = props.settings;
   const cfg = props.config;
+  if (!cfg?.modelOverride) return null;
   return (
     <details class="settings">
       <summary>Settings</summary>
       <div class="settings-body">
-        <label for="mode">Permission mode</label>
-        <select id="mode" value={s.mode} onChange={(e) => props.onChange({ ...s, mode: e.currentTarget.value })}>
-          {MODES.map((m) => (
-            <option value={m.value} key={m.value}>
-              {m.label}
-            </option>
-          ))}
-        </select>
-        {cfg?.modelOverride && (
+        {cfg.providers.length > 1 && (
           <>
-            {cfg.providers.length > 1 && (
-              <>
-                <label for="provider">Provider</label>
-                <select id="provider" value={s.provider} onChange={(e) => props.onChange({ ...s, provider: e.currentTarget.value })}>
-                  <option value="">Default ({cfg.providers[0]})</option>
-                  {cfg.providers.map((p) => (
-                    <option value={p} key={p}>
-                      {p}
-                    </option>
-                  ))}
-                </select>
-              </>
-            )}
-            <label for="model">Model</label>
-            <input
-              id="model"
-              type="text"
-              value={s.model}
-              placeholder={cfg.defaultModel ? `Default: ${cfg.defaultModel}` : "Default"}
-              onInput={(e) => props.onChange({ ...s, model: e.currentTarget.value })}
-            />
+            <label for="provider">Provider</label>
+            <select id="provider" value={s.provider} onChange={(e) => props.onChange({ ...s, provider: e.currentTarget.value })}>
+              <option value="">Default ({cfg.providers[0]})</option>
+              {cfg.providers.map((p) => (
+                <option value={p} key={p}>
+                  {p}
+                </option>
+              ))}
+            </select>
           </>
         )}
+        <label for="model">Model</label>
+        <input
+          id="model"
+          type="text"
+          value={s.model}
+          placeholder={cfg.defaultModel ? `Default: ${cfg.defaultModel}` : "Default"}
+          onInput={(e) => props.onChange({ ...s, model: e.currentTarget.value })}
+        />
       </div>
     </details>
   );

@@ -6,7 +6,7 @@ use super::{LlmBackend, LlmDelta, LlmError, LlmRequest, LlmTurn, ToolCall, ToolD
 use async_trait::async_trait;
 use omicos_history::HistoryItem;
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -253,6 +253,11 @@ impl LlmBackend for AnthropicBackend {
                     if let Some(n) = data["usage"]["output_tokens"].as_u64() {
                         turn.output_tokens = n;
                     }
+                    // Gateways (LiteLLM) that learn the prompt's size only at
+                    // the end send it here; message_start had 0.
+                    if let Some(n) = data["usage"]["input_tokens"].as_u64().filter(|n| *n > 0) {
+                        turn.input_tokens = n;
+                    }
                 }
                 "message_stop" => {
                     stopped = true;
@@ -281,8 +286,8 @@ impl LlmBackend for AnthropicBackend {
                 "the stream ended before any answer".into(),
             ));
         }
-        turn.tool_calls = tools
-            .into_values()
+        turn.tool_calls = merge_split_blocks(tools)
+            .into_iter()
             .map(|(id, name, args)| ToolCall {
                 id: if id.is_empty() {
                     format!("toolu_{}", uuid::Uuid::new_v4().simple())
@@ -301,9 +306,59 @@ impl LlmBackend for AnthropicBackend {
     }
 }
 
+/// One call's blocks joined: tool_use blocks that share an id are one call
+/// (LiteLLM's `/v1/messages` before an OpenAI-compatible model splits one
+/// streamed call over several blocks, some holding only whitespace or
+/// nothing). Their arguments are the blocks' `partial_json` joined in index
+/// order; the first name given wins. Blocks without an id stay apart.
+fn merge_split_blocks(
+    tools: std::collections::BTreeMap<u64, (String, String, String)>,
+) -> Vec<(String, String, String)> {
+    let mut out: Vec<(String, String, String)> = Vec::with_capacity(tools.len());
+    let mut by_id: HashMap<String, usize> = HashMap::new();
+    for (id, name, args) in tools.into_values() {
+        match (!id.is_empty()).then(|| by_id.get(&id).copied()).flatten() {
+            Some(at) => {
+                let call = &mut out[at];
+                if call.1.is_empty() {
+                    call.1 = name;
+                }
+                call.2.push_str(&args);
+            }
+            None => {
+                if !id.is_empty() {
+                    by_id.insert(id.clone(), out.len());
+                }
+                out.push((id, name, args));
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blocks_that_share_an_id_are_one_call() {
+        let mut tools = std::collections::BTreeMap::new();
+        tools.insert(0, ("t1".into(), "shell".into(), "{\"command\":".into()));
+        tools.insert(1, ("t1".into(), String::new(), "  ".into()));
+        tools.insert(2, ("t1".into(), "shell".into(), String::new()));
+        tools.insert(3, ("t1".into(), "shell".into(), " \"ls\"}".into()));
+        tools.insert(4, ("t2".into(), "think".into(), "{}".into()));
+        tools.insert(5, (String::new(), "a".into(), "{}".into()));
+        tools.insert(6, (String::new(), "b".into(), "{}".into()));
+        let calls = merge_split_blocks(tools);
+        assert_eq!(calls.len(), 4, "{calls:?}");
+        assert_eq!(calls[0].0, "t1");
+        assert_eq!(calls[0].1, "shell");
+        let v: Value = serde_json::from_str(&calls[0].2).unwrap();
+        assert_eq!(v["command"], "ls");
+        assert_eq!(calls[1], ("t2".into(), "think".into(), "{}".into()));
+        assert_eq!((calls[2].1.as_str(), calls[3].1.as_str()), ("a", "b"));
+    }
 
     #[test]
     fn history_converts_and_merges() {

@@ -174,6 +174,8 @@ struct Inner {
     memory_scope: String,
     /// Each principal its own memory (`memory_sharing: principal`).
     memory_per_principal: bool,
+    /// Agents whose choice differs from the deployment's (`memory_sharing_agents`).
+    memory_per_principal_agents: std::collections::BTreeMap<String, bool>,
     metrics: crate::metrics::RunnerMetrics,
 }
 
@@ -247,6 +249,11 @@ impl Pipeline {
                 spool_threshold: config.spool_threshold_bytes.max(1),
                 memory_scope: config.memory_scope.clone(),
                 memory_per_principal: config.memory_sharing != "tenant",
+                memory_per_principal_agents: config
+                    .memory_sharing_agents
+                    .iter()
+                    .map(|(a, v)| (a.clone(), v != "tenant"))
+                    .collect(),
                 metrics: crate::metrics::RunnerMetrics::new(),
             }),
         })
@@ -339,7 +346,10 @@ impl Pipeline {
                 match shape::shape(
                     f.message.clone(),
                     &self.workspace_of(&req.tenant),
-                    &req.call_id,
+                    shape::SpoolAt {
+                        session: &req.session_id,
+                        call_id: &req.call_id,
+                    },
                     self.inner.spool_threshold,
                 ) {
                     Ok(s) => (false, s.text, s.spool_path, n, approval),
@@ -371,7 +381,8 @@ impl Pipeline {
         rec.result_bytes = full_bytes;
         rec.elapsed_ms = elapsed_ms;
         let call_id = req.call_id;
-        self.record_arguments(&mut rec, req.arguments);
+        let workspace = self.workspace_of(&req.tenant);
+        self.record_arguments(&mut rec, req.arguments, &workspace, &req.session_id);
         CallOutcome {
             result: ToolResult {
                 call_id,
@@ -574,8 +585,16 @@ impl Pipeline {
             ));
         }
         let text = with_context(text, &context);
-        let shaped =
-            shape::shape(text, &call_workspace, &req.call_id, me.spool_threshold).map_err(keep)?;
+        let shaped = shape::shape(
+            text,
+            &call_workspace,
+            shape::SpoolAt {
+                session: &req.session_id,
+                call_id: &req.call_id,
+            },
+            me.spool_threshold,
+        )
+        .map_err(keep)?;
 
         // 8. Normalize happens in `execute`: Ok → "done".
         Ok(Ran {
@@ -759,7 +778,13 @@ impl Pipeline {
     /// the spool threshold, into the spool with only their head in the record;
     /// large arguments as run go to the spool too. A record stays a few KiB
     /// whatever the arguments, so a result always fits its message.
-    fn record_arguments(&self, rec: &mut ToolCallInfo, raw: String) {
+    fn record_arguments(
+        &self,
+        rec: &mut ToolCallInfo,
+        raw: String,
+        workspace: &Path,
+        session: &str,
+    ) {
         let me = &*self.inner;
         let threshold = me.spool_threshold;
         if let Some(run) = &rec.arguments_run
@@ -767,7 +792,11 @@ impl Pipeline {
         {
             let json = run.to_string();
             if json.len() >= threshold {
-                let spooled = shape::spool(&json, &me.workspace, &rec.id, "arguments_run.json");
+                let at = shape::SpoolAt {
+                    session,
+                    call_id: &rec.id,
+                };
+                let spooled = shape::spool(&json, workspace, at, "arguments_run.json");
                 let s = rec
                     .arguments_spool
                     .get_or_insert_with(SpooledArguments::default);
@@ -782,7 +811,11 @@ impl Pipeline {
             rec.arguments = raw;
             return;
         }
-        let spooled = shape::spool(&raw, &me.workspace, &rec.id, "arguments.txt");
+        let at = shape::SpoolAt {
+            session,
+            call_id: &rec.id,
+        };
+        let spooled = shape::spool(&raw, workspace, at, "arguments.txt");
         let s = rec
             .arguments_spool
             .get_or_insert_with(SpooledArguments::default);
@@ -820,7 +853,11 @@ impl Pipeline {
             scope: memory_scope(
                 &tenant_scope(&self.inner.memory_scope, &req.tenant),
                 &req.principal,
-                self.inner.memory_per_principal,
+                self.inner
+                    .memory_per_principal_agents
+                    .get(&req.agent_id)
+                    .copied()
+                    .unwrap_or(self.inner.memory_per_principal),
             ),
             workspace,
             tenant: req.tenant.clone(),

@@ -42,7 +42,7 @@ pub fn stringify(value: &Value) -> String {
 pub fn shape(
     text: String,
     workspace: &Path,
-    call_id: &str,
+    at: SpoolAt<'_>,
     threshold: usize,
 ) -> Result<Shaped, Failure> {
     let full_bytes = text.len();
@@ -53,7 +53,7 @@ pub fn shape(
             full_bytes,
         });
     }
-    let rel = spool(&text, workspace, call_id, "txt").map_err(|e| {
+    let rel = spool(&text, workspace, at, "txt").map_err(|e| {
         Failure::new(
             Stage::Shape,
             format!("the result ({full_bytes} bytes) could not be spooled to the workspace: {e}"),
@@ -110,16 +110,20 @@ pub fn arguments_head(text: &str, rel: Option<&str>) -> String {
     )
 }
 
-/// Writes `text` byte-exact to `<workspace>/.omicos/tool_outputs/<unix_ms>__<call_id>.<ext>`
-/// (a new file, never overwritten) and returns its workspace-relative path.
-pub fn spool(text: &str, workspace: &Path, call_id: &str, ext: &str) -> std::io::Result<String> {
-    let dir = workspace.join(SPOOL_DIR);
-    std::fs::create_dir_all(&dir)?;
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    let safe: String = call_id
+/// Whose spool file it is: the session's directory, the call's name.
+#[derive(Clone, Copy, Debug)]
+pub struct SpoolAt<'a> {
+    /// The calling session: its own directory under the spool, so another
+    /// session (of the same tenant too) can neither list nor read it.
+    pub session: &'a str,
+    /// The model's call id.
+    pub call_id: &'a str,
+}
+
+/// `s` as one safe path component (at most 120 characters of
+/// `[A-Za-z0-9_-]`, others as `_`), or `empty` when nothing is left.
+fn component(s: &str, empty: &str) -> String {
+    let safe: String = s
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
@@ -130,11 +134,30 @@ pub fn spool(text: &str, workspace: &Path, call_id: &str, ext: &str) -> std::io:
         })
         .take(120)
         .collect();
-    let safe = if safe.is_empty() {
-        "call".to_owned()
+    if safe.is_empty() {
+        empty.to_owned()
     } else {
         safe
-    };
+    }
+}
+
+/// The spool directory of `session`, relative to the workspace.
+pub fn session_spool_dir(session: &str) -> String {
+    format!("{SPOOL_DIR}/{}", component(session, "_"))
+}
+
+/// Writes `text` byte-exact to
+/// `<workspace>/.omicos/tool_outputs/<session>/<unix_ms>__<call_id>.<ext>`
+/// (a new file, never overwritten) and returns its workspace-relative path.
+pub fn spool(text: &str, workspace: &Path, at: SpoolAt<'_>, ext: &str) -> std::io::Result<String> {
+    let rel_dir = session_spool_dir(at.session);
+    let dir = workspace.join(&rel_dir);
+    std::fs::create_dir_all(&dir)?;
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    let safe = component(at.call_id, "call");
     for n in 0.. {
         let name = if n == 0 {
             format!("{ms}__{safe}.{ext}")
@@ -149,7 +172,7 @@ pub fn spool(text: &str, workspace: &Path, call_id: &str, ext: &str) -> std::io:
             Ok(mut f) => {
                 f.write_all(text.as_bytes())?;
                 f.sync_data()?;
-                return Ok(format!("{SPOOL_DIR}/{name}"));
+                return Ok(format!("{rel_dir}/{name}"));
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
@@ -162,10 +185,15 @@ pub fn spool(text: &str, workspace: &Path, call_id: &str, ext: &str) -> std::io:
 mod tests {
     use super::*;
 
+    const C1: SpoolAt<'static> = SpoolAt {
+        session: "s1",
+        call_id: "c1",
+    };
+
     #[test]
     fn small_results_are_untouched() {
         let d = tempfile::tempdir().unwrap();
-        let s = shape("hello".into(), d.path(), "c1", SPOOL_THRESHOLD_BYTES).unwrap();
+        let s = shape("hello".into(), d.path(), C1, SPOOL_THRESHOLD_BYTES).unwrap();
         assert_eq!(
             s,
             Shaped {
@@ -179,7 +207,7 @@ mod tests {
         let s = shape(
             "x".repeat(SPOOL_THRESHOLD_BYTES - 1),
             d.path(),
-            "c1",
+            C1,
             SPOOL_THRESHOLD_BYTES,
         )
         .unwrap();
@@ -187,7 +215,7 @@ mod tests {
         let s = shape(
             "x".repeat(SPOOL_THRESHOLD_BYTES),
             d.path(),
-            "c1",
+            C1,
             SPOOL_THRESHOLD_BYTES,
         )
         .unwrap();
@@ -204,10 +232,19 @@ mod tests {
             text.push_str(&format!("line {i:06} é✓\n"));
             i += 1;
         }
-        let s = shape(text.clone(), d.path(), "call/../x y", SPOOL_THRESHOLD_BYTES).unwrap();
+        let s = shape(
+            text.clone(),
+            d.path(),
+            SpoolAt {
+                session: "../s 2",
+                call_id: "call/../x y",
+            },
+            SPOOL_THRESHOLD_BYTES,
+        )
+        .unwrap();
         let rel = s.spool_path.clone().unwrap();
         assert!(
-            rel.starts_with(".omicos/tool_outputs/") && rel.ends_with("__call____x_y.txt"),
+            rel.starts_with(".omicos/tool_outputs/___s_2/") && rel.ends_with("__call____x_y.txt"),
             "{rel}"
         );
         assert_eq!(std::fs::read(d.path().join(&rel)).unwrap(), text.as_bytes());

@@ -41,9 +41,12 @@ fn confine(ctx: &CallCtx, p: &str) -> Result<PathBuf, ToolError> {
 enum State {
     /// Not omicos's state: an ordinary workspace file.
     Outside,
-    /// A place the model is meant to read: the spool of tool outputs, and the
-    /// calling session's own outputs, trajectory, plan and task list.
+    /// A place the model is meant to read: the calling session's own spooled
+    /// outputs, outputs, trajectory, plan and task list.
     Readable,
+    /// A spool file from before spools had a directory per session: read by
+    /// its name (a call id the session was told), never found by a walk.
+    ReadableByName,
     /// Everything else there: the bearer token, the session and memory
     /// stores, other sessions' files, kernel markers, the agent files.
     Closed,
@@ -86,9 +89,14 @@ impl<'a> StateMap<'a> {
         };
         let readable = !self.session.is_empty()
             && match parts.get(1).and_then(|c| c.to_str()) {
-                // Spool files are named by call id; the directory itself is not
-                // listed (that would show other sessions' call ids).
-                Some("tool_outputs") => parts.len() == 3,
+                // Spooled results live in the session's own directory. A
+                // file directly under tool_outputs/ is from before that
+                // layout (named by call id; readable as it was), never a
+                // directory: that would be another session's.
+                Some("tool_outputs") if parts.len() == 3 && path.is_file() => {
+                    return State::ReadableByName;
+                }
+                Some("tool_outputs") => parts.len() >= 3 && parts[2] == self.session,
                 Some("outputs" | "trajectories") => parts.len() >= 3 && parts[2] == self.session,
                 Some("plans") => own_file("md"),
                 Some("tasks") => own_file("json"),
@@ -109,7 +117,7 @@ impl<'a> StateMap<'a> {
             path.is_dir()
                 && match parts.as_slice() {
                     [_] => true,
-                    [_, area] => ["outputs", "trajectories", "plans", "tasks"]
+                    [_, area] => ["outputs", "tool_outputs", "trajectories", "plans", "tasks"]
                         .iter()
                         .any(|a| *area == *a),
                     _ => false,
@@ -123,8 +131,8 @@ fn refuse_closed(ctx: &CallCtx, path: &Path, given: &str) -> Result<(), ToolErro
     if StateMap::of(ctx).state(path) == State::Closed {
         return Err(ToolError::invalid(format!(
             "`{given}` is inside .omicos/, omicos's own state (the token, the stores, other \
-             sessions' files): no tool reads it. Readable there: .omicos/tool_outputs/<file> \
-             (spooled outputs) and this session's .omicos/outputs/{s}/, \
+             sessions' files): no tool reads it. Readable there: this session's \
+             .omicos/tool_outputs/{s}/ (spooled outputs), .omicos/outputs/{s}/, \
              .omicos/trajectories/{s}/, .omicos/plans/{s}.md, .omicos/tasks/{s}.json",
             s = ctx.session_id
         )));
@@ -171,6 +179,7 @@ fn walk<'a>(
                     // `.omicos` itself and the area directories are walked
                     // into only as far as the session's own files.
                     State::Closed => map.is_way_to_readable(e.path()),
+                    State::ReadableByName => false,
                 }
         })
         .flatten()
@@ -745,7 +754,8 @@ mod tests {
             "trajectories/s1",
             "outputs/s",
             "outputs/s1",
-            "tool_outputs",
+            "tool_outputs/s",
+            "tool_outputs/s1",
             "plans",
             "tasks",
             "kernels",
@@ -759,6 +769,7 @@ mod tests {
             "memory.db",
             "trajectories/s1/turn.jsonl",
             "outputs/s1/img.txt",
+            "tool_outputs/s1/2__d.txt",
             "plans/s1.md",
             "tasks/s1.json",
             "kernels/s1.json",
@@ -769,6 +780,7 @@ mod tests {
             "trajectories/s/turn.jsonl",
             "outputs/s/img.txt",
             "tool_outputs/17__c.txt",
+            "tool_outputs/s/1__c.txt",
             "plans/s.md",
             "tasks/s.json",
         ] {
@@ -776,11 +788,13 @@ mod tests {
         }
         std::os::unix::fs::symlink(".omicos/token", d.path().join("t")).unwrap();
         std::os::unix::fs::symlink(".omicos", d.path().join("state")).unwrap();
-        // The session's own files and the spool read as before.
+        // The session's own files, its spool and a spool file of the old
+        // flat layout, by name, read as before.
         for f in [
             "trajectories/s/turn.jsonl",
             "outputs/s/img.txt",
             "tool_outputs/17__c.txt",
+            "tool_outputs/s/1__c.txt",
             "plans/s.md",
             "tasks/s.json",
         ] {
@@ -806,6 +820,9 @@ mod tests {
             ".omicos/trajectories/s1/turn.jsonl",
             ".omicos/outputs/s1/img.txt",
             ".omicos/outputs/s/../s1/img.txt",
+            ".omicos/tool_outputs/s1/2__d.txt",
+            ".omicos/tool_outputs/s/../s1/2__d.txt",
+            ".omicos/tool_outputs/s1",
             ".omicos/plans/s1.md",
             ".omicos/tasks/s1.json",
         ] {
@@ -817,7 +834,11 @@ mod tests {
         for (tool, args) in [
             (
                 "file_manager__list",
-                json!({"path": ".omicos/tool_outputs"}),
+                json!({"path": ".omicos/tool_outputs/s1"}),
+            ),
+            (
+                "file_manager__grep",
+                json!({"pattern": "S3CRET", "path": ".omicos/tool_outputs/s1"}),
             ),
             ("file_manager__list", json!({"path": ".omicos/kernels"})),
             ("file_manager__list", json!({"path": "state/outputs/s1"})),
@@ -851,8 +872,25 @@ mod tests {
             .await
             .unwrap()
             .to_string();
-        for closed in ["token", "sessions.db", "s1", "17__c.txt", "kernels"] {
+        for closed in ["token", "sessions.db", "s1", "17__c.txt", "2__d", "kernels"] {
             assert!(!listed.contains(closed), "{closed} listed: {listed}");
+        }
+        assert!(
+            listed.contains("1__c.txt"),
+            "the session's own spool: {listed}"
+        );
+        // The spool lists as far as the session's own directory.
+        let spool = call(
+            d.path(),
+            "file_manager__list",
+            json!({"path": ".omicos/tool_outputs", "recursive": true}),
+        )
+        .await
+        .unwrap()
+        .to_string();
+        assert!(spool.contains("1__c.txt"), "{spool}");
+        for closed in ["s1", "2__d", "17__c"] {
+            assert!(!spool.contains(closed), "{closed} listed: {spool}");
         }
         let globbed = call(d.path(), "file_manager__glob", json!({"pattern": "**/*"}))
             .await
