@@ -294,7 +294,22 @@ pub fn http_router(
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    Ok(axum::Router::new().nest_service("/mcp", service))
+    Ok(axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::map_response(delete_answers_no_content)))
+}
+
+/// rmcp answers a session DELETE with 202 Accepted; the spec's clients (the
+/// Python SDK 2.x among them) take only 200 or 204 as "session closed".
+async fn delete_answers_no_content(
+    method: http::Method,
+    mut response: axum::response::Response,
+) -> axum::response::Response {
+    if method == http::Method::DELETE && response.status() == http::StatusCode::ACCEPTED {
+        *response.status_mut() = http::StatusCode::NO_CONTENT;
+        *response.body_mut() = axum::body::Body::empty();
+    }
+    response
 }
 
 /// Serves the streamable-HTTP endpoint on `listener` until `stop`.
