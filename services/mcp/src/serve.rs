@@ -6,7 +6,9 @@
 //! The permission mode comes from config. When the pipeline asks for an
 //! approval (auto mode), the client is asked with an MCP elicitation if it
 //! declared the capability; a client that cannot be asked gets a clear
-//! refusal as the tool's error.
+//! refusal as the tool's error. On protocol 2026-07-28, where a server may
+//! not send requests, the form goes back as an input-required result and
+//! the parked call resumes when the client retries it with the answer.
 
 use crate::config::ServeConfig;
 use async_trait::async_trait;
