@@ -26,6 +26,11 @@ use tokio_util::sync::CancellationToken;
 /// Lines of a stdio server's stderr kept for error messages.
 const STDERR_TAIL_LINES: usize = 20;
 
+/// How long a failed start waits for the server's stderr to end, so the
+/// error carries what the server said before it died (its last words are
+/// often still in the pipe when the handshake fails).
+const STDERR_DRAIN_ON_FAILURE: Duration = Duration::from_secs(2);
+
 /// What the client side of a connection shares with the calls: where progress goes.
 #[derive(Default)]
 struct Shared {
@@ -155,6 +160,7 @@ impl Live {
             shared: shared.clone(),
         };
         let stderr: Arc<Mutex<VecDeque<String>>> = Arc::default();
+        let reader: Mutex<Option<tokio::task::JoinHandle<()>>> = Mutex::default();
         let name = cfg.name.clone();
         let process: Mutex<Option<omicos_sandbox::Process>> = Mutex::default();
         let connect = async {
@@ -187,7 +193,8 @@ impl Live {
                         return Err("the sandbox gave no pipes for stdin and stdout".to_owned());
                     };
                     if let Some(err) = proc.stderr.take() {
-                        spawn_stderr_reader(name.clone(), err, stderr.clone());
+                        *reader.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some(spawn_stderr_reader(name.clone(), err, stderr.clone()));
                     }
                     *process.lock().unwrap_or_else(|e| e.into_inner()) = Some(proc);
                     handler
@@ -215,7 +222,8 @@ impl Live {
                         .spawn()
                         .map_err(|e| format!("cannot start `{command}`: {e}"))?;
                     if let Some(err) = err {
-                        spawn_stderr_reader(name.clone(), err, stderr.clone());
+                        *reader.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some(spawn_stderr_reader(name.clone(), err, stderr.clone()));
                     }
                     handler
                         .clone()
@@ -254,20 +262,28 @@ impl Live {
             }
         };
         let deadline = Instant::now() + cfg.startup_timeout;
-        let tail = |stderr: &Arc<Mutex<VecDeque<String>>>| stderr_note(stderr);
-        let service = match tokio::time::timeout(cfg.startup_timeout, connect).await {
+        // A failed start: let the stderr reader reach EOF (bounded) first.
+        let tail = async |stderr: &Arc<Mutex<VecDeque<String>>>| {
+            let handle = reader.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(h) = handle {
+                let _ = tokio::time::timeout(STDERR_DRAIN_ON_FAILURE, h).await;
+            }
+            stderr_note(stderr)
+        };
+        let started = tokio::time::timeout(cfg.startup_timeout, connect).await;
+        let service = match started {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
                 return Err(format!(
                     "MCP server `{name}` did not start: {e}{}",
-                    tail(&stderr)
+                    tail(&stderr).await
                 ));
             }
             Err(_) => {
                 return Err(format!(
                     "MCP server `{name}` did not start within {} (no answer to `initialize`){}",
                     omicos_servicekit::config::duration::format(cfg.startup_timeout),
-                    tail(&stderr)
+                    tail(&stderr).await
                 ));
             }
         };
@@ -277,7 +293,7 @@ impl Live {
             Ok(Err(e)) => {
                 return Err(format!(
                     "MCP server `{name}`: tools/list failed: {e}{}",
-                    tail(&stderr)
+                    tail(&stderr).await
                 ));
             }
             Err(_) => {
@@ -429,7 +445,7 @@ fn spawn_stderr_reader(
     server: String,
     err: impl tokio::io::AsyncRead + Unpin + Send + 'static,
     tail: Arc<Mutex<VecDeque<String>>>,
-) {
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut lines = tokio::io::BufReader::new(err).lines();
         while let Ok(Some(line)) = lines.next_line().await {
@@ -440,7 +456,7 @@ fn spawn_stderr_reader(
             }
             t.push_back(line);
         }
-    });
+    })
 }
 
 fn stderr_note(tail: &Arc<Mutex<VecDeque<String>>>) -> String {

@@ -96,7 +96,7 @@ impl Server {
             let hint = t.annotations.as_ref().and_then(|a| a.read_only_hint);
             let risk = self.cfg.risk_of(&own, hint);
             let description = t.description.as_deref().unwrap_or("").to_owned();
-            specs.push(
+            let mut spec =
                 omicos_toolkit::tool(&q, &description, Value::Object((*t.input_schema).clone()))
                     .risk(risk)
                     .toolset(&format!(
@@ -104,9 +104,11 @@ impl Server {
                         omicos_toolkit::toolsets::MCP_SERVER_TOOLSET,
                         self.cfg.name
                     ))
-                    .provider(PROVIDER)
-                    .build(),
-            );
+                    .provider(PROVIDER);
+            if let Some(out) = &t.output_schema {
+                spec = spec.output_schema(Value::Object((**out).clone()));
+            }
+            specs.push(spec.build());
             by_name.insert(q, own);
         }
         *self.tools.write().unwrap_or_else(|e| e.into_inner()) = Tools { by_name, specs };

@@ -636,3 +636,35 @@ fn nix_is_root() -> bool {
         .lines()
         .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
 }
+
+#[tokio::test]
+async fn a_failed_start_always_carries_the_servers_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    // The server says a lot on stderr, ends with why it failed, and exits:
+    // the handshake fails at once, and the error must still carry its last words.
+    for i in 0..20 {
+        let marker = format!("boom-{i}-{}", std::process::id());
+        let cfg = ServerConfig {
+            name: "failing".into(),
+            command: Some("sh".into()),
+            args: vec![
+                "-c".into(),
+                format!("seq 1 300 | sed 's/^/noise /' >&2; echo {marker} >&2; exit 3"),
+            ],
+            startup_timeout: Duration::from_secs(10),
+            ..Default::default()
+        };
+        let err = match omicos_mcp::client::Live::start(
+            &cfg,
+            dir.path(),
+            None,
+            omicos_mcp::client::Launch::Host,
+        )
+        .await
+        {
+            Ok(_) => panic!("a server that exits at start started"),
+            Err(e) => e,
+        };
+        assert!(err.contains(&marker), "run {i}: {err}");
+    }
+}

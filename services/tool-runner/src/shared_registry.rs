@@ -603,6 +603,7 @@ fn tool_json(t: &ToolSpec) -> Value {
         "toolset": t.toolset,
         "always_ask": t.always_ask,
         "provider": t.provider,
+        "output_schema_json": t.output_schema_json,
     })
 }
 
@@ -642,6 +643,7 @@ fn tool_from_json(v: &Value, provider: &str) -> ToolSpec {
         } else {
             provider_name
         },
+        output_schema_json: s("output_schema_json"),
     }
 }
 
@@ -661,6 +663,7 @@ mod tests {
             toolset: "kernel".into(),
             always_ask: true,
             provider: "kernel".into(),
+            output_schema_json: r#"{"type":"object","properties":{"n":{"type":"number"}}}"#.into(),
         };
         assert_eq!(tool_from_json(&tool_json(&t), "kernel"), t);
     }

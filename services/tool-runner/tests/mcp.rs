@@ -371,3 +371,141 @@ async fn omicos_served_over_streamable_http_to_the_typescript_sdk_client() {
     );
     assert!(!p.workspace().join("d.txt").exists());
 }
+
+#[tokio::test]
+async fn served_tools_carry_the_output_schema_and_structured_content() {
+    let dir = tempfile::tempdir().unwrap();
+    let everything = ServerConfig {
+        name: "everything".into(),
+        command: Some(
+            servers_dir()
+                .join("node_modules/.bin/mcp-server-everything")
+                .display()
+                .to_string(),
+        ),
+        args: vec!["stdio".into()],
+        startup_timeout: Duration::from_secs(20),
+        ..Default::default()
+    };
+    let p = pipeline(dir.path(), |c| c.mcp.servers.push(everything)).await;
+    let url = serve_http(&p, "read_only").await;
+    let tool = "mcp__everything__get-structured-content";
+    let r = tokio::task::spawn_blocking(move || {
+        node_client(json!({"http": url, "calls": [
+            {"name": tool, "arguments": {"location": "Chicago"}},
+            {"name": "file_manager__list", "arguments": {}}]}))
+    })
+    .await
+    .unwrap();
+    let listed = r["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == tool)
+        .unwrap_or_else(|| panic!("no {tool}: {r}"));
+    let props = &listed["outputSchema"]["properties"];
+    assert!(
+        props["temperature"].is_object() && props["humidity"].is_object(),
+        "{listed}"
+    );
+    assert_eq!(r["results"][0]["isError"], false, "{r}");
+    let sc = &r["results"][0]["structuredContent"];
+    assert_eq!(sc["temperature"], 36, "{r}");
+    assert_eq!(sc["conditions"], "Light rain / drizzle", "{r}");
+    // A tool without an output schema stays without both.
+    let plain = r["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "file_manager__list")
+        .unwrap();
+    assert!(plain["outputSchema"].is_null(), "{plain}");
+    assert!(r["results"][1]["structuredContent"].is_null(), "{r}");
+}
+
+fn python_client(plan: Value) -> Value {
+    let python = std::env::var("OMICOS_KERNEL_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = std::process::Command::new(python)
+        .arg(servers_dir().join("fixtures/client.py"))
+        .arg(plan.to_string())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the Python SDK client failed (it needs `pip install 'mcp>=2'`): {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[tokio::test]
+async fn an_approval_reaches_a_2026_07_28_client_as_an_input_required_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = pipeline(dir.path(), |_| {}).await;
+    let write = |path: &str| json!([{"name": "file_manager__write", "arguments": {"path": path, "content": "x"}}]);
+
+    // Accepted: the client retries with the answer, and the write runs.
+    let url = serve_http(&p, "auto").await;
+    let calls = write("a.txt");
+    let r = tokio::task::spawn_blocking(move || {
+        python_client(
+            json!({"http": url, "mode": "2026-07-28", "elicitation": "accept", "calls": calls}),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(r["protocol"], "2026-07-28", "{r}");
+    assert_eq!(r["elicitations"], 1, "{r}");
+    assert_eq!(r["results"][0]["isError"], false, "{r}");
+    assert_eq!(
+        std::fs::read_to_string(p.workspace().join("a.txt")).unwrap(),
+        "x"
+    );
+
+    // Declined: refused, nothing written.
+    let url = serve_http(&p, "auto").await;
+    let calls = write("b.txt");
+    let r = tokio::task::spawn_blocking(move || {
+        python_client(
+            json!({"http": url, "mode": "2026-07-28", "elicitation": "decline", "calls": calls}),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(r["elicitations"], 1, "{r}");
+    assert_eq!(r["results"][0]["isError"], true, "{r}");
+    assert!(!p.workspace().join("b.txt").exists());
+
+    // A 2026-07-28 client that cannot be asked: the refusal says so.
+    let url = serve_http(&p, "auto").await;
+    let calls = write("c.txt");
+    let r = tokio::task::spawn_blocking(move || {
+        python_client(json!({"http": url, "mode": "2026-07-28", "calls": calls}))
+    })
+    .await
+    .unwrap();
+    assert_eq!(r["results"][0]["isError"], true, "{r}");
+    assert_eq!(
+        r["results"][0]["text"],
+        omicos_mcp::serve::NO_ELICITATION_REFUSAL,
+        "{r}"
+    );
+    assert!(!p.workspace().join("c.txt").exists());
+
+    // The same client on the handshake-era protocol keeps the elicitation.
+    let url = serve_http(&p, "auto").await;
+    let calls = write("d.txt");
+    let r = tokio::task::spawn_blocking(move || {
+        python_client(
+            json!({"http": url, "mode": "legacy", "elicitation": "accept", "calls": calls}),
+        )
+    })
+    .await
+    .unwrap();
+    assert_ne!(r["protocol"], "2026-07-28", "{r}");
+    assert_eq!(r["elicitations"], 1, "{r}");
+    assert_eq!(r["results"][0]["isError"], false, "{r}");
+    assert!(p.workspace().join("d.txt").exists());
+}

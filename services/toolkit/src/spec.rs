@@ -48,6 +48,11 @@ impl ToolSpecBuilder {
         self.0.provider = provider.into();
         self
     }
+    /// Sets the JSON Schema of its structured result (MCP `outputSchema`).
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.0.output_schema_json = schema.to_string();
+        self
+    }
     /// The finished spec.
     pub fn build(self) -> ToolSpec {
         self.0
