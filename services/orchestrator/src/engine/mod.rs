@@ -16,12 +16,13 @@ mod compact;
 pub mod context;
 mod delegate;
 mod frame;
+pub mod hook_events;
 pub mod tools;
 mod turn;
 
 pub use delegate::team_tools;
 pub use tools::{AgentTools, TEAM_TOOLSET, ToolScope, runner_toolsets, tool_def};
-pub use turn::RootTurn;
+pub use turn::{PROMPT_BLOCKED, RootTurn};
 
 use crate::agents::{AgentDirectory, AgentProfile};
 use crate::config::Config;
@@ -71,6 +72,8 @@ pub enum Outcome {
     Deadline,
     /// A token or cost budget was reached (which one, in words).
     Budget(String),
+    /// A UserPromptSubmit hook refused the prompt (the error event says why).
+    Blocked,
 }
 
 impl Outcome {
@@ -83,6 +86,9 @@ impl Outcome {
             Outcome::MaxIterations => TurnDoneReason::MaxIterations,
             Outcome::Deadline => TurnDoneReason::Deadline,
             Outcome::Budget(_) => TurnDoneReason::Budget,
+            // The proto has no reason of its own for it yet; the error event
+            // before (kind `prompt_blocked`) tells it apart.
+            Outcome::Blocked => TurnDoneReason::Error,
         }
     }
 
@@ -90,6 +96,7 @@ impl Outcome {
     pub fn detail(&self) -> String {
         match self {
             Outcome::Budget(why) => why.clone(),
+            Outcome::Blocked => "blocked by a UserPromptSubmit hook".into(),
             _ => String::new(),
         }
     }
