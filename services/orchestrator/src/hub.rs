@@ -170,8 +170,6 @@ pub struct SessionState {
     store: Arc<dyn SessionStore>,
     /// The hub's map, to take this session's entry out when it is dropped.
     registry: Weak<Registry>,
-    /// A turn of this session ran on this replica (SessionStart fired).
-    started: std::sync::atomic::AtomicBool,
 }
 
 /// The hub's sessions by id, held weakly.
@@ -191,12 +189,6 @@ impl Drop for SessionState {
 }
 
 impl SessionState {
-    /// True the first time it is asked on this replica: the session starts
-    /// (or is resumed) here, when SessionStart fires.
-    pub fn first_turn_here(&self) -> bool {
-        !self.started.swap(true, std::sync::atomic::Ordering::SeqCst)
-    }
-
     /// Reloads the latest seq from the store (another replica may have
     /// written). An error leaves the seq as it was and must stop the caller:
     /// emitting on a stale seq would break the gap-free sequence.
@@ -477,7 +469,6 @@ impl Hub {
             turn: Mutex::new(None),
             store: self.store.clone(),
             registry: Arc::downgrade(&self.sessions),
-            started: Default::default(),
         });
         map.insert(id.to_owned(), Arc::downgrade(&s));
         s

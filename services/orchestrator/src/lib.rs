@@ -189,6 +189,7 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
         config,
         calibration: Default::default(),
         tool_cache: Default::default(),
+        started_sessions: Default::default(),
     });
     let hub_store = store.clone();
     let hub = Arc::new(Hub::new(store));

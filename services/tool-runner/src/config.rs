@@ -147,6 +147,36 @@ pub struct HooksConfig {
     /// After a tool failed: may add context.
     #[serde(rename = "PostToolUseFailure")]
     pub post_tool_use_failure: Vec<HookMatcher>,
+    /// The orchestrator's (ignored here: one `hooks` section serves both).
+    #[serde(rename = "SessionStart", default, skip_serializing)]
+    pub session_start: serde_json::Value,
+    /// The orchestrator's (ignored here: one `hooks` section serves both).
+    #[serde(rename = "SessionEnd", default, skip_serializing)]
+    pub session_end: serde_json::Value,
+    /// The orchestrator's (ignored here: one `hooks` section serves both).
+    #[serde(rename = "UserPromptSubmit", default, skip_serializing)]
+    pub user_prompt_submit: serde_json::Value,
+    /// The orchestrator's (ignored here: one `hooks` section serves both).
+    #[serde(rename = "Stop", default, skip_serializing)]
+    pub stop: serde_json::Value,
+    /// The orchestrator's (ignored here: one `hooks` section serves both).
+    #[serde(rename = "SubagentStart", default, skip_serializing)]
+    pub subagent_start: serde_json::Value,
+    /// The orchestrator's (ignored here: one `hooks` section serves both).
+    #[serde(rename = "SubagentStop", default, skip_serializing)]
+    pub subagent_stop: serde_json::Value,
+    /// The orchestrator's (ignored here: one `hooks` section serves both).
+    #[serde(rename = "PreCompact", default, skip_serializing)]
+    pub pre_compact: serde_json::Value,
+    /// The orchestrator's (ignored here: one `hooks` section serves both).
+    #[serde(rename = "PostCompact", default, skip_serializing)]
+    pub post_compact: serde_json::Value,
+    /// The orchestrator's (ignored here: one `hooks` section serves both).
+    #[serde(rename = "Notification", default, skip_serializing)]
+    pub notification: serde_json::Value,
+    /// The orchestrator's (ignored here: one `hooks` section serves both).
+    #[serde(rename = "PermissionDenied", default, skip_serializing)]
+    pub permission_denied: serde_json::Value,
 }
 
 /// A group of hooks that run for tools whose name matches `matcher`.

@@ -81,7 +81,13 @@ impl Engine {
         new_session: bool,
     ) -> Result<Vec<HistoryItem>, String> {
         let mut context = Vec::new();
-        if st.first_turn_here() && self.has_hooks("SessionStart") {
+        if self.has_hooks("SessionStart")
+            && self
+                .started_sessions
+                .lock()
+                .expect("started sessions")
+                .insert(st.id.clone())
+        {
             let source = if new_session { "startup" } else { "resume" };
             let mut payload = self.hook_payload(&st.id, "SessionStart");
             payload["source"] = source.into();
@@ -100,6 +106,13 @@ impl Engine {
             payload["prompt"] = message.into();
             let d = self.run_hooks("UserPromptSubmit", None, payload).await;
             if let Some(why) = d.block.clone().or(d.stop.clone()) {
+                // The session did start: what SessionStart added is kept for
+                // the next prompt, though this one never reaches the history.
+                if !context.is_empty()
+                    && let Err(e) = st.store().append_messages(&st.id, &context).await
+                {
+                    tracing::error!(session = %st.id, error = %e, "SessionStart context not persisted");
+                }
                 return Err(if why.is_empty() {
                     "the prompt was blocked by a UserPromptSubmit hook".into()
                 } else {
@@ -195,5 +208,91 @@ fn mode_name(s: &TurnSettings) -> &'static str {
         PermissionMode::ReadOnly => "plan",
         PermissionMode::Full => "bypassPermissions",
         _ => "default",
+    }
+}
+
+impl Engine {
+    /// Notification (`permission_prompt`) whenever the call `call_id` waits
+    /// for the user's approval; the task ends when the caller aborts it.
+    pub(crate) fn notify_approvals(
+        &self,
+        st: &Arc<SessionState>,
+        call_id: &str,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        if !self.has_hooks("Notification") {
+            return None;
+        }
+        let mut rx = st.subscribe();
+        let groups = self.config.hooks.notification.clone();
+        let cwd = self.config.workspace.clone();
+        let base = self.hook_payload(&st.id, "Notification");
+        let call_id = call_id.to_owned();
+        Some(tokio::spawn(async move {
+            while let Ok(e) = rx.recv().await {
+                let Some(chat_event::Kind::ToolApprovalRequest(a)) = e.kind else {
+                    continue;
+                };
+                if a.call_id != call_id {
+                    continue;
+                }
+                let mut payload = base.clone();
+                payload["notification_type"] = "permission_prompt".into();
+                payload["message"] =
+                    format!("omicos needs your permission to use {}", a.tool_name).into();
+                let (groups, cwd) = (groups.clone(), cwd.clone());
+                // Not awaited by the call, and not ended with it: a slow
+                // hook must not delay the approval, nor be cut short by it.
+                tokio::spawn(async move {
+                    hooks::run(
+                        "Notification",
+                        &groups,
+                        Some("permission_prompt"),
+                        &payload,
+                        &cwd,
+                    )
+                    .await;
+                });
+            }
+        }))
+    }
+
+    /// PermissionDenied: the call was refused by the rules, the mode or the
+    /// user (its runner record says which).
+    pub(crate) async fn permission_denied_hook(
+        &self,
+        st: &SessionState,
+        s: &TurnSettings,
+        call: &crate::llm::ToolCall,
+        record: &Value,
+    ) {
+        if !self.has_hooks("PermissionDenied") {
+            return;
+        }
+        let refused = record["permission"]["gate"] == "refuse";
+        let denied = record["approval"]["decision"] == "deny";
+        if !(refused || denied) {
+            return;
+        }
+        let reason = if refused {
+            record["permission"]["reason"]
+                .as_str()
+                .unwrap_or("refused by the permission rules or mode")
+                .to_owned()
+        } else {
+            format!(
+                "denied at approval ({})",
+                record["approval"]["source"].as_str().unwrap_or("user")
+            )
+        };
+        let tool = record["name"].as_str().unwrap_or(&call.name).to_owned();
+        let mut payload = self.hook_payload(&st.id, "PermissionDenied");
+        payload["permission_mode"] = mode_name(s).into();
+        payload["tool_name"] = tool.clone().into();
+        payload["tool_input"] =
+            serde_json::from_str::<Value>(&call.arguments).unwrap_or(Value::Null);
+        payload["tool_use_id"] = call.id.clone().into();
+        payload["reason"] = reason.into();
+        self.run_hooks("PermissionDenied", Some(&tool), payload)
+            .await;
     }
 }

@@ -54,6 +54,9 @@ pub struct Engine {
     pub calibration: Mutex<HashMap<String, f64>>,
     /// The agents' tool lists by catalog version ([`tools::ToolCache`]).
     pub tool_cache: tools::ToolCache,
+    /// Sessions whose SessionStart hooks ran on this replica (a later turn
+    /// of theirs is not a start; one after a restart is a `resume`).
+    pub started_sessions: Mutex<std::collections::HashSet<String>>,
 }
 
 /// How a turn (or sub-turn) ended.

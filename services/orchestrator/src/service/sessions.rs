@@ -157,6 +157,11 @@ impl OrchestratorService {
                 .await;
         }
         let deleted = self.hub.store().delete_session(&id).await?;
+        self.engine
+            .started_sessions
+            .lock()
+            .expect("started sessions")
+            .remove(&id);
         self.hub.forget(&id);
         match self.engine.runner.end_session(&id, who).await {
             Ok(stopped) => {
