@@ -368,16 +368,16 @@ pub struct HooksConfig {
     #[serde(rename = "PermissionDenied")]
     pub permission_denied: Vec<HookMatcher>,
     /// The tool-runner's (ignored here).
-    #[serde(rename = "PreToolUse", skip_serializing)]
+    #[serde(rename = "PreToolUse")]
     pub pre_tool_use: serde_json::Value,
     /// The tool-runner's (ignored here).
-    #[serde(rename = "PermissionRequest", skip_serializing)]
+    #[serde(rename = "PermissionRequest")]
     pub permission_request: serde_json::Value,
     /// The tool-runner's (ignored here).
-    #[serde(rename = "PostToolUse", skip_serializing)]
+    #[serde(rename = "PostToolUse")]
     pub post_tool_use: serde_json::Value,
     /// The tool-runner's (ignored here).
-    #[serde(rename = "PostToolUseFailure", skip_serializing)]
+    #[serde(rename = "PostToolUseFailure")]
     pub post_tool_use_failure: serde_json::Value,
 }
 

@@ -148,34 +148,34 @@ pub struct HooksConfig {
     #[serde(rename = "PostToolUseFailure")]
     pub post_tool_use_failure: Vec<HookMatcher>,
     /// The orchestrator's (ignored here: one `hooks` section serves both).
-    #[serde(rename = "SessionStart", default, skip_serializing)]
+    #[serde(rename = "SessionStart", default)]
     pub session_start: serde_json::Value,
     /// The orchestrator's (ignored here: one `hooks` section serves both).
-    #[serde(rename = "SessionEnd", default, skip_serializing)]
+    #[serde(rename = "SessionEnd", default)]
     pub session_end: serde_json::Value,
     /// The orchestrator's (ignored here: one `hooks` section serves both).
-    #[serde(rename = "UserPromptSubmit", default, skip_serializing)]
+    #[serde(rename = "UserPromptSubmit", default)]
     pub user_prompt_submit: serde_json::Value,
     /// The orchestrator's (ignored here: one `hooks` section serves both).
-    #[serde(rename = "Stop", default, skip_serializing)]
+    #[serde(rename = "Stop", default)]
     pub stop: serde_json::Value,
     /// The orchestrator's (ignored here: one `hooks` section serves both).
-    #[serde(rename = "SubagentStart", default, skip_serializing)]
+    #[serde(rename = "SubagentStart", default)]
     pub subagent_start: serde_json::Value,
     /// The orchestrator's (ignored here: one `hooks` section serves both).
-    #[serde(rename = "SubagentStop", default, skip_serializing)]
+    #[serde(rename = "SubagentStop", default)]
     pub subagent_stop: serde_json::Value,
     /// The orchestrator's (ignored here: one `hooks` section serves both).
-    #[serde(rename = "PreCompact", default, skip_serializing)]
+    #[serde(rename = "PreCompact", default)]
     pub pre_compact: serde_json::Value,
     /// The orchestrator's (ignored here: one `hooks` section serves both).
-    #[serde(rename = "PostCompact", default, skip_serializing)]
+    #[serde(rename = "PostCompact", default)]
     pub post_compact: serde_json::Value,
     /// The orchestrator's (ignored here: one `hooks` section serves both).
-    #[serde(rename = "Notification", default, skip_serializing)]
+    #[serde(rename = "Notification", default)]
     pub notification: serde_json::Value,
     /// The orchestrator's (ignored here: one `hooks` section serves both).
-    #[serde(rename = "PermissionDenied", default, skip_serializing)]
+    #[serde(rename = "PermissionDenied", default)]
     pub permission_denied: serde_json::Value,
 }
 
