@@ -86,7 +86,8 @@ pub struct Config {
     /// Token and cost ceilings, and the price table.
     pub budget: BudgetConfig,
     /// Hooks the orchestrator runs itself (Claude Code's settings shape):
-    /// `PreCompact`. Tool hooks (PreToolUse, ...) are the tool-runner's.
+    /// session, prompt, stop, sub-agent, compaction, notification and
+    /// denial events. Tool hooks (PreToolUse, ...) are the tool-runner's.
     pub hooks: HooksConfig,
     /// Where `GET /metrics` (Prometheus) is served, e.g. `0.0.0.0:9464`; empty: not served.
     pub metrics_addr: String,
@@ -296,16 +297,22 @@ pub struct BudgetConfig {
     pub prices: BTreeMap<String, Price>,
 }
 
-/// One hook command.
+/// One hook handler, as in Claude Code's settings: `command` runs with
+/// `sh -c`, the event's JSON on stdin; `http` POSTs the same JSON to `url`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct HookCommand {
-    /// `command` (the only kind).
+    /// `command` or `http`.
     #[serde(rename = "type")]
     pub kind: String,
-    /// Run with `sh -c`, the event's JSON on stdin.
+    /// `command`: run with `sh -c`, the event's JSON on stdin.
     pub command: String,
-    /// Seconds before it is killed (default 60).
+    /// `http`: where the event's JSON is POSTed; the answer's body is read
+    /// as a command's stdout would be.
+    pub url: String,
+    /// `http`: extra request headers.
+    pub headers: BTreeMap<String, String>,
+    /// Seconds before it is killed or abandoned (default 60).
     pub timeout: Option<u64>,
 }
 
@@ -313,19 +320,83 @@ pub struct HookCommand {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct HookMatcher {
-    /// PreCompact: `manual` or `auto` (an overflow counts as auto); empty: both.
+    /// What the event is matched on (PreCompact/PostCompact: `manual` or
+    /// `auto`; SessionStart: its source; SessionEnd: its reason;
+    /// Notification: its type; SubagentStart/Stop: the agent; PermissionDenied:
+    /// the tool); empty or `*`: all. Events without a matcher ignore it.
     pub matcher: String,
-    /// The commands.
+    /// The handlers.
     pub hooks: Vec<HookCommand>,
 }
 
-/// The orchestrator's hooks.
+/// The hooks the orchestrator runs itself, in Claude Code's settings shape.
+/// Tool hooks (PreToolUse, PermissionRequest, PostToolUse,
+/// PostToolUseFailure) are run by the tool-runner, where the call runs; they
+/// are accepted here so one `hooks` section can serve both.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct HooksConfig {
-    /// Before a compaction (Claude Code's `PreCompact`).
+    /// Before a compaction.
     #[serde(rename = "PreCompact")]
     pub pre_compact: Vec<HookMatcher>,
+    /// After a compaction.
+    #[serde(rename = "PostCompact")]
+    pub post_compact: Vec<HookMatcher>,
+    /// A session starts (`startup`), is resumed on this replica (`resume`),
+    /// or goes on after a compaction (`compact`); may add context.
+    #[serde(rename = "SessionStart")]
+    pub session_start: Vec<HookMatcher>,
+    /// A session is deleted (`reason`).
+    #[serde(rename = "SessionEnd")]
+    pub session_end: Vec<HookMatcher>,
+    /// Before a prompt reaches the model: may refuse it or add context.
+    #[serde(rename = "UserPromptSubmit")]
+    pub user_prompt_submit: Vec<HookMatcher>,
+    /// The root agent is about to end its turn: may make it go on.
+    #[serde(rename = "Stop")]
+    pub stop: Vec<HookMatcher>,
+    /// A `call_agent` sub-turn starts: may add context.
+    #[serde(rename = "SubagentStart")]
+    pub subagent_start: Vec<HookMatcher>,
+    /// A `call_agent` sub-turn is about to end: may make it go on.
+    #[serde(rename = "SubagentStop")]
+    pub subagent_stop: Vec<HookMatcher>,
+    /// An approval is waiting for the user.
+    #[serde(rename = "Notification")]
+    pub notification: Vec<HookMatcher>,
+    /// A tool call was refused by the rules, the mode or the user.
+    #[serde(rename = "PermissionDenied")]
+    pub permission_denied: Vec<HookMatcher>,
+    /// The tool-runner's (ignored here).
+    #[serde(rename = "PreToolUse")]
+    pub pre_tool_use: serde_json::Value,
+    /// The tool-runner's (ignored here).
+    #[serde(rename = "PermissionRequest")]
+    pub permission_request: serde_json::Value,
+    /// The tool-runner's (ignored here).
+    #[serde(rename = "PostToolUse")]
+    pub post_tool_use: serde_json::Value,
+    /// The tool-runner's (ignored here).
+    #[serde(rename = "PostToolUseFailure")]
+    pub post_tool_use_failure: serde_json::Value,
+}
+
+impl HooksConfig {
+    /// Every event the orchestrator runs, with its name.
+    pub fn events(&self) -> [(&'static str, &[HookMatcher]); 10] {
+        [
+            ("PreCompact", &self.pre_compact),
+            ("PostCompact", &self.post_compact),
+            ("SessionStart", &self.session_start),
+            ("SessionEnd", &self.session_end),
+            ("UserPromptSubmit", &self.user_prompt_submit),
+            ("Stop", &self.stop),
+            ("SubagentStart", &self.subagent_start),
+            ("SubagentStop", &self.subagent_stop),
+            ("Notification", &self.notification),
+            ("PermissionDenied", &self.permission_denied),
+        ]
+    }
 }
 
 impl ServiceConfig for Config {
@@ -426,12 +497,19 @@ impl ServiceConfig for Config {
                 return Err(ConfigError::key(key, "must be 0 (none) or more"));
             }
         }
-        for h in self.hooks.pre_compact.iter().flat_map(|m| &m.hooks) {
-            if h.kind != "command" || h.command.trim().is_empty() {
-                return Err(ConfigError::key(
-                    "hooks.PreCompact",
-                    "each hook needs type: command and a command",
-                ));
+        for (_, list) in self.hooks.events() {
+            for h in list.iter().flat_map(|m| &m.hooks) {
+                let ok = match h.kind.as_str() {
+                    "command" => !h.command.trim().is_empty(),
+                    "http" => h.url.starts_with("http://") || h.url.starts_with("https://"),
+                    _ => false,
+                };
+                if !ok {
+                    return Err(ConfigError::key(
+                        "hooks",
+                        "each hook needs type: command and a command, or type: http and an http(s) url",
+                    ));
+                }
             }
         }
         if self.tool_calls.parallel_limit == 0 {

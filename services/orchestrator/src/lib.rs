@@ -7,6 +7,7 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod files;
+pub mod hooks;
 pub mod hub;
 pub mod llm;
 pub mod metrics;
@@ -188,6 +189,7 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
         config,
         calibration: Default::default(),
         tool_cache: Default::default(),
+        started_sessions: Default::default(),
     });
     let hub_store = store.clone();
     let hub = Arc::new(Hub::new(store));

@@ -161,6 +161,25 @@ fn section(file: &Option<serde_yaml::Mapping>, name: &str) -> Option<Value> {
     file.as_ref().and_then(|m| m.get(name)).cloned()
 }
 
+/// The stack file's top-level `hooks` (Claude Code's settings.json shape),
+/// given to both services: each runs the events that happen in it (tool
+/// events in the runner, the others in the orchestrator). A service's own
+/// `hooks` key comes first.
+fn with_hooks(service: Option<Value>, file: &Option<serde_yaml::Mapping>) -> Option<Value> {
+    let Some(hooks) = section(file, "hooks") else {
+        return service;
+    };
+    let mut m = match service {
+        Some(Value::Mapping(m)) => m,
+        None | Some(Value::Null) => serde_yaml::Mapping::new(),
+        other => return other,
+    };
+    if !m.contains_key("hooks") {
+        m.insert(Value::String("hooks".into()), hooks);
+    }
+    Some(Value::Mapping(m))
+}
+
 fn known_sections(m: &serde_yaml::Mapping) -> Result<(), ConfigError> {
     for k in m.keys() {
         let k = k.as_str().unwrap_or_default();
@@ -172,12 +191,13 @@ fn known_sections(m: &serde_yaml::Mapping) -> Result<(), ConfigError> {
             "memory",
             "pdf",
             "image_gen",
+            "hooks",
         ]
         .contains(&k)
         {
             return Err(ConfigError::key(
                 k,
-                "unknown section (known: orchestrator, tool_runner, kernel, web, memory, pdf, image_gen)",
+                "unknown section (known: orchestrator, tool_runner, kernel, web, memory, pdf, image_gen, hooks)",
             ));
         }
     }
@@ -247,8 +267,11 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, StackError> {
     let mut endpoints = Vec::new();
 
     // Orchestrator config first: the catalog feeds the runner's skill provider.
-    let mut ocfg: omicos_orchestrator::config::Config =
-        load_config_value(section(&file, "orchestrator"), env, "orchestrator")?;
+    let mut ocfg: omicos_orchestrator::config::Config = load_config_value(
+        with_hooks(section(&file, "orchestrator"), &file),
+        env,
+        "orchestrator",
+    )?;
     ocfg.workspace = workspace.clone();
     if let Some(r) = &opts.replay_file {
         ocfg.llm.backend = "replay".into();
@@ -289,8 +312,11 @@ pub async fn up(opts: UpOptions) -> Result<RunningStack, StackError> {
     // Tool-runner with the registry and the in-process providers.
     let runner_l = bind(&opts.host, opts.port_base, 1).await?;
     let runner_url = url(&runner_l);
-    let mut rcfg: omicos_tool_runner::Config =
-        load_config_value(section(&file, "tool_runner"), env, "tool_runner")?;
+    let mut rcfg: omicos_tool_runner::Config = load_config_value(
+        with_hooks(section(&file, "tool_runner"), &file),
+        env,
+        "tool_runner",
+    )?;
     rcfg.workspace = workspace.clone();
     rcfg.listen = runner_l.local_addr().map_err(StackError::Bind)?.to_string();
     // One service secret for the whole stack: the configured one, else a new one per start.
@@ -556,5 +582,36 @@ impl RunningStack {
     /// The workspace path.
     pub fn workspace(&self) -> &Path {
         &self.workspace
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(yaml: &str) -> Option<serde_yaml::Mapping> {
+        Some(serde_yaml::from_str(yaml).unwrap())
+    }
+
+    #[test]
+    fn the_top_level_hooks_reach_both_services_and_each_keeps_its_events() {
+        let f = file(
+            "hooks:\n  Stop: [{hooks: [{type: command, command: ./stop.sh}]}]\n  PreToolUse: [{matcher: shell, hooks: [{type: command, command: ./pre.sh}]}]\ntool_runner: {approval_timeout: 2m}\n",
+        );
+        let o: omicos_orchestrator::config::Config = load_config_value(
+            with_hooks(section(&f, "orchestrator"), &f),
+            &[],
+            "orchestrator",
+        )
+        .unwrap();
+        assert_eq!(o.hooks.stop[0].hooks[0].command, "./stop.sh");
+        let r: omicos_tool_runner::Config = load_config_value(
+            with_hooks(section(&f, "tool_runner"), &f),
+            &[],
+            "tool_runner",
+        )
+        .unwrap();
+        assert_eq!(r.hooks.pre_tool_use[0].hooks[0].command, "./pre.sh");
+        assert_eq!(r.approval_timeout, Duration::from_secs(120));
     }
 }

@@ -152,6 +152,36 @@ pub struct HooksConfig {
     /// After a tool failed: may add context.
     #[serde(rename = "PostToolUseFailure")]
     pub post_tool_use_failure: Vec<HookMatcher>,
+    /// The orchestrator's (ignored here: one `hooks` section serves both).
+    #[serde(rename = "SessionStart", default)]
+    pub session_start: serde_json::Value,
+    /// The orchestrator's (ignored here: one `hooks` section serves both).
+    #[serde(rename = "SessionEnd", default)]
+    pub session_end: serde_json::Value,
+    /// The orchestrator's (ignored here: one `hooks` section serves both).
+    #[serde(rename = "UserPromptSubmit", default)]
+    pub user_prompt_submit: serde_json::Value,
+    /// The orchestrator's (ignored here: one `hooks` section serves both).
+    #[serde(rename = "Stop", default)]
+    pub stop: serde_json::Value,
+    /// The orchestrator's (ignored here: one `hooks` section serves both).
+    #[serde(rename = "SubagentStart", default)]
+    pub subagent_start: serde_json::Value,
+    /// The orchestrator's (ignored here: one `hooks` section serves both).
+    #[serde(rename = "SubagentStop", default)]
+    pub subagent_stop: serde_json::Value,
+    /// The orchestrator's (ignored here: one `hooks` section serves both).
+    #[serde(rename = "PreCompact", default)]
+    pub pre_compact: serde_json::Value,
+    /// The orchestrator's (ignored here: one `hooks` section serves both).
+    #[serde(rename = "PostCompact", default)]
+    pub post_compact: serde_json::Value,
+    /// The orchestrator's (ignored here: one `hooks` section serves both).
+    #[serde(rename = "Notification", default)]
+    pub notification: serde_json::Value,
+    /// The orchestrator's (ignored here: one `hooks` section serves both).
+    #[serde(rename = "PermissionDenied", default)]
+    pub permission_denied: serde_json::Value,
 }
 
 /// A group of hooks that run for tools whose name matches `matcher`.

@@ -15,7 +15,6 @@ use omicos_history::HistoryItem;
 use omicos_proto::{Compaction, chat_event};
 use serde_json::json;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -59,9 +58,6 @@ pub struct Compacted {
     /// The summarizing model call.
     pub used: Meter,
 }
-
-/// The longest a PreCompact hook runs without its own timeout.
-const HOOK_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Engine {
     /// The view for the next request of `frame`, compacted first when it
@@ -305,6 +301,7 @@ impl Engine {
             }
         };
         let summary: String = summary.chars().take(max_summary.max(500)).collect();
+        let summary = self.post_compact_hooks(session_id, trigger, &summary).await;
         let mut marker = context::marker(
             &summary,
             at,
@@ -332,67 +329,48 @@ impl Engine {
         }))
     }
 
-    /// Runs the PreCompact hooks whose matcher matches, each with Claude
-    /// Code's payload on stdin. A hook cannot stop a compaction (as in Claude
-    /// Code); a failing one is logged.
+    /// Runs the PreCompact hooks whose matcher matches, with Claude Code's
+    /// payload. A hook cannot stop a compaction (as in Claude Code).
     async fn pre_compact_hook(&self, session_id: &str, trigger: Trigger) {
-        // The hook may read the transcript: what was queued for it is written first.
-        self.trajectories.flush(session_id).await;
         let t = trigger.hook_trigger();
-        let payload = json!({
-            "session_id": session_id,
-            "transcript_path": self.trajectories.path(session_id).display().to_string(),
-            "cwd": self.config.workspace.display().to_string(),
-            "hook_event_name": "PreCompact",
-            "trigger": t,
-            "custom_instructions": "",
-        })
-        .to_string();
-        for m in &self.config.hooks.pre_compact {
-            if !(m.matcher.is_empty() || m.matcher == "*" || m.matcher == t) {
-                continue;
-            }
-            for h in &m.hooks {
-                let limit = h.timeout.map(Duration::from_secs).unwrap_or(HOOK_TIMEOUT);
-                match run_hook(&h.command, &payload, &self.config.workspace, limit).await {
-                    Ok(0) => {}
-                    Ok(code) => {
-                        tracing::warn!(session = %session_id, command = %h.command, code, "PreCompact hook failed")
-                    }
-                    Err(e) => {
-                        tracing::warn!(session = %session_id, command = %h.command, error = %e, "PreCompact hook did not run")
-                    }
-                }
-            }
-        }
+        let mut payload = self.hook_payload(session_id, "PreCompact");
+        payload["trigger"] = t.into();
+        payload["custom_instructions"] = "".into();
+        self.run_hooks("PreCompact", Some(t), payload).await;
     }
-}
 
-/// Runs `command` with `sh -c` in `cwd`, `payload` on stdin; its exit code.
-async fn run_hook(
-    command: &str,
-    payload: &str,
-    cwd: &std::path::Path,
-    limit: Duration,
-) -> std::io::Result<i32> {
-    use tokio::io::AsyncWriteExt;
-    let mut child = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(command)
-        .current_dir(cwd)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(payload.as_bytes()).await;
-    }
-    match tokio::time::timeout(limit, child.wait()).await {
-        Ok(status) => Ok(status?.code().unwrap_or(-1)),
-        Err(_) => Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("timed out after {limit:?}"),
-        )),
+    /// Runs PostCompact (told the summary), then SessionStart with source
+    /// `compact`, whose context is kept after the summary, where the model
+    /// reads it from now on.
+    async fn post_compact_hooks(
+        &self,
+        session_id: &str,
+        trigger: Trigger,
+        summary: &str,
+    ) -> String {
+        let t = trigger.hook_trigger();
+        if self.has_hooks("PostCompact") {
+            let mut payload = self.hook_payload(session_id, "PostCompact");
+            payload["trigger"] = t.into();
+            payload["compact_summary"] = summary.into();
+            self.run_hooks("PostCompact", Some(t), payload).await;
+        }
+        if !self.has_hooks("SessionStart") {
+            return summary.to_owned();
+        }
+        let mut payload = self.hook_payload(session_id, "SessionStart");
+        payload["source"] = "compact".into();
+        payload["model"] = self.config.llm.model.clone().into();
+        match self
+            .run_hooks("SessionStart", Some("compact"), payload)
+            .await
+            .context_text()
+        {
+            Some(c) => format!(
+                "{summary}\n\n{}",
+                super::hook_events::context_message("SessionStart", &c)
+            ),
+            None => summary.to_owned(),
+        }
     }
 }

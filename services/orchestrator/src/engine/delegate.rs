@@ -107,15 +107,25 @@ impl Engine {
             // Steered messages go to the root frame.
             steer: None,
         };
+        self.subagent_start(session, &mut frame).await;
         let last = frame.last_text.clone();
         let deadline = self.config.delegation.deadline;
         let sub_cancel = cancel.child_token();
-        let outcome = match tokio::time::timeout(
-            deadline,
-            self.run_frame(session, s, &mut frame, &sub_cancel),
-        )
-        .await
-        {
+        let run = async {
+            let mut continuations = 0;
+            loop {
+                let o = self.run_frame(session, s, &mut frame, &sub_cancel).await;
+                if o != Outcome::Completed
+                    || !self
+                        .stop_hook_continues(session, s, &mut frame, continuations)
+                        .await
+                {
+                    break o;
+                }
+                continuations += 1;
+            }
+        };
+        let outcome = match tokio::time::timeout(deadline, run).await {
             Ok(o) => o,
             Err(_) => {
                 sub_cancel.cancel();
@@ -141,6 +151,8 @@ impl Engine {
                 "{name} ran out of tool iterations before finishing; what it had: {text}"
             )),
             Outcome::Budget(why) => err(format!("{name} stopped: {why}; what it had: {text}")),
+            // Only a root turn's prompt goes through UserPromptSubmit.
+            Outcome::Blocked => err(format!("{name} was blocked; what it had: {text}")),
             Outcome::Deadline => err(format!(
                 "{name} passed the delegation deadline ({}s); what it had: {text}",
                 deadline.as_secs()

@@ -514,10 +514,14 @@ impl Engine {
             request_rules: Some(s.rules.clone()),
             session_rules: session.allowed_rules(),
         };
+        let notify = self.notify_approvals(session, &call.id);
         let r = self
             .runner
             .execute(start, &s.principal, session, tag, cancel)
             .await;
+        if let Some(n) = notify {
+            n.abort();
+        }
         if !r.granted_rule.is_empty() {
             // The runner checked the rule against the call. It is kept with
             // the session's grants (a bare rule is a whole-tool grant).
@@ -534,6 +538,7 @@ impl Engine {
         let record = serde_json::from_str::<Value>(&r.record_json).unwrap_or_else(|_| {
             json!({"id": call.id, "name": call.name, "arguments": call.arguments, "status": r.status().as_str(), "result": r.result})
         });
+        self.permission_denied_hook(session, s, call, &record).await;
         self.trajectories
             .append(&session.id, json!({"type": "tool_call", "turn_id": s.turn_id, "context": frame.context, "record": record}))
             .await;

@@ -16,12 +16,13 @@ mod compact;
 pub mod context;
 mod delegate;
 mod frame;
+pub mod hook_events;
 pub mod tools;
 mod turn;
 
 pub use delegate::team_tools;
 pub use tools::{AgentTools, TEAM_TOOLSET, ToolScope, runner_toolsets, tool_def};
-pub use turn::RootTurn;
+pub use turn::{PROMPT_BLOCKED, RootTurn};
 
 use crate::agents::{AgentDirectory, AgentProfile};
 use crate::config::Config;
@@ -53,6 +54,9 @@ pub struct Engine {
     pub calibration: Mutex<HashMap<String, f64>>,
     /// The agents' tool lists by catalog version ([`tools::ToolCache`]).
     pub tool_cache: tools::ToolCache,
+    /// Sessions whose SessionStart hooks ran on this replica (a later turn
+    /// of theirs is not a start; one after a restart is a `resume`).
+    pub started_sessions: Mutex<std::collections::HashSet<String>>,
 }
 
 /// How a turn (or sub-turn) ended.
@@ -71,6 +75,8 @@ pub enum Outcome {
     Deadline,
     /// A token or cost budget was reached (which one, in words).
     Budget(String),
+    /// A UserPromptSubmit hook refused the prompt (the error event says why).
+    Blocked,
 }
 
 impl Outcome {
@@ -83,6 +89,9 @@ impl Outcome {
             Outcome::MaxIterations => TurnDoneReason::MaxIterations,
             Outcome::Deadline => TurnDoneReason::Deadline,
             Outcome::Budget(_) => TurnDoneReason::Budget,
+            // The proto has no reason of its own for it yet; the error event
+            // before (kind `prompt_blocked`) tells it apart.
+            Outcome::Blocked => TurnDoneReason::Error,
         }
     }
 
@@ -90,6 +99,7 @@ impl Outcome {
     pub fn detail(&self) -> String {
         match self {
             Outcome::Budget(why) => why.clone(),
+            Outcome::Blocked => "blocked by a UserPromptSubmit hook".into(),
             _ => String::new(),
         }
     }

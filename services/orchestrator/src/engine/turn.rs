@@ -8,11 +8,14 @@ use crate::error::OrchestratorError;
 use crate::hub::{SessionState, SteerQueue};
 use crate::runner_client::EventTag;
 use omicos_history::HistoryItem;
-use omicos_proto::{TurnDone, TurnStarted, chat_event};
+use omicos_proto::{ErrorEvent, TurnDone, TurnStarted, chat_event};
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+/// The error kind of a prompt a UserPromptSubmit hook refused.
+pub const PROMPT_BLOCKED: &str = "prompt_blocked";
 
 /// Everything a root turn needs, decided when the Chat request was accepted.
 pub struct RootTurn {
@@ -80,41 +83,70 @@ impl Engine {
             json!({"type": "user", "turn_id": turn_id, "agent": agent.id, "content": message}),
         );
         let mut meters = super::budget::Meters::default();
-        let outcome = match self.load_history(&st, &message, new_session).await {
-            Ok(history) => {
-                meters.session_before = super::budget::Meter::of_history(&history);
-                let mut frame = Frame {
-                    agent,
-                    messages: history,
-                    depth: 0,
-                    chain: vec![],
-                    context: "root".into(),
-                    persist: true,
-                    last_text: Arc::new(Mutex::new(String::new())),
-                    meters: meters.clone(),
-                    used: Default::default(),
-                    steer: Some(steer.clone()),
-                };
-                let outcome = self
-                    .run_root_frame(&st, &settings, &mut frame, &cancel)
-                    .await;
-                // Steered in after the frame's last model request (it was
-                // cancelled, or stopped at a limit): kept in the history,
-                // where the next turn reads it.
+        let outcome = match self
+            .before_prompt(&st, &settings, &message, new_session)
+            .await
+        {
+            Err(why) => {
+                // Refused before anything reached the history or the model.
+                tracing::info!(session = %st.id, reason = %why, "prompt blocked by a hook");
+                st.emit(tag.event(chat_event::Kind::Error(ErrorEvent {
+                    kind: PROMPT_BLOCKED.into(),
+                    message: why,
+                })))
+                .await;
                 for message in steer.close() {
-                    self.steered(&st, &settings, &mut frame, &tag, message)
-                        .await;
+                    tracing::warn!(session = %st.id, message, "steered message dropped: the prompt was blocked");
                 }
-                outcome
+                Outcome::Blocked
             }
-            Err(e) => {
-                for message in steer.close() {
-                    tracing::warn!(session = %st.id, message, "steered message dropped: the history was unreadable");
+            Ok(context) => match self.load_history(&st, &message, new_session, context).await {
+                Ok(history) => {
+                    meters.session_before = super::budget::Meter::of_history(&history);
+                    let mut frame = Frame {
+                        agent,
+                        messages: history,
+                        depth: 0,
+                        chain: vec![],
+                        context: "root".into(),
+                        persist: true,
+                        last_text: Arc::new(Mutex::new(String::new())),
+                        meters: meters.clone(),
+                        used: Default::default(),
+                        steer: Some(steer.clone()),
+                    };
+                    let mut continuations = 0;
+                    let outcome = loop {
+                        let outcome = self
+                            .run_root_frame(&st, &settings, &mut frame, &cancel)
+                            .await;
+                        if outcome != Outcome::Completed
+                            || !self
+                                .stop_hook_continues(&st, &settings, &mut frame, continuations)
+                                .await
+                        {
+                            break outcome;
+                        }
+                        continuations += 1;
+                    };
+                    // Steered in after the frame's last model request (it was
+                    // cancelled, or stopped at a limit): kept in the history,
+                    // where the next turn reads it.
+                    for message in steer.close() {
+                        self.steered(&st, &settings, &mut frame, &tag, message)
+                            .await;
+                    }
+                    outcome
                 }
-                // Without its history the model would answer out of context: fail the turn clearly.
-                emit_error(&st, &tag, &e).await;
-                Outcome::Error
-            }
+                Err(e) => {
+                    for message in steer.close() {
+                        tracing::warn!(session = %st.id, message, "steered message dropped: the history was unreadable");
+                    }
+                    // Without its history the model would answer out of context: fail the turn clearly.
+                    emit_error(&st, &tag, &e).await;
+                    Outcome::Error
+                }
+            },
         };
         let reason = outcome.reason();
         crate::metrics::get().turn_done(reason.as_str());
@@ -184,6 +216,7 @@ impl Engine {
         st: &SessionState,
         message: &str,
         new_session: bool,
+        context: Vec<HistoryItem>,
     ) -> Result<Vec<HistoryItem>, OrchestratorError> {
         let mut history = if new_session {
             Vec::new()
@@ -196,15 +229,13 @@ impl Engine {
                     source,
                 })?
         };
-        let user = HistoryItem::user(message);
-        if let Err(e) = st
-            .store()
-            .append_messages(&st.id, std::slice::from_ref(&user))
-            .await
-        {
+        // The hooks' context follows the prompt, and is kept with it.
+        let mut new = vec![HistoryItem::user(message)];
+        new.extend(context);
+        if let Err(e) = st.store().append_messages(&st.id, &new).await {
             tracing::error!(session = %st.id, error = %e, "user message not persisted");
         }
-        history.push(user);
+        history.extend(new);
         Ok(history)
     }
 }

@@ -149,7 +149,19 @@ impl OrchestratorService {
         if self.hub.existing(&id).and_then(|s| s.running()).is_some() {
             return Err(OrchestratorError::SessionBusy(id));
         }
+        if self.engine.has_hooks("SessionEnd") {
+            let mut payload = self.engine.hook_payload(&id, "SessionEnd");
+            payload["reason"] = "other".into();
+            self.engine
+                .run_hooks("SessionEnd", Some("other"), payload)
+                .await;
+        }
         let deleted = self.hub.store().delete_session(&id).await?;
+        self.engine
+            .started_sessions
+            .lock()
+            .expect("started sessions")
+            .remove(&id);
         self.hub.forget(&id);
         match self.engine.runner.end_session(&id, who).await {
             Ok(stopped) => {
