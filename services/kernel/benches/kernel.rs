@@ -114,6 +114,56 @@ fn baseline(py: &str, transport: &str, n: usize) -> serde_json::Value {
     .expect("baseline JSON")
 }
 
+/// A new session's first call `1+1`, `rounds` times: from the warm pool,
+/// then with a cold kernel start (ms each).
+async fn first_calls(cfg: &KernelConfig, ws: &std::path::Path, rounds: usize) -> (Vec<f64>, Vec<f64>) {
+    let ws = ws.to_path_buf();
+    let warm_p = KernelProvider::new(cfg.clone(), ws.clone(), vec![]).expect("provider");
+    let mut warm = Vec::new();
+    for i in 0..rounds {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while warm_p.kernels().warm_count() < 1 {
+            assert!(Instant::now() < deadline, "pool did not refill");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let s = Instant::now();
+        warm_p
+            .call(
+                "run_python_code",
+                json!({"code": "1+1"}),
+                CallCtx::for_test(&ws, &format!("warm{i}")),
+            )
+            .await
+            .expect("call");
+        warm.push(s.elapsed().as_secs_f64() * 1000.0);
+    }
+    warm_p.close().await;
+    let cold_p = KernelProvider::new(
+        KernelConfig {
+            pool_size: 0,
+            ..cfg.clone()
+        },
+        ws.clone(),
+        vec![],
+    )
+    .expect("provider");
+    let mut cold = Vec::new();
+    for i in 0..rounds {
+        let s = Instant::now();
+        cold_p
+            .call(
+                "run_python_code",
+                json!({"code": "1+1"}),
+                CallCtx::for_test(&ws, &format!("cold{i}")),
+            )
+            .await
+            .expect("call");
+        cold.push(s.elapsed().as_secs_f64() * 1000.0);
+    }
+    cold_p.close().await;
+    (warm, cold)
+}
+
 #[tokio::main]
 async fn main() {
     let py = python();
@@ -171,51 +221,42 @@ async fn main() {
         );
     }
 
-    // 2. A new session's first call: warm pool vs cold start.
+    // 2. A new session's first call: warm pool vs cold start, in the
+    // session's box and unconfined (the kernel as it ran before the box),
+    // rounds interleaved so both see the same machine.
     let rounds = 5;
-    let warm_p = KernelProvider::new(cfg.clone(), ws.clone(), vec![]).expect("provider");
-    let mut warm = Vec::new();
-    for i in 0..rounds {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while warm_p.kernels().warm_count() < 1 {
-            assert!(Instant::now() < deadline, "pool did not refill");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let s = Instant::now();
-        warm_p
-            .call(
-                "run_python_code",
-                json!({"code": "1+1"}),
-                CallCtx::for_test(&ws, &format!("warm{i}")),
-            )
-            .await
-            .expect("call");
-        warm.push(s.elapsed().as_secs_f64() * 1000.0);
-    }
-    warm_p.close().await;
-    let cold_p = KernelProvider::new(
-        KernelConfig {
-            pool_size: 0,
-            ..cfg.clone()
+    let unboxed_cfg = KernelConfig {
+        sandbox: omicos_sandbox::SandboxConfig {
+            policy: omicos_sandbox::SandboxPolicy::DangerFullAccess,
+            ..cfg.sandbox.clone()
         },
-        ws.clone(),
-        vec![],
-    )
-    .expect("provider");
-    let mut cold = Vec::new();
-    for i in 0..rounds {
-        let s = Instant::now();
-        cold_p
-            .call(
-                "run_python_code",
-                json!({"code": "1+1"}),
-                CallCtx::for_test(&ws, &format!("cold{i}")),
-            )
-            .await
-            .expect("call");
-        cold.push(s.elapsed().as_secs_f64() * 1000.0);
+        ..cfg.clone()
+    };
+    let (mut warm, mut cold, mut warm_u, mut cold_u) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        let (w, c) = first_calls(&cfg, &ws, 1).await;
+        warm.extend(w);
+        cold.extend(c);
+        let (w, c) = first_calls(&unboxed_cfg, &ws, 1).await;
+        warm_u.extend(w);
+        cold_u.extend(c);
     }
-    cold_p.close().await;
+    println!("## first call of a new session, boxed against unconfined (n = {rounds}, p50 / max ms)");
+    for (name, v) in [
+        ("warm pool, unconfined", &warm_u),
+        ("cold kernel start, unconfined", &cold_u),
+    ] {
+        println!(
+            "{name:<38} {:7.2} / {:7.2}",
+            pct(v.clone(), 0.5),
+            pct(v.clone(), 1.0)
+        );
+    }
+    println!(
+        "boxed/unconfined p50: warm {:.2}, cold {:.2}",
+        pct(warm.clone(), 0.5) / pct(warm_u.clone(), 0.5),
+        pct(cold.clone(), 0.5) / pct(cold_u.clone(), 0.5)
+    );
     println!("## first call of a new session (n = {rounds}, p50 / max ms)");
     println!(
         "{:<38} {:7.2} / {:7.2}",
