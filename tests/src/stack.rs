@@ -5,7 +5,8 @@ use crate::fake_llm::FakeLlm;
 use omicos_orchestrator::{Parts, agents::AgentDirectory, config::Config};
 use omicos_proto::{
     ApprovalDecision, CancelRequest, ChatClientMessage, ChatEvent, ChatRequest, Decision,
-    ToolCallFinished, chat_client_message, chat_event, orchestrator_client::OrchestratorClient,
+    ToolCallFinished, ToolCallStarted, chat_client_message, chat_event,
+    orchestrator_client::OrchestratorClient,
 };
 use omicos_servicekit::Shutdown;
 use omicos_sessionstore::SessionStore;
@@ -413,6 +414,17 @@ pub fn events_text(events: &[ChatEvent]) -> String {
         .iter()
         .filter_map(|e| match &e.kind {
             Some(chat_event::Kind::TextDelta(t)) => Some(t.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The started tool calls among these events.
+pub fn started_calls(events: &[ChatEvent]) -> Vec<ToolCallStarted> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Some(chat_event::Kind::ToolCallStarted(s)) => Some(s.clone()),
             _ => None,
         })
         .collect()

@@ -71,11 +71,11 @@ async fn huge_argument(bytes: usize) {
         .until_done()
         .await;
     let sid = events[0].session_id.clone();
-    let started = events.iter().find_map(|e| match &e.kind {
-        Some(chat_event::Kind::ToolCallStarted(t)) => Some(t.arguments.clone()),
-        _ => None,
-    });
-    let started = started.expect("the call was announced");
+    let started = omicos_e2e::stack::started_calls(&events)
+        .into_iter()
+        .next()
+        .expect("the call was announced")
+        .arguments;
     assert!(started.len() < 1 << 20, "{} bytes inline", started.len());
     assert!(started.contains("not shown"), "{}", &started[..200]);
 

@@ -125,6 +125,13 @@ fn alive(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
+/// Whether the heartbeat file at `path` changes within 400 ms.
+async fn beats(path: &Path) -> bool {
+    let t0 = std::fs::read_to_string(path).unwrap_or_default();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    std::fs::read_to_string(path).unwrap_or_default() != t0
+}
+
 /// A unix socket on the host that counts who connects.
 fn host_unix_socket(path: &Path) -> Arc<AtomicUsize> {
     let _ = std::fs::remove_file(path);
@@ -412,11 +419,8 @@ async fn attacks() {
     for p in &sleepers {
         assert!(alive(*p), "bob's kill reached alice's process {p}");
     }
-    let t0 = std::fs::read_to_string(&beat).unwrap_or_default();
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_ne!(
-        std::fs::read_to_string(&beat).unwrap_or_default(),
-        t0,
+    assert!(
+        beats(&beat).await,
         "alice's heartbeat stopped while bob attacked"
     );
     // Nothing outlives the call that started it.
@@ -434,9 +438,10 @@ async fn attacks() {
         left.is_empty(),
         "alice's heartbeat outlived its call: {left:?}"
     );
-    let t0 = std::fs::read_to_string(&beat).unwrap_or_default();
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(std::fs::read_to_string(&beat).unwrap_or_default(), t0);
+    assert!(
+        !beats(&beat).await,
+        "alice's heartbeat beats after her call"
+    );
     // alice reads her own spool.
     let (_, out) = ask(
         &url,

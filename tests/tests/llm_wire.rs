@@ -135,7 +135,7 @@ async fn an_idle_stream_is_broken() {
 /// with whole arguments, and the model is told one result for it.
 #[tokio::test]
 async fn litellm_blocks_sharing_an_id_are_one_call_through_chat() {
-    use omicos_e2e::stack::finished_calls;
+    use omicos_e2e::stack::{finished_calls, started_calls};
     use omicos_e2e::{FakeLlm, Reply, Stack, StackOptions};
     use omicos_proto::{ChatRequest, chat_event};
     let capture = std::fs::read_to_string(
@@ -164,13 +164,7 @@ async fn litellm_blocks_sharing_an_id_are_one_call_through_chat() {
         .unwrap()
         .until_done()
         .await;
-    let started: Vec<_> = events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            Some(chat_event::Kind::ToolCallStarted(t)) => Some(t.clone()),
-            _ => None,
-        })
-        .collect();
+    let started = started_calls(&events);
     assert_eq!(started.len(), 1, "{started:?}");
     assert_eq!(started[0].call_id, "call_cap1");
     assert_eq!(started[0].name, "shell");

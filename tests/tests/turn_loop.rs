@@ -61,12 +61,9 @@ fn turn_done(events: &[ChatEvent]) -> TurnDone {
 }
 
 fn started_ids(events: &[ChatEvent]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            Some(chat_event::Kind::ToolCallStarted(s)) => Some(s.call_id.clone()),
-            _ => None,
-        })
+    omicos_e2e::stack::started_calls(events)
+        .into_iter()
+        .map(|s| s.call_id)
         .collect()
 }
 

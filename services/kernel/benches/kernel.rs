@@ -116,7 +116,11 @@ fn baseline(py: &str, transport: &str, n: usize) -> serde_json::Value {
 
 /// A new session's first call `1+1`, `rounds` times: from the warm pool,
 /// then with a cold kernel start (ms each).
-async fn first_calls(cfg: &KernelConfig, ws: &std::path::Path, rounds: usize) -> (Vec<f64>, Vec<f64>) {
+async fn first_calls(
+    cfg: &KernelConfig,
+    ws: &std::path::Path,
+    rounds: usize,
+) -> (Vec<f64>, Vec<f64>) {
     let ws = ws.to_path_buf();
     let warm_p = KernelProvider::new(cfg.clone(), ws.clone(), vec![]).expect("provider");
     let mut warm = Vec::new();
@@ -241,7 +245,9 @@ async fn main() {
         warm_u.extend(w);
         cold_u.extend(c);
     }
-    println!("## first call of a new session, boxed against unconfined (n = {rounds}, p50 / max ms)");
+    println!(
+        "## first call of a new session, boxed against unconfined (n = {rounds}, p50 / max ms)"
+    );
     for (name, v) in [
         ("warm pool, unconfined", &warm_u),
         ("cold kernel start, unconfined", &cold_u),

@@ -381,8 +381,7 @@ impl Pipeline {
         rec.result_bytes = full_bytes;
         rec.elapsed_ms = elapsed_ms;
         let call_id = req.call_id;
-        let workspace = self.workspace_of(&req.tenant);
-        self.record_arguments(&mut rec, req.arguments, &workspace, &req.session_id);
+        self.record_arguments(&mut rec, req.arguments, &req.tenant, &req.session_id);
         CallOutcome {
             result: ToolResult {
                 call_id,
@@ -778,25 +777,24 @@ impl Pipeline {
     /// the spool threshold, into the spool with only their head in the record;
     /// large arguments as run go to the spool too. A record stays a few KiB
     /// whatever the arguments, so a result always fits its message.
-    fn record_arguments(
-        &self,
-        rec: &mut ToolCallInfo,
-        raw: String,
-        workspace: &Path,
-        session: &str,
-    ) {
-        let me = &*self.inner;
-        let threshold = me.spool_threshold;
+    fn record_arguments(&self, rec: &mut ToolCallInfo, raw: String, tenant: &str, session: &str) {
+        let threshold = self.inner.spool_threshold;
+        // Into the call's tenant workspace and session folder; the
+        // workspace is resolved only when something is spooled.
+        let call_id = rec.id.clone();
+        let spool = |text: &str, ext: &str| {
+            let at = shape::SpoolAt {
+                session,
+                call_id: &call_id,
+            };
+            shape::spool(text, &self.workspace_of(tenant), at, ext)
+        };
         if let Some(run) = &rec.arguments_run
             && (raw.len() >= threshold || rec.user_modified)
         {
             let json = run.to_string();
             if json.len() >= threshold {
-                let at = shape::SpoolAt {
-                    session,
-                    call_id: &rec.id,
-                };
-                let spooled = shape::spool(&json, workspace, at, "arguments_run.json");
+                let spooled = spool(&json, "arguments_run.json");
                 let s = rec
                     .arguments_spool
                     .get_or_insert_with(SpooledArguments::default);
@@ -811,11 +809,7 @@ impl Pipeline {
             rec.arguments = raw;
             return;
         }
-        let at = shape::SpoolAt {
-            session,
-            call_id: &rec.id,
-        };
-        let spooled = shape::spool(&raw, workspace, at, "arguments.txt");
+        let spooled = spool(&raw, "arguments.txt");
         let s = rec
             .arguments_spool
             .get_or_insert_with(SpooledArguments::default);
