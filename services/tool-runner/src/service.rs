@@ -82,6 +82,13 @@ type OutStream = Pin<Box<dyn Stream<Item = Result<ExecuteServerMessage, Status>>
 impl ToolRunner for ToolRunnerService {
     type ExecuteStream = OutStream;
 
+    async fn restore_files(
+        &self,
+        _req: Request<omicos_proto::RestoreFilesRequest>,
+    ) -> Result<Response<omicos_proto::RestoreFilesResponse>, Status> {
+        Err(Status::unimplemented("RestoreFiles is not implemented yet"))
+    }
+
     async fn end_session(
         &self,
         req: Request<EndSessionRequest>,

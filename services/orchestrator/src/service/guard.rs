@@ -79,6 +79,9 @@ names_session!(
     GetSessionRequest,
     DeleteSessionRequest,
     CompactRequest,
+    omicos_proto::ForkSessionRequest,
+    omicos_proto::RewindSessionRequest,
+    omicos_proto::RenameSessionRequest,
     ChatRequest
 );
 
@@ -143,6 +146,18 @@ pub const METHODS: &[(&str, Access)] = &[
     (
         "/omicos.v1.Orchestrator/Compact",
         Access::Session(session_of::<CompactRequest>),
+    ),
+    (
+        "/omicos.v1.Orchestrator/ForkSession",
+        Access::Session(session_of::<omicos_proto::ForkSessionRequest>),
+    ),
+    (
+        "/omicos.v1.Orchestrator/RewindSession",
+        Access::Session(session_of::<omicos_proto::RewindSessionRequest>),
+    ),
+    (
+        "/omicos.v1.Orchestrator/RenameSession",
+        Access::Session(session_of::<omicos_proto::RenameSessionRequest>),
     ),
     (
         "/omicos.v1.OrchestratorWeb/StartTurn",

@@ -28,6 +28,8 @@ use omicos_proto::{
     DeleteSessionResponse, GetSessionRequest, ListAgentToolsRequest, ListAgentToolsResponse,
     ListAgentsRequest, ListAgentsResponse, ListSessionsRequest, ListSessionsResponse,
     RefreshCatalogRequest, RefreshCatalogResponse, Session, orchestrator_server::Orchestrator,
+    ForkSessionRequest, ForkSessionResponse, RewindSessionRequest, RewindSessionResponse,
+    RenameSessionRequest, RenameSessionResponse,
 };
 use std::pin::Pin;
 use std::sync::Arc;
@@ -172,5 +174,26 @@ impl Orchestrator for OrchestratorService {
     ) -> Result<Response<CompactResponse>, Status> {
         let owned = guard::owned_of(&req)?;
         grpc(self.compact_rpc(&owned).await).map(Response::new)
+    }
+
+    async fn fork_session(
+        &self,
+        _req: Request<ForkSessionRequest>,
+    ) -> Result<Response<ForkSessionResponse>, Status> {
+        Err(Status::unimplemented("ForkSession is not implemented yet"))
+    }
+
+    async fn rewind_session(
+        &self,
+        _req: Request<RewindSessionRequest>,
+    ) -> Result<Response<RewindSessionResponse>, Status> {
+        Err(Status::unimplemented("RewindSession is not implemented yet"))
+    }
+
+    async fn rename_session(
+        &self,
+        _req: Request<RenameSessionRequest>,
+    ) -> Result<Response<RenameSessionResponse>, Status> {
+        Err(Status::unimplemented("RenameSession is not implemented yet"))
     }
 }
