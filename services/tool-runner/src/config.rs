@@ -69,6 +69,13 @@ pub struct Config {
     pub default_permission_mode: String,
     /// Results of at least this many bytes are spooled to the workspace.
     pub spool_threshold_bytes: usize,
+    /// How long a call runs on after its Execute stream dropped without a
+    /// cancel (its orchestrator was lost), waiting for an orchestrator to
+    /// re-attach by call id; also how long a finished call's result is kept
+    /// for one. Longer than the orchestrators' `turn_lease` plus their
+    /// recovery sweep, so a survivor can take the turn over in time.
+    #[serde(with = "duration")]
+    pub reattach_grace: Duration,
     /// Grace period of the drain on SIGINT/SIGTERM.
     #[serde(with = "duration")]
     pub shutdown_grace: Duration,
@@ -115,6 +122,7 @@ impl Default for Config {
             shell_output_cap_bytes: 1 << 20,
             default_permission_mode: "read_only".into(),
             spool_threshold_bytes: crate::pipeline::shape::SPOOL_THRESHOLD_BYTES,
+            reattach_grace: Duration::from_secs(120),
             shutdown_grace: Duration::from_secs(10),
             sandbox: omicos_sandbox::SandboxConfig::default(),
             service_secret: String::new(),

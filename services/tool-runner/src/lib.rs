@@ -6,6 +6,7 @@
 
 pub mod allocator;
 pub mod audit;
+pub mod calls;
 pub mod catalog;
 pub mod config;
 pub mod error;
@@ -177,7 +178,7 @@ pub async fn run(
     let router = host
         .router()
         .add_service(omicos_auth::Guard::new(
-            service::ToolRunnerService::new(pipeline, stop)
+            service::ToolRunnerService::new(pipeline, stop, config.reattach_grace)
                 .named(&name)
                 .into_server(),
             gate.clone(),

@@ -10,6 +10,8 @@ use omicos_proto::{
     tool_runner_server::{ToolRunner, ToolRunnerServer},
 };
 use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
 use tokio_util::sync::CancellationToken;
@@ -24,15 +26,19 @@ pub const RUNNER_NAME_KEY: &str = "omicos-runner";
 pub struct ToolRunnerService {
     pipeline: Pipeline,
     streams: CancellationToken,
+    calls: Arc<crate::calls::Calls>,
     name: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
 }
 
 impl ToolRunnerService {
-    /// Serves `pipeline`; `streams` cancels running calls when the drain's grace period ends.
-    pub fn new(pipeline: Pipeline, streams: CancellationToken) -> Self {
+    /// Serves `pipeline`; `streams` cancels running calls when the drain's
+    /// grace period ends. A call whose stream drops runs on for
+    /// `reattach_grace` ([`crate::calls`]).
+    pub fn new(pipeline: Pipeline, streams: CancellationToken, reattach_grace: Duration) -> Self {
         Self {
             pipeline,
             streams,
+            calls: crate::calls::Calls::new(reattach_grace),
             name: None,
         }
     }
@@ -53,6 +59,49 @@ impl ToolRunnerService {
             .collect();
         self.name = ascii.parse().ok();
         self
+    }
+
+    /// Runs a new call through the pipeline, registered so that it can be
+    /// followed again after its stream drops; the first follower is the
+    /// stream that started it.
+    fn start_call(
+        &self,
+        key: crate::calls::CallKey,
+        start: omicos_proto::ExecuteStart,
+        principal: Option<omicos_auth::Principal>,
+        span: tracing::Span,
+    ) -> crate::calls::Following {
+        let cancel = self.streams.child_token();
+        let (appr_tx, appr_rx) = mpsc::channel(8);
+        let call = self
+            .calls
+            .register(key.clone(), &start.idempotency_key, appr_tx, cancel.clone());
+        let following = self.calls.follow(&call);
+        let (out_tx, out_rx) = mpsc::channel::<ExecuteServerMessage>(256);
+        tokio::spawn(self.calls.clone().relay(key, call, out_rx));
+        let pipeline = self.pipeline.clone();
+        let io = CallIo {
+            events: Some(out_tx.clone()),
+            approvals: Some(appr_rx),
+            cancel,
+        };
+        tokio::spawn(
+            async move {
+                let mut call = CallRequest::from(start);
+                if let Some(p) = &principal {
+                    call.tenant = p.tenant.clone();
+                    call.principal = p.label();
+                }
+                let result = pipeline.execute(call, io).await.into_result();
+                let _ = out_tx
+                    .send(ExecuteServerMessage {
+                        msg: Some(execute_server_message::Msg::Result(result)),
+                    })
+                    .await;
+            }
+            .instrument(span),
+        );
+        following
     }
 
     /// The tonic server (64 MiB messages: arguments may carry whole files).
@@ -115,14 +164,52 @@ impl ToolRunner for ToolRunnerService {
         omicos_servicekit::telemetry::set_parent_from(&span, req.metadata());
         // Set by the guard only for an authenticated orchestrator's forward.
         let principal = req.extensions().get::<omicos_auth::Principal>().cloned();
+        let tenant = principal
+            .as_ref()
+            .map(|p| p.tenant.clone())
+            .unwrap_or_default();
         let mut inbound = req.into_inner();
-        let start = match inbound.message().await? {
+        let following = match inbound.message().await? {
             Some(ExecuteClientMessage {
-                msg: Some(execute_client_message::Msg::Start(s)),
-            }) => s,
+                msg: Some(execute_client_message::Msg::Start(start)),
+            }) => {
+                span.record("call_id", start.call_id.as_str());
+                let key = (
+                    tenant,
+                    start.session_id.clone(),
+                    start.call_id.clone(),
+                );
+                match self.calls.joinable(&key, &start.idempotency_key) {
+                    // The same start again (its first stream broke before the
+                    // answer): it joins the call, which never runs twice.
+                    Some(call) => {
+                        tracing::info!(call_id = %start.call_id, "a repeated start joins the call it names");
+                        self.calls.follow(&call)
+                    }
+                    None => self.start_call(key, start, principal, span),
+                }
+            }
+            Some(ExecuteClientMessage {
+                msg: Some(execute_client_message::Msg::Reattach(r)),
+            }) => {
+                span.record("call_id", r.call_id.as_str());
+                let key = (tenant, r.session_id.clone(), r.call_id.clone());
+                match self.calls.get(&key) {
+                    Some(call) => {
+                        tracing::info!(call_id = %r.call_id, session = %r.session_id, "an orchestrator re-attached to a call");
+                        self.calls.follow(&call)
+                    }
+                    None => {
+                        return Err(Status::not_found(format!(
+                            "this runner holds no call `{}` of session `{}` (it never ran here, or it ended more than the reattach grace period ago)",
+                            r.call_id, r.session_id
+                        )));
+                    }
+                }
+            }
             Some(_) => {
                 return Err(Status::invalid_argument(
-                    "the first message of Execute must be ExecuteStart",
+                    "the first message of Execute must be ExecuteStart or ExecuteReattach",
                 ));
             }
             None => {
@@ -131,75 +218,35 @@ impl ToolRunner for ToolRunnerService {
                 ));
             }
         };
-        span.record("call_id", start.call_id.as_str());
-        let cancel = self.streams.child_token();
-        let (out_tx, out_rx) = mpsc::channel::<ExecuteServerMessage>(256);
-        let (appr_tx, appr_rx) = mpsc::channel(8);
 
-        // Inbound: approvals go to the pipeline; a cancel or a broken stream cancels the call.
-        let reader_cancel = cancel.clone();
+        // Inbound: approvals go to the call; a cancel cancels it; a broken
+        // stream lets it go (it runs on for the reattach grace period).
+        let (calls, call, id) = (self.calls.clone(), following.call.clone(), following.id);
         tokio::spawn(async move {
             loop {
                 tokio::select! {
                     m = inbound.message() => match m {
                         Ok(Some(ExecuteClientMessage { msg: Some(execute_client_message::Msg::Approval(a)) })) => {
-                            let _ = appr_tx.send(a).await;
+                            call.approve(a).await;
                         }
                         Ok(Some(ExecuteClientMessage { msg: Some(execute_client_message::Msg::Cancel(_)) })) => {
-                            reader_cancel.cancel();
+                            call.cancel.cancel();
                             return;
                         }
                         Ok(Some(_)) => tracing::warn!("unexpected message on an Execute stream ignored"),
                         // Half-close: no more approvals can come.
                         Ok(None) => return,
                         Err(_) => {
-                            reader_cancel.cancel();
+                            calls.detach(&call, id);
                             return;
                         }
                     },
-                    _ = reader_cancel.cancelled() => return,
+                    _ = call.cancel.cancelled() => return,
                 }
             }
         });
-
-        // A client that drops the response stream cancels the call.
-        let done = CancellationToken::new();
-        {
-            let (watch, cancel, done) = (out_tx.clone(), cancel.clone(), done.clone());
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = watch.closed() => cancel.cancel(),
-                    _ = done.cancelled() => {}
-                }
-            });
-        }
-
-        let pipeline = self.pipeline.clone();
-        let io = CallIo {
-            events: Some(out_tx.clone()),
-            approvals: Some(appr_rx),
-            cancel,
-        };
-        tokio::spawn(
-            async move {
-                let mut call = CallRequest::from(start);
-                if let Some(p) = &principal {
-                    call.tenant = p.tenant.clone();
-                    call.principal = p.label();
-                }
-                let outcome = pipeline.execute(call, io).await;
-                done.cancel();
-                let result = outcome.into_result();
-                let _ = out_tx
-                    .send(ExecuteServerMessage {
-                        msg: Some(execute_server_message::Msg::Result(result)),
-                    })
-                    .await;
-            }
-            .instrument(span),
-        );
         let mut resp: Response<OutStream> =
-            Response::new(Box::pin(ReceiverStream::new(out_rx).map(Ok)));
+            Response::new(Box::pin(ReceiverStream::new(following.messages).map(Ok)));
         if let Some(name) = &self.name {
             resp.metadata_mut().insert(RUNNER_NAME_KEY, name.clone());
         }

@@ -397,6 +397,7 @@ impl Pipeline {
                     .as_ref()
                     .and_then(|a| a.granted_rule.clone())
                     .unwrap_or_default(),
+                file_changes: Vec::new(),
             },
             record: rec,
         }
