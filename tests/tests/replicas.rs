@@ -6,9 +6,10 @@
 
 use omicos_e2e::stack::{ChatHandle, done_reason, finished_calls};
 use omicos_e2e::{FakeLlm, Reply, Stack, StackOptions};
+use omicos_orchestrator::config::TurnRecovery;
 use omicos_proto::{
     ApproveToolRequest, AttachRequest, CancelTurnRequest, ChatEvent, ChatRequest, Decision,
-    ToolCallStarted, ToolStatus, TurnStarted, chat_event,
+    ToolCallStarted, ToolStatus, TurnMoved, TurnStarted, chat_event,
 };
 use omicos_sessionstore::SessionStore;
 use prost::Message;
@@ -39,14 +40,25 @@ async fn two_replicas(
     test: &str,
     llm: &FakeLlm,
 ) -> Option<(Stack, String, omicos_testdb::Backend)> {
+    two_replicas_recovering(test, llm, TurnRecovery::Resume).await
+}
+
+async fn two_replicas_recovering(
+    test: &str,
+    llm: &FakeLlm,
+    recovery: TurnRecovery,
+) -> Option<(Stack, String, omicos_testdb::Backend)> {
     let pg = omicos_testdb::postgres(test, "orep").await?;
     let stack = Stack::start(
         llm.clone(),
         StackOptions {
             store_url: pg.url.clone(),
-            tweak: Some(Box::new(|c: &mut omicos_orchestrator::config::Config| {
-                c.turn_lease = Duration::from_secs(5)
-            })),
+            tweak: Some(Box::new(
+                move |c: &mut omicos_orchestrator::config::Config| {
+                    c.turn_lease = Duration::from_secs(5);
+                    c.turn_recovery = recovery;
+                },
+            )),
             ..Default::default()
         },
     )
@@ -292,7 +304,9 @@ async fn attach_until_done(url: String, session: String) -> (Vec<ChatEvent>, Dur
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_orchestrators_turn_is_closed_once_as_interrupted() {
     let llm = FakeLlm::start(vec![Reply::Text("after the loss".into())]).await;
-    let Some((stack, other, pg)) = two_replicas("lost_turn_interrupted", &llm).await else {
+    let Some((stack, other, pg)) =
+        two_replicas_recovering("lost_turn_interrupted", &llm, TurnRecovery::Interrupt).await
+    else {
         return;
     };
     let store = omicos_sessionstore::open(&pg.url).await.unwrap();
@@ -343,6 +357,71 @@ async fn a_lost_orchestrators_turn_is_closed_once_as_interrupted() {
     assert!(
         sent.contains("c_lost") && sent.contains("interrupted"),
         "{sent}"
+    );
+    llm.assert_invariants();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_orchestrators_turn_is_resumed_once_by_one_replica() {
+    let llm = FakeLlm::start(vec![Reply::Text("resumed and answered".into())]).await;
+    let Some((stack, other, pg)) = two_replicas("lost_turn_resumed", &llm).await else {
+        return;
+    };
+    let store = omicos_sessionstore::open(&pg.url).await.unwrap();
+    let session = "s-resumed";
+    leave_a_lost_turn(store.as_ref(), session).await;
+    // Clients attached through both replicas while the lease runs out.
+    let (a, b) = tokio::join!(
+        attach_until_done(stack.orchestrator.clone(), session.into()),
+        attach_until_done(other.clone(), session.into()),
+    );
+    for (events, _) in [&a, &b] {
+        let seqs: Vec<u64> = events.iter().map(|e| e.event_seq).collect();
+        let want: Vec<u64> = (1..=seqs.len() as u64).collect();
+        assert_eq!(seqs, want, "no event lost or duplicated: {events:#?}");
+        let moved: Vec<&TurnMoved> = events
+            .iter()
+            .filter_map(|e| match &e.kind {
+                Some(chat_event::Kind::TurnMoved(m)) => Some(m),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(moved.len(), 1, "one TurnMoved: {events:#?}");
+        // No runner holds the fabricated call: it is answered as lost, not run.
+        assert_eq!(moved[0].lost_calls, ["c_lost"]);
+        assert!(moved[0].reattached_calls.is_empty());
+        assert!(!moved[0].model_request_reissued);
+        let f = &finished_calls(events)[0];
+        assert_eq!(f.call_id, "c_lost");
+        assert_eq!(f.status(), ToolStatus::Error);
+        assert!(
+            f.result.contains(omicos_orchestrator::engine::resume::LOST),
+            "{}",
+            f.result
+        );
+        assert!(
+            events.iter().all(|e| e.turn_id == "t_lost"),
+            "one continuous turn, under its own id"
+        );
+        assert_eq!(done_reason(events).as_deref(), Some("completed"));
+    }
+    assert_eq!(
+        a.0.iter().map(|e| e.event_seq).collect::<Vec<_>>(),
+        b.0.iter().map(|e| e.event_seq).collect::<Vec<_>>(),
+        "both replicas' clients see the same turn"
+    );
+    assert_eq!(llm.requests().len(), 1, "one model request, by one replica");
+    let sent = llm.requests()[0].body.to_string();
+    assert!(sent.contains("c_lost") && sent.contains("lost:"), "{sent}");
+    assert_eq!(
+        store.lease(session).await.unwrap(),
+        None,
+        "released at the end"
+    );
+    let history = store.messages(session).await.unwrap();
+    assert!(
+        matches!(history.last(), Some(omicos_history::HistoryItem::Assistant(a)) if a.content == "resumed and answered"),
+        "{history:?}"
     );
     llm.assert_invariants();
 }

@@ -24,6 +24,17 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Erro
     })
 }
 
+/// What a replica does with a lost replica's turn (`turn_recovery`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnRecovery {
+    /// Continue it from the log.
+    #[default]
+    Resume,
+    /// Close it as INTERRUPTED (each call left open answered as interrupted).
+    Interrupt,
+}
+
 /// The orchestrator's settings.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -65,6 +76,13 @@ pub struct Config {
     /// How long a turn lease lasts without renewal (replicas); at least 5 s.
     #[serde(with = "duration")]
     pub turn_lease: Duration,
+    /// What a replica does with a turn whose replica was lost (its lease
+    /// expired): `resume` (the default) continues it from the log (a model
+    /// request in flight is issued again, finished calls keep their results,
+    /// running ones are followed again on their runner, calls lost with
+    /// their runner are answered as lost and never run twice); `interrupt`
+    /// closes it as INTERRUPTED, as before.
+    pub turn_recovery: TurnRecovery,
     /// Client authentication: API keys, JWTs (see docs/configuration.md, `auth`).
     pub auth: omicos_auth::ClientAuthConfig,
     /// The secret every part of this deployment sends to the others
@@ -110,6 +128,7 @@ impl Default for Config {
             skill_roots: String::new(),
             shutdown_grace: Duration::from_secs(10),
             turn_lease: Duration::from_secs(60),
+            turn_recovery: TurnRecovery::Resume,
             auth: omicos_auth::ClientAuthConfig::default(),
             service_secret: String::new(),
             tls: Default::default(),

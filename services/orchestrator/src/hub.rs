@@ -110,7 +110,7 @@ impl ApprovalAnswer {
         }
     }
 
-    fn stored(decision: i32, rule: String) -> Self {
+    pub(crate) fn stored(decision: i32, rule: String) -> Self {
         Self {
             decision: Decision::try_from(decision).unwrap_or(Decision::Deny),
             rule,

@@ -206,6 +206,7 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
         hub.clone(),
     ));
     let lease = engine.config.turn_lease;
+    let sweeping = engine.clone();
     let svc = Arc::new(service::OrchestratorService::new(
         engine,
         hub.clone(),
@@ -216,8 +217,8 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
     // Turns of lost replicas are closed within a lease and a fifth.
     tokio::spawn(recovery::sweep(
         hub,
+        sweeping,
         svc.instance().to_owned(),
-        lease,
         (lease / 5).max(Duration::from_secs(1)),
         shutdown.streams_token(),
     ));

@@ -8,6 +8,8 @@
 //! The turn is not resumed: a half-run tool may have had side effects, and
 //! the next user message continues the session from the persisted history.
 
+use crate::config::TurnRecovery;
+use crate::engine::{Engine, ResumedTurn};
 use crate::error::OrchestratorError;
 use crate::hub::{Hub, SessionState};
 use omicos_history::HistoryItem;
@@ -163,18 +165,22 @@ pub async fn close_open_turn(state: &SessionState) -> Result<bool, OrchestratorE
     Ok(true)
 }
 
-/// Closes the session's turn if the replica running it was lost: its lease
-/// expired (or, with no lease, the log is open and silent for a whole
-/// lease). Exactly one replica does it: the one whose upsert takes the lease.
+/// Takes over the session's turn if the replica running it was lost: its
+/// lease expired (or, with no lease, the log is open and silent for a whole
+/// lease). Exactly one replica does it: the one whose upsert takes the
+/// lease. With `turn_recovery: resume` (the default) the turn continues
+/// here ([`crate::engine::resume`]); with `interrupt`, or when it cannot be
+/// continued (its agent is gone), it is closed as INTERRUPTED.
 pub async fn recover_if_lost(
     hub: &Arc<Hub>,
+    engine: &Arc<Engine>,
     session: &str,
     instance: &str,
-    lease: Duration,
 ) -> Result<bool, OrchestratorError> {
     if hub.existing(session).and_then(|s| s.running()).is_some() {
         return Ok(false);
     }
+    let lease = engine.config.turn_lease;
     let store = hub.store();
     let now = now_ms();
     let lease_ms = lease.as_millis() as i64;
@@ -190,11 +196,22 @@ pub async fn recover_if_lost(
             }
         }
     };
-    let owner = format!("{instance}:recover-{}", uuid::Uuid::new_v4().simple());
+    let recovery_id = uuid::Uuid::new_v4().simple().to_string();
+    let owner = format!("{instance}:recover-{recovery_id}");
     if !store.try_lease_turn(session, &owner, lease_ms).await? {
         return Ok(false);
     }
     let state = hub.state(session).await?;
+    if engine.config.turn_recovery == TurnRecovery::Resume {
+        match resume(engine, &state, instance, &owner).await {
+            // It runs here now, under the lease `owner` (its turn keeps it).
+            Ok(true) => return Ok(true),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(session, error = %e.report(), "lost turn not resumed: closing it");
+            }
+        }
+    }
     let closed = close_open_turn(&state).await;
     if let Some(dead) = dead_owner {
         // The lost turn's pending approvals and cancel requests.
@@ -206,11 +223,82 @@ pub async fn recover_if_lost(
     closed
 }
 
+/// Continues the session's open turn here, under the lease `owner` this
+/// replica holds. False: there is no open turn, or it cannot be continued
+/// (its TurnStarted is missing, its agent is gone, a turn runs here).
+async fn resume(
+    engine: &Arc<Engine>,
+    state: &Arc<SessionState>,
+    instance: &str,
+    owner: &str,
+) -> Result<bool, OrchestratorError> {
+    state.sync_seq().await?;
+    let events = log(state).await?;
+    let Some(open) = open_turn(&events) else {
+        return Ok(false);
+    };
+    let Some(started) = events.iter().find_map(|e| match &e.kind {
+        Some(chat_event::Kind::TurnStarted(t)) if e.turn_id == open.turn_id => Some(t.clone()),
+        _ => None,
+    }) else {
+        return Ok(false);
+    };
+    let Some(meta) = state.store().get_session(&state.id).await? else {
+        return Ok(false);
+    };
+    let team = match engine
+        .agents
+        .resolve_team(&started.team_members, &started.agent)
+    {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(session = %state.id, agent = %started.agent, error = %e.report(), "the lost turn's agent is gone: it cannot be resumed");
+            return Ok(false);
+        }
+    };
+    let settings = crate::engine::TurnSettings::from_wire(
+        &open.turn_id,
+        &started,
+        &meta.tenant,
+        &meta.subject,
+        engine.config.max_tool_iterations,
+    );
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let steer = Arc::new(crate::hub::SteerQueue::default());
+    if !state.start_turn(crate::hub::RunningTurn {
+        turn_id: open.turn_id.clone(),
+        cancel: cancel.clone(),
+        lease_owner: owner.to_owned(),
+        steer: steer.clone(),
+    }) {
+        return Ok(false);
+    }
+    if let Err(e) = state.load_grants().await {
+        state.end_turn(&open.turn_id);
+        return Err(e.into());
+    }
+    tokio::spawn(engine.clone().resume_turn(
+        state.clone(),
+        ResumedTurn {
+            settings,
+            agent: team.active,
+            message: started.message,
+            lease_owner: owner.to_owned(),
+            lease: engine.config.turn_lease,
+            cancel,
+            steer,
+            replica: instance.to_owned(),
+            log: events,
+        },
+    ));
+    Ok(true)
+}
+
 /// Closes the turns of lost replicas, every `every`, until `stop`.
 pub async fn sweep(
     hub: Arc<Hub>,
+    engine: Arc<Engine>,
     instance: String,
-    lease: Duration,
     every: Duration,
     stop: tokio_util::sync::CancellationToken,
 ) {
@@ -227,7 +315,7 @@ pub async fn sweep(
             }
         };
         for session in expired {
-            if let Err(e) = recover_if_lost(&hub, &session, &instance, lease).await {
+            if let Err(e) = recover_if_lost(&hub, &engine, &session, &instance).await {
                 tracing::warn!(session, error = %e.report(), "lost turn not closed");
             }
         }

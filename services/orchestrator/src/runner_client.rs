@@ -73,7 +73,15 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Clone)]
 pub struct Runner {
     client: ToolRunnerClient<InterceptedService<RunnerChannel, Credentials>>,
+    /// Every runner address discovery knows, with a channel to that runner
+    /// alone: a call is re-attached on the runner that holds it, which the
+    /// balancer cannot pick.
+    members: Members,
+    creds: Credentials,
 }
+
+/// The runners by address, each with its own channel ([`discover`] keeps it).
+type Members = std::sync::Arc<std::sync::Mutex<Vec<(SocketAddr, Channel)>>>;
 
 /// One configured runner entry: `http(s)://host:port`. Its host is resolved
 /// again every refresh, and each address it resolves to is one runner (a
@@ -159,10 +167,16 @@ impl Runner {
             tls.as_ref().is_some_and(ClientTls::has_cert),
         )
         .map_err(|e| OrchestratorError::config("service_secret", e.to_string()))?;
+        let members = Members::default();
         let ch: RunnerChannel = match tls {
             None => {
                 let (ch, changes) = Channel::balance_channel::<SocketAddr>(64);
-                tokio::spawn(discover(targets, refresh, Balancer::Plain(changes)));
+                tokio::spawn(discover(
+                    targets,
+                    refresh,
+                    Balancer::Plain(changes),
+                    members.clone(),
+                ));
                 RunnerChannel::new(tower::ServiceExt::map_err(
                     ch,
                     transport_error as fn(_) -> _,
@@ -170,7 +184,12 @@ impl Runner {
             }
             Some(tls) => {
                 let (changes, rx) = mpsc::channel(64);
-                tokio::spawn(discover(targets, refresh, Balancer::Tls(changes, tls)));
+                tokio::spawn(discover(
+                    targets,
+                    refresh,
+                    Balancer::Tls(changes, tls),
+                    members.clone(),
+                ));
                 RunnerChannel::new(tower::ServiceExt::map_err(
                     tower::buffer::Buffer::new(
                         tower::balance::p2c::Balance::new(tls_members(rx)),
@@ -181,6 +200,8 @@ impl Runner {
             }
         };
         Ok(Self {
+            members,
+            creds: creds.clone(),
             client: ToolRunnerClient::new(InterceptedService::new(ch, creds))
                 .max_decoding_message_size(omicos_proto::MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(omicos_proto::MAX_MESSAGE_BYTES),
@@ -290,7 +311,7 @@ impl Runner {
         let mut runner = String::from("unnamed");
         let deadline = tokio::time::Instant::now() + START_TIMEOUT;
         let mut attempt = 0;
-        let (tx, mut stream) = loop {
+        let (tx, stream) = loop {
             attempt += 1;
             let (tx, rx) = mpsc::channel::<ExecuteClientMessage>(8);
             let _ = tx
@@ -334,105 +355,247 @@ impl Runner {
                 }
             }
         };
-        let mut pending: Option<tokio::sync::oneshot::Receiver<crate::hub::ApprovalAnswer>> = None;
-        loop {
-            let next = tokio::select! {
-                m = stream.message() => m,
-                d = async { pending.as_mut().expect("guarded").await }, if pending.is_some() => {
-                    pending = None;
-                    let answer = d.unwrap_or(crate::hub::ApprovalAnswer::plain(Decision::Deny));
-                    let decision = answer.decision;
+        follow(tx, stream, &runner, &call_id, session, tag, cancel, false).await
+    }
+
+    /// Finds the runner that holds call `call_id` of the session (after the
+    /// orchestrator that started it was lost) and follows the call there
+    /// again; [`Attached::follow`] relays it to the session. Err: no runner
+    /// holds it (it was lost with its runner, or ended longer ago than the
+    /// runners' reattach grace period), in words.
+    pub async fn reattach(
+        &self,
+        call_id: &str,
+        principal: &omicos_auth::Principal,
+        session: &SessionState,
+    ) -> Result<Attached, String> {
+        let members = self.members.lock().expect("members").clone();
+        let mut why = Vec::new();
+        for (addr, ch) in members {
+            let (tx, rx) = mpsc::channel::<ExecuteClientMessage>(8);
+            let _ = tx
+                .send(ExecuteClientMessage {
+                    msg: Some(execute_client_message::Msg::Reattach(
+                        omicos_proto::ExecuteReattach {
+                            session_id: session.id.clone(),
+                            call_id: call_id.to_owned(),
+                        },
+                    )),
+                })
+                .await;
+            let mut client = ToolRunnerClient::new(InterceptedService::new(ch, self.creds.clone()))
+                .max_decoding_message_size(omicos_proto::MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(omicos_proto::MAX_MESSAGE_BYTES);
+            let mut req = omicos_servicekit::telemetry::traced_request(ReceiverStream::new(rx));
+            omicos_auth::credentials::forward_principal(req.metadata_mut(), principal);
+            match tokio::time::timeout(START_TIMEOUT, client.execute(req)).await {
+                Ok(Ok(r)) => {
+                    let runner = r
+                        .metadata()
+                        .get(RUNNER_NAME_KEY)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("unnamed")
+                        .to_owned();
+                    tracing::info!(session = %session.id, call_id, %runner, "re-attached to a call");
+                    return Ok(Attached {
+                        tx,
+                        stream: r.into_inner(),
+                        runner,
+                        call_id: call_id.to_owned(),
+                    });
+                }
+                Ok(Err(s)) if s.code() == tonic::Code::NotFound => {}
+                Ok(Err(s)) => why.push(format!("{addr}: {}", s.message())),
+                Err(_) => why.push(format!("{addr}: no answer within {START_TIMEOUT:?}")),
+            }
+        }
+        Err(if why.is_empty() {
+            "no tool-runner holds the call".into()
+        } else {
+            format!("no tool-runner holds the call ({})", why.join("; "))
+        })
+    }
+}
+
+/// A call followed again on the runner that holds it ([`Runner::reattach`]).
+pub struct Attached {
+    tx: mpsc::Sender<ExecuteClientMessage>,
+    stream: tonic::Streaming<omicos_proto::ExecuteServerMessage>,
+    runner: String,
+    call_id: String,
+}
+
+impl Attached {
+    /// Relays the call to the session until its result, as a call started
+    /// here is. `asked`: the log already holds the call's approval request
+    /// (it is waited for, not asked again).
+    pub async fn follow(
+        self,
+        session: &SessionState,
+        tag: &EventTag,
+        cancel: &CancellationToken,
+        asked: bool,
+    ) -> ToolResult {
+        follow(
+            self.tx,
+            self.stream,
+            &self.runner,
+            &self.call_id,
+            session,
+            tag,
+            cancel,
+            asked,
+        )
+        .await
+    }
+}
+
+/// Relays one call's stream to the session until its result: progress and
+/// output as events, approvals asked of the client and its answers sent
+/// back, a cancel passed on. A stream that breaks is a lost runner (the
+/// call is never re-run here: it may have had side effects).
+#[allow(clippy::too_many_arguments)]
+async fn follow(
+    tx: mpsc::Sender<ExecuteClientMessage>,
+    mut stream: tonic::Streaming<omicos_proto::ExecuteServerMessage>,
+    runner: &str,
+    call_id: &str,
+    session: &SessionState,
+    tag: &EventTag,
+    cancel: &CancellationToken,
+    mut asked: bool,
+) -> ToolResult {
+    let call_id = call_id.to_owned();
+    let error = |msg: String| ToolResult {
+        call_id: call_id.clone(),
+        status: omicos_proto::ToolStatus::Error as i32,
+        result: msg,
+        ..Default::default()
+    };
+    let mut pending: Option<tokio::sync::oneshot::Receiver<crate::hub::ApprovalAnswer>> = None;
+    loop {
+        let next = tokio::select! {
+            m = stream.message() => m,
+            d = async { pending.as_mut().expect("guarded").await }, if pending.is_some() => {
+                pending = None;
+                let answer = d.unwrap_or(crate::hub::ApprovalAnswer::plain(Decision::Deny));
+                let decision = answer.decision;
+                session.clear_stored_approval(&call_id).await;
+                session.emit(tag.event(chat_event::Kind::ToolApprovalResolved(ToolApprovalResolved {
+                    call_id: call_id.clone(), decision: decision as i32, source: "client".into() }))).await;
+                let _ = tx.send(ExecuteClientMessage { msg: Some(execute_client_message::Msg::Approval(
+                    ExecuteApproval { call_id: call_id.clone(), decision: decision as i32, rule: answer.rule })) }).await;
+                continue;
+            }
+            _ = cancel.cancelled() => {
+                let _ = tx.send(ExecuteClientMessage { msg: Some(execute_client_message::Msg::Cancel(ExecuteCancel {})) }).await;
+                if session.drop_approval(&call_id) {
                     session.clear_stored_approval(&call_id).await;
-                    session.emit(tag.event(chat_event::Kind::ToolApprovalResolved(ToolApprovalResolved {
-                        call_id: call_id.clone(), decision: decision as i32, source: "client".into() }))).await;
-                    let _ = tx.send(ExecuteClientMessage { msg: Some(execute_client_message::Msg::Approval(
-                        ExecuteApproval { call_id: call_id.clone(), decision: decision as i32, rule: answer.rule })) }).await;
-                    continue;
                 }
-                _ = cancel.cancelled() => {
-                    let _ = tx.send(ExecuteClientMessage { msg: Some(execute_client_message::Msg::Cancel(ExecuteCancel {})) }).await;
-                    if session.drop_approval(&call_id) {
-                        session.clear_stored_approval(&call_id).await;
-                    }
-                    // Give the runner a moment to report the cancelled result, then drop the stream.
-                    return match tokio::time::timeout(std::time::Duration::from_secs(2), drain_result(&mut stream)).await {
-                        Ok(Some(r)) => r,
-                        _ => error("cancelled by the user".into()),
-                    };
-                }
-            };
-            let msg = match next {
-                Ok(Some(m)) => m,
-                Ok(None) => {
-                    return error(format!(
-                        "{RUNNER_LOST} ({runner}): it closed the call without a result; the call was not re-run (it may have had side effects)"
-                    ));
-                }
-                // The stream broke mid-call: the runner died or its connection
-                // dropped. Never re-run: the call may have had side effects.
-                Err(e) => {
-                    return error(format!(
-                        "{RUNNER_LOST} ({runner}: {}); the call was not re-run (it may have had side effects)",
-                        e.message()
-                    ));
-                }
-            };
-            match msg.msg {
-                Some(execute_server_message::Msg::Progress(p)) => {
-                    session
-                        .emit(tag.event(chat_event::Kind::ToolProgress(ToolProgressEvent {
+                // Give the runner a moment to report the cancelled result, then drop the stream.
+                return match tokio::time::timeout(std::time::Duration::from_secs(2), drain_result(&mut stream)).await {
+                    Ok(Some(r)) => r,
+                    _ => error("cancelled by the user".into()),
+                };
+            }
+        };
+        let msg = match next {
+            Ok(Some(m)) => m,
+            Ok(None) => {
+                return error(format!(
+                    "{RUNNER_LOST} ({runner}): it closed the call without a result; the call was not re-run (it may have had side effects)"
+                ));
+            }
+            // The stream broke mid-call: the runner died or its connection
+            // dropped. Never re-run: the call may have had side effects.
+            Err(e) => {
+                return error(format!(
+                    "{RUNNER_LOST} ({runner}: {}); the call was not re-run (it may have had side effects)",
+                    e.message()
+                ));
+            }
+        };
+        match msg.msg {
+            Some(execute_server_message::Msg::Progress(p)) => {
+                session
+                    .emit(tag.event(chat_event::Kind::ToolProgress(ToolProgressEvent {
+                        call_id: call_id.clone(),
+                        progress: Some(p),
+                    })))
+                    .await;
+            }
+            Some(execute_server_message::Msg::Output(o)) => {
+                session
+                    .emit(
+                        tag.event(chat_event::Kind::ToolOutputChunk(ToolOutputChunkEvent {
                             call_id: call_id.clone(),
-                            progress: Some(p),
-                        })))
-                        .await;
-                }
-                Some(execute_server_message::Msg::Output(o)) => {
+                            chunk: Some(o),
+                        })),
+                    )
+                    .await;
+            }
+            Some(execute_server_message::Msg::ApprovalRequired(a)) => {
+                let call = crate::hub::AskedCall {
+                    tool: a.tool_name.clone(),
+                    arguments: serde_json::from_str(&a.arguments)
+                        .unwrap_or(serde_json::Value::Null),
+                };
+                // Re-attached to a call whose approval the log already
+                // asks for: an answer given meanwhile (through any replica)
+                // is taken as it is, and the request is not asked twice.
+                let answered = if asked {
                     session
-                        .emit(
-                            tag.event(chat_event::Kind::ToolOutputChunk(ToolOutputChunkEvent {
-                                call_id: call_id.clone(),
-                                chunk: Some(o),
-                            })),
-                        )
-                        .await;
-                }
-                Some(execute_server_message::Msg::ApprovalRequired(a)) => {
-                    let asked = crate::hub::AskedCall {
-                        tool: a.tool_name.clone(),
-                        arguments: serde_json::from_str(&a.arguments)
-                            .unwrap_or(serde_json::Value::Null),
-                    };
-                    pending = Some(session.wait_approval(&call_id, asked).await);
-                    session
-                        .emit(tag.event(chat_event::Kind::ToolApprovalRequest(
-                            ToolApprovalRequest {
-                                call_id: call_id.clone(),
-                                tool_name: a.tool_name,
-                                risk: a.risk,
-                                summary: a.summary,
-                                arguments: a.arguments,
-                            },
-                        )))
-                        .await;
-                }
-                Some(execute_server_message::Msg::Result(r)) => {
-                    if pending.is_some() && session.drop_approval(&call_id) {
-                        session.clear_stored_approval(&call_id).await;
-                        // The runner stopped waiting: its approval timeout counts as a denial.
+                        .store()
+                        .approval_decision(&session.id, &call_id)
+                        .await
+                        .ok()
+                        .flatten()
+                } else {
+                    None
+                };
+                let rx = session.wait_approval(&call_id, call).await;
+                match answered {
+                    Some((d, rule)) => {
+                        session.resolve_approval(
+                            &call_id,
+                            crate::hub::ApprovalAnswer::stored(d, rule),
+                        );
+                    }
+                    None if asked => {}
+                    None => {
                         session
-                            .emit(tag.event(chat_event::Kind::ToolApprovalResolved(
-                                ToolApprovalResolved {
+                            .emit(tag.event(chat_event::Kind::ToolApprovalRequest(
+                                ToolApprovalRequest {
                                     call_id: call_id.clone(),
-                                    decision: Decision::Deny as i32,
-                                    source: "timeout".into(),
+                                    tool_name: a.tool_name,
+                                    risk: a.risk,
+                                    summary: a.summary,
+                                    arguments: a.arguments,
                                 },
                             )))
                             .await;
                     }
-                    return r;
                 }
-                None => {}
+                asked = false;
+                pending = Some(rx);
             }
+            Some(execute_server_message::Msg::Result(r)) => {
+                if pending.is_some() && session.drop_approval(&call_id) {
+                    session.clear_stored_approval(&call_id).await;
+                    // The runner stopped waiting: its approval timeout counts as a denial.
+                    session
+                        .emit(tag.event(chat_event::Kind::ToolApprovalResolved(
+                            ToolApprovalResolved {
+                                call_id: call_id.clone(),
+                                decision: Decision::Deny as i32,
+                                source: "timeout".into(),
+                            },
+                        )))
+                        .await;
+                }
+                return r;
+            }
+            None => {}
         }
     }
 }
@@ -551,7 +714,12 @@ fn transport_error(e: tonic::transport::Error) -> ChannelError {
 }
 
 /// Keeps the balancer's set equal to the healthy runner addresses.
-async fn discover(targets: Vec<RunnerTarget>, refresh: Duration, changes: Balancer) {
+async fn discover(
+    targets: Vec<RunnerTarget>,
+    refresh: Duration,
+    changes: Balancer,
+    members: Members,
+) {
     // address → (its endpoint, its target's host, a health client on it, whether it is in the balancer)
     let mut known: HashMap<SocketAddr, (Endpoint, String, Channel, bool)> = HashMap::new();
     loop {
@@ -606,6 +774,12 @@ async fn discover(targets: Vec<RunnerTarget>, refresh: Duration, changes: Balanc
                 *member = false;
             }
         }
+        // Every address known, healthy or not: a runner that fails one
+        // health check may still hold a call to re-attach to.
+        *members.lock().expect("members") = known
+            .iter()
+            .map(|(a, (_, _, ch, _))| (*a, ch.clone()))
+            .collect();
         if changes.is_closed() {
             return;
         }

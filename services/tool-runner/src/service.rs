@@ -73,9 +73,9 @@ impl ToolRunnerService {
     ) -> crate::calls::Following {
         let cancel = self.streams.child_token();
         let (appr_tx, appr_rx) = mpsc::channel(8);
-        let call = self
-            .calls
-            .register(key.clone(), &start.idempotency_key, appr_tx, cancel.clone());
+        let call =
+            self.calls
+                .register(key.clone(), &start.idempotency_key, appr_tx, cancel.clone());
         let following = self.calls.follow(&call);
         let (out_tx, out_rx) = mpsc::channel::<ExecuteServerMessage>(256);
         tokio::spawn(self.calls.clone().relay(key, call, out_rx));
@@ -174,11 +174,7 @@ impl ToolRunner for ToolRunnerService {
                 msg: Some(execute_client_message::Msg::Start(start)),
             }) => {
                 span.record("call_id", start.call_id.as_str());
-                let key = (
-                    tenant,
-                    start.session_id.clone(),
-                    start.call_id.clone(),
-                );
+                let key = (tenant, start.session_id.clone(), start.call_id.clone());
                 match self.calls.joinable(&key, &start.idempotency_key) {
                     // The same start again (its first stream broke before the
                     // answer): it joins the call, which never runs twice.

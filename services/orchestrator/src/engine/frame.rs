@@ -297,7 +297,7 @@ impl Engine {
     /// model in call order, and every call is answered exactly once: a call
     /// not started when a cancel came is answered as not run.
     #[allow(clippy::too_many_arguments)]
-    async fn run_calls(
+    pub(super) async fn run_calls(
         self: &Arc<Self>,
         session: &Arc<SessionState>,
         s: &TurnSettings,
@@ -407,7 +407,7 @@ impl Engine {
     }
 
     #[allow(clippy::too_many_arguments)]
-    async fn emit_finished(
+    pub(super) async fn emit_finished(
         &self,
         session: &Arc<SessionState>,
         tag: &EventTag,
@@ -432,7 +432,7 @@ impl Engine {
     }
 
     /// The call's result as the `tool` message the model reads next.
-    async fn push_result(
+    pub(super) async fn push_result(
         &self,
         session: &Arc<SessionState>,
         frame: &mut Frame,
@@ -513,6 +513,9 @@ impl Engine {
             agent_rules: Some(frame.agent.wire_rules()),
             request_rules: Some(s.rules.clone()),
             session_rules: session.allowed_rules(),
+            // A start repeated on a broken connection joins the call on the
+            // runner that has it; it never runs twice.
+            idempotency_key: format!("{}:{}", s.turn_id, call.id),
         };
         let notify = self.notify_approvals(session, &call.id);
         let r = self

@@ -17,10 +17,12 @@ pub mod context;
 mod delegate;
 mod frame;
 pub mod hook_events;
+pub mod resume;
 pub mod tools;
 mod turn;
 
 pub use delegate::team_tools;
+pub use resume::ResumedTurn;
 pub use tools::{AgentTools, TEAM_TOOLSET, ToolScope, runner_toolsets, tool_def};
 pub use turn::{PROMPT_BLOCKED, RootTurn};
 
@@ -134,6 +136,71 @@ pub struct TurnSettings {
 }
 
 impl TurnSettings {
+    /// What TurnStarted keeps of these settings (for a replica that
+    /// continues the turn: [`Self::from_wire`]).
+    pub fn to_wire(&self) -> omicos_proto::TurnRunSettings {
+        let deadline_ms = self.deadline.map_or(0, |at| {
+            let left = at.saturating_duration_since(tokio::time::Instant::now());
+            omicos_sessionstore::now_ms() + left.as_millis() as i64
+        });
+        omicos_proto::TurnRunSettings {
+            model: self.model.clone(),
+            provider: self.provider.clone(),
+            max_tool_iterations: self.max_iterations,
+            permissions: Some(self.rules.clone()),
+            allow_shell: self.allow_shell,
+            allow_file_write: self.allow_file_write,
+            tier: self.principal.tier.clone(),
+            max_mode: self.principal.max_mode as i32,
+            deadline_ms,
+        }
+    }
+
+    /// The settings of a turn the log shows started, for the session of
+    /// `tenant` and `subject` (its owner, whom the turn acts for).
+    pub fn from_wire(
+        turn_id: &str,
+        started: &omicos_proto::TurnStarted,
+        tenant: &str,
+        subject: &str,
+        default_iterations: u32,
+    ) -> Self {
+        let w = started.settings.clone().unwrap_or_default();
+        let deadline = (w.deadline_ms > 0).then(|| {
+            let left = (w.deadline_ms - omicos_sessionstore::now_ms()).max(0) as u64;
+            tokio::time::Instant::now() + std::time::Duration::from_millis(left)
+        });
+        Self {
+            turn_id: turn_id.to_owned(),
+            permission_mode: PermissionMode::try_from(started.permission_mode)
+                .unwrap_or(PermissionMode::Unspecified),
+            allow_shell: w.allow_shell,
+            allow_file_write: w.allow_file_write,
+            model: w.model,
+            provider: w.provider,
+            max_iterations: if w.max_tool_iterations == 0 {
+                default_iterations
+            } else {
+                w.max_tool_iterations
+            },
+            team: started.team_members.clone(),
+            deadline,
+            rules: w.permissions.unwrap_or_default(),
+            principal: omicos_auth::Principal {
+                subject: subject.to_owned(),
+                tenant: tenant.to_owned(),
+                tier: w.tier,
+                // A log from before the field: the mode already capped the turn.
+                max_mode: PermissionMode::try_from(w.max_mode)
+                    .ok()
+                    .filter(|m| *m != PermissionMode::Unspecified)
+                    .unwrap_or(PermissionMode::Full),
+                // Acting for the session's owner, as the lost replica did.
+                via: omicos_auth::principal::Via::Forwarded,
+            },
+        }
+    }
+
     /// What decides the tools the turn's agents list, besides each agent.
     pub fn tool_scope(&self) -> ToolScope {
         ToolScope {

@@ -14,6 +14,23 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+/// Renews the turn's lease every third of it while the turn runs (the
+/// caller aborts the task before it releases the lease).
+pub(super) fn renew_lease(
+    st: &Arc<SessionState>,
+    owner: &str,
+    lease: Duration,
+) -> tokio::task::JoinHandle<()> {
+    let (st, owner) = (st.clone(), owner.to_owned());
+    let lease_ms = lease.as_millis() as i64;
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(lease / 3).await;
+            let _ = st.store().try_lease_turn(&st.id, &owner, lease_ms).await;
+        }
+    })
+}
+
 /// The error kind of a prompt a UserPromptSubmit hook refused.
 pub const PROMPT_BLOCKED: &str = "prompt_blocked";
 
@@ -52,18 +69,7 @@ impl Engine {
             steer,
         } = turn;
         let turn_id = settings.turn_id.clone();
-        let lease_ms = lease.as_millis() as i64;
-        // Renew the lease while the turn runs.
-        let renew = {
-            let st = st.clone();
-            let owner = lease_owner.clone();
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(lease / 3).await;
-                    let _ = st.store().try_lease_turn(&st.id, &owner, lease_ms).await;
-                }
-            })
-        };
+        let renew = renew_lease(&st, &lease_owner, lease);
         let tag = EventTag {
             turn_id: turn_id.clone(),
             context: "root".into(),
@@ -74,6 +80,7 @@ impl Engine {
             agent: agent.id.clone(),
             team_members: settings.team.clone(),
             permission_mode: settings.permission_mode as i32,
+            settings: Some(settings.to_wire()),
         })))
         .await;
         // Not waited for: the turn's next awaited record (its model turn,
@@ -115,28 +122,8 @@ impl Engine {
                         used: Default::default(),
                         steer: Some(steer.clone()),
                     };
-                    let mut continuations = 0;
-                    let outcome = loop {
-                        let outcome = self
-                            .run_root_frame(&st, &settings, &mut frame, &cancel)
-                            .await;
-                        if outcome != Outcome::Completed
-                            || !self
-                                .stop_hook_continues(&st, &settings, &mut frame, continuations)
-                                .await
-                        {
-                            break outcome;
-                        }
-                        continuations += 1;
-                    };
-                    // Steered in after the frame's last model request (it was
-                    // cancelled, or stopped at a limit): kept in the history,
-                    // where the next turn reads it.
-                    for message in steer.close() {
-                        self.steered(&st, &settings, &mut frame, &tag, message)
-                            .await;
-                    }
-                    outcome
+                    self.drive(&st, &settings, &mut frame, &cancel, &steer, &tag)
+                        .await
                 }
                 Err(e) => {
                     for message in steer.close() {
@@ -148,6 +135,56 @@ impl Engine {
                 }
             },
         };
+        self.finish_turn(&st, &settings, &tag, outcome, &meters, renew, &lease_owner)
+            .await;
+    }
+
+    /// Runs the root frame until it ends (a Stop hook may send it on), then
+    /// keeps what was steered in after its last model request.
+    pub(super) async fn drive(
+        self: &Arc<Self>,
+        st: &Arc<SessionState>,
+        settings: &TurnSettings,
+        frame: &mut Frame,
+        cancel: &CancellationToken,
+        steer: &SteerQueue,
+        tag: &EventTag,
+    ) -> Outcome {
+        let mut continuations = 0;
+        let outcome = loop {
+            let outcome = self.run_root_frame(st, settings, frame, cancel).await;
+            if outcome != Outcome::Completed
+                || !self
+                    .stop_hook_continues(st, settings, frame, continuations)
+                    .await
+            {
+                break outcome;
+            }
+            continuations += 1;
+        };
+        // Steered in after the frame's last model request (it was
+        // cancelled, or stopped at a limit): kept in the history,
+        // where the next turn reads it.
+        for message in steer.close() {
+            self.steered(st, settings, frame, tag, message).await;
+        }
+        outcome
+    }
+
+    /// Ends a root turn: its trajectory record, the lease's release and the
+    /// turn_done (which also clears the session's running turn).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn finish_turn(
+        &self,
+        st: &Arc<SessionState>,
+        settings: &TurnSettings,
+        tag: &EventTag,
+        outcome: Outcome,
+        meters: &super::budget::Meters,
+        renew: tokio::task::JoinHandle<()>,
+        lease_owner: &str,
+    ) {
+        let turn_id = &settings.turn_id;
         let reason = outcome.reason();
         crate::metrics::get().turn_done(reason.as_str());
         let usage = meters.summary();
@@ -163,7 +200,7 @@ impl Engine {
         // another thread queues its write before the release's, not after.
         renew.abort();
         let _ = renew.await;
-        if let Err(e) = st.store().release_turn(&st.id, &lease_owner).await {
+        if let Err(e) = st.store().release_turn(&st.id, lease_owner).await {
             // Not fatal: the lease expires on its own after `lease`.
             tracing::warn!(session = %st.id, error = %e, "turn lease not released");
         }
@@ -173,7 +210,7 @@ impl Engine {
                 usage: Some(usage),
                 detail: outcome.detail(),
             })),
-            &turn_id,
+            turn_id,
         )
         .await;
     }

@@ -253,7 +253,7 @@ impl Pump {
                     },
                     _ = tokio::time::sleep_until(next_check) => {
                         next_check = tokio::time::Instant::now() + check;
-                        if let Err(e) = crate::recovery::recover_if_lost(&lost.hub, &self.state.id, &lost.instance, lost.lease).await {
+                        if let Err(e) = crate::recovery::recover_if_lost(&lost.hub, &lost.engine, &self.state.id, &lost.instance).await {
                             tracing::warn!(session = %self.state.id, error = %e.report(), "lost turn not closed");
                         }
                         break;
@@ -268,6 +268,7 @@ impl Pump {
 /// What an Attach needs to close a turn whose replica was lost.
 pub(super) struct LostTurns {
     pub(super) hub: Arc<crate::hub::Hub>,
+    pub(super) engine: Arc<crate::engine::Engine>,
     pub(super) instance: String,
     pub(super) lease: Duration,
 }
@@ -289,6 +290,7 @@ impl OrchestratorService {
         let running = state.running();
         let lost = LostTurns {
             hub: self.hub.clone(),
+            engine: self.engine.clone(),
             instance: self.instance.clone(),
             lease: self.engine.config.turn_lease,
         };
