@@ -449,6 +449,19 @@ pub fn done_reason(events: &[ChatEvent]) -> Option<String> {
     })
 }
 
+/// The one TurnMoved event of a resumed turn (panics unless there is exactly one).
+pub fn turn_moved(events: &[ChatEvent]) -> omicos_proto::TurnMoved {
+    let moved: Vec<&omicos_proto::TurnMoved> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Some(chat_event::Kind::TurnMoved(m)) => Some(m),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(moved.len(), 1, "exactly one TurnMoved: {events:#?}");
+    moved[0].clone()
+}
+
 /// Asserts that seqs are consecutive, starting after `from`.
 pub fn assert_gap_free(events: &[ChatEvent], from: u64) {
     for (i, e) in events.iter().enumerate() {

@@ -313,6 +313,42 @@ impl Renderer {
                 ));
                 self.line(&l);
             }
+            Kind::TurnMoved(m) => {
+                let mut what = vec![];
+                if m.model_request_reissued {
+                    what.push("the model is asked again".to_owned());
+                }
+                if !m.reattached_calls.is_empty() {
+                    what.push(format!(
+                        "{} running call(s) followed again",
+                        m.reattached_calls.len()
+                    ));
+                }
+                if !m.lost_calls.is_empty() {
+                    what.push(format!(
+                        "{} call(s) lost, not run again",
+                        m.lost_calls.len()
+                    ));
+                }
+                let l = st.yellow(&format!(
+                    "(continued on another server: {}{})",
+                    m.reason,
+                    if what.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; {}", what.join(", "))
+                    }
+                ));
+                self.line(&l);
+            }
+            Kind::Rewound(r) => {
+                let l = st.yellow(&format!(
+                    "(rewound {} turn(s); {} file(s) restored)",
+                    r.turn_ids.len(),
+                    r.files_restored.len()
+                ));
+                self.line(&l);
+            }
             Kind::Error(e) => {
                 let l = format!(
                     "{ind}{} {}",
@@ -549,6 +585,15 @@ pub fn event_json(ev: &ChatEvent) -> Value {
                    "messages_summarized": c.messages_summarized}),
         ),
         Some(Kind::Steer(s)) => ("steer", json!({"message": s.message})),
+        Some(Kind::TurnMoved(m)) => (
+            "turn_moved",
+            json!({"reason": m.reason, "replica": m.replica, "model_request_reissued": m.model_request_reissued,
+                   "reattached_calls": m.reattached_calls, "lost_calls": m.lost_calls}),
+        ),
+        Some(Kind::Rewound(r)) => (
+            "rewound",
+            json!({"turn_ids": r.turn_ids, "files_restored": r.files_restored}),
+        ),
         Some(Kind::TurnDone(t)) => ("turn_done", json!({"reason": t.reason().as_str()})),
     };
     v["type"] = json!(ty);

@@ -306,6 +306,33 @@ impl SessionState {
         rx
     }
 
+    /// Waits again for an approval a lost replica asked for (its request is
+    /// in the log and its row in the store): the waiter is registered before
+    /// the stored decision is read, so an answer given through any replica,
+    /// before or after, is not missed; the row is not reset (an answer
+    /// already in it stands).
+    pub async fn wait_approval_again(
+        &self,
+        call_id: &str,
+        call: AskedCall,
+    ) -> oneshot::Receiver<ApprovalAnswer> {
+        let (tx, rx) = oneshot::channel();
+        self.approvals
+            .lock()
+            .expect("approvals")
+            .insert(call_id.to_owned(), Waiting { answer: tx, call });
+        match self.store.approval_decision(&self.id, call_id).await {
+            Ok(Some((d, rule))) => {
+                self.resolve_approval(call_id, ApprovalAnswer::stored(d, rule));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(session = %self.id, call_id, error = %e, "stored approval unreadable: waiting for an answer here");
+            }
+        }
+        rx
+    }
+
     /// Forgets the stored pending approval (answered or timed out).
     pub async fn clear_stored_approval(&self, call_id: &str) {
         if let Err(e) = self.store.clear_approval(&self.id, call_id).await {

@@ -541,41 +541,25 @@ async fn follow(
                         .unwrap_or(serde_json::Value::Null),
                 };
                 // Re-attached to a call whose approval the log already
-                // asks for: an answer given meanwhile (through any replica)
-                // is taken as it is, and the request is not asked twice.
-                let answered = if asked {
-                    session
-                        .store()
-                        .approval_decision(&session.id, &call_id)
-                        .await
-                        .ok()
-                        .flatten()
+                // asks for: waited for again, not asked twice; an answer
+                // given meanwhile (through any replica) is taken as it is.
+                let rx = if asked {
+                    session.wait_approval_again(&call_id, call).await
                 } else {
-                    None
+                    let rx = session.wait_approval(&call_id, call).await;
+                    session
+                        .emit(tag.event(chat_event::Kind::ToolApprovalRequest(
+                            ToolApprovalRequest {
+                                call_id: call_id.clone(),
+                                tool_name: a.tool_name,
+                                risk: a.risk,
+                                summary: a.summary,
+                                arguments: a.arguments,
+                            },
+                        )))
+                        .await;
+                    rx
                 };
-                let rx = session.wait_approval(&call_id, call).await;
-                match answered {
-                    Some((d, rule)) => {
-                        session.resolve_approval(
-                            &call_id,
-                            crate::hub::ApprovalAnswer::stored(d, rule),
-                        );
-                    }
-                    None if asked => {}
-                    None => {
-                        session
-                            .emit(tag.event(chat_event::Kind::ToolApprovalRequest(
-                                ToolApprovalRequest {
-                                    call_id: call_id.clone(),
-                                    tool_name: a.tool_name,
-                                    risk: a.risk,
-                                    summary: a.summary,
-                                    arguments: a.arguments,
-                                },
-                            )))
-                            .await;
-                    }
-                }
                 asked = false;
                 pending = Some(rx);
             }
