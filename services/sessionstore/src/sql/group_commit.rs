@@ -1751,6 +1751,94 @@ async fn pg_delete(c: &mut sqlx::PgConnection, id: &str) -> StoreResult<bool> {
 mod tests {
     use super::*;
 
+    /// b3d9013, with the failure injected: another connection commits a
+    /// row to the tail (the writer's data version changes), then the
+    /// writer's read of the tail fails. The writer must not take the new
+    /// version with the index it failed to read: before the fix it did, and
+    /// its index stayed without that row for good (later commits vouched
+    /// for rows it did not hold, and a move could delete rows never copied).
+    /// Its next transaction reads the index again and finds the row.
+    #[test]
+    fn a_failed_tail_read_leaves_the_index_to_be_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.db");
+        let writer = rusqlite::Connection::open(&path).unwrap();
+        for m in super::super::SQLITE_MIGRATIONS {
+            writer.execute_batch(m).unwrap();
+        }
+        let other = rusqlite::Connection::open(&path).unwrap();
+        other
+            .execute(
+                "INSERT INTO sessions (id, title, agent, team_members, created_ms, last_active_ms) \
+                 VALUES ('s1', '', 'a', '[]', 1, 1)",
+                [],
+            )
+            .unwrap();
+        let tail_row = |seq: i64| {
+            other
+                .execute(
+                    "INSERT INTO session_event_tail (session_id, seq, body) VALUES ('s1', ?1, x'00')",
+                    [seq],
+                )
+                .unwrap();
+        };
+        tail_row(1);
+        let index = TailIndex::default();
+        let (mut version, mut cache) = (None, Cache::new());
+        sync(
+            &writer,
+            &mut Synced {
+                version: &mut version,
+                cache: &mut cache,
+            },
+            &index,
+        )
+        .unwrap();
+        assert_eq!(index.last_seq("s1"), Some(1));
+        assert!(version.is_some());
+
+        // Another store commits seq 2; the writer's read of the tail then
+        // fails (injected: the table is away while it reads).
+        tail_row(2);
+        other
+            .execute_batch("ALTER TABLE session_event_tail RENAME TO tail_away")
+            .unwrap();
+        let failed = sync(
+            &writer,
+            &mut Synced {
+                version: &mut version,
+                cache: &mut cache,
+            },
+            &index,
+        );
+        assert!(failed.is_err(), "the injected failure fails the read");
+        assert_eq!(
+            version, None,
+            "a failed read leaves no version vouching for the stale index"
+        );
+        assert_eq!(index.last_seq("s1"), Some(1), "the index is still the old one");
+
+        // The next transaction reads the index again and holds the row.
+        other
+            .execute_batch("ALTER TABLE tail_away RENAME TO session_event_tail")
+            .unwrap();
+        sync(
+            &writer,
+            &mut Synced {
+                version: &mut version,
+                cache: &mut cache,
+            },
+            &index,
+        )
+        .unwrap();
+        assert_eq!(
+            index.last_seq("s1"),
+            Some(2),
+            "the row committed by the other connection is in the index"
+        );
+        assert!(version.is_some());
+    }
+
     /// The writer's move ([`move_step`]) on a database of the store's
     /// schema, its tail left by "another store" (rows the writer's index
     /// has never seen, which it reads at its first step): each step copies
