@@ -1235,7 +1235,10 @@ async fn a_turn_survives_kill_9_of_its_orchestrator_at_each_point() {
         return;
     };
     let mut rows: Vec<Row> = vec![];
+    let t0 = Instant::now();
+    eprintln!("cluster up");
     for point in ["a", "b", "c", "d"] {
+        eprintln!("point {point}: starts at {:?}", t0.elapsed());
         let (o1, o2) = (
             c.orchestrators[0].addr.clone(),
             c.orchestrators[1].addr.clone(),
@@ -1374,6 +1377,7 @@ async fn a_turn_survives_kill_9_of_its_orchestrator_at_each_point() {
                 "TurnMoved; the approval answered through the survivor; the write ran once; COMPLETED"
             }
         };
+        eprintln!("point {point}: done at {:?} ({took:?} after the kill)", t0.elapsed());
         let first = first_after.expect("an event after the kill");
         eprintln!("point {point}: first event after kill -9 in {first:?} (lease {LEASE:?})");
         rows.push(Row {
@@ -1410,4 +1414,5 @@ async fn a_turn_survives_kill_9_of_its_orchestrator_at_each_point() {
         );
     }
     llm.assert_invariants();
+    eprintln!("test body done at {:?}", t0.elapsed());
 }
