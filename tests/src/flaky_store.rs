@@ -16,6 +16,10 @@ pub enum Op {
     LastSeq,
     /// `events_since` (the log).
     EventsSince,
+    /// `try_lease_turn` answers that another owner holds the lease (as
+    /// when another replica took over a turn this one still runs); the
+    /// error given is ignored.
+    LeaseTaken,
 }
 
 /// Wraps a store; see the module doc.
@@ -85,6 +89,9 @@ impl SessionStore for FlakyStore {
         self.inner.last_seq(id).await
     }
     async fn try_lease_turn(&self, id: &str, owner: &str, ttl_ms: i64) -> StoreResult<bool> {
+        if self.failing.lock().unwrap().contains_key(&Op::LeaseTaken) {
+            return Ok(false);
+        }
         self.inner.try_lease_turn(id, owner, ttl_ms).await
     }
     async fn release_turn(&self, id: &str, owner: &str) -> StoreResult<()> {

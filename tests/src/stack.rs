@@ -75,7 +75,8 @@ pub struct StackOptions {
     pub runner_overrides: serde_json::Value,
     /// Orchestrator config tweak.
     pub tweak: Option<ConfigTweak>,
-    /// Conversation store URL; empty: memory.
+    /// Conversation store URL; empty (the default): SQLite in the
+    /// workspace, `.omicos/sessions.db`, the store users get by default.
     pub store_url: String,
     /// A store to use instead of opening `store_url` (a [`crate::FlakyStore`]).
     pub store: Option<Arc<dyn SessionStore>>,
@@ -92,7 +93,7 @@ impl Default for StackOptions {
             providers: vec![],
             runner_overrides: serde_json::json!({}),
             tweak: None,
-            store_url: "memory:".into(),
+            store_url: String::new(),
             store: None,
             workspace: None,
         }

@@ -1377,7 +1377,10 @@ async fn a_turn_survives_kill_9_of_its_orchestrator_at_each_point() {
                 "TurnMoved; the approval answered through the survivor; the write ran once; COMPLETED"
             }
         };
-        eprintln!("point {point}: done at {:?} ({took:?} after the kill)", t0.elapsed());
+        eprintln!(
+            "point {point}: done at {:?} ({took:?} after the kill)",
+            t0.elapsed()
+        );
         let first = first_after.expect("an event after the kill");
         eprintln!("point {point}: first event after kill -9 in {first:?} (lease {LEASE:?})");
         rows.push(Row {

@@ -165,3 +165,78 @@ async fn two_replicas_on_postgres_one_turn_at_a_time() {
     assert_gap_free(&b, done_a.last().unwrap().event_seq);
     assert!(llm.requests()[1].body.to_string().contains("long turn"));
 }
+
+/// A replica whose lease renewal is refused (another replica took the turn
+/// over: a partition, a stalled store) stops the turn at once and writes
+/// nothing more of it, so a turn never runs on two replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_whose_lease_was_taken_stops_writing_here() {
+    let llm = FakeLlm::start(vec![Reply::Streamed {
+        text: "a long answer that streams for many seconds, chunk after chunk after chunk".into(),
+        chunks: 60,
+        delay: Duration::from_millis(200),
+        calls: vec![],
+    }])
+    .await;
+    let flaky = omicos_e2e::FlakyStore::new(omicos_sessionstore::open("memory:").await.unwrap());
+    let stack = Stack::start(
+        llm.clone(),
+        StackOptions {
+            store: Some(flaky.clone()),
+            tweak: Some(Box::new(|c: &mut omicos_orchestrator::config::Config| {
+                c.turn_lease = Duration::from_secs(5)
+            })),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut chat = stack.chat(req("", "talk for long")).await.unwrap();
+    while let Some(ev) = chat.next().await {
+        if matches!(ev.kind, Some(chat_event::Kind::TextDelta(_))) {
+            break;
+        }
+    }
+    let session = chat.events[0].session_id.clone();
+    // Another replica takes the lease: this one's next renewal is refused.
+    flaky.fail(
+        omicos_e2e::flaky_store::Op::LeaseTaken,
+        omicos_sessionstore::StoreError::Backend("taken".into()),
+    );
+    use omicos_sessionstore::SessionStore;
+    // The log stops growing: no more deltas and no turn_done from here.
+    let mut last = flaky.last_seq(&session).await.unwrap();
+    let mut still = 0;
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = flaky.last_seq(&session).await.unwrap();
+        if now == last {
+            still += 1;
+            if still == 4 {
+                break;
+            }
+        } else {
+            (last, still) = (now, 0);
+        }
+    }
+    assert_eq!(still, 4, "the fenced turn stopped writing its events");
+    let log = flaky.events_since(&session, 0).await.unwrap();
+    let done = log.iter().any(|(_, b)| {
+        matches!(
+            <omicos_proto::ChatEvent as prost::Message>::decode(b.as_slice()).map(|e| e.kind),
+            Ok(Some(chat_event::Kind::TurnDone(_)))
+        )
+    });
+    assert!(!done, "the turn's end is the other replica's to write");
+    let history = flaky.messages(&session).await.unwrap();
+    assert!(
+        !history
+            .iter()
+            .any(|m| matches!(m, omicos_history::HistoryItem::Assistant(_))),
+        "no partial answer written from the fenced replica: {history:?}"
+    );
+    // 60 chunks of 200 ms would still be streaming: the model request was cancelled.
+    assert!(
+        (last as usize) < 40,
+        "stopped well before the answer's end (last seq {last})"
+    );
+}

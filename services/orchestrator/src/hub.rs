@@ -167,6 +167,9 @@ pub struct SessionState {
     approvals: Mutex<HashMap<String, Waiting>>,
     allowed: Mutex<HashSet<String>>,
     turn: Mutex<Option<RunningTurn>>,
+    /// Turns this replica lost the lease of (another replica took them
+    /// over): their events and history are no longer this replica's to write.
+    fenced: Mutex<HashSet<String>>,
     store: Arc<dyn SessionStore>,
     /// The hub's map, to take this session's entry out when it is dropped.
     registry: Weak<Registry>,
@@ -232,6 +235,12 @@ impl SessionState {
         let mut seq = self.seq.lock().await;
         if let Some(t) = ending {
             self.end_turn(t);
+        }
+        {
+            let fenced = self.fenced.lock().expect("fenced");
+            if !fenced.is_empty() {
+                evs.retain(|e| !fenced.contains(&e.turn_id));
+            }
         }
         if evs.is_empty() {
             return *seq;
@@ -429,6 +438,22 @@ impl SessionState {
         }
     }
 
+    /// This replica lost turn `turn_id`'s lease to another replica, which
+    /// continues it: from now on its events are dropped here and its
+    /// history is not written (the caller cancels it).
+    pub fn fence(&self, turn_id: &str) {
+        self.fenced
+            .lock()
+            .expect("fenced")
+            .insert(turn_id.to_owned());
+    }
+
+    /// Whether the turn running here lost its lease ([`Self::fence`]).
+    pub fn running_is_fenced(&self) -> bool {
+        self.running()
+            .is_some_and(|t| self.fenced.lock().expect("fenced").contains(&t.turn_id))
+    }
+
     /// The running turn, if any.
     pub fn running(&self) -> Option<RunningTurn> {
         self.turn.lock().expect("turn").clone()
@@ -494,6 +519,7 @@ impl Hub {
             approvals: Mutex::new(HashMap::new()),
             allowed: Mutex::new(HashSet::new()),
             turn: Mutex::new(None),
+            fenced: Mutex::new(HashSet::new()),
             store: self.store.clone(),
             registry: Arc::downgrade(&self.sessions),
         });

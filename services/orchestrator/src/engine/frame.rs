@@ -478,6 +478,7 @@ impl Engine {
         msg: HistoryItem,
     ) {
         if frame.persist
+            && !session.running_is_fenced()
             && let Err(e) = session
                 .store()
                 .append_messages(&session.id, std::slice::from_ref(&msg))

@@ -86,7 +86,7 @@ impl Engine {
             replica,
             log,
         } = t;
-        let renew = renew_lease(&st, &lease_owner, lease);
+        let renew = renew_lease(&st, &lease_owner, lease, &settings.turn_id, &cancel);
         let tag = EventTag {
             turn_id: settings.turn_id.clone(),
             context: "root".into(),

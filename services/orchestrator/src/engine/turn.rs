@@ -15,18 +15,34 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Renews the turn's lease every third of it while the turn runs (the
-/// caller aborts the task before it releases the lease).
+/// caller aborts the task before it releases the lease). A renewal the
+/// store refuses means another replica took the lease (this one looked
+/// lost: a partition, a stalled store): the turn is fenced here (its events
+/// and history are no longer written from this replica) and cancelled, so
+/// it never runs on two replicas at once.
 pub(super) fn renew_lease(
     st: &Arc<SessionState>,
     owner: &str,
     lease: Duration,
+    turn_id: &str,
+    cancel: &CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
-    let (st, owner) = (st.clone(), owner.to_owned());
+    let (st, owner, turn_id, cancel) = (
+        st.clone(),
+        owner.to_owned(),
+        turn_id.to_owned(),
+        cancel.clone(),
+    );
     let lease_ms = lease.as_millis() as i64;
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(lease / 3).await;
-            let _ = st.store().try_lease_turn(&st.id, &owner, lease_ms).await;
+            if let Ok(false) = st.store().try_lease_turn(&st.id, &owner, lease_ms).await {
+                tracing::error!(session = %st.id, turn = %turn_id, "another replica took this turn's lease: it stops here (that replica continues it)");
+                st.fence(&turn_id);
+                cancel.cancel();
+                return;
+            }
         }
     })
 }
@@ -69,7 +85,7 @@ impl Engine {
             steer,
         } = turn;
         let turn_id = settings.turn_id.clone();
-        let renew = renew_lease(&st, &lease_owner, lease);
+        let renew = renew_lease(&st, &lease_owner, lease, &settings.turn_id, &cancel);
         let tag = EventTag {
             turn_id: turn_id.clone(),
             context: "root".into(),

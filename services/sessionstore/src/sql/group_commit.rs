@@ -1816,7 +1816,11 @@ mod tests {
             version, None,
             "a failed read leaves no version vouching for the stale index"
         );
-        assert_eq!(index.last_seq("s1"), Some(1), "the index is still the old one");
+        assert_eq!(
+            index.last_seq("s1"),
+            Some(1),
+            "the index is still the old one"
+        );
 
         // The next transaction reads the index again and holds the row.
         other
