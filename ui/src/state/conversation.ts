@@ -68,6 +68,8 @@ export type Item =
   | { t: "switch"; id: string; from: string; to: string; reason: string }
   /** A message the user steered into the running turn (it joined the next model request). */
   | { t: "steer"; id: string; message: string }
+  /** The turn moved to another orchestrator replica (it goes on there). */
+  | { t: "moved"; id: string; replica: string; reason: string; lostCalls: string[] }
   /** A sub-turn whose opening call is not in view (its frame is shown where it happened). */
   | { t: "frame"; key: string };
 
@@ -126,6 +128,8 @@ export interface Conversation {
   looseErrors: { kind: string; message: string }[];
   /** Server time of the latest event or heartbeat. */
   lastHeardMs: number;
+  /** Rewinds seen: how many turns went, the files restored, and the turn they followed (empty: none). */
+  rewinds: { turns: number; filesRestored: string[]; afterTurn: string }[];
 }
 
 /** An empty conversation for `sessionId` (empty: not created yet). */
@@ -141,6 +145,7 @@ export function emptyConversation(sessionId = ""): Conversation {
     gap: null,
     looseErrors: [],
     lastHeardMs: 0,
+    rewinds: [],
   };
 }
 
@@ -357,6 +362,23 @@ function fold(c: Conversation, ev: ChatEvent, seq: number): Conversation {
       const message = k.value.message;
       return withFrame(c, ev, (f) => ({ ...f, items: [...f.items, { t: "steer", id: `s${seq}`, message }] }));
     }
+    case "rewound":
+      return rewind(c, k.value.turnIds, k.value.filesRestored);
+    case "turnMoved": {
+      const v = k.value;
+      return withFrame(c, ev, (f) => {
+        // The answer that was streaming is asked for again: its partial text
+        // (since the last model-request boundary, i.e. the trailing text
+        // items) is superseded by what the new request streams.
+        let items = f.items;
+        if (v.modelRequestReissued) {
+          let end = items.length;
+          while (end > 0 && items[end - 1]!.t === "text") end--;
+          items = items.slice(0, end);
+        }
+        return { ...f, items: [...items, { t: "moved", id: `m${seq}`, replica: v.replica, reason: v.reason, lostCalls: [...v.lostCalls] }] };
+      });
+    }
     case "turnDone": {
       const reason = k.value.reason;
       const calls = { ...c.calls };
@@ -375,6 +397,29 @@ function fold(c: Conversation, ev: ChatEvent, seq: number): Conversation {
     default:
       return c;
   }
+}
+
+/**
+ * Takes rewound turns out of the view: the log keeps them, but what the
+ * model sees (and so what the conversation is) no longer holds them. Applied
+ * on replay too, so a reload shows the history after the rewind.
+ */
+function rewind(c: Conversation, turnIds: string[], files: string[]): Conversation {
+  const gone = new Set(turnIds);
+  const kept = c.turns.filter((t) => !gone.has(t.id));
+  const frames: Record<string, FrameView> = {};
+  for (const [k, f] of Object.entries(c.frames)) if (!gone.has(f.turnId)) frames[k] = f;
+  const calls: Record<string, ToolCallView> = {};
+  for (const [k, call] of Object.entries(c.calls)) if (!gone.has(call.turnId)) calls[k] = call;
+  return {
+    ...c,
+    turns: kept,
+    frames,
+    calls,
+    approvals: c.approvals.filter((a) => !gone.has(a.turnId)),
+    live: c.live !== null && gone.has(c.live) ? null : c.live,
+    rewinds: [...c.rewinds, { turns: c.turns.length - kept.length, filesRestored: [...files], afterTurn: kept[kept.length - 1]?.id ?? "" }],
+  };
 }
 
 function startTurn(
