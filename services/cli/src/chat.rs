@@ -2,7 +2,7 @@
 
 use crate::input::{Input, Line};
 use crate::render::{Renderer, View};
-use crate::turn::{Approver, Interrupts, TurnError, connect, run_turn};
+use crate::turn::{Approver, Interrupts, Steering, TurnError, connect, connect_web, run_turn};
 use omicos_proto::ChatRequest;
 use std::io::{IsTerminal, Read};
 use std::process::ExitCode;
@@ -68,7 +68,7 @@ async fn piped(opts: ChatOptions) -> ExitCode {
         opts.session.as_deref().unwrap_or_default(),
         message.trim_end().to_owned(),
     );
-    match run_turn(&mut client, req, &mut r, &Approver::Deny, &mut ints).await {
+    match run_turn(&mut client, req, &mut r, &Approver::Deny, &mut ints, None).await {
         Ok(t) if t.reason == omicos_proto::TurnDoneReason::Completed => {
             // The renderer ended the answer's last line at turn_done.
             eprintln!("session {}", t.session_id);
@@ -97,6 +97,8 @@ async fn repl(opts: ChatOptions) -> ExitCode {
         Ok(i) => i,
         Err(e) => return e.report("chat"),
     };
+    // Steering goes through StartTurn; without it the REPL still chats.
+    let web = connect_web(&opts.server).await.ok();
     let mut r = Renderer::new(if opts.json { View::Json } else { View::Human });
     let st = r.style();
     let mut ints = Interrupts::install();
@@ -104,7 +106,7 @@ async fn repl(opts: ChatOptions) -> ExitCode {
     println!(
         "{}",
         st.dim(&format!(
-            "omicos chat · {} · Enter sends · Ctrl-C cancels a turn (twice exits) · Ctrl-D or /exit leaves",
+            "omicos chat · {} · Enter sends (while a turn runs: steers it) · Ctrl-C cancels a turn (twice exits) · Ctrl-D or /exit leaves",
             opts.server
         ))
     );
@@ -127,12 +129,21 @@ async fn repl(opts: ChatOptions) -> ExitCode {
             return ExitCode::SUCCESS;
         }
         let req = opts.request(&session, line.to_owned());
+        let steering = web.clone().map(|web| Steering {
+            input: &input,
+            web,
+            request: ChatRequest {
+                message: String::new(),
+                ..req.clone()
+            },
+        });
         match run_turn(
             &mut client,
             req,
             &mut r,
             &Approver::Prompt(&input),
             &mut ints,
+            steering.as_ref(),
         )
         .await
         {

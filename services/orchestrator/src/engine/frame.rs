@@ -513,6 +513,8 @@ impl Engine {
             agent_rules: Some(frame.agent.wire_rules()),
             request_rules: Some(s.rules.clone()),
             session_rules: session.allowed_rules(),
+            // Set by the runner-reattach work; empty: the runner does not deduplicate.
+            idempotency_key: String::new(),
         };
         let notify = self.notify_approvals(session, &call.id);
         let r = self

@@ -25,11 +25,11 @@ use omicos_auth::principal;
 use omicos_proto::{
     ApproveToolRequest, ApproveToolResponse, AttachRequest, CancelTurnRequest, CancelTurnResponse,
     ChatClientMessage, ChatEvent, CompactRequest, CompactResponse, DeleteSessionRequest,
-    DeleteSessionResponse, GetSessionRequest, ListAgentToolsRequest, ListAgentToolsResponse,
-    ListAgentsRequest, ListAgentsResponse, ListSessionsRequest, ListSessionsResponse,
-    RefreshCatalogRequest, RefreshCatalogResponse, Session, orchestrator_server::Orchestrator,
-    ForkSessionRequest, ForkSessionResponse, RewindSessionRequest, RewindSessionResponse,
-    RenameSessionRequest, RenameSessionResponse,
+    DeleteSessionResponse, ForkSessionRequest, ForkSessionResponse, GetSessionRequest,
+    ListAgentToolsRequest, ListAgentToolsResponse, ListAgentsRequest, ListAgentsResponse,
+    ListSessionsRequest, ListSessionsResponse, RefreshCatalogRequest, RefreshCatalogResponse,
+    RenameSessionRequest, RenameSessionResponse, RewindSessionRequest, RewindSessionResponse,
+    Session, orchestrator_server::Orchestrator,
 };
 use std::pin::Pin;
 use std::sync::Arc;
@@ -187,13 +187,17 @@ impl Orchestrator for OrchestratorService {
         &self,
         _req: Request<RewindSessionRequest>,
     ) -> Result<Response<RewindSessionResponse>, Status> {
-        Err(Status::unimplemented("RewindSession is not implemented yet"))
+        Err(Status::unimplemented(
+            "RewindSession is not implemented yet",
+        ))
     }
 
     async fn rename_session(
         &self,
         _req: Request<RenameSessionRequest>,
     ) -> Result<Response<RenameSessionResponse>, Status> {
-        Err(Status::unimplemented("RenameSession is not implemented yet"))
+        Err(Status::unimplemented(
+            "RenameSession is not implemented yet",
+        ))
     }
 }

@@ -397,6 +397,8 @@ impl Pipeline {
                     .as_ref()
                     .and_then(|a| a.granted_rule.clone())
                     .unwrap_or_default(),
+                // Filled in by the file-changes work (RewindSession restores from it).
+                file_changes: Vec::new(),
             },
             record: rec,
         }
