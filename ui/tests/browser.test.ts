@@ -489,6 +489,30 @@ describe("the page on a live stack", () => {
   const userTexts = () => page.locator("[data-testid=user-message] .user-text").allTextContents();
   const lastAnswer = async () => (await page.locator("[data-testid=agent-text]").last().textContent()) ?? "";
 
+  // The scripted peer has no RewindSession or RenameSession: the page must say so, never fail silently.
+  it.runIf(PEER)("says so when the server refuses a rewind or a rename", async () => {
+    await page.locator("[data-testid=session-link]").first().click();
+    await expect.poll(() => page.getByTestId("turn").count(), { timeout: 20_000 }).toBeGreaterThan(0);
+    const turns = await page.getByTestId("turn").count();
+    await page.getByTestId("turn").first().getByTestId("edit-message").click();
+    await page.getByLabel(/^Edit your message/).fill("an edit the server cannot take");
+    await page.getByRole("button", { name: "Rewind and ask again" }).click();
+    const notice = page.getByTestId("notice");
+    await expect.poll(() => notice.textContent(), { timeout: 10_000 }).toContain("was not rewound");
+    expect(await notice.textContent()).toContain("Unimplemented");
+    // Nothing was taken away, and the edit is still there to try again.
+    expect(await page.getByTestId("turn").count()).toBe(turns);
+    expect(await page.getByLabel(/^Edit your message/).inputValue()).toBe("an edit the server cannot take");
+    await page.getByRole("button", { name: "Discard edit" }).click();
+    const here = new URL(page.url()).pathname;
+    await page.locator(".session-item", { has: page.locator(`a[href="${here}"]`) }).getByRole("button", { name: /^Rename session/ }).click();
+    await page.getByLabel(/^New title for/).fill("a title the server cannot take");
+    await page.getByRole("button", { name: "Save title" }).click();
+    await expect.poll(() => page.getByTestId("rename-error").textContent(), { timeout: 10_000 }).toContain("Unimplemented");
+    await axe("refused-rename");
+    await page.getByRole("button", { name: "Keep title" }).click();
+  });
+
   it.skipIf(PEER)("edits a past message and asks again: the old turn is gone, for the model too, and stays gone on reload", async () => {
     await page.locator(".side").getByRole("button", { name: "New chat" }).click();
     await page.waitForURL((u) => u.pathname === "/");
@@ -586,6 +610,7 @@ describe("the page on a live stack", () => {
   });
 
   it.skipIf(PEER)("steers a running turn from the composer: the message shows where it joined, and the model reads it", async () => {
+    const turnsBefore = await page.getByTestId("turn").count();
     await page.fill("#composer", "count the files");
     await page.getByRole("button", { name: "Send" }).click();
     await page.getByText("Counting the files", { exact: false }).waitFor({ timeout: 30_000 });
@@ -604,7 +629,8 @@ describe("the page on a live stack", () => {
     expect(await lastAnswer()).toContain("count the files | and name the biggest one");
     expect(await page.getByTestId("notice").textContent()).toBe("");
     // One turn, not two: the steered message joined the running one.
-    await expect.poll(turnsDone, { timeout: 30_000 }).toBe(2);
+    await expect.poll(turnsDone, { timeout: 30_000 }).toBe(turnsBefore + 1);
+    expect(await page.getByTestId("turn").count()).toBe(turnsBefore + 1);
     await axe("steered");
     await shot("21-steered");
   });

@@ -188,6 +188,59 @@ async fn repl_streams_text_and_answers_an_approval_at_the_prompt() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_typed_while_a_turn_streams_is_steered_into_it() {
+    let llm = FakeLlm::start(vec![
+        Reply::Streamed {
+            text: "Counting the files slowly, one by one, before I list them.".into(),
+            chunks: 12,
+            delay: Duration::from_millis(300),
+            calls: vec![(
+                "call_s1".into(),
+                "file_manager__list".into(),
+                r#"{"path": "."}"#.into(),
+            )],
+        },
+        Reply::Text("Listed, and named the biggest one.".into()),
+    ])
+    .await;
+    let stack = Stack::start(&llm).await;
+    let url = stack.url.clone();
+    let code = tokio::task::spawn_blocking(move || {
+        let mut s = spawn_chat(&["--server", &url]);
+        s.expect("you> ").unwrap();
+        s.send_line("count the files").unwrap();
+        s.expect("Counting").unwrap();
+        // Typed while the answer streams: it goes to the running turn.
+        s.send_line("and name the biggest one").unwrap();
+        s.expect("sent to the running turn").unwrap();
+        // It joined the turn at the next model request, after the list call.
+        s.expect("you (steer)> and name the biggest one").unwrap();
+        s.expect("named the biggest one.").unwrap();
+        s.expect("you> ").unwrap();
+        s.send(ControlCode::EndOfTransmission).unwrap();
+        exit_code(&s)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0);
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "one turn, two model requests");
+    let users = omicos_e2e::fake_llm::user_messages(&reqs[1].body);
+    assert!(
+        users.iter().any(|m| m.contains("and name the biggest one")),
+        "the model read the steered message: {users:?}"
+    );
+    assert!(
+        !omicos_e2e::fake_llm::user_messages(&reqs[0].body)
+            .iter()
+            .any(|m| m.contains("and name the biggest one")),
+        "not before it was typed"
+    );
+    llm.assert_invariants();
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_cancels_the_turn_and_a_second_ctrl_c_exits() {
     let slow = "This answer is long and slow on purpose, so that there is time to press Ctrl-C in the middle of it. ".repeat(4);
     let llm = FakeLlm::start(vec![
