@@ -2,7 +2,9 @@
 
 use crate::input::{Input, Line};
 use crate::render::{Renderer, View};
-use crate::turn::{Approver, Interrupts, Steering, TurnError, connect, connect_web, run_turn};
+use crate::turn::{
+    Approver, Interrupts, Steering, TurnError, connect, connect_web, follow_started, run_turn,
+};
 use omicos_proto::ChatRequest;
 use std::io::{IsTerminal, Read};
 use std::process::ExitCode;
@@ -137,7 +139,7 @@ async fn repl(opts: ChatOptions) -> ExitCode {
                 ..req.clone()
             },
         });
-        match run_turn(
+        let mut done = run_turn(
             &mut client,
             req,
             &mut r,
@@ -145,8 +147,24 @@ async fn repl(opts: ChatOptions) -> ExitCode {
             &mut ints,
             steering.as_ref(),
         )
-        .await
+        .await;
+        // A line steered in as the turn ended started the next one: follow it too.
+        while let Ok(t) = &done
+            && let Some(seq) = t.next_turn
         {
+            let id = t.session_id.clone();
+            done = follow_started(
+                &mut client,
+                &id,
+                seq.saturating_sub(1),
+                &mut r,
+                &Approver::Prompt(&input),
+                &mut ints,
+                steering.as_ref(),
+            )
+            .await;
+        }
+        match done {
             Ok(t) => {
                 // An unknown --session gives an error event and no session: start fresh next time.
                 let unknown = t.errors.iter().any(|(k, _)| k == "session_not_found");

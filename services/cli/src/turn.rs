@@ -214,6 +214,9 @@ async fn line_typed(fd: Option<&tokio::io::unix::AsyncFd<std::io::Stdin>>) {
 enum Steered {
     /// Sent (or nothing to send).
     Done,
+    /// The turn had ended, so the message started the next one; its
+    /// TurnStarted is at this seq.
+    NewTurn(u64),
     /// Ctrl-C at the line editor: a cancel, as a Ctrl-C signal is.
     Interrupted,
 }
@@ -243,16 +246,20 @@ async fn steer_line(st: &Steering<'_>, session_id: &str, r: &mut Renderer) -> St
     match st.web.clone().start_turn(req).await {
         Ok(resp) if resp.get_ref().steered => {
             r.notice("  (sent to the running turn: it reads it at its next step)");
+            Steered::Done
         }
-        Ok(_) => r.notice(&format!(
-            "  (the turn had ended, so the message started a new turn: `omicos sessions show {session_id}` shows it)"
-        )),
-        Err(s) => r.notice(&format!(
-            "  the message did not reach the running turn: {}",
-            status_text(&s)
-        )),
+        Ok(resp) => {
+            r.notice("  (the turn was ending, so the message starts the next turn; shown after this one)");
+            Steered::NewTurn(resp.get_ref().start_seq)
+        }
+        Err(s) => {
+            r.notice(&format!(
+                "  the message did not reach the running turn: {}",
+                status_text(&s)
+            ));
+            Steered::Done
+        }
     }
-    Steered::Done
 }
 
 /// An error and its sources on one line.
@@ -426,6 +433,9 @@ pub struct TurnResult {
     pub answer: String,
     /// How many times the stream was re-attached.
     pub reattached: u32,
+    /// A line typed during this turn reached the server after it ended and
+    /// started the next turn, whose TurnStarted is at this seq: follow it.
+    pub next_turn: Option<u64>,
 }
 
 /// Why a turn did not end with a TurnDone.
@@ -461,18 +471,77 @@ pub async fn run_turn(
     tx.send(first).await.map_err(|_| {
         TurnError::Failed(CliError::Turn("chat stream closed before it opened".into()))
     })?;
-    let mut stream = client
+    let stream = client
         .chat(ReceiverStream::new(rx))
         .await
         .map_err(|s| TurnError::Failed(CliError::Rpc(s)))?
         .into_inner();
     // Kept so the server keeps reading our side of the stream (cancel falls back to it).
-    let mut chat_tx = Some(tx);
-    let mut res = TurnResult {
+    let res = TurnResult {
         session_id: req.session_id.clone(),
         ..Default::default()
     };
-    let mut last_seq = 0u64;
+    follow(
+        client,
+        stream,
+        Some(tx),
+        res,
+        0,
+        r,
+        approver,
+        ints,
+        steering,
+    )
+    .await
+}
+
+/// Follows a turn that started without this client's Chat stream (a line
+/// steered in just after the turn it was meant for ended starts its own):
+/// Attach from `since_seq`, then as [`run_turn`] does.
+pub async fn follow_started(
+    client: &mut Client,
+    session_id: &str,
+    since_seq: u64,
+    r: &mut Renderer,
+    approver: &Approver<'_>,
+    ints: &mut Interrupts,
+    steering: Option<&Steering<'_>>,
+) -> Result<TurnResult, TurnError> {
+    r.begin_turn();
+    ints.drain();
+    let stream = client
+        .attach(AttachRequest {
+            session_id: session_id.to_owned(),
+            since_seq,
+        })
+        .await
+        .map_err(|s| TurnError::Failed(CliError::Rpc(s)))?
+        .into_inner();
+    let res = TurnResult {
+        session_id: session_id.to_owned(),
+        ..Default::default()
+    };
+    follow(
+        client, stream, None, res, since_seq, r, approver, ints, steering,
+    )
+    .await
+}
+
+/// The event loop of a turn: prints events, answers approvals, cancels on
+/// Ctrl-C, steers typed lines in, re-attaches a dropped stream; ends at the
+/// turn's TurnDone.
+#[allow(clippy::too_many_arguments)]
+async fn follow(
+    client: &mut Client,
+    mut stream: tonic::Streaming<ChatEvent>,
+    mut chat_tx: Option<mpsc::Sender<ChatClientMessage>>,
+    mut res: TurnResult,
+    mut last_seq: u64,
+    r: &mut Renderer,
+    approver: &Approver<'_>,
+    ints: &mut Interrupts,
+    steering: Option<&Steering<'_>>,
+) -> Result<TurnResult, TurnError> {
     let mut cancelling = false;
     // Watched for a typed line only while steering (a terminal: epoll takes it).
     let stdin = steering.and_then(|_| {
@@ -501,10 +570,14 @@ pub async fn run_turn(
             }
             () = line_typed(stdin.as_ref()), if !cancelling => {
                 let Some(st) = steering else { continue };
-                if let Steered::Interrupted = steer_line(st, &res.session_id, r).await {
-                    cancelling = true;
-                    r.notice("cancelling the turn… (Ctrl-C again to exit)");
-                    cancel(client, &res.session_id, chat_tx.as_ref()).await;
+                match steer_line(st, &res.session_id, r).await {
+                    Steered::Done => {}
+                    Steered::NewTurn(seq) => res.next_turn = Some(seq),
+                    Steered::Interrupted => {
+                        cancelling = true;
+                        r.notice("cancelling the turn… (Ctrl-C again to exit)");
+                        cancel(client, &res.session_id, chat_tx.as_ref()).await;
+                    }
                 }
                 continue;
             }
