@@ -17,6 +17,7 @@ import { SignIn } from "./ui/signin";
 import { MODES, SettingsPanel, type Settings } from "./ui/settings";
 import { accessFromCode, accessText, connectionLost, linkText as linkWords, type Access } from "./state/status-text";
 import { composerTarget } from "./state/target";
+import { carriedPrefix, parseHistory, type CarriedMessage } from "./state/carried";
 
 const DEFAULT_HEARTBEAT_S = 15;
 
@@ -90,6 +91,10 @@ export function App() {
   const [approvalsHidden, setApprovalsHidden] = useState(false);
   const [showCards, setShowCards] = useState(sessionId === null);
   const [sending, setSending] = useState(false);
+  /** The history GetSession holds for the open session (a fork's starts before its log does). */
+  const [heldHistory, setHeldHistory] = useState<{ sessionId: string; messages: CarriedMessage[] } | null>(null);
+  /** Sessions this page created with StartTurn: their log holds all their history. */
+  const createdHere = useRef(new Set<string>());
   const follower = useRef<Follower | null>(null);
   const composer = useRef<HTMLTextAreaElement>(null);
   const heardAt = useRef(0);
@@ -193,6 +198,24 @@ export function App() {
     f.follow();
     return () => f.close();
   }, [sessionId, heartbeatMs, setConv]);
+
+  // A session's history as the model sees it: a fork holds its parent's up
+  // to the fork point without the parent's events, shown above its own turns.
+  useEffect(() => {
+    setHeldHistory(null);
+    if (!sessionId || createdHere.current.has(sessionId)) return;
+    let stale = false;
+    orchestrator
+      .getSession({ sessionId })
+      .then((s) => {
+        if (!stale) setHeldHistory({ sessionId, messages: parseHistory(s.messagesJson) });
+      })
+      // The log still shows the session; only what a fork carried over is missing.
+      .catch(() => {});
+    return () => {
+      stale = true;
+    };
+  }, [sessionId]);
 
   // The browser knows when the network goes: say so at once, and try again the moment it is back.
   useEffect(() => {
@@ -321,6 +344,7 @@ export function App() {
       });
       setShowCards(false);
       if (r.sessionId !== sessionId) {
+        createdHere.current.add(r.sessionId);
         open(r.sessionId);
       } else {
         follower.current?.follow();
@@ -603,7 +627,14 @@ export function App() {
               />
             </div>
           </section>
-          <ChatLog conv={conv} nameOf={nameOf} lost={lost} cancelledHere={cancelledHere} actions={{ editResend, regenerate, fork, blocked }} />
+          <ChatLog
+            conv={conv}
+            nameOf={nameOf}
+            lost={lost}
+            cancelledHere={cancelledHere}
+            actions={{ editResend, regenerate, fork, blocked }}
+            carried={heldHistory && heldHistory.sessionId === sessionId ? carriedPrefix(heldHistory.messages, conv.turns[0]?.message ?? null) : []}
+          />
           {approvalCount > 0 && approvalsHidden && (
             <button type="button" class="pending" ref={pendingRef} onClick={() => setApprovalsHidden(false)}>
               {approvalCount} approval{approvalCount > 1 ? "s" : ""} waiting

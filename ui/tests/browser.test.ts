@@ -572,9 +572,15 @@ describe("the page on a live stack", () => {
     await page.getByTestId("turn").first().getByRole("button", { name: /^Fork from here/ }).click();
     await page.waitForURL((u) => u.pathname !== original && /^\/s\/[^/]+$/.test(u.pathname), { timeout: 20_000 });
     expect(await page.getByTestId("notice").textContent()).toBe("");
-    await expect.poll(() => page.getByTestId("turn").count(), { timeout: 20_000 }).toBe(1);
-    expect(await userTexts()).toEqual(["the first question"]);
+    // The fork holds the history up to that turn: its own log's turns, or
+    // (a fork copies what the model sees, not the parent's events) the
+    // history GetSession gives, shown above as carried over.
+    const shown = () =>
+      page.locator("[data-testid=user-message] .user-text, [data-testid=carried-user] .user-text").allTextContents();
+    await expect.poll(shown, { timeout: 20_000 }).toEqual(["the first question"]);
     expect(await page.getByText(SCRIPT.replies[10]!.text).count()).toBe(1);
+    expect(await page.getByText("the second question", { exact: false }).count()).toBe(0);
+    await axe("forked");
     // It is in the list, beside the session it came from.
     const fork = new URL(page.url()).pathname;
     await expect.poll(() => links.count(), { timeout: 10_000 }).toBe(sessionsBefore + 1);

@@ -10,6 +10,7 @@ import { fileUrl, outputFiles } from "../state/outputs";
 import { renderMarkdown } from "../markdown";
 import { barText, doneText, formatDuration } from "../state/status-text";
 import { copyText } from "./copy";
+import type { CarriedMessage } from "../state/carried";
 
 /**
  * What a person can do to past turns. Each resolves once the server has
@@ -36,7 +37,15 @@ interface LogContext {
 }
 const Log = createContext<LogContext>({ nameOf: (id) => id, lost: false, cancelledHere: [], actions: null });
 
-export function ChatLog(props: { conv: Conversation; nameOf: (id: string) => string; lost: boolean; cancelledHere: string[]; actions?: TurnActions }) {
+export function ChatLog(props: {
+  conv: Conversation;
+  nameOf: (id: string) => string;
+  lost: boolean;
+  cancelledHere: string[];
+  actions?: TurnActions;
+  /** History the session holds from before its log (a fork's parent), oldest first. */
+  carried?: CarriedMessage[];
+}) {
   const c = props.conv;
   const last = c.turns[c.turns.length - 1]?.id;
   const rewound = c.rewinds.reduce((n, r) => n + r.turns, 0);
@@ -48,6 +57,23 @@ export function ChatLog(props: { conv: Conversation; nameOf: (id: string) => str
         {rewound} earlier turn{rewound > 1 ? "s were" : " was"} rewound: the model no longer sees {rewound > 1 ? "them" : "it"}.
         {restored.length > 0 && ` Files put back as they were: ${restored.join(", ")}.`}
       </p>
+    )}
+    {props.carried && props.carried.length > 0 && (
+      <section class="carried" aria-labelledby="carried-title" data-testid="carried">
+        <h2 id="carried-title" class="carried-title muted">
+          Carried over from the session this one was forked from
+        </h2>
+        {props.carried.map((m, i) =>
+          m.role === "user" ? (
+            <div class="msg user" data-testid="carried-user" key={i}>
+              <div class="who">You</div>
+              <div class="user-text">{m.text}</div>
+            </div>
+          ) : (
+            <div class="msg agent md" data-testid="carried-answer" key={i} dangerouslySetInnerHTML={{ __html: renderMarkdown(m.text) }} />
+          ),
+        )}
+      </section>
     )}
     <ol class="turns" aria-label="Conversation">
       {c.turns.map((t) => (
