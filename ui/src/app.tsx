@@ -201,8 +201,11 @@ export function App() {
 
   // A session's history as the model sees it: a fork holds its parent's up
   // to the fork point without the parent's events, shown above its own turns.
+  // Read again when the log's first turn changes (a fork's first own turn, a
+  // rewind), so that turn's message places the carried part; the old copy
+  // stays shown meanwhile (the view only uses a copy of the open session).
+  const firstTurn = conv.turns[0]?.id ?? "";
   useEffect(() => {
-    setHeldHistory(null);
     if (!sessionId || createdHere.current.has(sessionId)) return;
     let stale = false;
     orchestrator
@@ -215,7 +218,7 @@ export function App() {
     return () => {
       stale = true;
     };
-  }, [sessionId]);
+  }, [sessionId, firstTurn]);
 
   // The browser knows when the network goes: say so at once, and try again the moment it is back.
   useEffect(() => {

@@ -633,6 +633,10 @@ describe("the page on a live stack", () => {
     expect(await page.inputValue("#composer")).toBe("");
     await page.getByText("Listed; the model saw:", { exact: false }).waitFor({ timeout: 30_000 });
     expect(await lastAnswer()).toContain("count the files | and name the biggest one");
+    // In the fork, what it carried over still shows above its own first turn.
+    await expect
+      .poll(() => page.locator("[data-testid=user-message] .user-text, [data-testid=carried-user] .user-text").allTextContents(), { timeout: 10_000 })
+      .toEqual(["the first question", "count the files"]);
     expect(await page.getByTestId("notice").textContent()).toBe("");
     // One turn, not two: the steered message joined the running one.
     await expect.poll(turnsDone, { timeout: 30_000 }).toBe(turnsBefore + 1);
