@@ -378,3 +378,20 @@ describe("a turn moved to another replica", () => {
     expect(sub.map((i) => (i.t === "text" ? i.text : i.t))).toEqual(["moved", "The sub-answer."]);
   });
 });
+
+describe("a moved turn whose sub-turn was streaming", () => {
+  it("drops the sub-turn's partial text even when the notice is the root's", () => {
+    const l = new Log();
+    l.started("go");
+    l.text("Asking the coder.");
+    l.call("d1", "call_agent", '{"agent_name":"coder"}');
+    l.text("Half a sub-answ", "root/d1", "coder");
+    l.moved(true);
+    l.text("The sub-answer.", "root/d1", "coder");
+    const c = applyAll(emptyConversation("s1"), l.events);
+    const root = c.frames[c.turns[0]!.rootFrame]!.items;
+    expect(root.map((i) => i.t)).toEqual(["text", "call", "moved"]);
+    const sub = c.frames[c.calls.d1!.childFrame!]!.items;
+    expect(sub.map((i) => (i.t === "text" ? i.text : i.t))).toEqual(["The sub-answer."]);
+  });
+});

@@ -128,6 +128,8 @@ export interface Conversation {
   looseErrors: { kind: string; message: string }[];
   /** Server time of the latest event or heartbeat. */
   lastHeardMs: number;
+  /** The frame the latest text delta went to: the answer a reissued model request supersedes. */
+  textFrame: string | null;
   /** Rewinds seen: how many turns went, the files restored, and the turn they followed (empty: none). */
   rewinds: { turns: number; filesRestored: string[]; afterTurn: string }[];
 }
@@ -145,6 +147,7 @@ export function emptyConversation(sessionId = ""): Conversation {
     gap: null,
     looseErrors: [],
     lastHeardMs: 0,
+    textFrame: null,
     rewinds: [],
   };
 }
@@ -217,7 +220,7 @@ function fold(c: Conversation, ev: ChatEvent, seq: number): Conversation {
       return startTurn(c, ev.turnId, { message: v.message, agent: v.agent, team: [...v.teamMembers], mode: v.permissionMode }, ts);
     }
     case "textDelta": {
-      return withFrame(c, ev, (f) => {
+      const s = withFrame(c, ev, (f) => {
         const last = f.items[f.items.length - 1];
         if (last && last.t === "text") {
           const items = f.items.slice(0, -1);
@@ -226,6 +229,7 @@ function fold(c: Conversation, ev: ChatEvent, seq: number): Conversation {
         }
         return { ...f, items: [...f.items, { t: "text", id: `t${seq}`, text: k.value.text }] };
       });
+      return { ...s, textFrame: frameKey(ev.turnId, ev.executionContextId || "root") };
     }
     case "toolCallStarted": {
       const v = k.value;
@@ -366,18 +370,21 @@ function fold(c: Conversation, ev: ChatEvent, seq: number): Conversation {
       return rewind(c, k.value.turnIds, k.value.filesRestored);
     case "turnMoved": {
       const v = k.value;
-      return withFrame(c, ev, (f) => {
-        // The answer that was streaming is asked for again: its partial text
-        // (since the last model-request boundary, i.e. the trailing text
-        // items) is superseded by what the new request streams.
-        let items = f.items;
-        if (v.modelRequestReissued) {
-          let end = items.length;
-          while (end > 0 && items[end - 1]!.t === "text") end--;
-          items = items.slice(0, end);
-        }
-        return { ...f, items: [...items, { t: "moved", id: `m${seq}`, replica: v.replica, reason: v.reason, lostCalls: [...v.lostCalls] }] };
-      });
+      let s = c;
+      // The answer that was streaming (in whichever frame, a sub-turn's
+      // too) is asked for again: its partial text since the last
+      // model-request boundary, i.e. that frame's trailing text items, is
+      // superseded by what the new request streams.
+      const streaming = c.textFrame ? c.frames[c.textFrame] : undefined;
+      if (v.modelRequestReissued && streaming && streaming.turnId === ev.turnId) {
+        let end = streaming.items.length;
+        while (end > 0 && streaming.items[end - 1]!.t === "text") end--;
+        s = { ...s, frames: { ...s.frames, [streaming.key]: { ...streaming, items: streaming.items.slice(0, end) } } };
+      }
+      return withFrame(s, ev, (f) => ({
+        ...f,
+        items: [...f.items, { t: "moved", id: `m${seq}`, replica: v.replica, reason: v.reason, lostCalls: [...v.lostCalls] }],
+      }));
     }
     case "turnDone": {
       const reason = k.value.reason;
