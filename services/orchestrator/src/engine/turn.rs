@@ -69,7 +69,7 @@ impl Engine {
             context: "root".into(),
             agent_id: agent.id.clone(),
         };
-        st.emit(tag.event(chat_event::Kind::TurnStarted(TurnStarted {
+        let started_seq = st.emit(tag.event(chat_event::Kind::TurnStarted(TurnStarted {
             message: message.clone(),
             agent: agent.id.clone(),
             team_members: settings.team.clone(),
@@ -100,7 +100,10 @@ impl Engine {
                 }
                 Outcome::Blocked
             }
-            Ok(context) => match self.load_history(&st, &message, new_session, context).await {
+            Ok(context) => match self
+                .load_history(&st, &message, new_session, context, (&turn_id, started_seq))
+                .await
+            {
                 Ok(history) => {
                     meters.session_before = super::budget::Meter::of_history(&history);
                     let mut frame = Frame {
@@ -217,6 +220,7 @@ impl Engine {
         message: &str,
         new_session: bool,
         context: Vec<HistoryItem>,
+        (turn_id, started_seq): (&str, u64),
     ) -> Result<Vec<HistoryItem>, OrchestratorError> {
         let mut history = if new_session {
             Vec::new()
@@ -232,6 +236,9 @@ impl Engine {
         // The hooks' context follows the prompt, and is kept with it.
         let mut new = vec![HistoryItem::user(message)];
         new.extend(context);
+        // Where the turn starts: RewindSession and ForkSession cut here.
+        self.mark_turn(st, turn_id, history.len(), started_seq)
+            .await;
         if let Err(e) = st.store().append_messages(&st.id, &new).await {
             tracing::error!(session = %st.id, error = %e, "user message not persisted");
         }
