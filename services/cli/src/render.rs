@@ -313,6 +313,20 @@ impl Renderer {
                 ));
                 self.line(&l);
             }
+            Kind::Rewound(r) => {
+                let l = st.yellow(&format!(
+                    "(rewound {} turn{}; {} file{} restored)",
+                    r.turn_ids.len(),
+                    if r.turn_ids.len() == 1 { "" } else { "s" },
+                    r.files_restored.len(),
+                    if r.files_restored.len() == 1 { "" } else { "s" },
+                ));
+                self.line(&l);
+            }
+            Kind::TurnMoved(m) => {
+                let l = st.yellow(&format!("(turn moved to {}: {})", m.replica, m.reason));
+                self.line(&l);
+            }
             Kind::Error(e) => {
                 let l = format!(
                     "{ind}{} {}",
@@ -549,6 +563,17 @@ pub fn event_json(ev: &ChatEvent) -> Value {
                    "messages_summarized": c.messages_summarized}),
         ),
         Some(Kind::Steer(s)) => ("steer", json!({"message": s.message})),
+        Some(Kind::Rewound(r)) => (
+            "rewound",
+            json!({"turn_ids": r.turn_ids, "files_restored": r.files_restored,
+                   "files_not_restored": r.files_not_restored}),
+        ),
+        Some(Kind::TurnMoved(m)) => (
+            "turn_moved",
+            json!({"reason": m.reason, "replica": m.replica,
+                   "model_request_reissued": m.model_request_reissued,
+                   "reattached_calls": m.reattached_calls, "lost_calls": m.lost_calls}),
+        ),
         Some(Kind::TurnDone(t)) => ("turn_done", json!({"reason": t.reason().as_str()})),
     };
     v["type"] = json!(ty);
