@@ -169,7 +169,9 @@ impl SessionStore for FlakyStore {
         meta: &SessionMeta,
         messages: &[HistoryItem],
     ) -> StoreResult<()> {
-        self.inner.fork_session(parent, turn_id, meta, messages).await
+        self.inner
+            .fork_session(parent, turn_id, meta, messages)
+            .await
     }
     async fn forked_from(&self, id: &str) -> StoreResult<Option<(String, String)>> {
         self.inner.forked_from(id).await

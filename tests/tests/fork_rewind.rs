@@ -198,7 +198,10 @@ async fn scenario(store_url: String) {
     let t3 = turn(&url, &sid, "t3").await[0].turn_id.clone();
     assert_eq!(read(&ws, "a.txt").unwrap(), b"delta\n");
     assert_eq!(read(&ws, "c.txt").unwrap(), b"new in t3");
-    assert_eq!(read(&ws, "u.txt").unwrap(), UNI.replace('✓', "✔").as_bytes());
+    assert_eq!(
+        read(&ws, "u.txt").unwrap(),
+        UNI.replace('✓', "✔").as_bytes()
+    );
 
     // Rewind the last turn: its files come back byte for byte, the file
     // it created is gone, and its messages leave the history.
@@ -348,11 +351,17 @@ async fn scenario(store_url: String) {
         keep_files: false,
     };
     assert_eq!(
-        code_of(c.rewind_session(rewind(rewind_session_request::To::LastTurns(0))).await),
+        code_of(
+            c.rewind_session(rewind(rewind_session_request::To::LastTurns(0)))
+                .await
+        ),
         Code::InvalidArgument
     );
     assert_eq!(
-        code_of(c.rewind_session(rewind(rewind_session_request::To::LastTurns(50))).await),
+        code_of(
+            c.rewind_session(rewind(rewind_session_request::To::LastTurns(50)))
+                .await
+        ),
         Code::InvalidArgument
     );
     assert_eq!(
@@ -454,7 +463,10 @@ async fn scenario(store_url: String) {
         }
     }
     assert_eq!(
-        code_of(c.rewind_session(rewind(rewind_session_request::To::LastTurns(1))).await),
+        code_of(
+            c.rewind_session(rewind(rewind_session_request::To::LastTurns(1)))
+                .await
+        ),
         Code::FailedPrecondition
     );
     assert_eq!(
@@ -507,7 +519,9 @@ async fn fork_rewind_rename_in_memory() {
 #[tokio::test]
 async fn restore_files_refuses_paths_out_of_the_workspace_and_into_omicos() {
     let stack = Stack::start(FakeLlm::start(vec![]).await, StackOptions::default()).await;
-    let mut r = ToolRunnerClient::connect(stack.runner.clone()).await.unwrap();
+    let mut r = ToolRunnerClient::connect(stack.runner.clone())
+        .await
+        .unwrap();
     let file = |path: &str| RestoreFile {
         path: path.into(),
         remove: false,
@@ -529,7 +543,14 @@ async fn restore_files_refuses_paths_out_of_the_workspace_and_into_omicos() {
         assert_eq!(e.code(), code, "{bad}: {e:?}");
         assert!(!stack.workspace.join("first.txt").exists(), "{bad}");
     }
-    assert!(!stack.workspace.parent().unwrap().join("escaped.txt").exists());
+    assert!(
+        !stack
+            .workspace
+            .parent()
+            .unwrap()
+            .join("escaped.txt")
+            .exists()
+    );
     let ok = r
         .restore_files(RestoreFilesRequest {
             session_id: "s".into(),
@@ -539,7 +560,10 @@ async fn restore_files_refuses_paths_out_of_the_workspace_and_into_omicos() {
         .unwrap()
         .into_inner();
     assert_eq!(ok.restored, ["dir/ok.txt"]);
-    assert_eq!(std::fs::read(stack.workspace.join("dir/ok.txt")).unwrap(), b"x");
+    assert_eq!(
+        std::fs::read(stack.workspace.join("dir/ok.txt")).unwrap(),
+        b"x"
+    );
 }
 
 /// Another principal's session: the guard refuses a fork, a rewind and a
@@ -611,4 +635,77 @@ async fn another_principals_session_cannot_be_forked_rewound_or_renamed() {
             .sessions
             .is_empty()
     );
+}
+
+/// What grpcurl reads to call an RPC: the file descriptors the server's
+/// reflection answers for a symbol. The three RPCs and RestoreFiles are in
+/// them, with their request messages' fields.
+#[tokio::test]
+async fn reflection_describes_the_new_rpcs_for_grpcurl() {
+    use prost::Message;
+    use tonic_reflection::pb::v1::{
+        ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
+        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+    };
+    async fn files(url: &str, symbol: &str) -> Vec<prost_types::FileDescriptorProto> {
+        let ch = tonic::transport::Channel::from_shared(url.to_owned())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut c = ServerReflectionClient::new(
+            omicos_auth::Credentials::bearer(omicos_e2e::stack::TEST_TOKEN)
+                .unwrap()
+                .channel(ch),
+        );
+        let req = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::FileContainingSymbol(symbol.into())),
+        };
+        let mut s = c
+            .server_reflection_info(tokio_stream::iter(vec![req]))
+            .await
+            .unwrap()
+            .into_inner();
+        match s.message().await.unwrap().unwrap().message_response {
+            Some(MessageResponse::FileDescriptorResponse(f)) => f
+                .file_descriptor_proto
+                .iter()
+                .map(|b| prost_types::FileDescriptorProto::decode(b.as_slice()).unwrap())
+                .collect(),
+            other => panic!("{symbol}: {other:?}"),
+        }
+    }
+    fn methods(files: &[prost_types::FileDescriptorProto], service: &str) -> Vec<String> {
+        files
+            .iter()
+            .flat_map(|f| &f.service)
+            .filter(|s| s.name() == service)
+            .flat_map(|s| s.method.iter().map(|m| m.name().to_owned()))
+            .collect()
+    }
+    fn fields(files: &[prost_types::FileDescriptorProto], message: &str) -> Vec<String> {
+        files
+            .iter()
+            .flat_map(|f| &f.message_type)
+            .filter(|m| m.name() == message)
+            .flat_map(|m| m.field.iter().map(|f| f.name().to_owned()))
+            .collect()
+    }
+    let stack = Stack::start(FakeLlm::start(vec![]).await, StackOptions::default()).await;
+    let orch = files(&stack.orchestrator, "omicos.v1.Orchestrator").await;
+    let m = methods(&orch, "Orchestrator");
+    for rpc in ["ForkSession", "RewindSession", "RenameSession"] {
+        assert!(m.iter().any(|x| x == rpc), "{rpc} not in {m:?}");
+    }
+    assert_eq!(
+        fields(&orch, "RewindSessionRequest"),
+        ["session_id", "last_turns", "turn_id", "keep_files"]
+    );
+    assert_eq!(
+        fields(&orch, "ForkSessionRequest"),
+        ["session_id", "turn_id", "event_seq", "copy_files"]
+    );
+    let runner = files(&stack.runner, "omicos.v1.ToolRunner").await;
+    assert!(methods(&runner, "ToolRunner").contains(&"RestoreFiles".to_string()));
 }

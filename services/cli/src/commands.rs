@@ -326,7 +326,11 @@ pub async fn session_rewind(
 }
 
 /// `omicos sessions rename ID TITLE`.
-pub async fn session_rename(client: &mut Client, id: &str, title: &str) -> Result<String, CliError> {
+pub async fn session_rename(
+    client: &mut Client,
+    id: &str,
+    title: &str,
+) -> Result<String, CliError> {
     client
         .rename_session(RenameSessionRequest {
             session_id: id.to_owned(),

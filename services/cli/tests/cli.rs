@@ -346,7 +346,15 @@ async fn sessions_fork_rewind_and_rename_commands() {
         .unwrap()
         .to_owned();
     let (code, _, err) = run_piped(
-        &["chat", "--server", url, "--mode", "full", "--session", &session],
+        &[
+            "chat",
+            "--server",
+            url,
+            "--mode",
+            "full",
+            "--session",
+            &session,
+        ],
         "two",
     )
     .await;
@@ -355,7 +363,9 @@ async fn sessions_fork_rewind_and_rename_commands() {
 
     // A fork at the first event holds the first turn.
     let (code, out, err) = run_piped(
-        &["sessions", "fork", &session, "--event", "1", "--server", url],
+        &[
+            "sessions", "fork", &session, "--event", "1", "--server", url,
+        ],
         "",
     )
     .await;
@@ -364,10 +374,12 @@ async fn sessions_fork_rewind_and_rename_commands() {
     let fork = out.split_whitespace().next().unwrap().to_owned();
     let (code, out, _) = run_piped(&["sessions", "show", &fork, "--server", url], "").await;
     assert_eq!(code, 0);
-    assert!(out.contains("you> one") && !out.contains("you> two"), "{out}");
+    assert!(
+        out.contains("you> one") && !out.contains("you> two"),
+        "{out}"
+    );
 
-    let (code, out, err) =
-        run_piped(&["sessions", "rewind", &session, "--server", url], "").await;
+    let (code, out, err) = run_piped(&["sessions", "rewind", &session, "--server", url], "").await;
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("rewound 1 turn") && out.contains("restored notes.txt"),
@@ -375,10 +387,20 @@ async fn sessions_fork_rewind_and_rename_commands() {
     );
     assert_eq!(std::fs::read_to_string(&notes).unwrap(), "v1");
     let (_, out, _) = run_piped(&["sessions", "show", &session, "--server", url], "").await;
-    assert!(out.contains("you> one") && !out.contains("you> two"), "{out}");
+    assert!(
+        out.contains("you> one") && !out.contains("you> two"),
+        "{out}"
+    );
 
     let (code, _, err) = run_piped(
-        &["sessions", "rename", &session, "Release notes", "--server", url],
+        &[
+            "sessions",
+            "rename",
+            &session,
+            "Release notes",
+            "--server",
+            url,
+        ],
         "",
     )
     .await;
@@ -387,14 +409,18 @@ async fn sessions_fork_rewind_and_rename_commands() {
     assert!(out.contains("Release notes"), "{out}");
 
     let (code, _, err) = run_piped(
-        &["sessions", "rewind", &session, "--turns", "5", "--server", url],
+        &[
+            "sessions", "rewind", &session, "--turns", "5", "--server", url,
+        ],
         "",
     )
     .await;
     assert_eq!(code, 1);
     assert!(err.contains("last_turns is 5"), "{err}");
     let (code, _, err) = run_piped(
-        &["sessions", "fork", &session, "--turn", "nope", "--files", "--server", url],
+        &[
+            "sessions", "fork", &session, "--turn", "nope", "--files", "--server", url,
+        ],
         "",
     )
     .await;

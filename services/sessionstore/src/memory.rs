@@ -276,7 +276,9 @@ impl SessionStore for MemoryStore {
     }
     async fn rename_session(&self, id: &str, title: &str) -> StoreResult<bool> {
         let mut s = self.sessions.lock().unwrap();
-        Ok(s.get_mut(id).map(|e| e.meta.title = title.to_owned()).is_some())
+        Ok(s.get_mut(id)
+            .map(|e| e.meta.title = title.to_owned())
+            .is_some())
     }
     async fn mark_turn(&self, id: &str, mark: &TurnMark) -> StoreResult<()> {
         let mut s = self.sessions.lock().unwrap();

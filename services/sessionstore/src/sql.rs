@@ -1317,8 +1317,12 @@ impl SessionStore for SqlStore {
             Db::Sqlite(_) => {
                 let (id, turn) = (id.to_owned(), mark.turn_id.clone());
                 self.own_write(&id.clone(), move |c| {
-                    group_commit::prepared(c, MARK)?
-                        .execute(rusqlite::params![id, turn, first_message, first_seq])?;
+                    group_commit::prepared(c, MARK)?.execute(rusqlite::params![
+                        id,
+                        turn,
+                        first_message,
+                        first_seq
+                    ])?;
                     Ok(Ok(true))
                 })
                 .await?;
@@ -1412,18 +1416,24 @@ impl SessionStore for SqlStore {
         turn_ids: &[String],
     ) -> StoreResult<Vec<(String, FileCheckpoint)>> {
         type Row = (String, String, i64, i64, Vec<u8>);
-        let rows: Vec<Row> = on_db!(&self.db, p => {
-            sqlx::query_as(
-                "SELECT turn_id, path, created, too_large, prior FROM session_checkpoints \
-                 WHERE session_id = $1",
-            )
-            .bind(id)
-            .fetch_all(p)
-            .await?
-        });
+        // One lookup per turn on the (session, turn, path) key: a rewind
+        // names one turn or a few, and a session keeps many.
+        let mut rows: Vec<Row> = vec![];
+        for turn in turn_ids {
+            let found: Vec<Row> = on_db!(&self.db, p => {
+                sqlx::query_as(
+                    "SELECT turn_id, path, created, too_large, prior FROM session_checkpoints \
+                     WHERE session_id = $1 AND turn_id = $2",
+                )
+                .bind(id)
+                .bind(turn)
+                .fetch_all(p)
+                .await?
+            });
+            rows.extend(found);
+        }
         Ok(rows
             .into_iter()
-            .filter(|r| turn_ids.contains(&r.0))
             .map(|(turn, path, created, too_large, prior)| {
                 (
                     turn,

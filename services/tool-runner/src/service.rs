@@ -100,9 +100,10 @@ impl ToolRunner for ToolRunnerService {
             .tenant_workspace(&tenant)
             .map_err(Status::failed_precondition)?;
         let files = r.files;
-        let restored = tokio::task::spawn_blocking(move || crate::restore::restore(&workspace, &files))
-            .await
-            .map_err(|e| Status::internal(format!("restore task failed: {e}")))?;
+        let restored =
+            tokio::task::spawn_blocking(move || crate::restore::restore(&workspace, &files))
+                .await
+                .map_err(|e| Status::internal(format!("restore task failed: {e}")))?;
         match &restored {
             Ok(paths) => tracing::info!(
                 target: crate::audit::TARGET,

@@ -90,7 +90,10 @@ mod tests {
         c.before_change(&ws, &ws.join("new/b.txt"));
         let got = c.take();
         assert_eq!(got.len(), 2);
-        assert_eq!((got[0].path.as_str(), got[0].prior.as_slice()), ("a.txt", &b"one"[..]));
+        assert_eq!(
+            (got[0].path.as_str(), got[0].prior.as_slice()),
+            ("a.txt", &b"one"[..])
+        );
         assert!(!got[0].created && !got[0].too_large);
         assert_eq!(got[1].path, "new/b.txt");
         assert!(got[1].created);

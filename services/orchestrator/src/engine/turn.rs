@@ -69,13 +69,14 @@ impl Engine {
             context: "root".into(),
             agent_id: agent.id.clone(),
         };
-        let started_seq = st.emit(tag.event(chat_event::Kind::TurnStarted(TurnStarted {
-            message: message.clone(),
-            agent: agent.id.clone(),
-            team_members: settings.team.clone(),
-            permission_mode: settings.permission_mode as i32,
-        })))
-        .await;
+        let started_seq = st
+            .emit(tag.event(chat_event::Kind::TurnStarted(TurnStarted {
+                message: message.clone(),
+                agent: agent.id.clone(),
+                team_members: settings.team.clone(),
+                permission_mode: settings.permission_mode as i32,
+            })))
+            .await;
         // Not waited for: the turn's next awaited record (its model turn,
         // before any hook can read the transcript) is written after it.
         self.trajectories.append_queued(

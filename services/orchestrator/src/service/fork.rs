@@ -284,7 +284,8 @@ impl OrchestratorService {
 
     /// The turn the event `seq` of the session's log belongs to.
     async fn turn_of_event(&self, id: &str, seq: u64) -> Result<String, OrchestratorError> {
-        let missing = || OrchestratorError::TurnNotFound(format!("session `{id}` has no event {seq}"));
+        let missing =
+            || OrchestratorError::TurnNotFound(format!("session `{id}` has no event {seq}"));
         if seq == 0 {
             return Err(missing());
         }
@@ -427,7 +428,10 @@ mod tests {
         assert_eq!(plan.not_restorable, ["big"]);
         assert_eq!(plan.files.len(), 2);
         assert_eq!(
-            (plan.files[0].path.as_str(), plan.files[0].content.as_slice()),
+            (
+                plan.files[0].path.as_str(),
+                plan.files[0].content.as_slice()
+            ),
             ("a", &b"before t1"[..])
         );
         assert!(plan.files[1].remove && plan.files[1].path == "new");
@@ -436,6 +440,9 @@ mod tests {
     #[test]
     fn a_fork_title_stays_within_the_limit() {
         assert_eq!(fork_title("plan"), "plan (fork)");
-        assert_eq!(fork_title(&"x".repeat(300)).chars().count(), MAX_TITLE_CHARS);
+        assert_eq!(
+            fork_title(&"x".repeat(300)).chars().count(),
+            MAX_TITLE_CHARS
+        );
     }
 }

@@ -26,11 +26,11 @@ use omicos_auth::principal;
 use omicos_proto::{
     ApproveToolRequest, ApproveToolResponse, AttachRequest, CancelTurnRequest, CancelTurnResponse,
     ChatClientMessage, ChatEvent, CompactRequest, CompactResponse, DeleteSessionRequest,
-    DeleteSessionResponse, GetSessionRequest, ListAgentToolsRequest, ListAgentToolsResponse,
-    ListAgentsRequest, ListAgentsResponse, ListSessionsRequest, ListSessionsResponse,
-    RefreshCatalogRequest, RefreshCatalogResponse, Session, orchestrator_server::Orchestrator,
-    ForkSessionRequest, ForkSessionResponse, RewindSessionRequest, RewindSessionResponse,
-    RenameSessionRequest, RenameSessionResponse,
+    DeleteSessionResponse, ForkSessionRequest, ForkSessionResponse, GetSessionRequest,
+    ListAgentToolsRequest, ListAgentToolsResponse, ListAgentsRequest, ListAgentsResponse,
+    ListSessionsRequest, ListSessionsResponse, RefreshCatalogRequest, RefreshCatalogResponse,
+    RenameSessionRequest, RenameSessionResponse, RewindSessionRequest, RewindSessionResponse,
+    Session, orchestrator_server::Orchestrator,
 };
 use std::pin::Pin;
 use std::sync::Arc;
