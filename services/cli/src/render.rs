@@ -326,6 +326,12 @@ impl Renderer {
                         w.files_restored.join(", ")
                     ));
                 }
+                if !w.files_not_restored.is_empty() {
+                    l.push_str(&format!(
+                        "; left as they are (too large to have been kept): {}",
+                        w.files_not_restored.join(", ")
+                    ));
+                }
                 let l = st.yellow(&l);
                 self.line(&l);
             }
@@ -608,9 +614,10 @@ pub fn event_json(ev: &ChatEvent) -> Value {
                    "messages_summarized": c.messages_summarized}),
         ),
         Some(Kind::Steer(s)) => ("steer", json!({"message": s.message})),
-        Some(Kind::Rewound(w)) => (
+        Some(Kind::Rewound(r)) => (
             "rewound",
-            json!({"turn_ids": w.turn_ids, "files_restored": w.files_restored}),
+            json!({"turn_ids": r.turn_ids, "files_restored": r.files_restored,
+                   "files_not_restored": r.files_not_restored}),
         ),
         Some(Kind::TurnMoved(m)) => (
             "turn_moved",
@@ -703,6 +710,7 @@ mod tests {
         let v = event_json(&ev(chat_event::Kind::Rewound(omicos_proto::Rewound {
             turn_ids: vec!["t2".into()],
             files_restored: vec!["a.txt".into()],
+            ..Default::default()
         })));
         assert_eq!(v["type"], "rewound");
         assert_eq!(v["files_restored"][0], "a.txt");

@@ -377,6 +377,113 @@ async fn piped_mode_denies_approvals_it_cannot_ask_for() {
     stack.stop().await;
 }
 
+/// `omicos sessions fork|rewind|rename` against the stack: a rewind puts
+/// back what the last turn's file tool wrote; errors exit 1 and say why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_fork_rewind_and_rename_commands() {
+    let llm = FakeLlm::start(vec![
+        write_call("c1", "notes.txt", "v1"),
+        Reply::Text("done one".into()),
+        write_call("c2", "notes.txt", "v2"),
+        Reply::Text("done two".into()),
+    ])
+    .await;
+    let stack = Stack::start(&llm).await;
+    let url = stack.url.as_str();
+    let notes = stack.workspace.path().join("notes.txt");
+    let (code, _, err) = run_piped(&["chat", "--server", url, "--mode", "full"], "one").await;
+    assert_eq!(code, 0, "{err}");
+    let session = err
+        .lines()
+        .find_map(|l| l.strip_prefix("session "))
+        .unwrap()
+        .to_owned();
+    let (code, _, err) = run_piped(
+        &[
+            "chat",
+            "--server",
+            url,
+            "--mode",
+            "full",
+            "--session",
+            &session,
+        ],
+        "two",
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "v2");
+
+    // A fork at the first event holds the first turn.
+    let (code, out, err) = run_piped(
+        &[
+            "sessions", "fork", &session, "--event", "1", "--server", url,
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("1 turn,"), "{out}");
+    let fork = out.split_whitespace().next().unwrap().to_owned();
+    let (code, out, _) = run_piped(&["sessions", "show", &fork, "--server", url], "").await;
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("you> one") && !out.contains("you> two"),
+        "{out}"
+    );
+
+    let (code, out, err) = run_piped(&["sessions", "rewind", &session, "--server", url], "").await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("rewound 1 turn") && out.contains("restored notes.txt"),
+        "{out}"
+    );
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "v1");
+    let (_, out, _) = run_piped(&["sessions", "show", &session, "--server", url], "").await;
+    assert!(
+        out.contains("you> one") && !out.contains("you> two"),
+        "{out}"
+    );
+
+    let (code, _, err) = run_piped(
+        &[
+            "sessions",
+            "rename",
+            &session,
+            "Release notes",
+            "--server",
+            url,
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = run_piped(&["sessions", "--server", url], "").await;
+    assert!(out.contains("Release notes"), "{out}");
+
+    let (code, _, err) = run_piped(
+        &[
+            "sessions", "rewind", &session, "--turns", "5", "--server", url,
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(code, 1);
+    assert!(err.contains("last_turns is 5"), "{err}");
+    let (code, _, err) = run_piped(
+        &[
+            "sessions", "fork", &session, "--turn", "nope", "--files", "--server", url,
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(code, 1);
+    assert!(err.contains("turn `nope` is not in the history"), "{err}");
+    let (code, _, _) = run_piped(&["sessions", "rename", &session, " ", "--server", url], "").await;
+    assert_eq!(code, 1);
+    stack.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_tools_sessions_and_approve_commands() {
     let llm = FakeLlm::start(vec![Reply::Text("Hello there.".into())]).await;

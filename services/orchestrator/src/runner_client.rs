@@ -75,6 +75,9 @@ pub struct Runner {
     client: ToolRunnerClient<InterceptedService<RunnerChannel, Credentials>>,
 }
 
+// RestoreFiles (RewindSession, ForkSession with files).
+mod restore;
+
 /// One configured runner entry: `http(s)://host:port`. Its host is resolved
 /// again every refresh, and each address it resolves to is one runner (a
 /// Kubernetes headless Service lists every pod).

@@ -293,12 +293,12 @@ describe("rewind", () => {
   it("takes the rewound turns, their frames and calls out of the view", () => {
     const l = threeTurns();
     l.turnId = "";
-    l.rewound(["t2", "t3"], ["notes.txt"]);
+    l.rewound(["t2", "t3"], ["notes.txt"], ["big.bin"]);
     const c = applyAll(emptyConversation("s1"), l.events);
     expect(c.turns.map((t) => t.message)).toEqual(["first"]);
     expect(Object.keys(c.calls)).toEqual(["c-t1"]);
     expect(Object.values(c.frames).every((f) => f.turnId === "t1")).toBe(true);
-    expect(c.rewinds).toEqual([{ turns: 2, filesRestored: ["notes.txt"], afterTurn: "t1" }]);
+    expect(c.rewinds).toEqual([{ turns: 2, filesRestored: ["notes.txt"], filesNotRestored: ["big.bin"], afterTurn: "t1" }]);
     expect(c.lastSeq).toBe(l.seq);
   });
 

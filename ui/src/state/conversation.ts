@@ -130,8 +130,12 @@ export interface Conversation {
   lastHeardMs: number;
   /** The frame the latest text delta went to: the answer a reissued model request supersedes. */
   textFrame: string | null;
-  /** Rewinds seen: how many turns went, the files restored, and the turn they followed (empty: none). */
-  rewinds: { turns: number; filesRestored: string[]; afterTurn: string }[];
+  /**
+   * Rewinds seen: how many turns went, the files restored, those left as
+   * they were (too large for the runner to have kept), and the turn they
+   * followed (empty: none).
+   */
+  rewinds: { turns: number; filesRestored: string[]; filesNotRestored: string[]; afterTurn: string }[];
 }
 
 /** An empty conversation for `sessionId` (empty: not created yet). */
@@ -367,7 +371,7 @@ function fold(c: Conversation, ev: ChatEvent, seq: number): Conversation {
       return withFrame(c, ev, (f) => ({ ...f, items: [...f.items, { t: "steer", id: `s${seq}`, message }] }));
     }
     case "rewound":
-      return rewind(c, k.value.turnIds, k.value.filesRestored);
+      return rewind(c, k.value.turnIds, k.value.filesRestored, k.value.filesNotRestored);
     case "turnMoved": {
       const v = k.value;
       let s = c;
@@ -411,7 +415,7 @@ function fold(c: Conversation, ev: ChatEvent, seq: number): Conversation {
  * model sees (and so what the conversation is) no longer holds them. Applied
  * on replay too, so a reload shows the history after the rewind.
  */
-function rewind(c: Conversation, turnIds: string[], files: string[]): Conversation {
+function rewind(c: Conversation, turnIds: string[], files: string[], notRestored: string[]): Conversation {
   const gone = new Set(turnIds);
   const kept = c.turns.filter((t) => !gone.has(t.id));
   const frames: Record<string, FrameView> = {};
@@ -425,7 +429,10 @@ function rewind(c: Conversation, turnIds: string[], files: string[]): Conversati
     calls,
     approvals: c.approvals.filter((a) => !gone.has(a.turnId)),
     live: c.live !== null && gone.has(c.live) ? null : c.live,
-    rewinds: [...c.rewinds, { turns: c.turns.length - kept.length, filesRestored: [...files], afterTurn: kept[kept.length - 1]?.id ?? "" }],
+    rewinds: [
+      ...c.rewinds,
+      { turns: c.turns.length - kept.length, filesRestored: [...files], filesNotRestored: [...notRestored], afterTurn: kept[kept.length - 1]?.id ?? "" },
+    ],
   };
 }
 

@@ -93,8 +93,8 @@ export class Log {
   error(kind: string, message: string): ChatEvent {
     return this.push({ case: "error", value: { kind, message } });
   }
-  rewound(turnIds: string[], filesRestored: string[] = []): ChatEvent {
-    return this.push({ case: "rewound", value: { turnIds, filesRestored } });
+  rewound(turnIds: string[], filesRestored: string[] = [], filesNotRestored: string[] = []): ChatEvent {
+    return this.push({ case: "rewound", value: { turnIds, filesRestored, filesNotRestored } });
   }
   moved(reissued: boolean, lostCalls: string[] = [], ctx = "root"): ChatEvent {
     return this.push(

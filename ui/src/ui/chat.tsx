@@ -50,12 +50,14 @@ export function ChatLog(props: {
   const last = c.turns[c.turns.length - 1]?.id;
   const rewound = c.rewinds.reduce((n, r) => n + r.turns, 0);
   const restored = [...new Set(c.rewinds.flatMap((r) => r.filesRestored))];
+  const notRestored = [...new Set(c.rewinds.flatMap((r) => r.filesNotRestored))];
   return (
     <Log.Provider value={{ nameOf: props.nameOf, lost: props.lost, cancelledHere: props.cancelledHere, actions: props.actions ?? null }}>
     {rewound > 0 && (
       <p class="muted rewound-note" data-testid="rewound-note">
         {rewound} earlier turn{rewound > 1 ? "s were" : " was"} rewound: the model no longer sees {rewound > 1 ? "them" : "it"}.
         {restored.length > 0 && ` Files put back as they were: ${restored.join(", ")}.`}
+        {notRestored.length > 0 && ` Left as they are (too large to have been kept): ${notRestored.join(", ")}.`}
       </p>
     )}
     {props.carried && props.carried.length > 0 && (

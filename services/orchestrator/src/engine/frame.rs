@@ -513,7 +513,7 @@ impl Engine {
             agent_rules: Some(frame.agent.wire_rules()),
             request_rules: Some(s.rules.clone()),
             session_rules: session.allowed_rules(),
-            // Set by the runner-reattach work; empty: the runner does not deduplicate.
+            // Set by turn resumption (not on this branch).
             idempotency_key: String::new(),
         };
         let notify = self.notify_approvals(session, &call.id);
@@ -540,6 +540,8 @@ impl Engine {
         let record = serde_json::from_str::<Value>(&r.record_json).unwrap_or_else(|_| {
             json!({"id": call.id, "name": call.name, "arguments": call.arguments, "status": r.status().as_str(), "result": r.result})
         });
+        self.keep_checkpoint(session, &s.turn_id, &r.file_changes)
+            .await;
         self.permission_denied_hook(session, s, call, &record).await;
         self.trajectories
             .append(&session.id, json!({"type": "tool_call", "turn_id": s.turn_id, "context": frame.context, "record": record}))
