@@ -261,6 +261,24 @@ impl Orchestrator for Floor {
     ) -> Result<Response<CompactResponse>, Status> {
         Err(Status::unimplemented("floor"))
     }
+    async fn fork_session(
+        &self,
+        _r: Request<omicos_proto::ForkSessionRequest>,
+    ) -> Result<Response<omicos_proto::ForkSessionResponse>, Status> {
+        Err(Status::unimplemented("floor"))
+    }
+    async fn rewind_session(
+        &self,
+        _r: Request<omicos_proto::RewindSessionRequest>,
+    ) -> Result<Response<omicos_proto::RewindSessionResponse>, Status> {
+        Err(Status::unimplemented("floor"))
+    }
+    async fn rename_session(
+        &self,
+        _r: Request<omicos_proto::RenameSessionRequest>,
+    ) -> Result<Response<omicos_proto::RenameSessionResponse>, Status> {
+        Err(Status::unimplemented("floor"))
+    }
 }
 
 // ---------------------------------------------------------------- measuring

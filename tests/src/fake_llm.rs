@@ -112,6 +112,52 @@ pub fn script_from_json(script: &Value) -> Result<Vec<Reply>, String> {
         .collect()
 }
 
+/// What a scripted text may ask to be filled in from the request it answers,
+/// so a test that sees only the answer (the browser tests) can check what
+/// the model was sent: `{{user_messages}}` becomes the request's user
+/// messages, oldest first, joined with ` | `.
+const USER_MESSAGES: &str = "{{user_messages}}";
+
+fn fill_in(reply: Reply, body: &Value) -> Reply {
+    match reply {
+        Reply::Streamed {
+            text,
+            chunks,
+            delay,
+            calls,
+        } if text.contains(USER_MESSAGES) => Reply::Streamed {
+            text: text.replace(USER_MESSAGES, &user_messages(body).join(" | ")),
+            chunks,
+            delay,
+            calls,
+        },
+        r => r,
+    }
+}
+
+/// The text of a request's user messages, oldest first (OpenAI: `content`
+/// as a string or text parts; Anthropic: text blocks, tool results left out).
+pub fn user_messages(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "user")
+        .filter_map(|m| match &m["content"] {
+            Value::String(s) => Some(s.clone()),
+            Value::Array(parts) => {
+                let t: Vec<&str> = parts
+                    .iter()
+                    .filter(|p| p["type"] == "text")
+                    .filter_map(|p| p["text"].as_str())
+                    .collect();
+                (!t.is_empty()).then(|| t.join(""))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// A recorded request.
 #[derive(Clone, Debug)]
 pub struct Recorded {
@@ -295,7 +341,7 @@ fn next(inner: &Arc<Mutex<Inner>>, format: &'static str, body: Value) -> Next {
         };
     }
     let reply = match g.script.pop_front() {
-        Some(r) => r,
+        Some(r) => fill_in(r, &body),
         None => match &g.responder {
             Some(f) => f(&body),
             None => Reply::Text("(fake LLM script exhausted)".into()),
@@ -630,5 +676,34 @@ async fn anthropic(state: Shared, body: axum::Json<Value>) -> Response {
             ];
             stream_response(sse(frames, false), Duration::ZERO)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scripted_text_names_the_user_messages_it_was_sent() {
+        let body = json!({"messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": [{"type": "text", "text": "sec"}, {"type": "text", "text": "ond"}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x", "content": "r"}]},
+        ]});
+        let r = fill_in(
+            Reply::Streamed {
+                text: "saw: {{user_messages}}".into(),
+                chunks: 1,
+                delay: Duration::ZERO,
+                calls: vec![],
+            },
+            &body,
+        );
+        let Reply::Streamed { text, .. } = r else {
+            panic!("still a streamed reply")
+        };
+        assert_eq!(text, "saw: first | second");
     }
 }

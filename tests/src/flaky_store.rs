@@ -142,4 +142,45 @@ impl SessionStore for FlakyStore {
     fn notices(&self) -> tokio::sync::broadcast::Receiver<omicos_sessionstore::Notice> {
         self.inner.notices()
     }
+    async fn rename_session(&self, id: &str, title: &str) -> StoreResult<bool> {
+        self.inner.rename_session(id, title).await
+    }
+    async fn mark_turn(&self, id: &str, mark: &omicos_sessionstore::TurnMark) -> StoreResult<()> {
+        self.inner.mark_turn(id, mark).await
+    }
+    async fn turns(&self, id: &str) -> StoreResult<Vec<omicos_sessionstore::TurnMark>> {
+        self.inner.turns(id).await
+    }
+    async fn keep_file_changes(
+        &self,
+        id: &str,
+        turn_id: &str,
+        changes: &[omicos_sessionstore::FileCheckpoint],
+    ) -> StoreResult<()> {
+        self.inner.keep_file_changes(id, turn_id, changes).await
+    }
+    async fn file_checkpoints(
+        &self,
+        id: &str,
+        turn_ids: &[String],
+    ) -> StoreResult<Vec<(String, omicos_sessionstore::FileCheckpoint)>> {
+        self.inner.file_checkpoints(id, turn_ids).await
+    }
+    async fn rewind(&self, id: &str, first_message: u64, turn_ids: &[String]) -> StoreResult<()> {
+        self.inner.rewind(id, first_message, turn_ids).await
+    }
+    async fn fork_session(
+        &self,
+        parent: &str,
+        turn_id: &str,
+        meta: &SessionMeta,
+        messages: &[HistoryItem],
+    ) -> StoreResult<()> {
+        self.inner
+            .fork_session(parent, turn_id, meta, messages)
+            .await
+    }
+    async fn forked_from(&self, id: &str) -> StoreResult<Option<(String, String)>> {
+        self.inner.forked_from(id).await
+    }
 }

@@ -17,6 +17,7 @@ import { SignIn } from "./ui/signin";
 import { MODES, SettingsPanel, type Settings } from "./ui/settings";
 import { accessFromCode, accessText, connectionLost, linkText as linkWords, type Access } from "./state/status-text";
 import { composerTarget } from "./state/target";
+import { carriedPrefix, parseHistory, type CarriedMessage } from "./state/carried";
 
 const DEFAULT_HEARTBEAT_S = 15;
 
@@ -90,6 +91,10 @@ export function App() {
   const [approvalsHidden, setApprovalsHidden] = useState(false);
   const [showCards, setShowCards] = useState(sessionId === null);
   const [sending, setSending] = useState(false);
+  /** The history GetSession holds for the open session (a fork's starts before its log does). */
+  const [heldHistory, setHeldHistory] = useState<{ sessionId: string; messages: CarriedMessage[] } | null>(null);
+  /** Sessions this page created with StartTurn: their log holds all their history. */
+  const createdHere = useRef(new Set<string>());
   const follower = useRef<Follower | null>(null);
   const composer = useRef<HTMLTextAreaElement>(null);
   const heardAt = useRef(0);
@@ -193,6 +198,27 @@ export function App() {
     f.follow();
     return () => f.close();
   }, [sessionId, heartbeatMs, setConv]);
+
+  // A session's history as the model sees it: a fork holds its parent's up
+  // to the fork point without the parent's events, shown above its own turns.
+  // Read again when the log's first turn changes (a fork's first own turn, a
+  // rewind), so that turn's message places the carried part; the old copy
+  // stays shown meanwhile (the view only uses a copy of the open session).
+  const firstTurn = conv.turns[0]?.id ?? "";
+  useEffect(() => {
+    if (!sessionId || createdHere.current.has(sessionId)) return;
+    let stale = false;
+    orchestrator
+      .getSession({ sessionId })
+      .then((s) => {
+        if (!stale) setHeldHistory({ sessionId, messages: parseHistory(s.messagesJson) });
+      })
+      // The log still shows the session; only what a fork carried over is missing.
+      .catch(() => {});
+    return () => {
+      stale = true;
+    };
+  }, [sessionId, firstTurn]);
 
   // The browser knows when the network goes: say so at once, and try again the moment it is back.
   useEffect(() => {
@@ -298,16 +324,16 @@ export function App() {
   };
 
   const live = conv.live !== null;
+  const lost = access === "ok" && connectionLost(link);
 
-  const send = async (e?: Event) => {
-    e?.preventDefault();
-    const message = draft.trim();
-    if (!message || live || sending) return;
-    setSending(true);
-    setNotice(null);
+  /**
+   * Starts a turn with `message` (or, `steer`, hands it to the running one);
+   * true once the server took it. A refusal is said in the notice.
+   */
+  const startTurn = async (message: string, steer = false): Promise<boolean> => {
     // The reader asked for this turn: bring it into view even if they had scrolled up.
     stick.current = true;
-    sentAt.current = conv.sessionId === (sessionId ?? "") ? conv.turns.length : 0;
+    if (!steer) sentAt.current = conv.sessionId === (sessionId ?? "") ? conv.turns.length : 0;
     try {
       const r = await web.startTurn({
         sessionId: sessionId ?? "",
@@ -317,23 +343,115 @@ export function App() {
         permissionMode: settings.mode,
         model: config?.modelOverride ? settings.model : "",
         provider: config?.modelOverride ? settings.provider : "",
+        steer,
       });
-      setDraft("");
       setShowCards(false);
       if (r.sessionId !== sessionId) {
+        createdHere.current.add(r.sessionId);
         open(r.sessionId);
       } else {
         follower.current?.follow();
       }
       void refreshSessions();
+      return true;
     } catch (err) {
       sentAt.current = null;
       setNotice(
-        isUnreachable(err) ? "The message was not sent: the server cannot be reached. Try again once the page has reconnected." : `The turn did not start: ${describeError(err)}`,
+        isUnreachable(err)
+          ? "The message was not sent: the server cannot be reached. Try again once the page has reconnected."
+          : steer
+            ? `The message did not reach the running turn: ${describeError(err)}`
+            : `The turn did not start: ${describeError(err)}`,
         isUnreachable(err),
       );
+      return false;
+    }
+  };
+
+  /** Send: a new turn, or while one runs, a message steered into it (it joins at its next model request). */
+  const send = async (e?: Event) => {
+    e?.preventDefault();
+    const message = draft.trim();
+    if (!message || sending || (live && lost)) return;
+    setSending(true);
+    setNotice(null);
+    try {
+      if (await startTurn(message, live)) setDraft("");
     } finally {
       setSending(false);
+    }
+  };
+
+  /** Why rewinding and forking are not offered now (the server refuses them while a turn runs). */
+  const blocked = live ? "Not while a turn runs: wait for it to end, or cancel it." : sending ? "Busy with the last request." : lost ? "The server cannot be reached." : null;
+
+  /** Edit-and-resend: rewind to `turnId` (it and every later turn), then ask `message` in its place. */
+  const editResend = async (turnId: string, message: string): Promise<boolean> => {
+    if (!sessionId || blocked) return false;
+    setSending(true);
+    setNotice(null);
+    try {
+      await orchestrator.rewindSession({ sessionId, to: { case: "turnId", value: turnId } });
+    } catch (err) {
+      setSending(false);
+      setNotice(`The conversation was not rewound, so the edited message was not sent: ${describeError(err)}`, isUnreachable(err));
+      return false;
+    }
+    // The Rewound event takes the turns out of the view (the log keeps them).
+    follower.current?.follow();
+    try {
+      return await startTurn(message);
+    } finally {
+      setSending(false);
+    }
+  };
+
+  /** Regenerate: rewind the last turn and ask its message again. */
+  const regenerate = async (): Promise<void> => {
+    if (!sessionId || blocked) return;
+    setSending(true);
+    setNotice(null);
+    try {
+      const r = await orchestrator.rewindSession({ sessionId, to: { case: "lastTurns", value: 1 } });
+      follower.current?.follow();
+      if (!r.firstMessage) {
+        setNotice("The last turn was rewound, but the server did not say what its message was: type it again to ask.");
+        return;
+      }
+      await startTurn(r.firstMessage);
+    } catch (err) {
+      setNotice(`The answer was not regenerated: ${describeError(err)}`, isUnreachable(err));
+    } finally {
+      setSending(false);
+    }
+  };
+
+  /** Fork: a new session holding this one up to and including `turnId`; the page opens it. */
+  const fork = async (turnId: string): Promise<void> => {
+    if (!sessionId || blocked) return;
+    setSending(true);
+    setNotice(null);
+    try {
+      const r = await orchestrator.forkSession({ sessionId, at: { case: "turnId", value: turnId } });
+      await refreshSessions();
+      open(r.sessionId);
+    } catch (err) {
+      setNotice(`The session was not forked: ${describeError(err)}`, isUnreachable(err));
+    } finally {
+      setSending(false);
+    }
+  };
+
+  /** Renames a session; resolves to the server's refusal in words (shown by the list), or null. */
+  const renameSession = async (id: string, title: string): Promise<string | null> => {
+    try {
+      await orchestrator.renameSession({ sessionId: id, title });
+      await refreshSessions();
+      return null;
+    } catch (err) {
+      const ce = ConnectError.from(err);
+      if (ce.code === Code.InvalidArgument) return ce.rawMessage;
+      return `Not renamed: ${describeError(err)}`;
     }
   };
 
@@ -404,7 +522,6 @@ export function App() {
   };
 
   const linkText = linkWords(link, access);
-  const lost = access === "ok" && connectionLost(link);
   const summary = sessions.find((s) => s.sessionId === sessionId);
   const title = summary?.title || (sessionId ? "Session" : "New chat");
   const target = composerTarget(sessionId, conv, summary, picks, team);
@@ -438,7 +555,7 @@ export function App() {
         >
           Close
         </button>
-        <SessionList sessions={sessions} current={sessionId} onOpen={open} onNew={() => open(null)} onDelete={deleteSession} />
+        <SessionList sessions={sessions} current={sessionId} onOpen={open} onNew={() => open(null)} onDelete={deleteSession} onRename={renameSession} />
       </aside>
       {drawer && <div class="scrim phone-only" aria-hidden="true" onClick={() => setDrawer(false)} />}
       <div class="main-col">
@@ -513,7 +630,14 @@ export function App() {
               />
             </div>
           </section>
-          <ChatLog conv={conv} nameOf={nameOf} lost={lost} cancelledHere={cancelledHere} />
+          <ChatLog
+            conv={conv}
+            nameOf={nameOf}
+            lost={lost}
+            cancelledHere={cancelledHere}
+            actions={{ editResend, regenerate, fork, blocked }}
+            carried={heldHistory && heldHistory.sessionId === sessionId ? carriedPrefix(heldHistory.messages, conv.turns[0]?.message ?? null) : []}
+          />
           {approvalCount > 0 && approvalsHidden && (
             <button type="button" class="pending" ref={pendingRef} onClick={() => setApprovalsHidden(false)}>
               {approvalCount} approval{approvalCount > 1 ? "s" : ""} waiting
@@ -563,7 +687,13 @@ export function App() {
               ref={composer}
               rows={3}
               value={draft}
-              placeholder={target.agent ? `Message ${nameOf(target.agent)}… (Enter sends, Shift+Enter: new line)` : "Message… (Enter sends, Shift+Enter: new line)"}
+              placeholder={
+                live
+                  ? "Add to the running turn… (it reads this at its next step)"
+                  : target.agent
+                    ? `Message ${nameOf(target.agent)}… (Enter sends, Shift+Enter: new line)`
+                    : "Message… (Enter sends, Shift+Enter: new line)"
+              }
               onInput={(e) => setDraft(e.currentTarget.value)}
               onKeyDown={(e) => {
                 if (e.key === "Enter" && !e.shiftKey && !e.isComposing) void send(e);
@@ -575,8 +705,8 @@ export function App() {
                   Cancel turn
                 </button>
               ) : null}
-              <button type="submit" class="primary" disabled={!draft.trim() || live || sending}>
-                Send
+              <button type="submit" class="primary" data-testid="send" data-steer={live ? "true" : undefined} disabled={!draft.trim() || sending || (live && lost)} title={live ? "Sends the message into the running turn: it joins at the turn's next model request." : undefined}>
+                {live ? "Send to the running turn" : "Send"}
               </button>
             </div>
           </div>

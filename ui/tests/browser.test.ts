@@ -483,6 +483,168 @@ describe("the page on a live stack", () => {
     expect(await page.locator(`[data-testid=session-link][href="${gone}"]`).count()).toBe(0);
   });
 
+  // Past-turn actions need the server's RewindSession, ForkSession and
+  // RenameSession, and the fake model's {{user_messages}}: the real stack only.
+  const turnsDone = () => page.locator("[data-testid=turn][aria-busy=false]").count();
+  const userTexts = () => page.locator("[data-testid=user-message] .user-text").allTextContents();
+  const lastAnswer = async () => (await page.locator("[data-testid=agent-text]").last().textContent()) ?? "";
+
+  // The scripted peer has no RewindSession or RenameSession: the page must say so, never fail silently.
+  it.runIf(PEER)("says so when the server refuses a rewind or a rename", async () => {
+    await page.locator("[data-testid=session-link]").first().click();
+    await expect.poll(() => page.getByTestId("turn").count(), { timeout: 20_000 }).toBeGreaterThan(0);
+    const turns = await page.getByTestId("turn").count();
+    await page.getByTestId("turn").first().getByTestId("edit-message").click();
+    await page.getByLabel(/^Edit your message/).fill("an edit the server cannot take");
+    await page.getByRole("button", { name: "Rewind and ask again" }).click();
+    const notice = page.getByTestId("notice");
+    await expect.poll(() => notice.textContent(), { timeout: 10_000 }).toContain("was not rewound");
+    expect(await notice.textContent()).toContain("Unimplemented");
+    // Nothing was taken away, and the edit is still there to try again.
+    expect(await page.getByTestId("turn").count()).toBe(turns);
+    expect(await page.getByLabel(/^Edit your message/).inputValue()).toBe("an edit the server cannot take");
+    await page.getByRole("button", { name: "Discard edit" }).click();
+    const here = new URL(page.url()).pathname;
+    await page.locator(".session-item", { has: page.locator(`a[href="${here}"]`) }).getByRole("button", { name: /^Rename session/ }).click();
+    await page.getByLabel(/^New title for/).fill("a title the server cannot take");
+    await page.getByRole("button", { name: "Save title" }).click();
+    await expect.poll(() => page.getByTestId("rename-error").textContent(), { timeout: 10_000 }).toContain("Unimplemented");
+    await axe("refused-rename");
+    await page.getByRole("button", { name: "Keep title" }).click();
+  });
+
+  it.skipIf(PEER)("edits a past message and asks again: the old turn is gone, for the model too, and stays gone on reload", async () => {
+    await page.locator(".side").getByRole("button", { name: "New chat" }).click();
+    await page.waitForURL((u) => u.pathname === "/");
+    await page.fill("#composer", "the first question");
+    await page.getByRole("button", { name: "Send" }).click();
+    await page.waitForURL(/\/s\/[^/]+$/, { timeout: 20_000 });
+    await page.getByText(SCRIPT.replies[10]!.text).waitFor({ timeout: 30_000 });
+    await expect.poll(turnsDone, { timeout: 30_000 }).toBe(1);
+    await page.fill("#composer", "the second question");
+    await page.getByRole("button", { name: "Send" }).click();
+    await page.getByText(SCRIPT.replies[11]!.text).waitFor({ timeout: 30_000 });
+    await expect.poll(turnsDone, { timeout: 30_000 }).toBe(2);
+    const second = page.getByTestId("turn").nth(1);
+    await second.getByTestId("edit-message").click();
+    const box = page.getByLabel(/^Edit your message/);
+    expect(await box.inputValue()).toBe("the second question");
+    await box.fill("the second question, edited");
+    await axe("edit-message");
+    await shot("16-edit-message");
+    await page.getByRole("button", { name: "Rewind and ask again" }).click();
+    await page.getByText("Answered the edit", { exact: false }).waitFor({ timeout: 30_000 });
+    await expect.poll(turnsDone, { timeout: 30_000 }).toBe(2);
+    expect(await page.getByTestId("notice").textContent()).toBe("");
+    expect(await userTexts()).toEqual(["the first question", "the second question, edited"]);
+    // The model was sent the edited question, and not the one it replaced.
+    await expect.poll(lastAnswer, { timeout: 10_000 }).toContain("the model saw: ");
+    const saw = await lastAnswer();
+    expect(saw).toContain("the first question | the second question, edited");
+    expect(saw).not.toMatch(/the second question( \||$)/);
+    expect(await page.getByText(SCRIPT.replies[11]!.text).count()).toBe(0);
+    await shot("17-edited");
+    // The log keeps the old turn, marked rewound: a reload must not bring it back.
+    const before = await transcript();
+    await page.reload();
+    await expect.poll(() => page.getAttribute("[data-testid=link]", "data-link"), { timeout: 20_000 }).toBe("connected");
+    await expect.poll(transcript, { timeout: 20_000 }).toEqual(before);
+    expect(await userTexts()).toEqual(["the first question", "the second question, edited"]);
+    expect(await page.getByText(SCRIPT.replies[11]!.text).count()).toBe(0);
+  });
+
+  it.skipIf(PEER)("regenerates the last answer from the same message", async () => {
+    await page.getByTestId("regenerate").click();
+    await page.getByText("Regenerated; the model saw:", { exact: false }).waitFor({ timeout: 30_000 });
+    await expect.poll(turnsDone, { timeout: 30_000 }).toBe(2);
+    expect(await page.getByTestId("notice").textContent()).toBe("");
+    expect(await userTexts()).toEqual(["the first question", "the second question, edited"]);
+    expect(await lastAnswer()).toContain("the model saw: the first question | the second question, edited");
+    expect(await page.getByText("Answered the edit", { exact: false }).count()).toBe(0);
+    await axe("regenerated");
+    await shot("18-regenerated");
+  });
+
+  it.skipIf(PEER)("forks a new session from a turn, and the page switches to it", async () => {
+    const original = new URL(page.url()).pathname;
+    const links = page.locator("[data-testid=session-link]");
+    const sessionsBefore = await links.count();
+    await page.getByTestId("turn").first().getByRole("button", { name: /^Fork from here/ }).click();
+    await page.waitForURL((u) => u.pathname !== original && /^\/s\/[^/]+$/.test(u.pathname), { timeout: 20_000 });
+    expect(await page.getByTestId("notice").textContent()).toBe("");
+    // The fork holds the history up to that turn: its own log's turns, or
+    // (a fork copies what the model sees, not the parent's events) the
+    // history GetSession gives, shown above as carried over.
+    const shown = () =>
+      page.locator("[data-testid=user-message] .user-text, [data-testid=carried-user] .user-text").allTextContents();
+    await expect.poll(shown, { timeout: 20_000 }).toEqual(["the first question"]);
+    expect(await page.getByText(SCRIPT.replies[10]!.text).count()).toBe(1);
+    expect(await page.getByText("the second question", { exact: false }).count()).toBe(0);
+    await axe("forked");
+    // It is in the list, beside the session it came from.
+    const fork = new URL(page.url()).pathname;
+    await expect.poll(() => links.count(), { timeout: 10_000 }).toBe(sessionsBefore + 1);
+    expect(await page.locator(`[data-testid=session-link][href="${fork}"]`).getAttribute("aria-current")).toBe("page");
+    expect(await page.locator(`[data-testid=session-link][href="${original}"]`).count()).toBe(1);
+    await shot("19-forked");
+  });
+
+  it.skipIf(PEER)("renames a session in the list, refusing an empty or too long title", async () => {
+    const here = new URL(page.url()).pathname;
+    const item = page.locator(".session-item", { has: page.locator(`a[href="${here}"]`) });
+    await item.getByRole("button", { name: /^Rename session/ }).click();
+    const box = page.getByLabel(/^New title for/);
+    await expect.poll(() => box.evaluate((el) => el === document.activeElement)).toBe(true);
+    await box.fill("   ");
+    await page.getByRole("button", { name: "Save title" }).click();
+    const error = page.getByTestId("rename-error");
+    await expect.poll(() => error.textContent()).toBe("A title cannot be empty.");
+    await box.fill("x".repeat(201));
+    await page.getByRole("button", { name: "Save title" }).click();
+    await expect.poll(() => error.textContent()).toContain("at most 200 characters");
+    expect(await box.getAttribute("aria-invalid")).toBe("true");
+    await axe("rename-refused");
+    await shot("20-rename-refused");
+    await box.fill("Forked from the first question");
+    await page.getByRole("button", { name: "Save title" }).click();
+    const link = page.locator(`[data-testid=session-link][href="${here}"]`);
+    await expect.poll(() => link.locator(".s-title").textContent(), { timeout: 10_000 }).toBe("Forked from the first question");
+    await expect.poll(() => page.title()).toBe("Forked from the first question · omicos");
+    // Kept by the server, not only by this page.
+    await page.reload();
+    await expect.poll(() => page.locator(`[data-testid=session-link][href="${here}"] .s-title`).textContent(), { timeout: 20_000 }).toBe("Forked from the first question");
+  });
+
+  it.skipIf(PEER)("steers a running turn from the composer: the message shows where it joined, and the model reads it", async () => {
+    const turnsBefore = await page.getByTestId("turn").count();
+    await page.fill("#composer", "count the files");
+    await page.getByRole("button", { name: "Send" }).click();
+    await page.getByText("Counting the files", { exact: false }).waitFor({ timeout: 30_000 });
+    // The turn runs: the composer stays usable, and Send steers.
+    const send = page.getByTestId("send");
+    await expect.poll(() => send.getAttribute("data-steer")).toBe("true");
+    await page.fill("#composer", "and name the biggest one");
+    expect(await send.isEnabled()).toBe(true);
+    expect(await page.getByTestId("turn").last().getByTestId("edit-message").isDisabled()).toBe(true);
+    await send.click();
+    const steer = page.getByTestId("steer");
+    await steer.waitFor({ timeout: 30_000 });
+    expect(await steer.locator(".user-text").textContent()).toBe("and name the biggest one");
+    expect(await page.inputValue("#composer")).toBe("");
+    await page.getByText("Listed; the model saw:", { exact: false }).waitFor({ timeout: 30_000 });
+    expect(await lastAnswer()).toContain("count the files | and name the biggest one");
+    // In the fork, what it carried over still shows above its own first turn.
+    await expect
+      .poll(() => page.locator("[data-testid=user-message] .user-text, [data-testid=carried-user] .user-text").allTextContents(), { timeout: 10_000 })
+      .toEqual(["the first question", "count the files"]);
+    expect(await page.getByTestId("notice").textContent()).toBe("");
+    // One turn, not two: the steered message joined the running one.
+    await expect.poll(turnsDone, { timeout: 30_000 }).toBe(turnsBefore + 1);
+    expect(await page.getByTestId("turn").count()).toBe(turnsBefore + 1);
+    await axe("steered");
+    await shot("21-steered");
+  });
+
   it.skipIf(PEER)("says what to do when the token is missing or wrong, and stops asking", async () => {
     const token = /#token=([^&]+)/.exec(BASE)?.[1];
     expect(token, "the stack's page URL carries its token").toBeTruthy();

@@ -2,7 +2,9 @@
 
 use crate::input::{Input, Line};
 use crate::render::{Renderer, View};
-use crate::turn::{Approver, Interrupts, TurnError, connect, run_turn};
+use crate::turn::{
+    Approver, Interrupts, Steering, TurnError, connect, connect_web, follow_started, run_turn,
+};
 use omicos_proto::ChatRequest;
 use std::io::{IsTerminal, Read};
 use std::process::ExitCode;
@@ -68,7 +70,7 @@ async fn piped(opts: ChatOptions) -> ExitCode {
         opts.session.as_deref().unwrap_or_default(),
         message.trim_end().to_owned(),
     );
-    match run_turn(&mut client, req, &mut r, &Approver::Deny, &mut ints).await {
+    match run_turn(&mut client, req, &mut r, &Approver::Deny, &mut ints, None).await {
         Ok(t) if t.reason == omicos_proto::TurnDoneReason::Completed => {
             // The renderer ended the answer's last line at turn_done.
             eprintln!("session {}", t.session_id);
@@ -97,6 +99,8 @@ async fn repl(opts: ChatOptions) -> ExitCode {
         Ok(i) => i,
         Err(e) => return e.report("chat"),
     };
+    // Steering goes through StartTurn; without it the REPL still chats.
+    let web = connect_web(&opts.server).await.ok();
     let mut r = Renderer::new(if opts.json { View::Json } else { View::Human });
     let st = r.style();
     let mut ints = Interrupts::install();
@@ -104,7 +108,7 @@ async fn repl(opts: ChatOptions) -> ExitCode {
     println!(
         "{}",
         st.dim(&format!(
-            "omicos chat · {} · Enter sends · Ctrl-C cancels a turn (twice exits) · Ctrl-D or /exit leaves",
+            "omicos chat · {} · Enter sends (while a turn runs: steers it) · Ctrl-C cancels a turn (twice exits) · Ctrl-D or /exit leaves",
             opts.server
         ))
     );
@@ -127,15 +131,40 @@ async fn repl(opts: ChatOptions) -> ExitCode {
             return ExitCode::SUCCESS;
         }
         let req = opts.request(&session, line.to_owned());
-        match run_turn(
+        let steering = web.clone().map(|web| Steering {
+            input: &input,
+            web,
+            request: ChatRequest {
+                message: String::new(),
+                ..req.clone()
+            },
+        });
+        let mut done = run_turn(
             &mut client,
             req,
             &mut r,
             &Approver::Prompt(&input),
             &mut ints,
+            steering.as_ref(),
         )
-        .await
+        .await;
+        // A line steered in as the turn ended started the next one: follow it too.
+        while let Ok(t) = &done
+            && let Some(seq) = t.next_turn
         {
+            let id = t.session_id.clone();
+            done = follow_started(
+                &mut client,
+                &id,
+                seq.saturating_sub(1),
+                &mut r,
+                &Approver::Prompt(&input),
+                &mut ints,
+                steering.as_ref(),
+            )
+            .await;
+        }
+        match done {
             Ok(t) => {
                 // An unknown --session gives an error event and no session: start fresh next time.
                 let unknown = t.errors.iter().any(|(k, _)| k == "session_not_found");

@@ -1,5 +1,5 @@
-//! The one-shot commands: `agents`, `tools`, `sessions [show ID]`, `approve`,
-//! `kernel setup`. Each returns its output as text so tests and the binary share it.
+//! The one-shot commands: `agents`, `tools`, `sessions [show|fork|rewind|rename
+//! ID]`, `approve`, `kernel setup`. Each returns its output as text so tests and the binary share it.
 
 use crate::error::CliError;
 use crate::render::{clip, result_lines, risk_name, short_args};
@@ -7,8 +7,9 @@ use crate::style::Style;
 use crate::turn::Client;
 use omicos_history::HistoryItem;
 use omicos_proto::{
-    ApproveToolRequest, Decision, GetSessionRequest, ListAgentToolsRequest, ListAgentsRequest,
-    ListSessionsRequest, Risk,
+    ApproveToolRequest, Decision, ForkSessionRequest, GetSessionRequest, ListAgentToolsRequest,
+    ListAgentsRequest, ListSessionsRequest, RenameSessionRequest, RewindSessionRequest, Risk,
+    fork_session_request, rewind_session_request,
 };
 use serde_json::Value;
 use std::fmt::Write;
@@ -232,6 +233,112 @@ pub async fn session_show(client: &mut Client, id: &str, st: Style) -> Result<St
         }
     }
     Ok(out)
+}
+
+/// `omicos sessions fork ID [--turn T | --event N] [--files]`: the new
+/// session's id first (a script reads the first word).
+pub async fn session_fork(
+    client: &mut Client,
+    id: &str,
+    turn: Option<String>,
+    event: Option<u64>,
+    files: bool,
+    st: Style,
+) -> Result<String, CliError> {
+    let at = match (turn, event) {
+        (Some(t), _) => Some(fork_session_request::At::TurnId(t)),
+        (None, Some(n)) => Some(fork_session_request::At::EventSeq(n)),
+        (None, None) => None,
+    };
+    let r = client
+        .fork_session(ForkSessionRequest {
+            session_id: id.to_owned(),
+            at,
+            copy_files: files,
+        })
+        .await
+        .map_err(CliError::Rpc)?
+        .into_inner();
+    let mut out = format!(
+        "{}  forked from {id}: {} turn{}, {} message{}\n",
+        st.bold(&r.session_id),
+        r.turns,
+        if r.turns == 1 { "" } else { "s" },
+        r.messages,
+        if r.messages == 1 { "" } else { "s" },
+    );
+    for f in &r.files_copied {
+        let _ = writeln!(out, "  {} {f}", st.dim("restored"));
+    }
+    Ok(out)
+}
+
+/// `omicos sessions rewind ID [--turns N | --to TURN] [--keep-files]`.
+pub async fn session_rewind(
+    client: &mut Client,
+    id: &str,
+    turns: Option<u32>,
+    to: Option<String>,
+    keep_files: bool,
+    st: Style,
+) -> Result<String, CliError> {
+    let to = match (to, turns) {
+        (Some(t), _) => rewind_session_request::To::TurnId(t),
+        (None, n) => rewind_session_request::To::LastTurns(n.unwrap_or(1)),
+    };
+    let r = client
+        .rewind_session(RewindSessionRequest {
+            session_id: id.to_owned(),
+            to: Some(to),
+            keep_files,
+        })
+        .await
+        .map_err(CliError::Rpc)?
+        .into_inner();
+    let n = r.turn_ids.len();
+    let mut out = format!(
+        "rewound {n} turn{} of {id} (event {})\n",
+        if n == 1 { "" } else { "s" },
+        r.event_seq
+    );
+    for t in &r.turn_ids {
+        let _ = writeln!(out, "  {} {t}", st.dim("turn"));
+    }
+    for f in &r.files_restored {
+        let _ = writeln!(out, "  {} {f}", st.dim("restored"));
+    }
+    for f in &r.files_not_restored {
+        let _ = writeln!(
+            out,
+            "  {} {f} (its earlier content was too large to keep)",
+            st.red("not restored")
+        );
+    }
+    if !r.first_message.is_empty() {
+        let _ = writeln!(
+            out,
+            "{} {}",
+            st.dim("the first message taken out:"),
+            clip(&r.first_message, 200)
+        );
+    }
+    Ok(out)
+}
+
+/// `omicos sessions rename ID TITLE`.
+pub async fn session_rename(
+    client: &mut Client,
+    id: &str,
+    title: &str,
+) -> Result<String, CliError> {
+    client
+        .rename_session(RenameSessionRequest {
+            session_id: id.to_owned(),
+            title: title.to_owned(),
+        })
+        .await
+        .map_err(CliError::Rpc)?;
+    Ok(format!("renamed {id}: {}\n", title.trim()))
 }
 
 /// Checks a permission mode with the one parser the services use, and

@@ -185,6 +185,7 @@ pub async fn run(opts: DemoOptions) -> Result<DemoReport, CliError> {
             &mut r,
             &Approver::Auto(Decision::AllowSession),
             &mut ints,
+            None,
         )
         .await
         {

@@ -155,6 +155,43 @@ enum SessionsCommand {
         /// Session id.
         id: String,
     },
+    /// A new session with this one's history up to a turn (default: all of it).
+    Fork {
+        /// Session id.
+        id: String,
+        /// Up to and including this turn.
+        #[arg(long, conflicts_with = "event")]
+        turn: Option<String>,
+        /// Up to and including the turn that holds this event seq.
+        #[arg(long)]
+        event: Option<u64>,
+        /// Also put back the files the session's file tools changed after
+        /// that point (the workspace is shared by the tenant's sessions).
+        #[arg(long)]
+        files: bool,
+    },
+    /// Take the last turns out of what the model sees and restore the files
+    /// their file tools changed (shell and kernel changes are not tracked).
+    Rewind {
+        /// Session id.
+        id: String,
+        /// How many turns, from the last (default: 1).
+        #[arg(long, conflicts_with = "to")]
+        turns: Option<u32>,
+        /// This turn and every later one.
+        #[arg(long)]
+        to: Option<String>,
+        /// Leave the files as they are.
+        #[arg(long)]
+        keep_files: bool,
+    },
+    /// Set a session's title (1 to 200 characters).
+    Rename {
+        /// Session id.
+        id: String,
+        /// The new title.
+        title: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -274,6 +311,42 @@ async fn main() -> ExitCode {
         } => {
             with_client(&server, "sessions show", |mut c| async move {
                 commands::session_show(&mut c, &id, st).await
+            })
+            .await
+        }
+        Command::Sessions {
+            show:
+                Some(SessionsCommand::Fork {
+                    id,
+                    turn,
+                    event,
+                    files,
+                }),
+        } => {
+            with_client(&server, "sessions fork", |mut c| async move {
+                commands::session_fork(&mut c, &id, turn, event, files, st).await
+            })
+            .await
+        }
+        Command::Sessions {
+            show:
+                Some(SessionsCommand::Rewind {
+                    id,
+                    turns,
+                    to,
+                    keep_files,
+                }),
+        } => {
+            with_client(&server, "sessions rewind", |mut c| async move {
+                commands::session_rewind(&mut c, &id, turns, to, keep_files, st).await
+            })
+            .await
+        }
+        Command::Sessions {
+            show: Some(SessionsCommand::Rename { id, title }),
+        } => {
+            with_client(&server, "sessions rename", |mut c| async move {
+                commands::session_rename(&mut c, &id, &title).await
             })
             .await
         }

@@ -40,6 +40,10 @@ pub struct Renderer {
     streamed: HashSet<String>,
     /// The root agent's text of the current turn.
     pub answer: String,
+    /// Where in `answer` the current model request's text began: a turn
+    /// moved to another replica with its request reissued supersedes what
+    /// came after it.
+    answer_mark: usize,
 }
 
 impl Renderer {
@@ -66,6 +70,7 @@ impl Renderer {
             bars: HashMap::new(),
             streamed: HashSet::new(),
             answer: String::new(),
+            answer_mark: 0,
         }
     }
 
@@ -82,6 +87,7 @@ impl Renderer {
     /// Resets per-turn state.
     pub fn begin_turn(&mut self) {
         self.answer.clear();
+        self.answer_mark = 0;
         self.streamed.clear();
         self.text_context = "root".into();
     }
@@ -176,6 +182,7 @@ impl Renderer {
         if matches!(kind, Kind::Heartbeat(_)) {
             return;
         }
+        self.mark_answer(ev, kind);
         if self.view == View::Json {
             if let Kind::TextDelta(t) = kind
                 && ev.execution_context_id == "root"
@@ -306,46 +313,49 @@ impl Renderer {
                 let l = format!("{} {}", st.bold("you (steer)>"), s.message);
                 self.line(&l);
             }
+            Kind::Rewound(w) => {
+                let n = w.turn_ids.len();
+                let mut l = format!(
+                    "(rewound {n} turn{}: the model no longer sees {})",
+                    if n == 1 { "" } else { "s" },
+                    if n == 1 { "it" } else { "them" }
+                );
+                if !w.files_restored.is_empty() {
+                    l.push_str(&format!(
+                        "; files restored: {}",
+                        w.files_restored.join(", ")
+                    ));
+                }
+                if !w.files_not_restored.is_empty() {
+                    l.push_str(&format!(
+                        "; left as they are (too large to have been kept): {}",
+                        w.files_not_restored.join(", ")
+                    ));
+                }
+                let l = st.yellow(&l);
+                self.line(&l);
+            }
+            Kind::TurnMoved(m) => {
+                // A terminal cannot take back what it printed: say that the
+                // answer starts again, and keep only the new one as the answer.
+                let mut l = "(continued on another server".to_owned();
+                if m.model_request_reissued {
+                    l.push_str("; the answer above restarts");
+                }
+                if !m.lost_calls.is_empty() {
+                    l.push_str(&format!(
+                        "; lost with the first one: {}",
+                        m.lost_calls.join(", ")
+                    ));
+                }
+                l.push(')');
+                let l = format!("{ind}{}", st.dim(&l));
+                self.line(&l);
+            }
             Kind::Compaction(c) => {
                 let l = st.yellow(&format!(
                     "(context compacted, {}: {} → {} tokens)",
                     c.trigger, c.tokens_before, c.tokens_after
-                ));
-                self.line(&l);
-            }
-            Kind::TurnMoved(m) => {
-                let mut what = vec![];
-                if m.model_request_reissued {
-                    what.push("the model is asked again".to_owned());
-                }
-                if !m.reattached_calls.is_empty() {
-                    what.push(format!(
-                        "{} running call(s) followed again",
-                        m.reattached_calls.len()
-                    ));
-                }
-                if !m.lost_calls.is_empty() {
-                    what.push(format!(
-                        "{} call(s) lost, not run again",
-                        m.lost_calls.len()
-                    ));
-                }
-                let l = st.yellow(&format!(
-                    "(continued on another server: {}{})",
-                    m.reason,
-                    if what.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; {}", what.join(", "))
-                    }
-                ));
-                self.line(&l);
-            }
-            Kind::Rewound(r) => {
-                let l = st.yellow(&format!(
-                    "(rewound {} turn(s); {} file(s) restored)",
-                    r.turn_ids.len(),
-                    r.files_restored.len()
                 ));
                 self.line(&l);
             }
@@ -367,6 +377,25 @@ impl Renderer {
                     self.line(&l);
                 }
             }
+        }
+    }
+
+    /// Keeps `answer` to what stands: a root model request's text begins
+    /// after each call or steer, and a reissued request (the turn moved to
+    /// another replica) supersedes the text of the one it replaces.
+    fn mark_answer(&mut self, ev: &ChatEvent, kind: &Kind) {
+        if ev.execution_context_id != "root" {
+            return;
+        }
+        match kind {
+            Kind::ToolCallStarted(_) | Kind::ToolCallFinished(_) | Kind::Steer(_) => {
+                self.answer_mark = self.answer.len();
+            }
+            Kind::TurnMoved(m) if m.model_request_reissued => {
+                self.answer
+                    .truncate(self.answer_mark.min(self.answer.len()));
+            }
+            _ => {}
         }
     }
 
@@ -585,14 +614,16 @@ pub fn event_json(ev: &ChatEvent) -> Value {
                    "messages_summarized": c.messages_summarized}),
         ),
         Some(Kind::Steer(s)) => ("steer", json!({"message": s.message})),
-        Some(Kind::TurnMoved(m)) => (
-            "turn_moved",
-            json!({"reason": m.reason, "replica": m.replica, "model_request_reissued": m.model_request_reissued,
-                   "reattached_calls": m.reattached_calls, "lost_calls": m.lost_calls}),
-        ),
         Some(Kind::Rewound(r)) => (
             "rewound",
-            json!({"turn_ids": r.turn_ids, "files_restored": r.files_restored}),
+            json!({"turn_ids": r.turn_ids, "files_restored": r.files_restored,
+                   "files_not_restored": r.files_not_restored}),
+        ),
+        Some(Kind::TurnMoved(m)) => (
+            "turn_moved",
+            json!({"reason": m.reason, "replica": m.replica,
+                   "model_request_reissued": m.model_request_reissued,
+                   "reattached_calls": m.reattached_calls, "lost_calls": m.lost_calls}),
         ),
         Some(Kind::TurnDone(t)) => ("turn_done", json!({"reason": t.reason().as_str()})),
     };
@@ -644,6 +675,45 @@ mod tests {
             result_lines("plain\ntext", 1),
             vec!["plain", "… 1 more lines"]
         );
+    }
+
+    #[test]
+    fn a_moved_turn_keeps_only_the_reissued_answer() {
+        let ev = |kind| ChatEvent {
+            execution_context_id: "root".into(),
+            kind: Some(kind),
+            ..Default::default()
+        };
+        let text = |t: &str| {
+            ev(chat_event::Kind::TextDelta(omicos_proto::TextDelta {
+                text: t.into(),
+            }))
+        };
+        let mut r = Renderer::with_styles(View::Json, Style::plain(), Style::plain());
+        r.event(&text("Listing. "));
+        r.event(&ev(chat_event::Kind::ToolCallFinished(ToolCallFinished {
+            call_id: "c1".into(),
+            ..Default::default()
+        })));
+        r.event(&text("There are no fi"));
+        r.event(&ev(chat_event::Kind::TurnMoved(omicos_proto::TurnMoved {
+            model_request_reissued: true,
+            ..Default::default()
+        })));
+        r.event(&text("There are no files."));
+        assert_eq!(r.answer, "Listing. There are no files.");
+        // Not reissued: nothing is superseded.
+        r.event(&ev(chat_event::Kind::TurnMoved(
+            omicos_proto::TurnMoved::default(),
+        )));
+        assert_eq!(r.answer, "Listing. There are no files.");
+        let v = event_json(&ev(chat_event::Kind::Rewound(omicos_proto::Rewound {
+            turn_ids: vec!["t2".into()],
+            files_restored: vec!["a.txt".into()],
+            ..Default::default()
+        })));
+        assert_eq!(v["type"], "rewound");
+        assert_eq!(v["files_restored"][0], "a.txt");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::render::{Renderer, decision_words};
 use omicos_proto::{
     ApproveToolRequest, AttachRequest, CancelRequest, CancelTurnRequest, ChatClientMessage,
     ChatEvent, ChatRequest, Decision, ToolApprovalRequest, chat_client_message, chat_event::Kind,
-    orchestrator_client::OrchestratorClient,
+    orchestrator_client::OrchestratorClient, orchestrator_web_client::OrchestratorWebClient,
 };
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -17,6 +17,10 @@ use tonic::transport::Endpoint;
 
 /// A client of the orchestrator; its calls carry the bearer token.
 pub type Client = OrchestratorClient<omicos_auth::AuthedChannel>;
+
+/// A client of the orchestrator's unary turn API (StartTurn), which the
+/// REPL uses to steer a running turn without a second bidi stream.
+pub type WebClient = OrchestratorWebClient<omicos_auth::AuthedChannel>;
 
 /// The token `connect` sends, once found ([`set_token`], or [`find_token`]).
 static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -168,6 +172,94 @@ pub async fn connect_with_ca(url: &str, token: &str, ca: Option<&str>) -> Result
         .map_err(|e| CliError::Usage(format!("the token: {e}")))?;
     let ch = channel(url, ca, "the orchestrator", Duration::from_secs(5)).await?;
     Ok(OrchestratorClient::new(creds.channel(ch)))
+}
+
+/// Connects the StartTurn client to the orchestrator at `url`, with the
+/// token [`set_token`] gave.
+pub async fn connect_web(url: &str) -> Result<WebClient, CliError> {
+    let token = TOKEN.get().cloned().unwrap_or_default();
+    let creds = omicos_auth::Credentials::bearer(&token)
+        .map_err(|e| CliError::Usage(format!("the token: {e}")))?;
+    let ch = channel(url, None, "the orchestrator", Duration::from_secs(5)).await?;
+    Ok(OrchestratorWebClient::new(creds.channel(ch)))
+}
+
+/// A line typed while a turn streams is steered into it: the REPL's input
+/// (the same line editor as its prompt, so the two never compete for stdin),
+/// the client it sends the message with (StartTurn with `steer`), and the
+/// turn's request (its agent, team and mode go with the message).
+pub struct Steering<'a> {
+    /// The terminal's line editor.
+    pub input: &'a Input,
+    /// StartTurn.
+    pub web: WebClient,
+    /// The request that started the turn.
+    pub request: ChatRequest,
+}
+
+/// Resolves when stdin holds a line: between prompts the terminal is in
+/// cooked mode, so stdin turns readable only once Enter is pressed. Nothing
+/// is read here (the line editor reads it); without `fd` it never resolves.
+async fn line_typed(fd: Option<&tokio::io::unix::AsyncFd<std::io::Stdin>>) {
+    match fd {
+        Some(fd) => match fd.readable().await {
+            Ok(mut g) => g.clear_ready(),
+            Err(_) => std::future::pending::<()>().await,
+        },
+        None => std::future::pending::<()>().await,
+    }
+}
+
+/// What became of a line typed while the turn ran.
+enum Steered {
+    /// Sent (or nothing to send).
+    Done,
+    /// The turn had ended, so the message started the next one; its
+    /// TurnStarted is at this seq.
+    NewTurn(u64),
+    /// Ctrl-C at the line editor: a cancel, as a Ctrl-C signal is.
+    Interrupted,
+}
+
+/// Reads the typed line and steers it into the running turn of `session_id`.
+async fn steer_line(st: &Steering<'_>, session_id: &str, r: &mut Renderer) -> Steered {
+    let prompt = r.style().bold("steer> ");
+    let text = match st.input.read(&prompt, true).await {
+        Line::Text(t) => t,
+        Line::Interrupted => return Steered::Interrupted,
+        Line::Eof => return Steered::Done,
+    };
+    let text = text.trim();
+    if text.is_empty() {
+        return Steered::Done;
+    }
+    if session_id.is_empty() {
+        r.notice("  (not sent: the turn has not started yet; type it again in a moment)");
+        return Steered::Done;
+    }
+    let req = ChatRequest {
+        session_id: session_id.to_owned(),
+        message: text.to_owned(),
+        steer: true,
+        ..st.request.clone()
+    };
+    match st.web.clone().start_turn(req).await {
+        Ok(resp) if resp.get_ref().steered => {
+            r.notice("  (sent to the running turn: it reads it at its next step)");
+            Steered::Done
+        }
+        Ok(resp) => {
+            r.notice("  (the turn was ending, so the message starts the next turn; shown after this one)");
+            Steered::NewTurn(resp.get_ref().start_seq)
+        }
+        Err(s) => {
+            r.notice(&format!(
+                "  the message did not reach the running turn: {}",
+                status_text(&s)
+            ));
+            Steered::Done
+        }
+    }
 }
 
 /// An error and its sources on one line.
@@ -341,6 +433,9 @@ pub struct TurnResult {
     pub answer: String,
     /// How many times the stream was re-attached.
     pub reattached: u32,
+    /// A line typed during this turn reached the server after it ended and
+    /// started the next turn, whose TurnStarted is at this seq: follow it.
+    pub next_turn: Option<u64>,
 }
 
 /// Why a turn did not end with a TurnDone.
@@ -358,12 +453,14 @@ const IDLE: Duration = Duration::from_secs(60);
 const REATTACH_TRIES: u32 = 20;
 
 /// Runs one turn: sends `req` on a Chat stream and follows it to TurnDone.
+/// With `steering`, a line typed meanwhile is steered into the turn.
 pub async fn run_turn(
     client: &mut Client,
     req: ChatRequest,
     r: &mut Renderer,
     approver: &Approver<'_>,
     ints: &mut Interrupts,
+    steering: Option<&Steering<'_>>,
 ) -> Result<TurnResult, TurnError> {
     r.begin_turn();
     ints.drain();
@@ -374,19 +471,91 @@ pub async fn run_turn(
     tx.send(first).await.map_err(|_| {
         TurnError::Failed(CliError::Turn("chat stream closed before it opened".into()))
     })?;
-    let mut stream = client
+    let stream = client
         .chat(ReceiverStream::new(rx))
         .await
         .map_err(|s| TurnError::Failed(CliError::Rpc(s)))?
         .into_inner();
     // Kept so the server keeps reading our side of the stream (cancel falls back to it).
-    let mut chat_tx = Some(tx);
-    let mut res = TurnResult {
+    let res = TurnResult {
         session_id: req.session_id.clone(),
         ..Default::default()
     };
-    let mut last_seq = 0u64;
+    follow(
+        client,
+        stream,
+        Some(tx),
+        res,
+        0,
+        r,
+        approver,
+        ints,
+        steering,
+    )
+    .await
+}
+
+/// Follows a turn that started without this client's Chat stream (a line
+/// steered in just after the turn it was meant for ended starts its own):
+/// Attach from `since_seq`, then as [`run_turn`] does.
+pub async fn follow_started(
+    client: &mut Client,
+    session_id: &str,
+    since_seq: u64,
+    r: &mut Renderer,
+    approver: &Approver<'_>,
+    ints: &mut Interrupts,
+    steering: Option<&Steering<'_>>,
+) -> Result<TurnResult, TurnError> {
+    r.begin_turn();
+    ints.drain();
+    let stream = client
+        .attach(AttachRequest {
+            session_id: session_id.to_owned(),
+            since_seq,
+        })
+        .await
+        .map_err(|s| TurnError::Failed(CliError::Rpc(s)))?
+        .into_inner();
+    let res = TurnResult {
+        session_id: session_id.to_owned(),
+        ..Default::default()
+    };
+    follow(
+        client, stream, None, res, since_seq, r, approver, ints, steering,
+    )
+    .await
+}
+
+/// The event loop of a turn: prints events, answers approvals, cancels on
+/// Ctrl-C, steers typed lines in, re-attaches a dropped stream; ends at the
+/// turn's TurnDone.
+#[allow(clippy::too_many_arguments)]
+async fn follow(
+    client: &mut Client,
+    mut stream: tonic::Streaming<ChatEvent>,
+    mut chat_tx: Option<mpsc::Sender<ChatClientMessage>>,
+    mut res: TurnResult,
+    mut last_seq: u64,
+    r: &mut Renderer,
+    approver: &Approver<'_>,
+    ints: &mut Interrupts,
+    steering: Option<&Steering<'_>>,
+) -> Result<TurnResult, TurnError> {
     let mut cancelling = false;
+    // Watched for a typed line only while steering (a terminal: epoll takes it).
+    let stdin = steering.and_then(|_| {
+        // SAFETY: the fd is the process's stdin (0), which stays open and is
+        // never replaced while the turn runs; the AsyncFd only watches it
+        // (the line editor reads it) and is dropped when the turn ends.
+        unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(
+                std::io::stdin(),
+                tokio::io::Interest::READABLE,
+            )
+        }
+        .ok()
+    });
     loop {
         let next = tokio::select! {
             m = tokio::time::timeout(IDLE, stream.message()) => m,
@@ -397,6 +566,19 @@ pub async fn run_turn(
                 cancelling = true;
                 r.notice("cancelling the turn… (Ctrl-C again to exit)");
                 cancel(client, &res.session_id, chat_tx.as_ref()).await;
+                continue;
+            }
+            () = line_typed(stdin.as_ref()), if !cancelling => {
+                let Some(st) = steering else { continue };
+                match steer_line(st, &res.session_id, r).await {
+                    Steered::Done => {}
+                    Steered::NewTurn(seq) => res.next_turn = Some(seq),
+                    Steered::Interrupted => {
+                        cancelling = true;
+                        r.notice("cancelling the turn… (Ctrl-C again to exit)");
+                        cancel(client, &res.session_id, chat_tx.as_ref()).await;
+                    }
+                }
                 continue;
             }
         };

@@ -188,6 +188,59 @@ async fn repl_streams_text_and_answers_an_approval_at_the_prompt() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_typed_while_a_turn_streams_is_steered_into_it() {
+    let llm = FakeLlm::start(vec![
+        Reply::Streamed {
+            text: "Counting the files slowly, one by one, before I list them.".into(),
+            chunks: 12,
+            delay: Duration::from_millis(300),
+            calls: vec![(
+                "call_s1".into(),
+                "file_manager__list".into(),
+                r#"{"path": "."}"#.into(),
+            )],
+        },
+        Reply::Text("Listed, and named the biggest one.".into()),
+    ])
+    .await;
+    let stack = Stack::start(&llm).await;
+    let url = stack.url.clone();
+    let code = tokio::task::spawn_blocking(move || {
+        let mut s = spawn_chat(&["--server", &url]);
+        s.expect("you> ").unwrap();
+        s.send_line("count the files").unwrap();
+        s.expect("Counting").unwrap();
+        // Typed while the answer streams: it goes to the running turn.
+        s.send_line("and name the biggest one").unwrap();
+        s.expect("sent to the running turn").unwrap();
+        // It joined the turn at the next model request, after the list call.
+        s.expect("you (steer)> and name the biggest one").unwrap();
+        s.expect("named the biggest one.").unwrap();
+        s.expect("you> ").unwrap();
+        s.send(ControlCode::EndOfTransmission).unwrap();
+        exit_code(&s)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0);
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "one turn, two model requests");
+    let users = omicos_e2e::fake_llm::user_messages(&reqs[1].body);
+    assert!(
+        users.iter().any(|m| m.contains("and name the biggest one")),
+        "the model read the steered message: {users:?}"
+    );
+    assert!(
+        !omicos_e2e::fake_llm::user_messages(&reqs[0].body)
+            .iter()
+            .any(|m| m.contains("and name the biggest one")),
+        "not before it was typed"
+    );
+    llm.assert_invariants();
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_cancels_the_turn_and_a_second_ctrl_c_exits() {
     let slow = "This answer is long and slow on purpose, so that there is time to press Ctrl-C in the middle of it. ".repeat(4);
     let llm = FakeLlm::start(vec![
@@ -321,6 +374,113 @@ async fn piped_mode_denies_approvals_it_cannot_ask_for() {
     assert!(err.contains("stdin is not a terminal: denied"), "{err}");
     assert!(out.contains("Understood"), "{out}");
     assert!(!stack.workspace.path().join("nope.txt").exists());
+    stack.stop().await;
+}
+
+/// `omicos sessions fork|rewind|rename` against the stack: a rewind puts
+/// back what the last turn's file tool wrote; errors exit 1 and say why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_fork_rewind_and_rename_commands() {
+    let llm = FakeLlm::start(vec![
+        write_call("c1", "notes.txt", "v1"),
+        Reply::Text("done one".into()),
+        write_call("c2", "notes.txt", "v2"),
+        Reply::Text("done two".into()),
+    ])
+    .await;
+    let stack = Stack::start(&llm).await;
+    let url = stack.url.as_str();
+    let notes = stack.workspace.path().join("notes.txt");
+    let (code, _, err) = run_piped(&["chat", "--server", url, "--mode", "full"], "one").await;
+    assert_eq!(code, 0, "{err}");
+    let session = err
+        .lines()
+        .find_map(|l| l.strip_prefix("session "))
+        .unwrap()
+        .to_owned();
+    let (code, _, err) = run_piped(
+        &[
+            "chat",
+            "--server",
+            url,
+            "--mode",
+            "full",
+            "--session",
+            &session,
+        ],
+        "two",
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "v2");
+
+    // A fork at the first event holds the first turn.
+    let (code, out, err) = run_piped(
+        &[
+            "sessions", "fork", &session, "--event", "1", "--server", url,
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("1 turn,"), "{out}");
+    let fork = out.split_whitespace().next().unwrap().to_owned();
+    let (code, out, _) = run_piped(&["sessions", "show", &fork, "--server", url], "").await;
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("you> one") && !out.contains("you> two"),
+        "{out}"
+    );
+
+    let (code, out, err) = run_piped(&["sessions", "rewind", &session, "--server", url], "").await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("rewound 1 turn") && out.contains("restored notes.txt"),
+        "{out}"
+    );
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "v1");
+    let (_, out, _) = run_piped(&["sessions", "show", &session, "--server", url], "").await;
+    assert!(
+        out.contains("you> one") && !out.contains("you> two"),
+        "{out}"
+    );
+
+    let (code, _, err) = run_piped(
+        &[
+            "sessions",
+            "rename",
+            &session,
+            "Release notes",
+            "--server",
+            url,
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = run_piped(&["sessions", "--server", url], "").await;
+    assert!(out.contains("Release notes"), "{out}");
+
+    let (code, _, err) = run_piped(
+        &[
+            "sessions", "rewind", &session, "--turns", "5", "--server", url,
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(code, 1);
+    assert!(err.contains("last_turns is 5"), "{err}");
+    let (code, _, err) = run_piped(
+        &[
+            "sessions", "fork", &session, "--turn", "nope", "--files", "--server", url,
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(code, 1);
+    assert!(err.contains("turn `nope` is not in the history"), "{err}");
+    let (code, _, _) = run_piped(&["sessions", "rename", &session, " ", "--server", url], "").await;
+    assert_eq!(code, 1);
     stack.stop().await;
 }
 

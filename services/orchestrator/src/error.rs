@@ -27,6 +27,11 @@ pub enum ErrorKind {
     SessionNotFound,
     /// No approval is waiting for that call.
     ApprovalNotPending,
+    /// The turn or event a fork or rewind names is not in the session's history.
+    TurnNotFound,
+    /// The runner refused to restore a checkpoint's files (a path outside
+    /// the workspace or in `.omicos/`): nothing was rewound.
+    FilesNotRestored,
     /// A turn is already running in the session.
     SessionBusy,
     /// The requested agent is locked above the deployment's tier.
@@ -64,6 +69,8 @@ impl ErrorKind {
             Self::InvalidArgument => "invalid_argument",
             Self::SessionNotFound => "session_not_found",
             Self::ApprovalNotPending => "approval_not_pending",
+            Self::TurnNotFound => "turn_not_found",
+            Self::FilesNotRestored => "files_not_restored",
             Self::SessionBusy => "session_busy",
             Self::AgentLocked => "agent_locked",
             Self::StoreUnavailable => "store_unavailable",
@@ -86,11 +93,13 @@ impl ErrorKind {
     pub fn grpc_code(self) -> Code {
         match self {
             Self::InvalidArgument => Code::InvalidArgument,
-            Self::SessionNotFound | Self::ApprovalNotPending => Code::NotFound,
+            Self::SessionNotFound | Self::ApprovalNotPending | Self::TurnNotFound => Code::NotFound,
             // The request is fine; the session or deployment is not in a state to run it.
-            Self::SessionBusy | Self::AgentLocked | Self::LlmConfig | Self::BadRequest => {
-                Code::FailedPrecondition
-            }
+            Self::SessionBusy
+            | Self::AgentLocked
+            | Self::LlmConfig
+            | Self::BadRequest
+            | Self::FilesNotRestored => Code::FailedPrecondition,
             // Transient: the same request may succeed later (or on another replica).
             Self::StoreUnavailable
             | Self::HistoryUnavailable
@@ -206,6 +215,19 @@ pub enum OrchestratorError {
     /// The orchestrator is draining.
     #[error("the orchestrator is shutting down; attach again with since_seq")]
     ShuttingDown,
+    /// A fork or rewind named a turn or event the session's history does
+    /// not hold; the text says which and why.
+    #[error("{0}")]
+    TurnNotFound(String),
+    /// The runner refused a checkpoint's restore.
+    #[error("the files of session `{session}` were not restored, and nothing was rewound")]
+    FilesNotRestored {
+        /// The session.
+        session: String,
+        /// The runner's answer.
+        #[source]
+        source: RunnerStatus,
+    },
 }
 
 impl OrchestratorError {
@@ -224,6 +246,8 @@ impl OrchestratorError {
             Self::Llm(e) => e.kind(),
             Self::RunnerEndpoint { .. } | Self::Config { .. } => ErrorKind::Config,
             Self::ShuttingDown => ErrorKind::ShuttingDown,
+            Self::TurnNotFound(_) => ErrorKind::TurnNotFound,
+            Self::FilesNotRestored { .. } => ErrorKind::FilesNotRestored,
         }
     }
 
@@ -355,6 +379,19 @@ mod tests {
                 OrchestratorError::ShuttingDown,
                 Code::Unavailable,
                 "shutting_down",
+            ),
+            (
+                OrchestratorError::TurnNotFound("no turn t".into()),
+                Code::NotFound,
+                "turn_not_found",
+            ),
+            (
+                OrchestratorError::FilesNotRestored {
+                    session: "s".into(),
+                    source: RunnerStatus(Status::permission_denied(".omicos/")),
+                },
+                Code::FailedPrecondition,
+                "files_not_restored",
             ),
             (
                 LlmError::ContextOverflow("too long".into()).into(),

@@ -83,6 +83,9 @@ pub struct Runner {
 /// The runners by address, each with its own channel ([`discover`] keeps it).
 type Members = std::sync::Arc<std::sync::Mutex<Vec<(SocketAddr, Channel)>>>;
 
+// RestoreFiles (RewindSession, ForkSession with files).
+mod restore;
+
 /// One configured runner entry: `http(s)://host:port`. Its host is resolved
 /// again every refresh, and each address it resolves to is one runner (a
 /// Kubernetes headless Service lists every pod).

@@ -54,6 +54,35 @@ pub struct SessionMeta {
     pub subject: String,
 }
 
+/// Where a turn starts in its session: RewindSession and ForkSession cut
+/// the history at these marks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TurnMark {
+    /// The turn id.
+    pub turn_id: String,
+    /// The index, in the history the model sees, of the turn's first
+    /// message (its user message). Rewind hides a suffix of that history,
+    /// so a live turn's index never moves.
+    pub first_message: u64,
+    /// The seq of the event the turn started at (0: a turn copied by a
+    /// fork, whose events are in the parent's log).
+    pub first_seq: u64,
+}
+
+/// A path a file tool changed in a turn, with what it held before the
+/// turn's first change of it (the turn's checkpoint).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FileCheckpoint {
+    /// Workspace-relative path.
+    pub path: String,
+    /// The path did not exist before the turn (a restore removes it).
+    pub created: bool,
+    /// The prior content was larger than the runner keeps: not restorable.
+    pub too_large: bool,
+    /// The prior content (empty when created or too large).
+    pub prior: Vec<u8>,
+}
+
 /// A session's turn lease: who holds the turn, until when (unix ms).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
@@ -201,6 +230,81 @@ pub trait SessionStore: Send + Sync + 'static {
     /// A subscriber to this store's notices (events appended, approvals
     /// decided, cancels requested), from every replica on the store.
     fn notices(&self) -> tokio::sync::broadcast::Receiver<Notice>;
+
+    // Turns, checkpoints, rewind and fork (issue 40). The defaults answer
+    // that the store keeps none: a wrapper forwards them.
+
+    /// Sets a session's title; false when the session does not exist.
+    async fn rename_session(&self, id: &str, title: &str) -> StoreResult<bool> {
+        let Some(mut meta) = self.get_session(id).await? else {
+            return Ok(false);
+        };
+        meta.title = title.to_owned();
+        self.put_session(&meta).await?;
+        Ok(true)
+    }
+    /// Records where a turn starts (written when the turn's user message is).
+    async fn mark_turn(&self, id: &str, mark: &TurnMark) -> StoreResult<()> {
+        let _ = (id, mark);
+        Err(no_checkpoints())
+    }
+    /// The session's turns still in its history (not rewound), oldest first.
+    async fn turns(&self, id: &str) -> StoreResult<Vec<TurnMark>> {
+        let _ = id;
+        Err(no_checkpoints())
+    }
+    /// Adds a tool call's file changes to its turn's checkpoint; a path
+    /// already there keeps its first prior content.
+    async fn keep_file_changes(
+        &self,
+        id: &str,
+        turn_id: &str,
+        changes: &[FileCheckpoint],
+    ) -> StoreResult<()> {
+        let _ = (id, turn_id, changes);
+        Err(no_checkpoints())
+    }
+    /// The checkpoints of these turns, as (turn id, change), in no
+    /// particular order.
+    async fn file_checkpoints(
+        &self,
+        id: &str,
+        turn_ids: &[String],
+    ) -> StoreResult<Vec<(String, FileCheckpoint)>> {
+        let _ = (id, turn_ids);
+        Err(no_checkpoints())
+    }
+    /// Takes `turn_ids` out of the history the model sees: every message
+    /// from index `first_message` on is hidden (kept in the store, never
+    /// read by [`SessionStore::messages`] again) and the turns' marks are
+    /// set aside, in one write.
+    async fn rewind(&self, id: &str, first_message: u64, turn_ids: &[String]) -> StoreResult<()> {
+        let _ = (id, first_message, turn_ids);
+        Err(no_checkpoints())
+    }
+    /// Creates `meta` (a new session) holding `messages` (the parent's
+    /// history up to the fork point), with the parent's marks and
+    /// checkpoints of the turns that start before `messages.len()`, and
+    /// records that it was forked from (`parent`, `turn_id`).
+    async fn fork_session(
+        &self,
+        parent: &str,
+        turn_id: &str,
+        meta: &SessionMeta,
+        messages: &[HistoryItem],
+    ) -> StoreResult<()> {
+        let _ = (parent, turn_id, meta, messages);
+        Err(no_checkpoints())
+    }
+    /// The (session, turn) a session was forked from, if it was.
+    async fn forked_from(&self, id: &str) -> StoreResult<Option<(String, String)>> {
+        let _ = id;
+        Ok(None)
+    }
+}
+
+fn no_checkpoints() -> StoreError {
+    StoreError::Backend("this conversation store keeps no turn checkpoints".into())
 }
 
 pub use omicos_proto::now_ms;

@@ -1,7 +1,8 @@
 //! An in-process store.
 
 use crate::{
-    HistoryItem, Lease, Notice, Notices, SessionMeta, SessionStore, StoreError, StoreResult, now_ms,
+    FileCheckpoint, HistoryItem, Lease, Notice, Notices, SessionMeta, SessionStore, StoreError,
+    StoreResult, TurnMark, now_ms,
 };
 use async_trait::async_trait;
 use std::collections::BTreeSet;
@@ -19,6 +20,14 @@ struct Entry {
     approvals: HashMap<String, (String, Option<(i32, String)>)>,
     /// Owners of turns a cancel was requested for.
     cancels: BTreeSet<String>,
+    /// Messages a rewind hid (kept, never read as history).
+    rewound: Vec<HistoryItem>,
+    /// Turn marks, each with whether it was rewound.
+    turns: Vec<(TurnMark, bool)>,
+    /// (turn id, change), the first change of a path per turn.
+    checkpoints: Vec<(String, FileCheckpoint)>,
+    /// The (session, turn) it was forked from.
+    forked_from: Option<(String, String)>,
 }
 
 /// Keeps sessions in memory; lost when the process ends.
@@ -264,5 +273,131 @@ impl SessionStore for MemoryStore {
     }
     fn notices(&self) -> tokio::sync::broadcast::Receiver<Notice> {
         self.notices.subscribe()
+    }
+    async fn rename_session(&self, id: &str, title: &str) -> StoreResult<bool> {
+        let mut s = self.sessions.lock().unwrap();
+        Ok(s.get_mut(id)
+            .map(|e| e.meta.title = title.to_owned())
+            .is_some())
+    }
+    async fn mark_turn(&self, id: &str, mark: &TurnMark) -> StoreResult<()> {
+        let mut s = self.sessions.lock().unwrap();
+        let e = s
+            .get_mut(id)
+            .ok_or_else(|| StoreError::NotFound(id.into()))?;
+        e.turns.retain(|(m, _)| m.turn_id != mark.turn_id);
+        e.turns.push((mark.clone(), false));
+        Ok(())
+    }
+    async fn turns(&self, id: &str) -> StoreResult<Vec<TurnMark>> {
+        let s = self.sessions.lock().unwrap();
+        let mut v: Vec<TurnMark> = s
+            .get(id)
+            .map(|e| {
+                e.turns
+                    .iter()
+                    .filter(|(_, rewound)| !rewound)
+                    .map(|(m, _)| m.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort_by_key(|m| m.first_message);
+        Ok(v)
+    }
+    async fn keep_file_changes(
+        &self,
+        id: &str,
+        turn_id: &str,
+        changes: &[FileCheckpoint],
+    ) -> StoreResult<()> {
+        let mut s = self.sessions.lock().unwrap();
+        let e = s
+            .get_mut(id)
+            .ok_or_else(|| StoreError::NotFound(id.into()))?;
+        for c in changes {
+            if !e
+                .checkpoints
+                .iter()
+                .any(|(t, k)| t == turn_id && k.path == c.path)
+            {
+                e.checkpoints.push((turn_id.to_owned(), c.clone()));
+            }
+        }
+        Ok(())
+    }
+    async fn file_checkpoints(
+        &self,
+        id: &str,
+        turn_ids: &[String],
+    ) -> StoreResult<Vec<(String, FileCheckpoint)>> {
+        let s = self.sessions.lock().unwrap();
+        Ok(s.get(id)
+            .map(|e| {
+                e.checkpoints
+                    .iter()
+                    .filter(|(t, _)| turn_ids.contains(t))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+    async fn rewind(&self, id: &str, first_message: u64, turn_ids: &[String]) -> StoreResult<()> {
+        let mut s = self.sessions.lock().unwrap();
+        let e = s
+            .get_mut(id)
+            .ok_or_else(|| StoreError::NotFound(id.into()))?;
+        let from = (first_message as usize).min(e.messages.len());
+        let hidden: Vec<HistoryItem> = e.messages.drain(from..).collect();
+        e.rewound.extend(hidden);
+        for (m, rewound) in &mut e.turns {
+            if turn_ids.contains(&m.turn_id) {
+                *rewound = true;
+            }
+        }
+        Ok(())
+    }
+    async fn fork_session(
+        &self,
+        parent: &str,
+        turn_id: &str,
+        meta: &SessionMeta,
+        messages: &[HistoryItem],
+    ) -> StoreResult<()> {
+        let mut s = self.sessions.lock().unwrap();
+        let p = s
+            .get(parent)
+            .ok_or_else(|| StoreError::NotFound(parent.into()))?;
+        let turns: Vec<(TurnMark, bool)> = p
+            .turns
+            .iter()
+            .filter(|(m, rewound)| !rewound && (m.first_message as usize) < messages.len())
+            .map(|(m, _)| {
+                let mut m = m.clone();
+                m.first_seq = 0;
+                (m, false)
+            })
+            .collect();
+        let checkpoints = p
+            .checkpoints
+            .iter()
+            .filter(|(t, _)| turns.iter().any(|(m, _)| &m.turn_id == t))
+            .cloned()
+            .collect();
+        s.insert(
+            meta.id.clone(),
+            Entry {
+                meta: meta.clone(),
+                messages: messages.to_vec(),
+                turns,
+                checkpoints,
+                forked_from: Some((parent.to_owned(), turn_id.to_owned())),
+                ..Default::default()
+            },
+        );
+        Ok(())
+    }
+    async fn forked_from(&self, id: &str) -> StoreResult<Option<(String, String)>> {
+        let s = self.sessions.lock().unwrap();
+        Ok(s.get(id).and_then(|e| e.forked_from.clone()))
     }
 }

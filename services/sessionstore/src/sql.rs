@@ -10,7 +10,8 @@
 //! is a row (owner, expiry) taken with one atomic upsert.
 
 use crate::{
-    HistoryItem, Lease, Notice, Notices, SessionMeta, SessionStore, StoreError, StoreResult, now_ms,
+    FileCheckpoint, HistoryItem, Lease, Notice, Notices, SessionMeta, SessionStore, StoreError,
+    StoreResult, TurnMark, now_ms,
 };
 use async_trait::async_trait;
 use rusqlite::OptionalExtension;
@@ -240,6 +241,47 @@ DROP TABLE session_event_tail;
 ALTER TABLE session_event_tail_v7 RENAME TO session_event_tail;
 "#;
 
+/// v8 SQLite, v7 PostgreSQL (issue 40): rewind and fork. A message a
+/// rewind took out of the history is kept, marked (`rewound`); each turn's
+/// start in the history (`session_turns`), the prior content of the paths
+/// its file tools changed (`session_checkpoints`), and where a fork came
+/// from (`session_forks`). Numbers are BIGINT on both engines (sqlx reads
+/// them as i64).
+macro_rules! schema_turns {
+    ($blob:literal) => {
+        concat!(
+            "ALTER TABLE session_messages ADD COLUMN rewound BIGINT NOT NULL DEFAULT 0;
+CREATE TABLE session_turns (
+    session_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    first_message BIGINT NOT NULL,
+    first_seq BIGINT NOT NULL,
+    rewound BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (session_id, turn_id)
+);
+CREATE TABLE session_checkpoints (
+    session_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    path TEXT NOT NULL,
+    created BIGINT NOT NULL,
+    too_large BIGINT NOT NULL,
+    prior ",
+            $blob,
+            " NOT NULL,
+    PRIMARY KEY (session_id, turn_id, path)
+);
+CREATE TABLE session_forks (
+    session_id TEXT PRIMARY KEY,
+    parent_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL
+);
+"
+        )
+    };
+}
+const SQLITE_SCHEMA_V8_TURNS: &str = schema_turns!("BLOB");
+const PG_SCHEMA_V7_TURNS: &str = schema_turns!("BYTEA");
+
 /// Schema steps in order; index + 1 is the version.
 const SQLITE_MIGRATIONS: &[&str] = &[
     SQLITE_SCHEMA_V1,
@@ -249,6 +291,7 @@ const SQLITE_MIGRATIONS: &[&str] = &[
     SQLITE_SCHEMA_V5_FK,
     SQLITE_SCHEMA_V6_TAIL,
     SQLITE_SCHEMA_V7_TAIL_POSITIONS,
+    SQLITE_SCHEMA_V8_TURNS,
 ];
 const PG_MIGRATIONS: &[&str] = &[
     PG_SCHEMA_V1,
@@ -257,6 +300,7 @@ const PG_MIGRATIONS: &[&str] = &[
     SCHEMA_V4_APPROVAL_RULE,
     PG_SCHEMA_V5_FK,
     PG_SCHEMA_V6_NO_FK,
+    PG_SCHEMA_V7_TURNS,
 ];
 
 /// The columns `meta_from_row!` reads.
@@ -853,7 +897,7 @@ impl SessionStore for SqlStore {
 
     async fn messages(&self, id: &str) -> StoreResult<Vec<HistoryItem>> {
         let bodies: Vec<String> = on_db!(&self.db, p => {
-            sqlx::query_scalar("SELECT body FROM session_messages WHERE session_id = $1 ORDER BY idx")
+            sqlx::query_scalar("SELECT body FROM session_messages WHERE session_id = $1 AND rewound = 0 ORDER BY idx")
                 .bind(id)
                 .fetch_all(p)
                 .await?
@@ -1241,6 +1285,317 @@ impl SessionStore for SqlStore {
 
     fn notices(&self) -> tokio::sync::broadcast::Receiver<Notice> {
         self.notices.subscribe()
+    }
+
+    async fn rename_session(&self, id: &str, title: &str) -> StoreResult<bool> {
+        const RENAME: &str = "UPDATE sessions SET title = $1 WHERE id = $2";
+        match &self.writes {
+            Db::Sqlite(_) => {
+                let (id, title) = (id.to_owned(), title.to_owned());
+                self.own_write(&id.clone(), move |c| {
+                    let n = group_commit::prepared(c, RENAME)?.execute([&title, &id])?;
+                    Ok(Ok(n == 1))
+                })
+                .await
+            }
+            Db::Pg(p) => Ok(sqlx::query(RENAME)
+                .bind(title)
+                .bind(id)
+                .execute(p)
+                .await?
+                .rows_affected()
+                == 1),
+        }
+    }
+
+    async fn mark_turn(&self, id: &str, mark: &TurnMark) -> StoreResult<()> {
+        const MARK: &str = "INSERT INTO session_turns (session_id, turn_id, first_message, first_seq, rewound) \
+             VALUES ($1, $2, $3, $4, 0) ON CONFLICT (session_id, turn_id) DO UPDATE SET \
+             first_message = excluded.first_message, first_seq = excluded.first_seq, rewound = 0";
+        let (first_message, first_seq) = (to_i64(mark.first_message)?, to_i64(mark.first_seq)?);
+        match &self.writes {
+            Db::Sqlite(_) => {
+                let (id, turn) = (id.to_owned(), mark.turn_id.clone());
+                self.own_write(&id.clone(), move |c| {
+                    group_commit::prepared(c, MARK)?.execute(rusqlite::params![
+                        id,
+                        turn,
+                        first_message,
+                        first_seq
+                    ])?;
+                    Ok(Ok(true))
+                })
+                .await?;
+            }
+            Db::Pg(p) => {
+                sqlx::query(MARK)
+                    .bind(id)
+                    .bind(&mark.turn_id)
+                    .bind(first_message)
+                    .bind(first_seq)
+                    .execute(p)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn turns(&self, id: &str) -> StoreResult<Vec<TurnMark>> {
+        let rows: Vec<(String, i64, i64)> = on_db!(&self.db, p => {
+            sqlx::query_as(
+                "SELECT turn_id, first_message, first_seq FROM session_turns \
+                 WHERE session_id = $1 AND rewound = 0 ORDER BY first_message",
+            )
+            .bind(id)
+            .fetch_all(p)
+            .await?
+        });
+        Ok(rows
+            .into_iter()
+            .map(|(turn_id, m, q)| TurnMark {
+                turn_id,
+                first_message: m.max(0) as u64,
+                first_seq: q.max(0) as u64,
+            })
+            .collect())
+    }
+
+    async fn keep_file_changes(
+        &self,
+        id: &str,
+        turn_id: &str,
+        changes: &[FileCheckpoint],
+    ) -> StoreResult<()> {
+        // The first change of a path in a turn is the one whose prior counts.
+        const KEEP: &str = "INSERT INTO session_checkpoints (session_id, turn_id, path, created, too_large, prior) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (session_id, turn_id, path) DO NOTHING";
+        if changes.is_empty() {
+            return Ok(());
+        }
+        match &self.writes {
+            Db::Sqlite(_) => {
+                let (id, turn, changes) = (id.to_owned(), turn_id.to_owned(), changes.to_vec());
+                self.own_write(&id.clone(), move |c| {
+                    let mut ins = group_commit::prepared(c, KEEP)?;
+                    for ch in &changes {
+                        ins.execute(rusqlite::params![
+                            id,
+                            turn,
+                            ch.path,
+                            i64::from(ch.created),
+                            i64::from(ch.too_large),
+                            ch.prior
+                        ])?;
+                    }
+                    Ok(Ok(true))
+                })
+                .await?;
+            }
+            Db::Pg(p) => {
+                let mut tx = p.begin().await?;
+                for ch in changes {
+                    sqlx::query(KEEP)
+                        .bind(id)
+                        .bind(turn_id)
+                        .bind(&ch.path)
+                        .bind(i64::from(ch.created))
+                        .bind(i64::from(ch.too_large))
+                        .bind(&ch.prior)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn file_checkpoints(
+        &self,
+        id: &str,
+        turn_ids: &[String],
+    ) -> StoreResult<Vec<(String, FileCheckpoint)>> {
+        type Row = (String, String, i64, i64, Vec<u8>);
+        // One lookup per turn on the (session, turn, path) key: a rewind
+        // names one turn or a few, and a session keeps many.
+        let mut rows: Vec<Row> = vec![];
+        for turn in turn_ids {
+            let found: Vec<Row> = on_db!(&self.db, p => {
+                sqlx::query_as(
+                    "SELECT turn_id, path, created, too_large, prior FROM session_checkpoints \
+                     WHERE session_id = $1 AND turn_id = $2",
+                )
+                .bind(id)
+                .bind(turn)
+                .fetch_all(p)
+                .await?
+            });
+            rows.extend(found);
+        }
+        Ok(rows
+            .into_iter()
+            .map(|(turn, path, created, too_large, prior)| {
+                (
+                    turn,
+                    FileCheckpoint {
+                        path,
+                        created: created != 0,
+                        too_large: too_large != 0,
+                        prior,
+                    },
+                )
+            })
+            .collect())
+    }
+
+    async fn rewind(&self, id: &str, first_message: u64, turn_ids: &[String]) -> StoreResult<()> {
+        // The visible messages from index `first_message` on ($2: how many
+        // visible messages stay).
+        const HIDE: &str = "UPDATE session_messages SET rewound = 1 \
+             WHERE session_id = $1 AND rewound = 0 AND idx >= \
+             (SELECT idx FROM session_messages WHERE session_id = $1 AND rewound = 0 \
+              ORDER BY idx LIMIT 1 OFFSET $2)";
+        const SET_ASIDE: &str =
+            "UPDATE session_turns SET rewound = 1 WHERE session_id = $1 AND turn_id = $2";
+        let keep = to_i64(first_message)?;
+        match &self.writes {
+            Db::Sqlite(_) => {
+                let (id, turns) = (id.to_owned(), turn_ids.to_vec());
+                self.own_write(&id.clone(), move |c| {
+                    group_commit::prepared(c, HIDE)?.execute(rusqlite::params![id, keep])?;
+                    let mut set = group_commit::prepared(c, SET_ASIDE)?;
+                    for t in &turns {
+                        set.execute([&id, t])?;
+                    }
+                    Ok(Ok(true))
+                })
+                .await?;
+            }
+            Db::Pg(p) => {
+                let mut tx = p.begin().await?;
+                // The appends of this session wait (they lock its row too).
+                sqlx::query("SELECT id FROM sessions WHERE id = $1 FOR UPDATE")
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                sqlx::query(HIDE)
+                    .bind(id)
+                    .bind(keep)
+                    .execute(&mut *tx)
+                    .await?;
+                for t in turn_ids {
+                    sqlx::query(SET_ASIDE)
+                        .bind(id)
+                        .bind(t)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn fork_session(
+        &self,
+        parent: &str,
+        turn_id: &str,
+        meta: &SessionMeta,
+        messages: &[HistoryItem],
+    ) -> StoreResult<()> {
+        // The history goes through the writer (one batch, one multi-row
+        // insert), which keeps the new session's cursors; the marks,
+        // checkpoints and origin are copied by the database, in one write.
+        self.put_session(meta).await?;
+        let copied = async {
+            self.append_messages(&meta.id, messages).await?;
+            self.copy_fork_state(parent, turn_id, &meta.id, messages.len())
+                .await
+        }
+        .await;
+        if let Err(e) = copied {
+            // Half a fork is no fork.
+            let _ = self.delete_session(&meta.id).await;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    async fn forked_from(&self, id: &str) -> StoreResult<Option<(String, String)>> {
+        Ok(on_db!(&self.db, p => {
+            sqlx::query_as("SELECT parent_id, turn_id FROM session_forks WHERE session_id = $1")
+                .bind(id)
+                .fetch_optional(p)
+                .await?
+        }))
+    }
+}
+
+/// A count or seq as the BIGINT columns hold it.
+fn to_i64(n: u64) -> StoreResult<i64> {
+    i64::try_from(n).map_err(|_| StoreError::Backend(format!("{n} does not fit a BIGINT column")))
+}
+
+/// A fork's copy of its parent's turn marks before the fork point (`$3`:
+/// the messages copied), their checkpoints, and its origin. `$1` the new
+/// session, `$2` the parent (parameters in order of first use, as SQLite
+/// numbers them).
+const FORK_COPY: [&str; 2] = [
+    "INSERT INTO session_turns (session_id, turn_id, first_message, first_seq, rewound) \
+     SELECT $1, turn_id, first_message, 0, 0 FROM session_turns \
+     WHERE session_id = $2 AND rewound = 0 AND first_message < $3",
+    "INSERT INTO session_checkpoints (session_id, turn_id, path, created, too_large, prior) \
+     SELECT $1, c.turn_id, c.path, c.created, c.too_large, c.prior FROM session_checkpoints c \
+     WHERE c.session_id = $2 AND c.turn_id IN (SELECT turn_id FROM session_turns WHERE session_id = $1)",
+];
+const FORK_ORIGIN: &str =
+    "INSERT INTO session_forks (session_id, parent_id, turn_id) VALUES ($1, $2, $3)";
+
+impl SqlStore {
+    async fn copy_fork_state(
+        &self,
+        parent: &str,
+        turn_id: &str,
+        new: &str,
+        messages: usize,
+    ) -> StoreResult<()> {
+        let copied = to_i64(messages as u64)?;
+        match &self.writes {
+            Db::Sqlite(_) => {
+                let (parent, turn, new) = (parent.to_owned(), turn_id.to_owned(), new.to_owned());
+                self.own_write(&new.clone(), move |c| {
+                    group_commit::prepared(c, FORK_COPY[0])?
+                        .execute(rusqlite::params![new, parent, copied])?;
+                    group_commit::prepared(c, FORK_COPY[1])?
+                        .execute(rusqlite::params![new, parent])?;
+                    group_commit::prepared(c, FORK_ORIGIN)?.execute([&new, &parent, &turn])?;
+                    Ok(Ok(true))
+                })
+                .await?;
+            }
+            Db::Pg(p) => {
+                let mut tx = p.begin().await?;
+                sqlx::query(FORK_COPY[0])
+                    .bind(new)
+                    .bind(parent)
+                    .bind(copied)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(FORK_COPY[1])
+                    .bind(new)
+                    .bind(parent)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(FORK_ORIGIN)
+                    .bind(new)
+                    .bind(parent)
+                    .bind(turn_id)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -1586,3 +1586,126 @@ async fn every_sessions_events_are_announced_on_another_replica() {
         assert_eq!(announced, want, "{}", b.name);
     }
 }
+
+/// Turn marks, checkpoints, rewind and fork (issue 40), the same on every
+/// store: a rewind hides the end of the history (kept in the store, appends
+/// go on after it), a path keeps its first prior per turn, a fork copies the
+/// history, the marks and checkpoints before its point, and a delete takes
+/// it all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turns_checkpoints_rewind_and_fork_on_every_backend() {
+    use omicos_sessionstore::{FileCheckpoint, TurnMark};
+    let mut stores: Vec<(Arc<dyn SessionStore>, String)> =
+        vec![(open("memory:").await.unwrap(), "memory".into())];
+    let backends = common::all("rewind").await;
+    for b in &backends {
+        stores.push((open(&b.url).await.unwrap(), b.name.to_string()));
+    }
+    let cp = |path: &str, prior: &[u8], created: bool| FileCheckpoint {
+        path: path.into(),
+        created,
+        too_large: false,
+        prior: prior.to_vec(),
+    };
+    for (s, name) in stores {
+        s.put_session(&meta("p", 1)).await.unwrap();
+        for (t, first) in [("t1", 0u64), ("t2", 2), ("t3", 4)] {
+            s.mark_turn(
+                "p",
+                &TurnMark {
+                    turn_id: t.into(),
+                    first_message: first,
+                    first_seq: first + 1,
+                },
+            )
+            .await
+            .unwrap();
+            s.append_messages(
+                "p",
+                &[HistoryItem::user(t), HistoryItem::user(format!("{t} done"))],
+            )
+            .await
+            .unwrap();
+        }
+        s.keep_file_changes("p", "t2", &[cp("a", b"\x00first\xff", false)])
+            .await
+            .unwrap();
+        s.keep_file_changes("p", "t2", &[cp("a", b"second", false), cp("n", b"", true)])
+            .await
+            .unwrap();
+        s.keep_file_changes("p", "t3", &[cp("a", b"third", false)])
+            .await
+            .unwrap();
+        let mut got = s.file_checkpoints("p", &["t2".into()]).await.unwrap();
+        got.sort_by(|a, b| a.1.path.cmp(&b.1.path));
+        assert_eq!(
+            got,
+            [
+                ("t2".to_string(), cp("a", b"\x00first\xff", false)),
+                ("t2".to_string(), cp("n", b"", true))
+            ],
+            "{name}"
+        );
+
+        // Fork at t2: four messages, the marks and checkpoints of t1 and t2.
+        let mut f = meta("f", 2);
+        f.title = "forked".into();
+        let history = s.messages("p").await.unwrap();
+        s.fork_session("p", "t2", &f, &history[..4]).await.unwrap();
+        assert_eq!(s.messages("f").await.unwrap(), history[..4], "{name}");
+        let marks: Vec<String> = s
+            .turns("f")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.turn_id)
+            .collect();
+        assert_eq!(marks, ["t1", "t2"], "{name}");
+        assert_eq!(
+            s.file_checkpoints("f", &["t2".into(), "t3".into()])
+                .await
+                .unwrap()
+                .len(),
+            2,
+            "{name}"
+        );
+        assert_eq!(
+            s.forked_from("f").await.unwrap(),
+            Some(("p".into(), "t2".into())),
+            "{name}"
+        );
+
+        // Rewind t2 and t3: two messages stay; the next append follows them.
+        s.rewind("p", 2, &["t2".into(), "t3".into()]).await.unwrap();
+        let marks: Vec<String> = s
+            .turns("p")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.turn_id)
+            .collect();
+        assert_eq!(marks, ["t1"], "{name}");
+        assert_eq!(s.messages("p").await.unwrap(), history[..2], "{name}");
+        s.append_messages("p", &[HistoryItem::user("t4")])
+            .await
+            .unwrap();
+        let after = s.messages("p").await.unwrap();
+        assert_eq!(after.len(), 3, "{name}");
+        assert_eq!(after[2], HistoryItem::user("t4"), "{name}");
+
+        assert!(s.rename_session("p", "renamed").await.unwrap(), "{name}");
+        assert_eq!(s.get_session("p").await.unwrap().unwrap().title, "renamed");
+        assert!(!s.rename_session("nope", "x").await.unwrap(), "{name}");
+
+        assert!(s.delete_session("f").await.unwrap());
+        assert!(s.turns("f").await.unwrap().is_empty(), "{name}");
+        assert!(
+            s.file_checkpoints("f", &["t2".into()])
+                .await
+                .unwrap()
+                .is_empty(),
+            "{name}"
+        );
+        assert_eq!(s.forked_from("f").await.unwrap(), None, "{name}");
+    }
+}

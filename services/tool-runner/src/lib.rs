@@ -17,6 +17,7 @@ pub mod pipeline;
 pub mod providers;
 pub mod record;
 pub mod registry;
+pub mod restore;
 pub mod service;
 pub mod shared_registry;
 

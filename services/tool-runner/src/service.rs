@@ -133,9 +133,48 @@ impl ToolRunner for ToolRunnerService {
 
     async fn restore_files(
         &self,
-        _req: Request<omicos_proto::RestoreFilesRequest>,
+        req: Request<omicos_proto::RestoreFilesRequest>,
     ) -> Result<Response<omicos_proto::RestoreFilesResponse>, Status> {
-        Err(Status::unimplemented("RestoreFiles is not implemented yet"))
+        // The workspace is the forwarded principal's tenant's, never a field
+        // of the request (as for Execute and EndSession).
+        let principal = req.extensions().get::<omicos_auth::Principal>().cloned();
+        let tenant = principal
+            .as_ref()
+            .map(|p| p.tenant.clone())
+            .unwrap_or_default();
+        let who = principal.map(|p| p.label()).unwrap_or_else(|| "-".into());
+        let r = req.into_inner();
+        let workspace = self
+            .pipeline
+            .tenant_workspace(&tenant)
+            .map_err(Status::failed_precondition)?;
+        let files = r.files;
+        let restored =
+            tokio::task::spawn_blocking(move || crate::restore::restore(&workspace, &files))
+                .await
+                .map_err(|e| Status::internal(format!("restore task failed: {e}")))?;
+        match &restored {
+            Ok(paths) => tracing::info!(
+                target: crate::audit::TARGET,
+                event = "restore_files",
+                principal = %who,
+                session = %r.session_id,
+                files = paths.len(),
+                "files restored"
+            ),
+            Err(e) => tracing::warn!(
+                target: crate::audit::TARGET,
+                event = "restore_files",
+                principal = %who,
+                session = %r.session_id,
+                code = ?e.code(),
+                refused = %e.message(),
+                "restore refused"
+            ),
+        }
+        Ok(Response::new(omicos_proto::RestoreFilesResponse {
+            restored: restored?,
+        }))
     }
 
     async fn end_session(

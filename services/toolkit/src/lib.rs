@@ -4,6 +4,7 @@
 //! remote one), self-registration with the registry, toolset groups, and
 //! workspace path confinement.
 
+pub mod checkpoint;
 pub mod confine;
 pub mod hosting;
 pub mod provider;
@@ -14,6 +15,7 @@ pub mod spec;
 pub mod tenancy;
 pub mod toolsets;
 
+pub use checkpoint::FileChanges;
 pub use confine::{ConfineError, confine_path};
 pub use hosting::{
     ProviderHosting, serve_provider, serve_provider_over, serve_provider_tls, serve_provider_with,

@@ -95,6 +95,9 @@ pub struct CallCtx {
     pub events: EventSink,
     /// Cancelled when the client cancels or the stream drops.
     pub cancel: CancellationToken,
+    /// The paths a file tool changed in this call, with their prior content
+    /// (the turn's checkpoint for RewindSession).
+    pub file_changes: crate::checkpoint::FileChanges,
 }
 
 impl CallCtx {
@@ -110,6 +113,7 @@ impl CallCtx {
             tenant: String::new(),
             events: EventSink::discard(),
             cancel: CancellationToken::new(),
+            file_changes: Default::default(),
         }
     }
 }

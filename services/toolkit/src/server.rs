@@ -136,6 +136,9 @@ impl<P: Provider> ToolProvider for ProviderService<P> {
             tenant: c.tenant,
             events: EventSink::new(ev_tx),
             cancel: cancel.clone(),
+            // A remote provider's file changes are not tracked (only the
+            // runner's own file tools are).
+            file_changes: Default::default(),
         };
         let (out_tx, out_rx) = mpsc::channel::<Result<CallToolEvent, Status>>(256);
         let provider = self.provider.clone();

@@ -275,3 +275,123 @@ describe("errors", () => {
     expect(c.lastSeq).toBe(0);
   });
 });
+
+describe("rewind", () => {
+  function threeTurns(): Log {
+    const l = new Log();
+    for (const [id, msg] of [["t1", "first"], ["t2", "second"], ["t3", "third"]] as const) {
+      l.turnId = id;
+      l.started(msg);
+      l.text(`answer to ${msg}`);
+      l.call(`c-${id}`, "file_manager__write", "{}");
+      l.finished(`c-${id}`, "file_manager__write", "ok");
+      l.done();
+    }
+    return l;
+  }
+
+  it("takes the rewound turns, their frames and calls out of the view", () => {
+    const l = threeTurns();
+    l.turnId = "";
+    l.rewound(["t2", "t3"], ["notes.txt"], ["big.bin"]);
+    const c = applyAll(emptyConversation("s1"), l.events);
+    expect(c.turns.map((t) => t.message)).toEqual(["first"]);
+    expect(Object.keys(c.calls)).toEqual(["c-t1"]);
+    expect(Object.values(c.frames).every((f) => f.turnId === "t1")).toBe(true);
+    expect(c.rewinds).toEqual([{ turns: 2, filesRestored: ["notes.txt"], filesNotRestored: ["big.bin"], afterTurn: "t1" }]);
+    expect(c.lastSeq).toBe(l.seq);
+  });
+
+  it("keeps them out on a replay, and a turn after the rewind shows in their place", () => {
+    const l = threeTurns();
+    l.turnId = "";
+    l.rewound(["t3"]);
+    l.turnId = "t4";
+    l.started("third, edited");
+    l.text("edited answer");
+    l.done();
+    const c = applyAll(emptyConversation("s1"), l.events);
+    expect(c.turns.map((t) => t.message)).toEqual(["first", "second", "third, edited"]);
+    expect(rootText(c, 2)).toBe("edited answer");
+    // A reload replays the same log from seq 0: the same view.
+    expect(applyAll(emptyConversation("s1"), l.events)).toEqual(c);
+  });
+
+  it("ends the live turn and its approvals when the rewind took it", () => {
+    const l = new Log();
+    l.started("go");
+    l.call("c1", "shell", "{}");
+    l.ask("c1", "shell");
+    l.turnId = "";
+    l.rewound(["t1"]);
+    const c = applyAll(emptyConversation("s1"), l.events);
+    expect(c.turns).toEqual([]);
+    expect(c.live).toBeNull();
+    expect(c.approvals).toEqual([]);
+  });
+});
+
+describe("a turn moved to another replica", () => {
+  it("drops the partial answer of a reissued model request and says so once", () => {
+    const l = new Log();
+    l.started("go");
+    l.text("Listing.");
+    l.call("c1", "file_manager__list", "{}");
+    l.finished("c1", "file_manager__list", "[]");
+    l.text("There are no fi");
+    l.moved(true);
+    l.text("There are no files.");
+    l.done();
+    const c = applyAll(emptyConversation("s1"), l.events);
+    const items = c.frames[c.turns[0]!.rootFrame]!.items;
+    expect(items.map((i) => i.t)).toEqual(["text", "call", "moved", "text"]);
+    expect(rootText(c)).toBe("Listing.[c1]There are no files.");
+    expect(items[2]).toMatchObject({ t: "moved", replica: "orch-2" });
+  });
+
+  it("keeps the text when the model request was not reissued, and names the lost calls", () => {
+    const l = new Log();
+    l.started("go");
+    l.text("Running it.");
+    l.call("c1", "run_python_code", "{}");
+    l.moved(false, ["c1"]);
+    l.finished("c1", "run_python_code", "lost", ToolStatus.ERROR);
+    l.done();
+    const c = applyAll(emptyConversation("s1"), l.events);
+    const items = c.frames[c.turns[0]!.rootFrame]!.items;
+    expect(items.map((i) => i.t)).toEqual(["text", "call", "moved"]);
+    expect(items[2]).toMatchObject({ t: "moved", lostCalls: ["c1"] });
+    expect(c.calls.c1!.status).toBe("error");
+  });
+
+  it("drops only the text of the sub-turn whose request was reissued", () => {
+    const l = new Log();
+    l.started("go");
+    l.text("Asking the coder.");
+    l.call("d1", "call_agent", '{"agent_name":"coder"}');
+    l.text("Half a sub-answ", "root/d1", "coder");
+    l.moved(true, [], "root/d1");
+    l.text("The sub-answer.", "root/d1", "coder");
+    const c = applyAll(emptyConversation("s1"), l.events);
+    expect(rootText(c)).toBe("Asking the coder.[d1]");
+    const sub = c.frames[c.calls.d1!.childFrame!]!.items;
+    expect(sub.map((i) => (i.t === "text" ? i.text : i.t))).toEqual(["moved", "The sub-answer."]);
+  });
+});
+
+describe("a moved turn whose sub-turn was streaming", () => {
+  it("drops the sub-turn's partial text even when the notice is the root's", () => {
+    const l = new Log();
+    l.started("go");
+    l.text("Asking the coder.");
+    l.call("d1", "call_agent", '{"agent_name":"coder"}');
+    l.text("Half a sub-answ", "root/d1", "coder");
+    l.moved(true);
+    l.text("The sub-answer.", "root/d1", "coder");
+    const c = applyAll(emptyConversation("s1"), l.events);
+    const root = c.frames[c.turns[0]!.rootFrame]!.items;
+    expect(root.map((i) => i.t)).toEqual(["text", "call", "moved"]);
+    const sub = c.frames[c.calls.d1!.childFrame!]!.items;
+    expect(sub.map((i) => (i.t === "text" ? i.text : i.t))).toEqual(["The sub-answer."]);
+  });
+});

@@ -68,6 +68,8 @@ export type Item =
   | { t: "switch"; id: string; from: string; to: string; reason: string }
   /** A message the user steered into the running turn (it joined the next model request). */
   | { t: "steer"; id: string; message: string }
+  /** The turn moved to another orchestrator replica (it goes on there). */
+  | { t: "moved"; id: string; replica: string; reason: string; lostCalls: string[] }
   /** A sub-turn whose opening call is not in view (its frame is shown where it happened). */
   | { t: "frame"; key: string };
 
@@ -126,6 +128,14 @@ export interface Conversation {
   looseErrors: { kind: string; message: string }[];
   /** Server time of the latest event or heartbeat. */
   lastHeardMs: number;
+  /** The frame the latest text delta went to: the answer a reissued model request supersedes. */
+  textFrame: string | null;
+  /**
+   * Rewinds seen: how many turns went, the files restored, those left as
+   * they were (too large for the runner to have kept), and the turn they
+   * followed (empty: none).
+   */
+  rewinds: { turns: number; filesRestored: string[]; filesNotRestored: string[]; afterTurn: string }[];
 }
 
 /** An empty conversation for `sessionId` (empty: not created yet). */
@@ -141,6 +151,8 @@ export function emptyConversation(sessionId = ""): Conversation {
     gap: null,
     looseErrors: [],
     lastHeardMs: 0,
+    textFrame: null,
+    rewinds: [],
   };
 }
 
@@ -212,7 +224,7 @@ function fold(c: Conversation, ev: ChatEvent, seq: number): Conversation {
       return startTurn(c, ev.turnId, { message: v.message, agent: v.agent, team: [...v.teamMembers], mode: v.permissionMode }, ts);
     }
     case "textDelta": {
-      return withFrame(c, ev, (f) => {
+      const s = withFrame(c, ev, (f) => {
         const last = f.items[f.items.length - 1];
         if (last && last.t === "text") {
           const items = f.items.slice(0, -1);
@@ -221,6 +233,7 @@ function fold(c: Conversation, ev: ChatEvent, seq: number): Conversation {
         }
         return { ...f, items: [...f.items, { t: "text", id: `t${seq}`, text: k.value.text }] };
       });
+      return { ...s, textFrame: frameKey(ev.turnId, ev.executionContextId || "root") };
     }
     case "toolCallStarted": {
       const v = k.value;
@@ -357,6 +370,26 @@ function fold(c: Conversation, ev: ChatEvent, seq: number): Conversation {
       const message = k.value.message;
       return withFrame(c, ev, (f) => ({ ...f, items: [...f.items, { t: "steer", id: `s${seq}`, message }] }));
     }
+    case "rewound":
+      return rewind(c, k.value.turnIds, k.value.filesRestored, k.value.filesNotRestored);
+    case "turnMoved": {
+      const v = k.value;
+      let s = c;
+      // The answer that was streaming (in whichever frame, a sub-turn's
+      // too) is asked for again: its partial text since the last
+      // model-request boundary, i.e. that frame's trailing text items, is
+      // superseded by what the new request streams.
+      const streaming = c.textFrame ? c.frames[c.textFrame] : undefined;
+      if (v.modelRequestReissued && streaming && streaming.turnId === ev.turnId) {
+        let end = streaming.items.length;
+        while (end > 0 && streaming.items[end - 1]!.t === "text") end--;
+        s = { ...s, frames: { ...s.frames, [streaming.key]: { ...streaming, items: streaming.items.slice(0, end) } } };
+      }
+      return withFrame(s, ev, (f) => ({
+        ...f,
+        items: [...f.items, { t: "moved", id: `m${seq}`, replica: v.replica, reason: v.reason, lostCalls: [...v.lostCalls] }],
+      }));
+    }
     case "turnDone": {
       const reason = k.value.reason;
       const calls = { ...c.calls };
@@ -375,6 +408,32 @@ function fold(c: Conversation, ev: ChatEvent, seq: number): Conversation {
     default:
       return c;
   }
+}
+
+/**
+ * Takes rewound turns out of the view: the log keeps them, but what the
+ * model sees (and so what the conversation is) no longer holds them. Applied
+ * on replay too, so a reload shows the history after the rewind.
+ */
+function rewind(c: Conversation, turnIds: string[], files: string[], notRestored: string[]): Conversation {
+  const gone = new Set(turnIds);
+  const kept = c.turns.filter((t) => !gone.has(t.id));
+  const frames: Record<string, FrameView> = {};
+  for (const [k, f] of Object.entries(c.frames)) if (!gone.has(f.turnId)) frames[k] = f;
+  const calls: Record<string, ToolCallView> = {};
+  for (const [k, call] of Object.entries(c.calls)) if (!gone.has(call.turnId)) calls[k] = call;
+  return {
+    ...c,
+    turns: kept,
+    frames,
+    calls,
+    approvals: c.approvals.filter((a) => !gone.has(a.turnId)),
+    live: c.live !== null && gone.has(c.live) ? null : c.live,
+    rewinds: [
+      ...c.rewinds,
+      { turns: c.turns.length - kept.length, filesRestored: [...files], filesNotRestored: [...notRestored], afterTurn: kept[kept.length - 1]?.id ?? "" },
+    ],
+  };
 }
 
 function startTurn(

@@ -93,6 +93,15 @@ export class Log {
   error(kind: string, message: string): ChatEvent {
     return this.push({ case: "error", value: { kind, message } });
   }
+  rewound(turnIds: string[], filesRestored: string[] = [], filesNotRestored: string[] = []): ChatEvent {
+    return this.push({ case: "rewound", value: { turnIds, filesRestored, filesNotRestored } });
+  }
+  moved(reissued: boolean, lostCalls: string[] = [], ctx = "root"): ChatEvent {
+    return this.push(
+      { case: "turnMoved", value: { reason: "the orchestrator running this turn stopped renewing its lease", replica: "orch-2", modelRequestReissued: reissued, reattachedCalls: [], lostCalls } },
+      ctx,
+    );
+  }
   done(reason = TurnDoneReason.COMPLETED): ChatEvent {
     return this.push({ case: "turnDone", value: { reason } });
   }

@@ -10,6 +10,22 @@ import { fileUrl, outputFiles } from "../state/outputs";
 import { renderMarkdown } from "../markdown";
 import { barText, doneText, formatDuration } from "../state/status-text";
 import { copyText } from "./copy";
+import type { CarriedMessage } from "../state/carried";
+
+/**
+ * What a person can do to past turns. Each resolves once the server has
+ * answered (the page shows a refusal in its notice); `blocked` says why they
+ * are offered disabled (a turn runs: the server refuses rewind and fork then).
+ */
+export interface TurnActions {
+  /** Rewinds to this turn and starts it again with `message`. */
+  editResend: (turnId: string, message: string) => Promise<boolean>;
+  /** Rewinds the last turn and asks its message again. */
+  regenerate: () => Promise<void>;
+  /** A new session holding the history up to and including this turn. */
+  fork: (turnId: string) => Promise<void>;
+  blocked: string | null;
+}
 
 /** What every block of the log reads besides the conversation. */
 interface LogContext {
@@ -17,16 +33,53 @@ interface LogContext {
   /** The server is out of reach: a live turn cannot be followed. */
   lost: boolean;
   cancelledHere: string[];
+  actions: TurnActions | null;
 }
-const Log = createContext<LogContext>({ nameOf: (id) => id, lost: false, cancelledHere: [] });
+const Log = createContext<LogContext>({ nameOf: (id) => id, lost: false, cancelledHere: [], actions: null });
 
-export function ChatLog(props: { conv: Conversation; nameOf: (id: string) => string; lost: boolean; cancelledHere: string[] }) {
+export function ChatLog(props: {
+  conv: Conversation;
+  nameOf: (id: string) => string;
+  lost: boolean;
+  cancelledHere: string[];
+  actions?: TurnActions;
+  /** History the session holds from before its log (a fork's parent), oldest first. */
+  carried?: CarriedMessage[];
+}) {
   const c = props.conv;
+  const last = c.turns[c.turns.length - 1]?.id;
+  const rewound = c.rewinds.reduce((n, r) => n + r.turns, 0);
+  const restored = [...new Set(c.rewinds.flatMap((r) => r.filesRestored))];
+  const notRestored = [...new Set(c.rewinds.flatMap((r) => r.filesNotRestored))];
   return (
-    <Log.Provider value={{ nameOf: props.nameOf, lost: props.lost, cancelledHere: props.cancelledHere }}>
+    <Log.Provider value={{ nameOf: props.nameOf, lost: props.lost, cancelledHere: props.cancelledHere, actions: props.actions ?? null }}>
+    {rewound > 0 && (
+      <p class="muted rewound-note" data-testid="rewound-note">
+        {rewound} earlier turn{rewound > 1 ? "s were" : " was"} rewound: the model no longer sees {rewound > 1 ? "them" : "it"}.
+        {restored.length > 0 && ` Files put back as they were: ${restored.join(", ")}.`}
+        {notRestored.length > 0 && ` Left as they are (too large to have been kept): ${notRestored.join(", ")}.`}
+      </p>
+    )}
+    {props.carried && props.carried.length > 0 && (
+      <section class="carried" aria-labelledby="carried-title" data-testid="carried">
+        <h2 id="carried-title" class="carried-title muted">
+          Carried over from the session this one was forked from
+        </h2>
+        {props.carried.map((m, i) =>
+          m.role === "user" ? (
+            <div class="msg user" data-testid="carried-user" key={i}>
+              <div class="who">You</div>
+              <div class="user-text">{m.text}</div>
+            </div>
+          ) : (
+            <div class="msg agent md" data-testid="carried-answer" key={i} dangerouslySetInnerHTML={{ __html: renderMarkdown(m.text) }} />
+          ),
+        )}
+      </section>
+    )}
     <ol class="turns" aria-label="Conversation">
       {c.turns.map((t) => (
-        <TurnBlock turn={t} conv={c} key={t.id} />
+        <TurnBlock turn={t} conv={c} key={t.id} last={t.id === last} />
       ))}
       {c.looseErrors.map((e, i) => (
         <li key={`loose${i}`}>
@@ -62,20 +115,82 @@ export function CopyButton(props: { text: () => string; label: string; testid?: 
   );
 }
 
-function TurnBlock(props: { turn: TurnView; conv: Conversation }) {
+/** The user's message: shown, or (Edit) an editable box whose Send rewinds to this turn and asks again. */
+function UserMessage(props: { turn: TurnView }) {
+  const t = props.turn;
+  const ctx = useContext(Log);
+  const [editing, setEditing] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const a = ctx.actions;
+  const boxId = `edit-${t.id}`;
+  if (editing !== null && a) {
+    const submit = async (e: Event) => {
+      e.preventDefault();
+      if (!editing.trim() || busy || a.blocked) return;
+      setBusy(true);
+      const ok = await a.editResend(t.id, editing.trim());
+      setBusy(false);
+      if (ok) setEditing(null);
+    };
+    return (
+      <form class="msg user editing" data-testid="edit-form" onSubmit={submit}>
+        <label for={boxId} class="who">
+          Edit your message (the turns from here on are rewound)
+        </label>
+        <textarea
+          id={boxId}
+          rows={3}
+          value={editing}
+          data-testid="edit-box"
+          onInput={(e) => setEditing(e.currentTarget.value)}
+          onKeyDown={(e) => {
+            if (e.key === "Escape") setEditing(null);
+          }}
+        />
+        <div class="edit-actions">
+          <button type="submit" class="primary" disabled={!editing.trim() || busy || !!a.blocked} title={a.blocked ?? undefined}>
+            Rewind and ask again
+          </button>
+          <button type="button" onClick={() => setEditing(null)}>
+            Discard edit
+          </button>
+        </div>
+      </form>
+    );
+  }
+  return (
+    <div class="msg user" data-testid="user-message">
+      <div class="who">You{t.agent ? ` → ${ctx.nameOf(t.agent)}` : ""}</div>
+      <div class="user-text">{t.message}</div>
+      {a && (
+        <div class="msg-actions">
+          <button type="button" class="link-button" data-testid="edit-message" disabled={!!a.blocked} title={a.blocked ?? undefined} aria-label={`Edit this message: ${clip(t.message)}`} onClick={() => setEditing(t.message)}>
+            Edit
+          </button>
+          <button type="button" class="link-button" data-testid="fork-turn" disabled={!!a.blocked} title={a.blocked ?? undefined} aria-label={`Fork from here: ${clip(t.message)}`} onClick={() => void a.fork(t.id)}>
+            Fork from here
+          </button>
+        </div>
+      )}
+    </div>
+  );
+}
+
+/** The first words of a message, for a button's accessible name. */
+function clip(s: string): string {
+  return s.length > 40 ? `${s.slice(0, 40)}…` : s;
+}
+
+function TurnBlock(props: { turn: TurnView; conv: Conversation; last: boolean }) {
   const t = props.turn;
   const ctx = useContext(Log);
   const live = t.done === null;
   const cancelled = t.done === TurnDoneReason.CANCELLED && ctx.cancelledHere.includes(t.id);
   const hasAnswer = !live && answerText(t, props.conv) !== "";
+  const a = ctx.actions;
   return (
     <li class="turn" data-testid="turn" aria-busy={live}>
-      {t.message && (
-        <div class="msg user" data-testid="user-message">
-          <div class="who">You{t.agent ? ` → ${ctx.nameOf(t.agent)}` : ""}</div>
-          <div class="user-text">{t.message}</div>
-        </div>
-      )}
+      {t.message && <UserMessage turn={t} />}
       <FrameBlock frameKey={t.rootFrame} conv={props.conv} live={live} />
       <div class="turn-foot muted">
         {live ? (
@@ -92,6 +207,11 @@ function TurnBlock(props: { turn: TurnView; conv: Conversation }) {
           </span>
         ) : null}
         {hasAnswer && <CopyButton text={() => answerText(t, props.conv)} label="Copy answer" testid="copy-answer" />}
+        {a && props.last && !live && t.message && (
+          <button type="button" class="copy" data-testid="regenerate" disabled={!!a.blocked} title={a.blocked ?? undefined} onClick={() => void a.regenerate()}>
+            Regenerate
+          </button>
+        )}
         {t.usage && (
           <span class="usage">
             {" "}
@@ -157,6 +277,13 @@ function ItemBlock(props: { item: Item; conv: Conversation; live: boolean }) {
           <div class="who">You, while it worked</div>
           <div class="user-text">{it.message}</div>
         </div>
+      );
+    case "moved":
+      return (
+        <p class="moved muted" data-testid="turn-moved" title={it.reason}>
+          <span aria-hidden="true">↻ </span>
+          Continued on another server{it.lostCalls.length ? ` (${it.lostCalls.length} call${it.lostCalls.length > 1 ? "s" : ""} lost with the first one)` : ""}
+        </p>
       );
     case "switch":
       return (

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { create } from "@bufbuild/protobuf";
 import { SessionSummarySchema } from "../gen/omicos/v1/orchestrator_pb";
-import { filterSessions } from "./sessions";
+import { filterSessions, titleProblem } from "./sessions";
 
 const s = (sessionId: string, title: string, agent = "generalist") => create(SessionSummarySchema, { sessionId, title, agent });
 
@@ -15,5 +15,18 @@ describe("the session search", () => {
   });
   it("keeps all for an empty query", () => {
     expect(filterSessions(all, "  ")).toHaveLength(3);
+  });
+});
+
+describe("a session's new title", () => {
+  it("must hold something besides spaces", () => {
+    expect(titleProblem("")).toBe("A title cannot be empty.");
+    expect(titleProblem("   \n")).toBe("A title cannot be empty.");
+  });
+  it("is at most 200 characters after trimming, counted as characters, not bytes", () => {
+    expect(titleProblem(`  ${"x".repeat(200)}  `)).toBeNull();
+    expect(titleProblem("x".repeat(201))).toBe("A title is at most 200 characters; this one has 201.");
+    expect(titleProblem("é".repeat(200))).toBeNull();
+    expect(titleProblem("🦀".repeat(200))).toBeNull();
   });
 });

@@ -1,6 +1,6 @@
 // The session list: title and last activity; a click reopens the session.
 // A search box filters the list as it stands (client side); each session
-// can be deleted.
+// can be renamed (RenameSession) and deleted.
 
 import { useState } from "preact/hooks";
 import type { SessionSummary } from "../gen/omicos/v1/orchestrator_pb";
@@ -24,14 +24,82 @@ export function filterSessions(sessions: SessionSummary[], query: string): Sessi
   });
 }
 
+/** The longest title RenameSession takes (characters, after trimming). */
+export const MAX_TITLE = 200;
+
+/** Why `title` cannot be a session's title, or null when it can (the server checks the same). */
+export function titleProblem(title: string): string | null {
+  const t = title.trim();
+  if (!t) return "A title cannot be empty.";
+  const n = [...t].length;
+  if (n > MAX_TITLE) return `A title is at most ${MAX_TITLE} characters; this one has ${n}.`;
+  return null;
+}
+
+/** The rename box of one session: validated as typed, the server's refusal said in place. */
+function RenameForm(props: { session: SessionSummary; onRename: (id: string, title: string) => Promise<string | null>; onDone: () => void }) {
+  const s = props.session;
+  const [title, setTitle] = useState(s.title);
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const id = `rename-${s.sessionId}`;
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    const problem = titleProblem(title);
+    if (problem) return setError(problem);
+    setBusy(true);
+    const refused = await props.onRename(s.sessionId, title.trim());
+    setBusy(false);
+    if (refused) setError(refused);
+    else props.onDone();
+  };
+  return (
+    <form class="rename-form" onSubmit={submit} data-testid="rename-form">
+      <label for={id} class="visually-hidden">
+        New title for {s.title || "(untitled)"}
+      </label>
+      <input
+        id={id}
+        value={title}
+        aria-invalid={error ? true : undefined}
+        aria-describedby={error ? `${id}-error` : undefined}
+        onInput={(e) => {
+          setTitle(e.currentTarget.value);
+          setError(null);
+        }}
+        onKeyDown={(e) => {
+          if (e.key === "Escape") props.onDone();
+        }}
+        ref={(el) => el?.focus()}
+      />
+      {error && (
+        <p class="rename-error" id={`${id}-error`} role="alert" data-testid="rename-error">
+          {error}
+        </p>
+      )}
+      <div class="row">
+        <button type="submit" class="primary" disabled={busy}>
+          Save title
+        </button>
+        <button type="button" onClick={props.onDone}>
+          Keep title
+        </button>
+      </div>
+    </form>
+  );
+}
+
 export function SessionList(props: {
   sessions: SessionSummary[];
   current: string | null;
   onOpen: (id: string) => void;
   onNew: () => void;
   onDelete: (id: string) => void;
+  /** Resolves to the server's refusal in words, or null once renamed. */
+  onRename: (id: string, title: string) => Promise<string | null>;
 }) {
   const [query, setQuery] = useState("");
+  const [renaming, setRenaming] = useState<string | null>(null);
   const shown = filterSessions(props.sessions, query);
   return (
     <nav class="sessions" aria-label="Sessions">
@@ -65,6 +133,13 @@ export function SessionList(props: {
           {shown.map((s) => {
             const ms = Number(s.lastActiveMs);
             const title = s.title || "(untitled)";
+            if (renaming === s.sessionId) {
+              return (
+                <li key={s.sessionId}>
+                  <RenameForm session={s} onRename={props.onRename} onDone={() => setRenaming(null)} />
+                </li>
+              );
+            }
             return (
               <li key={s.sessionId} class="session-item">
                 <a
@@ -82,6 +157,16 @@ export function SessionList(props: {
                     {ago(ms)}
                   </time>
                 </a>
+                <button
+                  type="button"
+                  class="delete-session"
+                  aria-label={`Rename session ${title}`}
+                  title="Rename"
+                  data-testid="rename-session"
+                  onClick={() => setRenaming(s.sessionId)}
+                >
+                  <span aria-hidden="true">✎</span>
+                </button>
                 <button
                   type="button"
                   class="delete-session"

@@ -542,6 +542,8 @@ impl Engine {
         let record = serde_json::from_str::<Value>(&r.record_json).unwrap_or_else(|_| {
             json!({"id": call.id, "name": call.name, "arguments": call.arguments, "status": r.status().as_str(), "result": r.result})
         });
+        self.keep_checkpoint(session, &s.turn_id, &r.file_changes)
+            .await;
         self.permission_denied_hook(session, s, call, &record).await;
         self.trajectories
             .append(&session.id, json!({"type": "tool_call", "turn_id": s.turn_id, "context": frame.context, "record": record}))

@@ -12,6 +12,7 @@
 //! - [`budget`]: usage and the token and cost ceilings.
 
 pub mod budget;
+mod checkpoint;
 mod compact;
 pub mod context;
 mod delegate;

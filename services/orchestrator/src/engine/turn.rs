@@ -91,14 +91,15 @@ impl Engine {
             context: "root".into(),
             agent_id: agent.id.clone(),
         };
-        st.emit(tag.event(chat_event::Kind::TurnStarted(TurnStarted {
-            message: message.clone(),
-            agent: agent.id.clone(),
-            team_members: settings.team.clone(),
-            permission_mode: settings.permission_mode as i32,
-            settings: Some(settings.to_wire()),
-        })))
-        .await;
+        let started_seq = st
+            .emit(tag.event(chat_event::Kind::TurnStarted(TurnStarted {
+                message: message.clone(),
+                agent: agent.id.clone(),
+                team_members: settings.team.clone(),
+                permission_mode: settings.permission_mode as i32,
+                settings: Some(settings.to_wire()),
+            })))
+            .await;
         // Not waited for: the turn's next awaited record (its model turn,
         // before any hook can read the transcript) is written after it.
         self.trajectories.append_queued(
@@ -123,7 +124,10 @@ impl Engine {
                 }
                 Outcome::Blocked
             }
-            Ok(context) => match self.load_history(&st, &message, new_session, context).await {
+            Ok(context) => match self
+                .load_history(&st, &message, new_session, context, (&turn_id, started_seq))
+                .await
+            {
                 Ok(history) => {
                     meters.session_before = super::budget::Meter::of_history(&history);
                     let mut frame = Frame {
@@ -270,6 +274,7 @@ impl Engine {
         message: &str,
         new_session: bool,
         context: Vec<HistoryItem>,
+        (turn_id, started_seq): (&str, u64),
     ) -> Result<Vec<HistoryItem>, OrchestratorError> {
         let mut history = if new_session {
             Vec::new()
@@ -285,6 +290,9 @@ impl Engine {
         // The hooks' context follows the prompt, and is kept with it.
         let mut new = vec![HistoryItem::user(message)];
         new.extend(context);
+        // Where the turn starts: RewindSession and ForkSession cut here.
+        self.mark_turn(st, turn_id, history.len(), started_seq)
+            .await;
         if let Err(e) = st.store().append_messages(&st.id, &new).await {
             tracing::error!(session = %st.id, error = %e, "user message not persisted");
         }

@@ -14,6 +14,7 @@ mod catalog;
 mod chat;
 mod compact;
 mod events;
+mod fork;
 pub mod guard;
 mod sessions;
 mod web;
@@ -178,26 +179,59 @@ impl Orchestrator for OrchestratorService {
 
     async fn fork_session(
         &self,
-        _req: Request<ForkSessionRequest>,
+        req: Request<ForkSessionRequest>,
     ) -> Result<Response<ForkSessionResponse>, Status> {
-        Err(Status::unimplemented("ForkSession is not implemented yet"))
+        let owned = guard::owned_of(&req)?;
+        let r = self.fork_session_rpc(&owned, req.into_inner()).await;
+        audit(&owned, "fork_session", &r);
+        grpc(r).map(Response::new)
     }
 
     async fn rewind_session(
         &self,
-        _req: Request<RewindSessionRequest>,
+        req: Request<RewindSessionRequest>,
     ) -> Result<Response<RewindSessionResponse>, Status> {
-        Err(Status::unimplemented(
-            "RewindSession is not implemented yet",
-        ))
+        let owned = guard::owned_of(&req)?;
+        let r = self.rewind_session_rpc(&owned, req.into_inner()).await;
+        audit(&owned, "rewind_session", &r);
+        grpc(r).map(Response::new)
     }
 
     async fn rename_session(
         &self,
-        _req: Request<RenameSessionRequest>,
+        req: Request<RenameSessionRequest>,
     ) -> Result<Response<RenameSessionResponse>, Status> {
-        Err(Status::unimplemented(
-            "RenameSession is not implemented yet",
-        ))
+        let owned = guard::owned_of(&req)?;
+        let r = self
+            .rename_session_rpc(&owned, &req.into_inner().title)
+            .await;
+        audit(&owned, "rename_session", &r);
+        grpc(r).map(Response::new)
+    }
+}
+
+/// Logs a session-changing RPC on the audit target, refused or not (a
+/// caller refused by the guard never gets here: the guard logs it).
+fn audit<T>(owned: &guard::Owned, event: &str, r: &Result<T, crate::error::OrchestratorError>) {
+    let who = owned.principal().label();
+    match r {
+        Ok(_) => tracing::info!(
+            target: "omicos::audit",
+            event,
+            principal = %who,
+            session = %owned.id(),
+            accepted = true,
+            "session changed"
+        ),
+        Err(e) => tracing::info!(
+            target: "omicos::audit",
+            event,
+            principal = %who,
+            session = %owned.id(),
+            accepted = false,
+            refused = e.kind().as_str(),
+            reason = %e.report(),
+            "session change refused"
+        ),
     }
 }

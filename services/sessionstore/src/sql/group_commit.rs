@@ -1701,8 +1701,11 @@ fn sqlite_tx<T>(
 }
 
 /// What deleting a session deletes before its row, in order.
-const DELETE_OWNED: [&str; 6] = [
+const DELETE_OWNED: [&str; 9] = [
     "DELETE FROM session_messages WHERE session_id = $1",
+    "DELETE FROM session_turns WHERE session_id = $1",
+    "DELETE FROM session_checkpoints WHERE session_id = $1",
+    "DELETE FROM session_forks WHERE session_id = $1",
     "DELETE FROM session_events WHERE session_id = $1",
     "DELETE FROM session_leases WHERE session_id = $1",
     "DELETE FROM session_grants WHERE session_id = $1",

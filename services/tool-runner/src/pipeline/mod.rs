@@ -333,8 +333,10 @@ impl Pipeline {
             started_at_ms: omicos_proto::now_ms(),
             ..Default::default()
         };
+        // Filled by a file tool, also when the call fails after a change.
+        let file_changes = omicos_toolkit::FileChanges::default();
         let outcome = self
-            .run_stages(&req, &mut io, &mut rec)
+            .run_stages(&req, &mut io, &mut rec, &file_changes)
             .instrument(span.clone())
             .await;
         let (ok, text, spool_path, full_bytes, approval) = match outcome {
@@ -397,7 +399,7 @@ impl Pipeline {
                     .as_ref()
                     .and_then(|a| a.granted_rule.clone())
                     .unwrap_or_default(),
-                file_changes: Vec::new(),
+                file_changes: file_changes.take(),
             },
             record: rec,
         }
@@ -409,6 +411,7 @@ impl Pipeline {
         req: &CallRequest,
         io: &mut CallIo,
         rec: &mut ToolCallInfo,
+        file_changes: &omicos_toolkit::FileChanges,
     ) -> Result<Ran, (Failure, Decision)> {
         let no = |f: Failure| (f, Decision::Unspecified);
         let me = &*self.inner;
@@ -431,6 +434,7 @@ impl Pipeline {
 
         // 3. Validate.
         let mut ctx = self.call_ctx(req, io.cancel.child_token()).map_err(no)?;
+        ctx.file_changes = file_changes.clone();
         let call_workspace = ctx.workspace.clone();
         validate::validate(&tool, &args, &ctx, &rec.repairs).map_err(no)?;
         self.note_arguments_run(rec, &args, &req.arguments);
@@ -828,6 +832,11 @@ impl Pipeline {
         }
     }
 
+    /// The workspace of `tenant` (RestoreFiles writes there), made when missing.
+    pub fn tenant_workspace(&self, tenant: &str) -> Result<PathBuf, String> {
+        omicos_toolkit::tenancy::tenant_workspace(&self.inner.workspace, tenant)
+    }
+
     /// The workspace of `tenant` (the root when it cannot be made: the call
     /// itself was refused then, in [`Pipeline::call_ctx`]).
     fn workspace_of(&self, tenant: &str) -> PathBuf {
@@ -858,6 +867,7 @@ impl Pipeline {
             tenant: req.tenant.clone(),
             events: EventSink::discard(),
             cancel,
+            file_changes: Default::default(),
         })
     }
 

@@ -432,6 +432,8 @@ fn write(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
         confine(ctx, given)?;
     }
     let append = args.get("append").and_then(Value::as_bool).unwrap_or(false);
+    // What the path held before: the turn's checkpoint (RewindSession).
+    ctx.file_changes.before_change(&ctx.workspace, &path);
     if append {
         use std::io::Write;
         let mut f = std::fs::OpenOptions::new()
@@ -479,6 +481,7 @@ fn edit(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
     } else {
         text.replacen(old, new, 1)
     };
+    ctx.file_changes.before_change(&ctx.workspace, &path);
     std::fs::write(&path, updated).map_err(|e| io_err("write", given, e))?;
     Ok(Value::String(format!(
         "replaced {count} occurrence{} in {}",

@@ -1,0 +1,49 @@
+//! The runner's RestoreFiles, for RewindSession and ForkSession with files.
+
+use super::Runner;
+use crate::error::{OrchestratorError, RunnerStatus};
+use std::time::Duration;
+use tonic::Status;
+
+/// How long a restore may take (files of up to a few MiB each, written and
+/// synced one by one).
+const RESTORE_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Runner {
+    /// Writes `files` back into the workspace of `principal`'s tenant (the
+    /// runner takes the tenant from the forwarded principal). A refusal (a
+    /// path outside the workspace or in `.omicos/`) writes nothing and is
+    /// [`OrchestratorError::FilesNotRestored`]; a runner that does not
+    /// answer is [`OrchestratorError::ToolRunner`].
+    pub async fn restore_files(
+        &self,
+        session: &str,
+        principal: &omicos_auth::Principal,
+        files: Vec<omicos_proto::RestoreFile>,
+    ) -> Result<Vec<String>, OrchestratorError> {
+        let mut c = self.client.clone();
+        let mut req =
+            omicos_servicekit::telemetry::traced_request(omicos_proto::RestoreFilesRequest {
+                session_id: session.to_owned(),
+                files,
+            });
+        omicos_auth::credentials::forward_principal(req.metadata_mut(), principal);
+        match tokio::time::timeout(RESTORE_TIMEOUT, c.restore_files(req)).await {
+            Ok(Ok(r)) => Ok(r.into_inner().restored),
+            Ok(Err(s)) => match s.code() {
+                tonic::Code::InvalidArgument
+                | tonic::Code::PermissionDenied
+                | tonic::Code::FailedPrecondition => Err(OrchestratorError::FilesNotRestored {
+                    session: session.to_owned(),
+                    source: RunnerStatus(s),
+                }),
+                _ => Err(OrchestratorError::ToolRunner(RunnerStatus(s))),
+            },
+            Err(_) => Err(OrchestratorError::ToolRunner(RunnerStatus(
+                Status::deadline_exceeded(format!(
+                    "no tool-runner restored the files within {RESTORE_TIMEOUT:?}"
+                )),
+            ))),
+        }
+    }
+}
