@@ -559,7 +559,8 @@ async fn a_schema_4_store_upgrades_with_its_rows() {
              DROP TABLE session_event_tail;
              DROP TABLE session_events; ALTER TABLE ev4 RENAME TO session_events;
              CREATE TABLE ms4 (session_id TEXT NOT NULL, idx INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (session_id, idx));
-             INSERT INTO ms4 SELECT * FROM session_messages;
+             INSERT INTO ms4 SELECT session_id, idx, body FROM session_messages;
+             DROP TABLE session_turns; DROP TABLE session_checkpoints; DROP TABLE session_forks;
              DROP TABLE session_messages; ALTER TABLE ms4 RENAME TO session_messages;
              INSERT INTO session_events VALUES ('gone', 1, x'00');
              INSERT INTO session_messages VALUES ('gone', 1, '{}');
