@@ -7,6 +7,7 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod files;
+pub mod genai;
 pub mod hooks;
 pub mod hub;
 pub mod llm;

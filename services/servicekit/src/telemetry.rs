@@ -11,6 +11,15 @@ pub struct TelemetryGuard {
     provider: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
 }
 
+impl TelemetryGuard {
+    /// Exports every span ended so far, now (blocks until the exporter answered).
+    pub fn flush(&self) {
+        if let Some(p) = &self.provider {
+            let _ = p.force_flush();
+        }
+    }
+}
+
 impl Drop for TelemetryGuard {
     fn drop(&mut self) {
         if let Some(p) = self.provider.take() {
@@ -22,6 +31,20 @@ impl Drop for TelemetryGuard {
 /// Installs the global subscriber once. `default_filter` applies when RUST_LOG is unset.
 /// Safe to call more than once (later calls only return a guard).
 pub fn init(service_name: &'static str, default_filter: &str) -> TelemetryGuard {
+    let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .ok()
+        .filter(|s| !s.is_empty());
+    init_with(service_name, default_filter, endpoint.as_deref())
+}
+
+/// [`init`] with the OTLP endpoint given rather than read from the
+/// environment (None: no export). For a process that hosts services in
+/// itself (the e2e tests) and cannot set its environment safely once threads run.
+pub fn init_with(
+    service_name: &'static str,
+    default_filter: &str,
+    endpoint: Option<&str>,
+) -> TelemetryGuard {
     opentelemetry::global::set_text_map_propagator(
         opentelemetry_sdk::propagation::TraceContextPropagator::new(),
     );
@@ -30,24 +53,23 @@ pub fn init(service_name: &'static str, default_filter: &str) -> TelemetryGuard 
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(true);
-    let provider = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .and_then(|_| {
-            let exporter = opentelemetry_otlp::SpanExporter::builder()
-                .with_tonic()
-                .build()
-                .ok()?;
-            let resource = opentelemetry_sdk::Resource::builder()
-                .with_service_name(service_name)
-                .build();
-            Some(
-                opentelemetry_sdk::trace::SdkTracerProvider::builder()
-                    .with_batch_exporter(exporter)
-                    .with_resource(resource)
-                    .build(),
-            )
-        });
+    let provider = endpoint.and_then(|endpoint| {
+        use opentelemetry_otlp::WithExportConfig;
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(endpoint)
+            .build()
+            .ok()?;
+        let resource = opentelemetry_sdk::Resource::builder()
+            .with_service_name(service_name)
+            .build();
+        Some(
+            opentelemetry_sdk::trace::SdkTracerProvider::builder()
+                .with_batch_exporter(exporter)
+                .with_resource(resource)
+                .build(),
+        )
+    });
     let otel = provider.as_ref().map(|p| {
         use opentelemetry::trace::TracerProvider as _;
         tracing_opentelemetry::layer().with_tracer(p.tracer(service_name))

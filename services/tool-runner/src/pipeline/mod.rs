@@ -397,6 +397,8 @@ impl Pipeline {
                     .as_ref()
                     .and_then(|a| a.granted_rule.clone())
                     .unwrap_or_default(),
+                // File checkpoints are main's RewindSession work, not this branch's.
+                file_changes: Vec::new(),
             },
             record: rec,
         }
