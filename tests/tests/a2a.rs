@@ -275,3 +275,79 @@ async fn malformed_json_rpc_gets_the_specs_error_codes() {
     // Nothing reached the model.
     assert!(stack.llm.requests().is_empty());
 }
+
+/// A tool call waiting for an approval makes the task input-required (a
+/// blocking SendMessage returns there); approved through the gRPC API, the
+/// same task completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_approval_is_input_required() {
+    let stack = stack(vec![
+        Reply::Tools(
+            String::new(),
+            vec![(
+                "c_w".into(),
+                "file_manager__write".into(),
+                r#"{"path":"a.txt","content":"A"}"#.into(),
+            )],
+        ),
+        Reply::Text("written".into()),
+    ])
+    .await;
+    let url = format!("{}/a2a", stack.orchestrator);
+    let http = reqwest::Client::new();
+    let call = |body: Value| {
+        let req = http.post(&url).bearer_auth(ALICE).json(&body);
+        async move { req.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let r = call(
+        json!({"jsonrpc": "2.0", "id": "1", "method": "SendMessage", "params": {
+        "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "write a.txt"}]},
+        "metadata": {"permissionMode": "auto"}}}),
+    )
+    .await;
+    let task = &r["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{r}");
+    let why = task["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(why.contains("c_w"), "{why}");
+    let (id, session) = (
+        task["id"].as_str().unwrap().to_owned(),
+        task["contextId"].as_str().unwrap().to_owned(),
+    );
+    let get = json!({"jsonrpc": "2.0", "id": "2", "method": "GetTask", "params": {"id": id}});
+    assert_eq!(
+        call(get.clone()).await["result"]["status"]["state"],
+        "TASK_STATE_INPUT_REQUIRED"
+    );
+    omicos_e2e::client_with(&stack.orchestrator, ALICE)
+        .await
+        .approve_tool(omicos_proto::ApproveToolRequest {
+            session_id: session,
+            call_id: "c_w".into(),
+            decision: omicos_proto::Decision::AllowOnce as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // The turn goes on after the approval; wait for its end (bounded, not timed).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let done = loop {
+        let t = call(get.clone()).await;
+        if t["result"]["status"]["state"] != "TASK_STATE_INPUT_REQUIRED"
+            && t["result"]["status"]["state"] != "TASK_STATE_WORKING"
+        {
+            break t;
+        }
+        assert!(std::time::Instant::now() < deadline, "still running: {t}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        done["result"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{done}"
+    );
+    assert_eq!(
+        done["result"]["artifacts"][0]["parts"][0]["text"], "written",
+        "{done}"
+    );
+}
