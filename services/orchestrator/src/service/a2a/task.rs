@@ -1,5 +1,5 @@
 //! An A2A task is an omicos turn: its state is a fold of the turn's events
-//! in the session's log ([`TaskView::fold`]), so any replica answers
+//! in the session's log ([`TaskView::apply`]), so any replica answers
 //! `GetTask` from the store, and nothing but the log holds a task.
 //! [`Dialect`] writes the view in A2A 1.0's ProtoJSON shapes or in 0.3's
 //! (with `kind` discriminators and lowercase states).
