@@ -197,7 +197,7 @@ async fn the_python_sdk_sends_streams_gets_and_cancels() {
     let ls = r["legacy_stream"].as_array().unwrap();
     assert!(ls.iter().any(|e| e["artifact"] == "ANSWER-FOUR"), "{ls:?}");
     assert_eq!(
-        ls.iter().filter_map(|e| e["status"].as_str()).last(),
+        ls.iter().filter_map(|e| e["status"].as_str()).next_back(),
         Some("TASK_STATE_COMPLETED"),
         "{ls:?}"
     );

@@ -129,11 +129,11 @@ impl TaskView {
                     r.call_id, r.tool_name
                 );
             }
-            Some(chat_event::Kind::ToolApprovalResolved(_)) => {
-                if self.state == TaskState::InputRequired {
-                    self.state = TaskState::Working;
-                    self.note.clear();
-                }
+            Some(chat_event::Kind::ToolApprovalResolved(_))
+                if self.state == TaskState::InputRequired =>
+            {
+                self.state = TaskState::Working;
+                self.note.clear();
             }
             Some(chat_event::Kind::Error(e)) => {
                 self.note = format!("{}: {}", e.kind, e.message);
