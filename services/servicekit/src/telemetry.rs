@@ -31,10 +31,12 @@ impl Drop for TelemetryGuard {
 /// Installs the global subscriber once. `default_filter` applies when RUST_LOG is unset.
 /// Safe to call more than once (later calls only return a guard).
 pub fn init(service_name: &'static str, default_filter: &str) -> TelemetryGuard {
-    let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+    let export = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
         .ok()
-        .filter(|s| !s.is_empty());
-    init_with(service_name, default_filter, endpoint.as_deref())
+        .filter(|s| !s.is_empty())
+        .map(|_| Export::FromEnv)
+        .unwrap_or(Export::Off);
+    install(service_name, default_filter, export)
 }
 
 /// [`init`] with the OTLP endpoint given rather than read from the
@@ -45,6 +47,22 @@ pub fn init_with(
     default_filter: &str,
     endpoint: Option<&str>,
 ) -> TelemetryGuard {
+    let export = endpoint.map(Export::To).unwrap_or(Export::Off);
+    install(service_name, default_filter, export)
+}
+
+/// Where spans go.
+enum Export<'a> {
+    /// Nowhere (logs only).
+    Off,
+    /// Where the OTEL_EXPORTER_OTLP_* variables say (the exporter reads them,
+    /// so a per-signal `..._TRACES_ENDPOINT` still wins).
+    FromEnv,
+    /// To this endpoint.
+    To(&'a str),
+}
+
+fn install(service_name: &'static str, default_filter: &str, export: Export<'_>) -> TelemetryGuard {
     opentelemetry::global::set_text_map_propagator(
         opentelemetry_sdk::propagation::TraceContextPropagator::new(),
     );
@@ -53,22 +71,29 @@ pub fn init_with(
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(true);
-    let provider = endpoint.and_then(|endpoint| {
-        use opentelemetry_otlp::WithExportConfig;
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
+    let exporter = match export {
+        Export::Off => None,
+        Export::FromEnv => opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
-            .with_endpoint(endpoint)
             .build()
-            .ok()?;
+            .ok(),
+        Export::To(endpoint) => {
+            use opentelemetry_otlp::WithExportConfig;
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(endpoint)
+                .build()
+                .ok()
+        }
+    };
+    let provider = exporter.map(|exporter| {
         let resource = opentelemetry_sdk::Resource::builder()
             .with_service_name(service_name)
             .build();
-        Some(
-            opentelemetry_sdk::trace::SdkTracerProvider::builder()
-                .with_batch_exporter(exporter)
-                .with_resource(resource)
-                .build(),
-        )
+        opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource)
+            .build()
     });
     let otel = provider.as_ref().map(|p| {
         use opentelemetry::trace::TracerProvider as _;
