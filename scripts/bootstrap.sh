@@ -5,7 +5,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 py="${PYTHON:-python3}"
-if ! .venv/bin/python3 -c 'import ipykernel, jupyter_client, matplotlib, tqdm, mcp' 2>/dev/null; then
+if ! .venv/bin/python3 -c 'import ipykernel, jupyter_client, matplotlib, tqdm, mcp, a2a' 2>/dev/null; then
   echo "==> creating .venv with ipykernel (requirements.txt)"
   "$py" -m venv .venv
   .venv/bin/python3 -m pip install --disable-pip-version-check -q -r requirements.txt

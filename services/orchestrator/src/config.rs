@@ -109,6 +109,19 @@ pub struct Config {
     pub hooks: HooksConfig,
     /// Where `GET /metrics` (Prometheus) is served, e.g. `0.0.0.0:9464`; empty: not served.
     pub metrics_addr: String,
+    /// What the GenAI spans record beyond their defaults.
+    pub telemetry: TelemetryConfig,
+}
+
+/// What the OpenTelemetry GenAI spans record (docs/observability.md).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// Put the prompts, the system prompt and the answers on the `chat`
+    /// spans (`gen_ai.input.messages`, `gen_ai.system_instructions`,
+    /// `gen_ai.output.messages`). Off by default: they are users' data, and
+    /// a trace backend is rarely where users' data may go.
+    pub capture_content: bool,
 }
 
 impl Default for Config {
@@ -138,6 +151,7 @@ impl Default for Config {
             budget: BudgetConfig::default(),
             hooks: HooksConfig::default(),
             metrics_addr: String::new(),
+            telemetry: TelemetryConfig::default(),
         }
     }
 }

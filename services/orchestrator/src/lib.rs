@@ -7,6 +7,7 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod files;
+pub mod genai;
 pub mod hooks;
 pub mod hub;
 pub mod llm;
@@ -194,6 +195,7 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
     let hub_store = store.clone();
     let hub = Arc::new(Hub::new(store));
     let _gauges = metrics::hub_gauges(&hub);
+    let tls = edge_tls.is_some();
     let host = Host::new(HostOptions {
         name: "orchestrator",
         services: vec!["omicos.v1.Orchestrator", "omicos.v1.OrchestratorWeb"],
@@ -223,7 +225,8 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
         shutdown.streams_token(),
     ));
     let routes = omicos_auth::guarded_routes(&host, gate.clone(), open_health, open_reflection);
-    let app = web_app(routes, svc, files, gate, hub_store);
+    let a2a = service::a2a::router(svc.clone(), gate.clone(), tls);
+    let app = web_app(routes, svc, files, gate, hub_store, a2a);
     // Ready once the tool-runner answers.
     let reporter = host.reporter();
     let sd = shutdown.clone();
@@ -251,7 +254,7 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
 
 /// One port for every client: the gRPC services (`routes`, Orchestrator and
 /// OrchestratorWeb) over HTTP/2, the same over gRPC-web (HTTP/1.1, what a
-/// browser speaks), and the web page with the workspace's output files as
+/// browser speaks), the A2A agent card and JSON-RPC endpoint (`a2a`), and the web page with the workspace's output files as
 /// the fallback. tonic-web's layer wraps the gRPC routes only: it answers
 /// 400 to plain HTTP/1.1 requests, which the page's router must get. Same
 /// origin, so no CORS.
@@ -261,6 +264,7 @@ fn web_app(
     files: Arc<dyn omicos_webui::FileGate>,
     gate: Arc<dyn omicos_auth::Gate>,
     store: Arc<dyn SessionStore>,
+    a2a: axum::Router,
 ) -> axum::Router {
     use service::guard::SessionGuard;
     let max = omicos_proto::MAX_MESSAGE_BYTES;
@@ -287,6 +291,8 @@ fn web_app(
         ))
         .into_axum_router()
         .layer(tonic_web::GrpcWebLayer::new())
+        // After the gRPC-web layer, which would refuse its plain HTTP/1.1 requests.
+        .merge(a2a)
         .fallback_service(page_or_unimplemented(omicos_webui::router_with(files)))
 }
 

@@ -11,6 +11,15 @@ pub struct TelemetryGuard {
     provider: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
 }
 
+impl TelemetryGuard {
+    /// Exports every span ended so far, now (blocks until the exporter answered).
+    pub fn flush(&self) {
+        if let Some(p) = &self.provider {
+            let _ = p.force_flush();
+        }
+    }
+}
+
 impl Drop for TelemetryGuard {
     fn drop(&mut self) {
         if let Some(p) = self.provider.take() {
@@ -22,6 +31,38 @@ impl Drop for TelemetryGuard {
 /// Installs the global subscriber once. `default_filter` applies when RUST_LOG is unset.
 /// Safe to call more than once (later calls only return a guard).
 pub fn init(service_name: &'static str, default_filter: &str) -> TelemetryGuard {
+    let export = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .map(|_| Export::FromEnv)
+        .unwrap_or(Export::Off);
+    install(service_name, default_filter, export)
+}
+
+/// [`init`] with the OTLP endpoint given rather than read from the
+/// environment (None: no export). For a process that hosts services in
+/// itself (the e2e tests) and cannot set its environment safely once threads run.
+pub fn init_with(
+    service_name: &'static str,
+    default_filter: &str,
+    endpoint: Option<&str>,
+) -> TelemetryGuard {
+    let export = endpoint.map(Export::To).unwrap_or(Export::Off);
+    install(service_name, default_filter, export)
+}
+
+/// Where spans go.
+enum Export<'a> {
+    /// Nowhere (logs only).
+    Off,
+    /// Where the OTEL_EXPORTER_OTLP_* variables say (the exporter reads them,
+    /// so a per-signal `..._TRACES_ENDPOINT` still wins).
+    FromEnv,
+    /// To this endpoint.
+    To(&'a str),
+}
+
+fn install(service_name: &'static str, default_filter: &str, export: Export<'_>) -> TelemetryGuard {
     opentelemetry::global::set_text_map_propagator(
         opentelemetry_sdk::propagation::TraceContextPropagator::new(),
     );
@@ -30,24 +71,30 @@ pub fn init(service_name: &'static str, default_filter: &str) -> TelemetryGuard 
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(true);
-    let provider = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .and_then(|_| {
-            let exporter = opentelemetry_otlp::SpanExporter::builder()
+    let exporter = match export {
+        Export::Off => None,
+        Export::FromEnv => opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .build()
+            .ok(),
+        Export::To(endpoint) => {
+            use opentelemetry_otlp::WithExportConfig;
+            opentelemetry_otlp::SpanExporter::builder()
                 .with_tonic()
+                .with_endpoint(endpoint)
                 .build()
-                .ok()?;
-            let resource = opentelemetry_sdk::Resource::builder()
-                .with_service_name(service_name)
-                .build();
-            Some(
-                opentelemetry_sdk::trace::SdkTracerProvider::builder()
-                    .with_batch_exporter(exporter)
-                    .with_resource(resource)
-                    .build(),
-            )
-        });
+                .ok()
+        }
+    };
+    let provider = exporter.map(|exporter| {
+        let resource = opentelemetry_sdk::Resource::builder()
+            .with_service_name(service_name)
+            .build();
+        opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource)
+            .build()
+    });
     let otel = provider.as_ref().map(|p| {
         use opentelemetry::trace::TracerProvider as _;
         tracing_opentelemetry::layer().with_tracer(p.tracer(service_name))

@@ -10,6 +10,7 @@ use omicos_proto::{AgentSwitch, ToolStatus, chat_event};
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 impl Engine {
     pub(super) fn list_team(&self, s: &TurnSettings) -> String {
@@ -125,13 +126,18 @@ impl Engine {
                 continuations += 1;
             }
         };
-        let outcome = match tokio::time::timeout(deadline, run).await {
+        let span = crate::genai::agent_span(&callee.id, &session.id);
+        let outcome = match tokio::time::timeout(deadline, run.instrument(span.clone())).await {
             Ok(o) => o,
             Err(_) => {
                 sub_cancel.cancel();
                 Outcome::Deadline
             }
         };
+        if outcome.failed() {
+            crate::genai::agent_failed(&span, outcome.reason().as_str());
+        }
+        drop(span);
         session
             .emit(root_tag.event(chat_event::Kind::AgentSwitch(AgentSwitch {
                 from_agent: callee.id.clone(),

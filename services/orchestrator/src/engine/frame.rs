@@ -5,6 +5,7 @@ use super::budget::Meter;
 use super::compact::Trigger;
 use super::context;
 use super::{Engine, Frame, Outcome, TurnSettings, emit_error, runner_toolsets};
+use crate::genai;
 use crate::hub::SessionState;
 use crate::llm::{LlmDelta, LlmError, LlmRequest, ToolCall};
 use crate::runner_client::EventTag;
@@ -19,6 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// The most text deltas written as one append (a session's broadcast
 /// channel holds 256 events; a subscriber that lags re-reads the store).
@@ -89,7 +91,7 @@ impl Engine {
             let system = frame.agent.system_prompt.clone();
             let fixed = context::fixed_chars(&system, &tools);
             let mut overflow_retried = false;
-            let (turn, view, started) = loop {
+            let (turn, view, started, span, provider) = loop {
                 let mut view = match self
                     .prepare_context(session, s, frame, &tag, &*backend, &model, fixed, cancel)
                     .await
@@ -130,7 +132,13 @@ impl Engine {
                     seen
                 };
                 let started = Instant::now();
-                let (answer, seen) = tokio::join!(backend.complete(&req, dtx, cancel), forward);
+                let provider = self.provider_name(s).to_owned();
+                let span = genai::chat_span(&provider, &model, &session.id);
+                let (answer, seen) = tokio::join!(
+                    backend.complete(&req, dtx, cancel).instrument(span.clone()),
+                    forward
+                );
+                let elapsed = started.elapsed();
                 crate::metrics::get().llm_request(
                     &model,
                     match &answer {
@@ -139,10 +147,25 @@ impl Engine {
                         Err(LlmError::ContextOverflow(_)) => "context_overflow",
                         Err(_) => "error",
                     },
-                    started.elapsed(),
+                    elapsed,
                 );
+                let response_model = answer.as_ref().map(|t| t.model.as_str()).unwrap_or("");
+                crate::metrics::get().genai_operation(
+                    &provider,
+                    &model,
+                    response_model,
+                    answer.as_ref().err().map(|e| e.kind().as_str()),
+                    elapsed,
+                );
+                if let Err(e) = &answer {
+                    genai::chat_failed(&span, e);
+                } else if let Ok(t) = &answer
+                    && self.config.telemetry.capture_content
+                {
+                    genai::chat_content(&span, &req.system, &req.messages, t);
+                }
                 match answer {
-                    Ok(t) => break (t, view, started),
+                    Ok(t) => break (t, view, started, span, provider),
                     Err(LlmError::Cancelled) => {
                         if !seen.is_empty() {
                             // The partial answer stays in the history as the user saw it.
@@ -229,6 +252,10 @@ impl Engine {
                 &turn.model
             };
             crate::metrics::get().tokens(&model, input, output);
+            crate::metrics::get().genai_tokens(&provider, &model, &turn.model, input, output);
+            genai::chat_answered(&span, &turn, input, output);
+            // The request's span ends here, before the answer is written.
+            drop(span);
             let used = Meter::call(&self.config.budget, priced, input, output);
             frame.used.add(&used);
             frame.meters.turn.lock().expect("turn meter").add(&used);
@@ -385,17 +412,25 @@ impl Engine {
             )
             .await;
         let started = Instant::now();
-        let (status, result, spool) = match call.name.as_str() {
-            "call_agent" => {
-                let (st, r) = Box::pin(self.delegate(session, s, frame, call, cancel)).await;
-                (st, r, String::new())
-            }
-            "list_agents" => (ToolStatus::Done, self.list_team(s), String::new()),
-            _ => {
-                let r = self.run_tool(session, s, frame, tag, call, cancel).await;
-                (r.status(), r.result, r.spool_path)
+        let span = genai::tool_span(&call.name, &call.id);
+        let run = async {
+            match call.name.as_str() {
+                "call_agent" => {
+                    let (st, r) = Box::pin(self.delegate(session, s, frame, call, cancel)).await;
+                    (st, r, String::new())
+                }
+                "list_agents" => (ToolStatus::Done, self.list_team(s), String::new()),
+                _ => {
+                    let r = self.run_tool(session, s, frame, tag, call, cancel).await;
+                    (r.status(), r.result, r.spool_path)
+                }
             }
         };
+        let (status, result, spool) = run.instrument(span.clone()).await;
+        if status != ToolStatus::Done {
+            genai::tool_failed(&span);
+        }
+        drop(span);
         let elapsed = started.elapsed().as_millis() as u64;
         self.emit_finished(session, tag, call, status, &result, &spool, elapsed)
             .await;

@@ -98,6 +98,12 @@ impl Outcome {
         }
     }
 
+    /// Whether the turn ended short of an answer for a reason other than
+    /// the user's cancel (its agent span is marked as an error).
+    pub fn failed(&self) -> bool {
+        !matches!(self, Outcome::Completed | Outcome::Cancelled)
+    }
+
     /// The words behind the reason, when there are any.
     pub fn detail(&self) -> String {
         match self {
@@ -280,6 +286,15 @@ impl Engine {
             .lock()
             .expect("calibration")
             .insert(model.to_owned(), r);
+    }
+
+    /// The backend a turn's requests go to (its `provider`, else the default).
+    pub(crate) fn provider_name<'a>(&'a self, s: &'a TurnSettings) -> &'a str {
+        if s.provider.is_empty() {
+            &self.default_backend
+        } else {
+            &s.provider
+        }
     }
 
     pub(crate) fn backend(&self, name: &str) -> Result<Arc<dyn LlmBackend>, LlmError> {

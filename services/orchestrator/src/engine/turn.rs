@@ -207,6 +207,10 @@ impl Engine {
         let turn_id = &settings.turn_id;
         let reason = outcome.reason();
         crate::metrics::get().turn_done(reason.as_str());
+        if outcome.failed() {
+            // The turn runs inside its `invoke_agent` span (service/chat.rs).
+            crate::genai::agent_failed(&tracing::Span::current(), reason.as_str());
+        }
         let usage = meters.summary();
         self.trajectories
             .append(

@@ -183,6 +183,9 @@ impl LlmBackend for AnthropicBackend {
                     if let Some(model) = m["model"].as_str() {
                         turn.model = model.to_owned();
                     }
+                    if let Some(id) = m["id"].as_str() {
+                        turn.response_id = id.to_owned();
+                    }
                 }
                 "content_block_start" => {
                     let idx = data["index"].as_u64().unwrap_or(0);
@@ -250,6 +253,9 @@ impl LlmBackend for AnthropicBackend {
                     }
                 }
                 "message_delta" => {
+                    if let Some(r) = data["delta"]["stop_reason"].as_str() {
+                        turn.finish_reason = r.to_owned();
+                    }
                     if let Some(n) = data["usage"]["output_tokens"].as_u64() {
                         turn.output_tokens = n;
                     }

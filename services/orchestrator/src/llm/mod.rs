@@ -137,6 +137,11 @@ pub struct LlmTurn {
     pub output_tokens: u64,
     /// The model that answered.
     pub model: String,
+    /// Why the model stopped, as the server said it (`stop`, `tool_calls`,
+    /// `end_turn`, ...); empty when it said nothing.
+    pub finish_reason: String,
+    /// The server's id of this answer (`chatcmpl-...`, `msg_...`); empty when none.
+    pub response_id: String,
 }
 
 /// Streamed while the model answers.

@@ -234,6 +234,11 @@ impl LlmBackend for OpenAiBackend {
             if let Some(m) = chunk.get("model").and_then(Value::as_str) {
                 turn.model = m.to_owned();
             }
+            if let Some(id) = chunk.get("id").and_then(Value::as_str)
+                && turn.response_id.is_empty()
+            {
+                turn.response_id = id.to_owned();
+            }
             if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
                 turn.input_tokens = u
                     .get("prompt_tokens")
@@ -247,8 +252,9 @@ impl LlmBackend for OpenAiBackend {
             let Some(choice) = chunk.get("choices").and_then(|c| c.get(0)) else {
                 continue;
             };
-            if choice.get("finish_reason").is_some_and(|f| !f.is_null()) {
+            if let Some(f) = choice.get("finish_reason").filter(|f| !f.is_null()) {
                 finished = true;
+                turn.finish_reason = f.as_str().unwrap_or_default().to_owned();
             }
             let Some(delta) = choice.get("delta") else {
                 continue;

@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Status, Streaming};
+use tracing::Instrument;
 
 /// The deadline a client set on its call: the `grpc-timeout` header of the
 /// gRPC over HTTP/2 spec (at most 8 digits, then H, M, S, m, u or n). tonic
@@ -302,19 +303,27 @@ impl OrchestratorService {
             rules,
             principal: who.clone(),
         };
-        tokio::spawn(self.engine.clone().run_turn(
-            state.clone(),
-            RootTurn {
-                settings,
-                message: cr.message,
-                agent: team.active,
-                lease_owner: owner,
-                lease,
-                cancel,
-                new_session,
-                steer,
-            },
-        ));
+        // The turn's `invoke_agent` span: every model request and tool call
+        // of the turn is under it, wherever the turn's task runs.
+        let span = crate::genai::agent_span(&team.active.id, &state.id);
+        tokio::spawn(
+            self.engine
+                .clone()
+                .run_turn(
+                    state.clone(),
+                    RootTurn {
+                        settings,
+                        message: cr.message,
+                        agent: team.active,
+                        lease_owner: owner,
+                        lease,
+                        cancel,
+                        new_session,
+                        steer,
+                    },
+                )
+                .instrument(span),
+        );
         Ok(Started {
             state,
             turn_id,

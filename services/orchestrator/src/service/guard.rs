@@ -203,6 +203,38 @@ impl Owned {
     }
 }
 
+/// The guard's decision for a route that is not a gRPC method (the A2A
+/// endpoint names sessions as `contextId`): the session `id` when `who`
+/// owns it. Another owner's session is [`OrchestratorError::SessionNotFound`]
+/// exactly as one that does not exist, and the attempt is audited as the
+/// guard audits it (`session_denied`).
+pub async fn own(
+    store: &dyn SessionStore,
+    who: &Principal,
+    id: &str,
+    route: &str,
+) -> Result<Owned, OrchestratorError> {
+    match store.get_session(id).await {
+        Ok(Some(meta)) if who.owns(&meta.tenant, &meta.subject) => Ok(Owned {
+            meta,
+            principal: who.clone(),
+        }),
+        Ok(Some(_)) => {
+            tracing::warn!(
+                target: "omicos::audit",
+                event = "session_denied",
+                principal = %who.label(),
+                session = %id,
+                method = %route,
+                "a session of another owner was asked for; answered as not found"
+            );
+            Err(OrchestratorError::SessionNotFound(id.to_owned()))
+        }
+        Ok(None) => Err(OrchestratorError::SessionNotFound(id.to_owned())),
+        Err(e) => Err(OrchestratorError::from(e)),
+    }
+}
+
 /// The session a request was admitted to. A request without one reached a
 /// handler that is not behind [`SessionGuard`]: refused, never guessed.
 pub fn owned_of<T>(req: &tonic::Request<T>) -> Result<Owned, tonic::Status> {

@@ -5,11 +5,13 @@
 //! - [`sessions`]: List/Get/Delete sessions, CancelTurn, ApproveTool;
 //! - [`catalog`]: ListAgents, RefreshCatalog, ListAgentTools;
 //! - [`web`]: the OrchestratorWeb service (StartTurn, GetClientConfig);
-//! - [`guard`]: the session guard every call passes before it gets here.
+//! - [`guard`]: the session guard every call passes before it gets here;
+//! - [`a2a`]: the same turns as an A2A agent (JSON-RPC on the HTTP port).
 //!
 //! The trait impl below only dispatches. A handler that works on a session
 //! reaches it only through the [`guard::Owned`] the guard put in the request.
 
+pub mod a2a;
 mod catalog;
 mod chat;
 mod compact;

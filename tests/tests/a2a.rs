@@ -1,0 +1,353 @@
+//! omicos as an A2A agent, with the official Python SDK (a2a-sdk, pinned in
+//! requirements.txt) as the client (tests/a2a/client.py): the card, a
+//! blocking send, a stream with its status updates and final artifact, a
+//! task read back, a running task cancelled, another principal refused on
+//! the first one's context and tasks, and the 0.3 binding through the SDK's
+//! compatibility transport. Malformed JSON-RPC gets the spec's error codes,
+//! and a request without a credential gets 401.
+
+use omicos_e2e::stack::api_key;
+use omicos_e2e::{FakeLlm, Reply, Stack, StackOptions};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::Duration;
+
+const ALICE: &str = "a2a-alice-token";
+const BOB: &str = "a2a-bob-token";
+
+/// An interpreter that imports a2a: OMICOS_A2A_PYTHON, the repo's .venv
+/// (scripts/bootstrap.sh), or OMICOS_KERNEL_PYTHON.
+fn python() -> String {
+    let candidates = [
+        std::env::var("OMICOS_A2A_PYTHON").ok(),
+        Some(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../.venv/bin/python3")
+                .display()
+                .to_string(),
+        ),
+        std::env::var("OMICOS_KERNEL_PYTHON").ok(),
+    ];
+    for py in candidates.into_iter().flatten().filter(|p| !p.is_empty()) {
+        let ok = std::process::Command::new(&py)
+            .args(["-c", "import a2a.client"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return py;
+        }
+    }
+    panic!("no Python imports a2a: run scripts/bootstrap.sh (requirements.txt pins a2a-sdk)")
+}
+
+async fn stack(replies: Vec<Reply>) -> Stack {
+    Stack::start(
+        FakeLlm::start(replies).await,
+        StackOptions {
+            tweak: Some(Box::new(|c| {
+                c.auth.api_keys = vec![
+                    api_key(ALICE, "alice", "acme", "full"),
+                    api_key(BOB, "bob", "acme", "full"),
+                ];
+            })),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_sends_streams_gets_and_cancels() {
+    let stack = stack(vec![
+        Reply::Text("ANSWER-ONE".into()),
+        Reply::Text("ANSWER-TWO".into()),
+        // Cancelled long before its three pieces are sent.
+        Reply::Slow("never finished".into(), Duration::from_secs(20)),
+        Reply::Text("ANSWER-THREE".into()),
+        Reply::Text("ANSWER-FOUR".into()),
+    ])
+    .await;
+    let plan = json!({"url": stack.orchestrator, "alice": ALICE, "bob": BOB});
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("a2a/client.py");
+    let py = python();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(py)
+            .arg(script)
+            .arg(plan.to_string())
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "the a2a-sdk client failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+
+    // The card: streaming, the catalog's agent as a skill, the API key scheme,
+    // JSON-RPC 1.0 and 0.3 at /a2a.
+    let card = &r["card"];
+    assert_eq!(card["name"], "omicos", "{card}");
+    assert_eq!(card["streaming"], true, "{card}");
+    assert!(!card["skills"].as_array().unwrap().is_empty(), "{card}");
+    assert_eq!(card["schemes"], json!(["apiKey"]), "{card}");
+    let rpc = format!("{}/a2a", stack.orchestrator);
+    assert_eq!(
+        card["interfaces"],
+        json!([["JSONRPC", "1.0", rpc], ["JSONRPC", "0.3", rpc]]),
+        "{card}"
+    );
+
+    // A blocking send: one completed task, the answer as its artifact.
+    let send = r["send"].as_array().unwrap();
+    assert_eq!(send.len(), 1, "{send:?}");
+    let first = &send[0]["task"];
+    assert_eq!(first["state"], "TASK_STATE_COMPLETED", "{first}");
+    assert_eq!(first["artifacts"], json!(["ANSWER-ONE"]), "{first}");
+    assert_eq!(
+        first["history_roles"],
+        json!(["ROLE_USER", "ROLE_AGENT"]),
+        "{first}"
+    );
+    let context = first["context_id"].as_str().unwrap();
+    let (session, _) = context.split_once(':').map_or((context, ""), |p| p);
+    assert_eq!(session, context, "a context is a session id");
+    assert!(
+        first["id"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{context}:"))
+    );
+
+    // A stream in the same context: the task, working, the artifact, completed.
+    let stream = r["stream"].as_array().unwrap();
+    let kinds: Vec<String> = stream
+        .iter()
+        .map(|e| {
+            e.as_object()
+                .unwrap()
+                .keys()
+                .find(|k| ["task", "status", "artifact", "message"].contains(&k.as_str()))
+                .unwrap()
+                .clone()
+        })
+        .collect();
+    assert_eq!(
+        kinds.first().map(String::as_str),
+        Some("task"),
+        "{stream:?}"
+    );
+    assert_eq!(stream[0]["task"]["context_id"], context, "{stream:?}");
+    let states: Vec<&str> = stream.iter().filter_map(|e| e["status"].as_str()).collect();
+    assert!(states.contains(&"TASK_STATE_WORKING"), "{stream:?}");
+    assert_eq!(states.last(), Some(&"TASK_STATE_COMPLETED"), "{stream:?}");
+    let art = stream
+        .iter()
+        .position(|e| e["artifact"].is_string())
+        .unwrap_or_else(|| panic!("no artifact: {stream:?}"));
+    assert_eq!(stream[art]["artifact"], "ANSWER-TWO");
+    assert_eq!(stream[art]["last_chunk"], true);
+    assert_eq!(
+        art,
+        stream.len() - 2,
+        "the artifact comes before the last status"
+    );
+
+    // The first task read back.
+    assert_eq!(r["get"]["id"], first["id"]);
+    assert_eq!(r["get"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(r["get"]["artifacts"], json!(["ANSWER-ONE"]));
+
+    // A task sent without waiting is running; cancelled, it is canceled, and
+    // a second cancel is refused as not cancelable.
+    assert_eq!(
+        r["running"]["state"], "TASK_STATE_WORKING",
+        "{}",
+        r["running"]
+    );
+    assert_eq!(
+        r["cancel"]["state"], "TASK_STATE_CANCELED",
+        "{}",
+        r["cancel"]
+    );
+    assert_eq!(
+        r["cancel_again"]["error"], "TaskNotCancelableError",
+        "{}",
+        r["cancel_again"]
+    );
+
+    // Bob: Alice's context and tasks do not exist for him.
+    for k in ["bob_send", "bob_get", "bob_cancel"] {
+        assert_eq!(r[k]["error"], "TaskNotFoundError", "{k}: {}", r[k]);
+    }
+
+    // The 0.3 binding, through the SDK's compatibility transport.
+    assert_eq!(r["legacy_transport"], "CompatJsonRpcTransport");
+    let legacy = &r["legacy_send"][0]["task"];
+    assert_eq!(
+        legacy["state"], "TASK_STATE_COMPLETED",
+        "{}",
+        r["legacy_send"]
+    );
+    assert_eq!(legacy["artifacts"], json!(["ANSWER-THREE"]), "{legacy}");
+    let ls = r["legacy_stream"].as_array().unwrap();
+    assert!(ls.iter().any(|e| e["artifact"] == "ANSWER-FOUR"), "{ls:?}");
+    assert_eq!(
+        ls.iter().filter_map(|e| e["status"].as_str()).next_back(),
+        Some("TASK_STATE_COMPLETED"),
+        "{ls:?}"
+    );
+    // Bob's attempts never reached the model: five requests, all Alice's.
+    assert_eq!(stack.llm.requests().len(), 5);
+}
+
+#[tokio::test]
+async fn malformed_json_rpc_gets_the_specs_error_codes() {
+    let stack = stack(vec![]).await;
+    let url = format!("{}/a2a", stack.orchestrator);
+    let http = reqwest::Client::new();
+    let post = |body: String, token: Option<&'static str>| {
+        let mut req = http
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.send()
+    };
+    // No credential, a wrong one: 401, as the port's other routes.
+    let r = post("{}".into(), None).await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = post("{}".into(), Some("wrong")).await.unwrap();
+    assert_eq!(r.status(), 401);
+    for (body, code) in [
+        ("{not json".to_owned(), -32700),
+        ("[]".to_owned(), -32600),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":"#.to_owned(), -32700),
+        (r#"{"jsonrpc":"1.0","id":1,"method":"GetTask","params":{"id":"x"}}"#.to_owned(), -32600),
+        (r#"{"jsonrpc":"2.0","id":1}"#.to_owned(), -32600),
+        (r#"{"jsonrpc":"2.0","id":{"a":1},"method":"GetTask"}"#.to_owned(), -32600),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"tasks/explode"}"#.to_owned(), -32601),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":[1]}"#.to_owned(), -32602),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{}}"#.to_owned(), -32602),
+        (
+            json!({"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"kind":"message","messageId":"m","role":"user","parts":[{"kind":"file","file":{"uri":"file:///etc/passwd"}}]}}}).to_string(),
+            -32005,
+        ),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{}}"#.to_owned(), -32602),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"no-such-task"}}"#.to_owned(), -32001),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"s:t"}}"#.to_owned(), -32001),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"CancelTask","params":{"id":"s:t"}}"#.to_owned(), -32001),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"CreateTaskPushNotificationConfig","params":{}}"#.to_owned(), -32003),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"SubscribeToTask","params":{"id":"s:t"}}"#.to_owned(), -32004),
+        (
+            json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"role":"ROLE_USER","contextId":"no-such-session","parts":[{"text":"hi"}]}}}).to_string(),
+            -32001,
+        ),
+    ] {
+        let r = post(body.clone(), Some(ALICE)).await.unwrap();
+        assert_eq!(r.status(), 200, "{body}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["jsonrpc"], "2.0", "{body}: {v}");
+        assert_eq!(v["error"]["code"], code, "{body}: {v}");
+        assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+        assert!(v.get("result").is_none(), "{v}");
+    }
+    // The card is open, and names the JSON-RPC endpoint.
+    let card: Value = http
+        .get(format!(
+            "{}/.well-known/agent-card.json",
+            stack.orchestrator
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(card["capabilities"]["streaming"], true, "{card}");
+    assert_eq!(card["supportedInterfaces"][0]["url"], url, "{card}");
+    // Nothing reached the model.
+    assert!(stack.llm.requests().is_empty());
+}
+
+/// A tool call waiting for an approval makes the task input-required (a
+/// blocking SendMessage returns there); approved through the gRPC API, the
+/// same task completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_approval_is_input_required() {
+    let stack = stack(vec![
+        Reply::Tools(
+            String::new(),
+            vec![(
+                "c_w".into(),
+                "file_manager__write".into(),
+                r#"{"path":"a.txt","content":"A"}"#.into(),
+            )],
+        ),
+        Reply::Text("written".into()),
+    ])
+    .await;
+    let url = format!("{}/a2a", stack.orchestrator);
+    let http = reqwest::Client::new();
+    let call = |body: Value| {
+        let req = http.post(&url).bearer_auth(ALICE).json(&body);
+        async move { req.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let r = call(
+        json!({"jsonrpc": "2.0", "id": "1", "method": "SendMessage", "params": {
+        "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "write a.txt"}]},
+        "metadata": {"permissionMode": "auto"}}}),
+    )
+    .await;
+    let task = &r["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{r}");
+    let why = task["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(why.contains("c_w"), "{why}");
+    let (id, session) = (
+        task["id"].as_str().unwrap().to_owned(),
+        task["contextId"].as_str().unwrap().to_owned(),
+    );
+    let get = json!({"jsonrpc": "2.0", "id": "2", "method": "GetTask", "params": {"id": id}});
+    assert_eq!(
+        call(get.clone()).await["result"]["status"]["state"],
+        "TASK_STATE_INPUT_REQUIRED"
+    );
+    omicos_e2e::client_with(&stack.orchestrator, ALICE)
+        .await
+        .approve_tool(omicos_proto::ApproveToolRequest {
+            session_id: session,
+            call_id: "c_w".into(),
+            decision: omicos_proto::Decision::AllowOnce as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // The turn goes on after the approval; wait for its end (bounded, not timed).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let done = loop {
+        let t = call(get.clone()).await;
+        if t["result"]["status"]["state"] != "TASK_STATE_INPUT_REQUIRED"
+            && t["result"]["status"]["state"] != "TASK_STATE_WORKING"
+        {
+            break t;
+        }
+        assert!(std::time::Instant::now() < deadline, "still running: {t}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        done["result"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{done}"
+    );
+    assert_eq!(
+        done["result"]["artifacts"][0]["parts"][0]["text"], "written",
+        "{done}"
+    );
+}
