@@ -51,6 +51,8 @@ pub struct LiveCall {
     approvals: mpsc::Sender<ExecuteApproval>,
     /// Cancels the call: a follower's cancel, the grace period's end.
     pub cancel: CancellationToken,
+    /// Fires once the result was handed on: followers' streams end.
+    finished: CancellationToken,
 }
 
 #[derive(Default)]
@@ -127,6 +129,7 @@ impl Calls {
             inner: Mutex::new(Inner::default()),
             approvals,
             cancel,
+            finished: CancellationToken::new(),
         });
         let mut map = self.map.lock().expect("calls");
         if map.len() >= CALLS_MAX {
@@ -195,6 +198,9 @@ impl Calls {
                 self.detach(&call, id);
             }
             if finished {
+                // The follower's stream ends after the result.
+                call.inner.lock().expect("call").follower = None;
+                call.finished.cancel();
                 break;
             }
         }
@@ -229,13 +235,20 @@ impl Calls {
             }
             inner.follower = Some((id, tx.clone()));
         }
+        let done = inner.result.is_some();
         drop(inner);
-        // The follower's stream dropped (its orchestrator is gone): detach.
-        let (calls, watched) = (self.clone(), call.clone());
-        tokio::spawn(async move {
-            tx.closed().await;
-            calls.detach(&watched, id);
-        });
+        if !done {
+            // The follower's stream dropped (its orchestrator is gone):
+            // detach. Once the result went out, its sender is let go so
+            // the stream ends.
+            let (calls, watched) = (self.clone(), call.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = tx.closed() => calls.detach(&watched, id),
+                    _ = watched.finished.cancelled() => {}
+                }
+            });
+        }
         Following {
             messages: rx,
             id,

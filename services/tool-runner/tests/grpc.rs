@@ -389,7 +389,8 @@ async fn approval_on_the_same_stream() {
 
 #[tokio::test]
 async fn cancel_message_and_dropped_stream_stop_the_call() {
-    let r = start_runner(|_| {}).await;
+    // A dropped stream stops the call once the reattach grace period ends.
+    let r = start_runner(|c| c.reattach_grace = Duration::from_secs(1)).await;
     // ExecuteCancel mid-call.
     let (tx, mut resp) = r
         .open(start(
