@@ -18,7 +18,6 @@ use omicos_proto::{
 };
 use omicos_sessionstore::now_ms;
 use prost::Message;
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,22 +85,8 @@ async fn log(state: &SessionState) -> Result<Vec<ChatEvent>, OrchestratorError> 
 
 /// `tool` messages for every call of the history's last assistant message that has none.
 pub fn unanswered_tool_messages(history: &[HistoryItem]) -> Vec<HistoryItem> {
-    let Some((at, last)) = history.iter().enumerate().rev().find_map(|(i, m)| match m {
-        HistoryItem::Assistant(a) => Some((i, a)),
-        _ => None,
-    }) else {
-        return vec![];
-    };
-    let answered: HashSet<&str> = history[at + 1..]
+    crate::engine::resume::unanswered_calls(history)
         .iter()
-        .filter_map(|m| match m {
-            HistoryItem::Tool(t) => Some(t.tool_call_id.as_str()),
-            _ => None,
-        })
-        .collect();
-    last.calls()
-        .iter()
-        .filter(|c| !answered.contains(c.id.as_str()))
         .map(|c| {
             HistoryItem::tool_result(&c.id, model_envelope(ToolStatus::Error, INTERRUPTED), None)
         })
