@@ -200,13 +200,38 @@ pub struct Steering<'a> {
 /// Resolves when stdin holds a line: between prompts the terminal is in
 /// cooked mode, so stdin turns readable only once Enter is pressed. Nothing
 /// is read here (the line editor reads it); without `fd` it never resolves.
+///
+/// The reactor's readiness can be stale: a line answered at the approval
+/// prompt made stdin readable, and the editor consumed it since. So stdin is
+/// asked again (poll with no wait) before the line counts as typed; else the
+/// loop would sit in a steer prompt nobody types into while the turn's
+/// events wait.
 async fn line_typed(fd: Option<&tokio::io::unix::AsyncFd<std::io::Stdin>>) {
-    match fd {
-        Some(fd) => match fd.readable().await {
-            Ok(mut g) => g.clear_ready(),
-            Err(_) => std::future::pending::<()>().await,
-        },
-        None => std::future::pending::<()>().await,
+    let Some(fd) = fd else {
+        return std::future::pending::<()>().await;
+    };
+    loop {
+        let Ok(mut g) = fd.readable().await else {
+            return std::future::pending::<()>().await;
+        };
+        g.clear_ready();
+        if holds_input(fd.get_ref()) {
+            return;
+        }
+    }
+}
+
+/// Whether a read of `fd` would return at once (data or end of input).
+fn holds_input(fd: impl std::os::fd::AsFd) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(n) if n > 0 => fds[0].revents().is_some_and(|r| {
+            r.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR)
+        }),
+        // Interrupted or refused: count it as typed, as the reactor said.
+        Err(_) => true,
+        Ok(_) => false,
     }
 }
 
@@ -721,5 +746,22 @@ mod tests {
         assert_eq!(parse_answer(" A "), Some(Decision::AllowSession));
         assert_eq!(parse_answer("n"), Some(Decision::Deny));
         assert_eq!(parse_answer("maybe"), None);
+    }
+
+    /// A line the editor already consumed no longer counts as typed (the
+    /// reactor's readiness for it is stale), a fresh one does, and so does
+    /// the end of input.
+    #[test]
+    fn only_a_line_still_waiting_counts_as_typed() {
+        use std::io::{Read, Write};
+        let (mut rx, mut tx) = std::io::pipe().unwrap();
+        assert!(!holds_input(&rx), "nothing written yet");
+        tx.write_all(b"y\n").unwrap();
+        assert!(holds_input(&rx), "a line waits");
+        let mut buf = [0u8; 2];
+        rx.read_exact(&mut buf).unwrap();
+        assert!(!holds_input(&rx), "the line was read by someone else");
+        drop(tx);
+        assert!(holds_input(&rx), "the end of input is news too");
     }
 }
