@@ -263,12 +263,15 @@ fn k8s_workloads_have_probes_resources_and_disruption_budgets() {
         let target = s(svc, "spec.ports.0.targetPort")
             .and_then(Value::as_u64)
             .unwrap();
-        let exposed =
-            s(w, "spec.template.spec.containers.0.ports.0.containerPort").and_then(Value::as_u64);
-        assert_eq!(
-            exposed,
-            Some(target),
-            "service {name}: targetPort is not the pods' port"
+        let exposed: Vec<u64> = s(w, "spec.template.spec.containers.0.ports")
+            .and_then(Value::as_sequence)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| s(p, "containerPort").and_then(Value::as_u64))
+            .collect();
+        assert!(
+            exposed.contains(&target),
+            "service {name}: targetPort {target} is none of the pods' ports {exposed:?}"
         );
     }
 }
@@ -598,8 +601,8 @@ fn k8s_every_container_takes_the_service_secret_and_clients_need_a_key() {
     }
 }
 
-/// Only orchestrators reach runners (and providers, to register with the
-/// registry the runners serve); only runners reach providers.
+/// Only orchestrators reach runners' ToolRunner port, only providers the
+/// registry port the runners serve apart; only runners reach providers.
 #[test]
 fn k8s_network_policies_fence_runners_and_providers() {
     let k = K8s::load();
@@ -616,10 +619,9 @@ fn k8s_network_policies_fence_runners_and_providers() {
         .and_then(Value::as_u64)
         .unwrap()
     };
-    // Who may reach `bin`'s gRPC port, by the binaries their pods run.
-    let callers = |bin: &str| -> std::collections::BTreeSet<String> {
+    // Who may reach `bin`'s `port`, by the binaries their pods run.
+    let callers = |bin: &str, port: u64| -> std::collections::BTreeSet<String> {
         let labels = labels_of(bin);
-        let port = port_of(bin);
         let policies: Vec<&Value> = k
             .of_kind("NetworkPolicy")
             .filter(|p| K8s::selects(s(p, "spec.podSelector.matchLabels").unwrap(), &labels))
@@ -676,18 +678,37 @@ fn k8s_network_policies_fence_runners_and_providers() {
         out
     };
     let set = |v: &[&str]| v.iter().map(|x| x.to_string()).collect();
+    let runner_env = k.env(
+        "tool-runner",
+        s(k.running("omicos-tool-runner"), "spec.template.spec.containers.0").unwrap(),
+    );
+    let registry_port: u64 = get(&runner_env, "OMICOS_REGISTRY_LISTEN")
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("the runners serve the registry on a port of its own");
+    let runner_port = port_of("omicos-tool-runner");
+    assert_ne!(registry_port, runner_port);
     assert_eq!(
-        callers("omicos-tool-runner"),
-        set(&[
-            "omicos-orchestrator",
-            "omicos-kernel",
-            "omicos-web",
-            "omicos-memory"
-        ]),
-        "the runners' port"
+        callers("omicos-tool-runner", runner_port),
+        set(&["omicos-orchestrator"]),
+        "the runners' ToolRunner port"
+    );
+    assert_eq!(
+        callers("omicos-tool-runner", registry_port),
+        set(&["omicos-kernel", "omicos-web", "omicos-memory"]),
+        "the runners' registry port"
     );
     for p in ["omicos-kernel", "omicos-web", "omicos-memory"] {
-        assert_eq!(callers(p), set(&["omicos-tool-runner"]), "{p}'s port");
+        assert_eq!(
+            callers(p, port_of(p)),
+            set(&["omicos-tool-runner"]),
+            "{p}'s port"
+        );
+        // Providers are told the registry port, which is all they may reach.
+        let env = k.env(p, s(k.running(p), "spec.template.spec.containers.0").unwrap());
+        let (_, port) = host_port(get(&env, "OMICOS_REGISTRY"));
+        assert_eq!(u64::from(port), registry_port, "{p} registers elsewhere");
     }
 }
 
@@ -850,8 +871,8 @@ mod run {
 
     /// The local stand-ins of the cluster's names.
     struct Local {
-        /// Workload name → its 127.0.0.1 port.
-        ports: BTreeMap<String, u16>,
+        /// (workload name, container port) → its 127.0.0.1 port.
+        ports: BTreeMap<(String, u16), u16>,
         /// Service name → the workload it selects.
         services: BTreeMap<String, String>,
         db: String,
@@ -871,7 +892,20 @@ mod run {
                     .unwrap_or_else(|| panic!("{own}: {url} names no Service of the manifest"))
                     .clone()
             };
-            format!("http://127.0.0.1:{}", self.ports[&workload])
+            let (_, port) = host_port(url);
+            format!("http://127.0.0.1:{}", self.port(&workload, port))
+        }
+
+        /// The local port of `workload`'s container port `port`.
+        fn port(&self, workload: &str, port: u16) -> u16 {
+            *self
+                .ports
+                .get(&(workload.to_owned(), port))
+                .unwrap_or_else(|| panic!("{workload} exposes no port {port}"))
+        }
+
+        fn url(&self, workload: &str, port: u16) -> String {
+            format!("http://127.0.0.1:{}", self.port(workload, port))
         }
 
         /// A container's environment on this machine.
@@ -886,8 +920,12 @@ mod run {
             let mut out = Vec::new();
             for (name, v) in env {
                 let v = match name.as_str() {
-                    "OMICOS_LISTEN" => format!("127.0.0.1:{}", self.ports[workload]),
                     "OMICOS_METRICS_ADDR" => "127.0.0.1:0".into(),
+                    // OMICOS_LISTEN, OMICOS_REGISTRY_LISTEN: a port the pod exposes.
+                    _ if v.starts_with("0.0.0.0:") => {
+                        let (_, port) = host_port(&format!("http://{v}"));
+                        format!("127.0.0.1:{}", self.port(workload, port))
+                    }
                     "OMICOS_WORKSPACE" => self.ws.display().to_string(),
                     "OMICOS_KERNEL_PYTHON" => python(),
                     "POD_NAME" | "POD_IP" => v,
@@ -940,10 +978,25 @@ mod run {
         let llm = FakeLlm::start(vec![Reply::Text("hello from the manifests".into())]).await;
         let mut ports = BTreeMap::new();
         for w in k.workloads() {
-            ports.insert(text(w, "metadata.name").to_owned(), free_port());
+            for p in s(w, "spec.template.spec.containers.0.ports")
+                .and_then(Value::as_sequence)
+                .into_iter()
+                .flatten()
+            {
+                let port = s(p, "containerPort").and_then(Value::as_u64).unwrap();
+                ports.insert(
+                    (text(w, "metadata.name").to_owned(), port as u16),
+                    free_port(),
+                );
+            }
         }
         let mut services = BTreeMap::new();
         for svc in k.of_kind("Service") {
+            assert_eq!(
+                s(svc, "spec.ports.0.port").and_then(Value::as_u64),
+                s(svc, "spec.ports.0.targetPort").and_then(Value::as_u64),
+                "a Service's port is its pods' port here"
+            );
             let sel = s(svc, "spec.selector").unwrap();
             let w = k
                 .workloads()
@@ -965,7 +1018,25 @@ mod run {
             k.named("Secret", "omicos").unwrap(),
             "stringData.service-secret",
         );
-        let url = |w: &str| format!("http://127.0.0.1:{}", local.ports[w]);
+        // A workload's gRPC port (its first), and the runners' registry port.
+        let url = |w: &str| {
+            let port = k
+                .workloads()
+                .find(|x| text(x, "metadata.name") == w)
+                .and_then(|x| s(x, "spec.template.spec.containers.0.ports.0.containerPort"))
+                .and_then(Value::as_u64)
+                .unwrap_or_else(|| panic!("{w}: no port"));
+            local.url(w, port as u16)
+        };
+        let registry = {
+            let runner = k.running("omicos-tool-runner");
+            let env = k.env(
+                "tool-runner",
+                s(runner, "spec.template.spec.containers.0").unwrap(),
+            );
+            let (_, port) = host_port(&format!("http://{}", get(&env, "OMICOS_REGISTRY_LISTEN")));
+            local.url(text(runner, "metadata.name"), port)
+        };
 
         // The runner first (providers register with it), then providers, then
         // the orchestrator (ready once the runner answers).
@@ -987,7 +1058,7 @@ mod run {
         let deadline = Instant::now() + WAIT;
         loop {
             let got: std::collections::BTreeSet<String> =
-                providers(&url("omicos-tool-runner"), secret)
+                providers(&registry, secret)
                     .await
                     .into_iter()
                     .map(|i| i.provider)
@@ -998,7 +1069,7 @@ mod run {
             assert!(Instant::now() < deadline, "providers registered: {got:?}");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let before = providers(&url("omicos-tool-runner"), secret).await.len();
+        let before = providers(&registry, secret).await.len();
 
         // 1. ToolRunner/Execute without the secret: refused, and the shell
         //    it asked for never ran.
@@ -1024,7 +1095,7 @@ mod run {
 
         // 2. Registry/Register without the secret: refused, registry unchanged.
         let mut reg =
-            RegistryClient::new(channel(&url("omicos-tool-runner"), Credentials::none()).await);
+            RegistryClient::new(channel(&registry, Credentials::none()).await);
         let e = reg
             .register(RegisterRequest {
                 instance: Some(ProviderInstance {
@@ -1042,6 +1113,35 @@ mod run {
             .await
             .expect_err("an unauthenticated Register");
         assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+
+        // 2b. The two ports are apart, so the NetworkPolicy that admits
+        //    providers to the registry port admits them to nothing else: the
+        //    ToolRunner port serves no Registry and the registry port no
+        //    ToolRunner, even to a caller holding the secret.
+        let mut reg_on_runner_port = RegistryClient::new(
+            channel(
+                &url("omicos-tool-runner"),
+                Credentials::service(secret, ServiceRole::Operator).unwrap(),
+            )
+            .await,
+        );
+        let e = reg_on_runner_port
+            .list(ListProvidersRequest {})
+            .await
+            .expect_err("the Registry on the ToolRunner port");
+        assert_eq!(e.code(), Code::Unimplemented, "{e:?}");
+        let mut runner_on_registry_port = ToolRunnerClient::new(
+            channel(
+                &registry,
+                Credentials::service(secret, ServiceRole::Orchestrator).unwrap(),
+            )
+            .await,
+        );
+        let e = runner_on_registry_port
+            .list_tools(omicos_proto::ListToolsRequest::default())
+            .await
+            .expect_err("ToolRunner on the registry port");
+        assert_eq!(e.code(), Code::Unimplemented, "{e:?}");
 
         // 3. A provider's CallTool without the secret: memory and the kernel
         //    refuse, and nothing was saved or run.
@@ -1079,7 +1179,7 @@ mod run {
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert!(!marker.exists(), "the refused Execute ran its shell");
         assert!(!kernel_marker.exists(), "the refused CallTool ran its code");
-        let after = providers(&url("omicos-tool-runner"), secret).await;
+        let after = providers(&registry, secret).await;
         assert_eq!(after.len(), before);
         assert!(after.iter().all(|i| i.provider != "evil"), "{after:?}");
         let mut mem_as_runner = ToolProviderClient::new(

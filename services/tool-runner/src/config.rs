@@ -12,6 +12,11 @@ use std::time::Duration;
 pub struct Config {
     /// Address to listen on (ToolRunner, Registry, health and reflection).
     pub listen: String,
+    /// Where the Registry is served apart from `listen`, e.g. `0.0.0.0:7011`:
+    /// then `listen` serves ToolRunner only, and a network policy can let
+    /// providers reach the registry and nothing else of the runner (deploy/
+    /// does). Empty (the default): the Registry shares `listen`.
+    pub registry_listen: String,
     /// Workspace root every file path is confined to.
     pub workspace: PathBuf,
     /// How long a call waits for the user's approval before it counts as denied.
@@ -104,6 +109,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             listen: "127.0.0.1:7001".into(),
+            registry_listen: String::new(),
             workspace: PathBuf::from("."),
             approval_timeout: Duration::from_secs(300),
             hooks: HooksConfig::default(),

@@ -151,9 +151,19 @@ pub async fn run(
             }
         });
     }
+    // The Registry on its own port when configured (providers reach only
+    // that one), else beside ToolRunner.
+    let registry_listener = match config.registry_listen.trim() {
+        "" => None,
+        addr => Some(omicos_servicekit::host::bind(addr).await?),
+    };
     let host = Host::new(HostOptions {
         name: "tool-runner",
-        services: vec!["omicos.v1.ToolRunner", "omicos.v1.Registry"],
+        services: if registry_listener.is_some() {
+            vec!["omicos.v1.ToolRunner"]
+        } else {
+            vec!["omicos.v1.ToolRunner", "omicos.v1.Registry"]
+        },
     })
     .await
     .tls(tls.server.clone());
@@ -176,16 +186,36 @@ pub async fn run(
             ],
             tls.mutual(),
         ));
-    let router = host
-        .router()
-        .add_service(omicos_auth::Guard::new(
-            service::ToolRunnerService::new(pipeline, stop, config.reattach_grace)
-                .named(&name)
-                .into_server(),
-            gate.clone(),
-        ))
-        .add_service(omicos_auth::Guard::new(registry.into_server(), gate));
-    // In-process providers are ready now; remote ones come and go through the registry.
+    let router = host.router().add_service(omicos_auth::Guard::new(
+        service::ToolRunnerService::new(pipeline, stop, config.reattach_grace)
+            .named(&name)
+            .into_server(),
+        gate.clone(),
+    ));
+    let registry = omicos_auth::Guard::new(registry.into_server(), gate);
+    let Some(registry_listener) = registry_listener else {
+        // In-process providers are ready now; remote ones come and go through the registry.
+        host.set_serving().await;
+        return host
+            .serve(router.add_service(registry), listener, shutdown)
+            .await;
+    };
+    tracing::info!(
+        addr = %registry_listener.local_addr()?,
+        "the registry listens apart from ToolRunner (registry_listen)"
+    );
+    let registry_host = Host::new(HostOptions {
+        name: "tool-runner-registry",
+        services: vec!["omicos.v1.Registry"],
+    })
+    .await
+    .tls(tls.server.clone());
+    let registry_router = registry_host.router().add_service(registry);
     host.set_serving().await;
-    host.serve(router, listener, shutdown).await
+    registry_host.set_serving().await;
+    tokio::try_join!(
+        host.serve(router, listener, shutdown.clone()),
+        registry_host.serve(registry_router, registry_listener, shutdown),
+    )
+    .map(|_| ())
 }
