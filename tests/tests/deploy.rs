@@ -64,6 +64,16 @@ fn get<'a>(env: &'a [(String, String)], name: &str) -> &'a str {
         .unwrap_or("")
 }
 
+/// The ports a container exposes (`ports[].containerPort`).
+fn container_ports(c: &Value) -> Vec<u64> {
+    s(c, "ports")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .filter_map(|p| s(p, "containerPort").and_then(Value::as_u64))
+        .collect()
+}
+
 /// `http://host:port` → (host, port).
 fn host_port(url: &str) -> (String, u16) {
     let rest = url
@@ -205,12 +215,7 @@ fn k8s_workloads_have_probes_resources_and_disruption_budgets() {
             .and_then(Value::as_sequence)
             .unwrap()
         {
-            let ports: Vec<u64> = s(c, "ports")
-                .and_then(Value::as_sequence)
-                .into_iter()
-                .flatten()
-                .filter_map(|p| s(p, "containerPort").and_then(Value::as_u64))
-                .collect();
+            let ports = container_ports(c);
             let listen = k
                 .env(name, c)
                 .iter()
@@ -263,12 +268,7 @@ fn k8s_workloads_have_probes_resources_and_disruption_budgets() {
         let target = s(svc, "spec.ports.0.targetPort")
             .and_then(Value::as_u64)
             .unwrap();
-        let exposed: Vec<u64> = s(w, "spec.template.spec.containers.0.ports")
-            .and_then(Value::as_sequence)
-            .into_iter()
-            .flatten()
-            .filter_map(|p| s(p, "containerPort").and_then(Value::as_u64))
-            .collect();
+        let exposed = container_ports(s(w, "spec.template.spec.containers.0").unwrap());
         assert!(
             exposed.contains(&target),
             "service {name}: targetPort {target} is none of the pods' ports {exposed:?}"
@@ -680,7 +680,11 @@ fn k8s_network_policies_fence_runners_and_providers() {
     let set = |v: &[&str]| v.iter().map(|x| x.to_string()).collect();
     let runner_env = k.env(
         "tool-runner",
-        s(k.running("omicos-tool-runner"), "spec.template.spec.containers.0").unwrap(),
+        s(
+            k.running("omicos-tool-runner"),
+            "spec.template.spec.containers.0",
+        )
+        .unwrap(),
     );
     let registry_port: u64 = get(&runner_env, "OMICOS_REGISTRY_LISTEN")
         .rsplit(':')
@@ -706,7 +710,10 @@ fn k8s_network_policies_fence_runners_and_providers() {
             "{p}'s port"
         );
         // Providers are told the registry port, which is all they may reach.
-        let env = k.env(p, s(k.running(p), "spec.template.spec.containers.0").unwrap());
+        let env = k.env(
+            p,
+            s(k.running(p), "spec.template.spec.containers.0").unwrap(),
+        );
         let (_, port) = host_port(get(&env, "OMICOS_REGISTRY"));
         assert_eq!(u64::from(port), registry_port, "{p} registers elsewhere");
     }
@@ -978,12 +985,7 @@ mod run {
         let llm = FakeLlm::start(vec![Reply::Text("hello from the manifests".into())]).await;
         let mut ports = BTreeMap::new();
         for w in k.workloads() {
-            for p in s(w, "spec.template.spec.containers.0.ports")
-                .and_then(Value::as_sequence)
-                .into_iter()
-                .flatten()
-            {
-                let port = s(p, "containerPort").and_then(Value::as_u64).unwrap();
+            for port in container_ports(s(w, "spec.template.spec.containers.0").unwrap()) {
                 ports.insert(
                     (text(w, "metadata.name").to_owned(), port as u16),
                     free_port(),
@@ -1057,12 +1059,11 @@ mod run {
         // Every provider registered, holding the secret.
         let deadline = Instant::now() + WAIT;
         loop {
-            let got: std::collections::BTreeSet<String> =
-                providers(&registry, secret)
-                    .await
-                    .into_iter()
-                    .map(|i| i.provider)
-                    .collect();
+            let got: std::collections::BTreeSet<String> = providers(&registry, secret)
+                .await
+                .into_iter()
+                .map(|i| i.provider)
+                .collect();
             if ["memory", "web", "kernel"].iter().all(|p| got.contains(*p)) {
                 break;
             }
@@ -1094,8 +1095,7 @@ mod run {
         assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
 
         // 2. Registry/Register without the secret: refused, registry unchanged.
-        let mut reg =
-            RegistryClient::new(channel(&registry, Credentials::none()).await);
+        let mut reg = RegistryClient::new(channel(&registry, Credentials::none()).await);
         let e = reg
             .register(RegisterRequest {
                 instance: Some(ProviderInstance {
