@@ -1,7 +1,9 @@
 //! Hooks at Claude Code's level (issue 41), end to end through Chat: hook
 //! scripts written in Claude Code's style (stdin JSON, exit 2 or decision
-//! JSON on stdout) and an http hook server on 127.0.0.1, for the events the
-//! orchestrator runs: SessionStart, SessionEnd, UserPromptSubmit, Stop.
+//! JSON on stdout) and http hook servers on 127.0.0.1, for the events the
+//! orchestrator runs (SessionStart, SessionEnd, UserPromptSubmit, Stop,
+//! SubagentStart, SubagentStop, Notification, PermissionDenied) and the
+//! tool events the runner runs (PreToolUse, PostToolUse).
 
 use omicos_e2e::stack::done_reason;
 use omicos_e2e::{FakeLlm, Reply, Stack, StackOptions};
@@ -502,4 +504,460 @@ async fn notification_while_an_approval_waits_and_permission_denied_after_a_refu
     assert_eq!(d["tool_use_id"], "c_sh");
     assert_eq!(d["tool_input"]["command"], "echo hi > b.txt");
     assert!(d["reason"].as_str().unwrap().contains("denied"), "{d}");
+}
+
+/// The text of every tool-role message of a recorded model request.
+fn tool_texts(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+fn shell(id: &str, command: &str) -> Reply {
+    Reply::Tools(
+        String::new(),
+        vec![(
+            id.into(),
+            "shell".into(),
+            json!({ "command": command }).to_string(),
+        )],
+    )
+}
+
+/// A policy server for the runner's tool events, on 127.0.0.1: `/pre`
+/// denies commands that touch `denied.txt`, rewrites those that say
+/// `rewrite-me`, allows the rest; `/post` adds context; `/fail` answers 500;
+/// `/slow` answers after 3 s (past its hook's timeout).
+async fn tool_hook_server(seen: Seen) -> String {
+    use axum::{Json, Router, http::StatusCode, routing::post};
+    let record = move |route: &'static str| {
+        let seen = seen.clone();
+        move |v: Value| {
+            let mut v = v;
+            v["_route"] = route.into();
+            seen.lock().unwrap().push(v);
+        }
+    };
+    let (r1, r2, r3, r4) = (
+        record("pre"),
+        record("post"),
+        record("fail"),
+        record("slow"),
+    );
+    let app = Router::new()
+        .route(
+            "/pre",
+            post(move |Json(v): Json<Value>| async move {
+                let command = v["tool_input"]["command"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                r1(v);
+                let out = if command.contains("denied.txt") {
+                    json!({"hookSpecificOutput": {"hookEventName": "PreToolUse",
+                        "permissionDecision": "deny",
+                        "permissionDecisionReason": "no writes to denied.txt"}})
+                } else if command.contains("rewrite-me") {
+                    json!({"hookSpecificOutput": {"hookEventName": "PreToolUse",
+                        "permissionDecision": "allow",
+                        "updatedInput": {"command": "echo rewritten > rewritten.txt"}}})
+                } else {
+                    json!({"hookSpecificOutput": {"hookEventName": "PreToolUse",
+                        "permissionDecision": "allow", "permissionDecisionReason": "policy ok"}})
+                };
+                Json(out)
+            }),
+        )
+        .route(
+            "/post",
+            post(move |Json(v): Json<Value>| async move {
+                r2(v);
+                Json(
+                    json!({"hookSpecificOutput": {"hookEventName": "PostToolUse",
+                    "additionalContext": "POST-CONTEXT: the file was scanned"}}),
+                )
+            }),
+        )
+        .route(
+            "/fail",
+            post(move |Json(v): Json<Value>| async move {
+                r3(v);
+                (StatusCode::INTERNAL_SERVER_ERROR, "broken")
+            }),
+        )
+        .route(
+            "/slow",
+            post(move |Json(v): Json<Value>| async move {
+                r4(v);
+                tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+                Json(json!({"hookSpecificOutput": {"hookEventName": "PreToolUse",
+                    "permissionDecision": "deny", "permissionDecisionReason": "too late"}}))
+            }),
+        );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await });
+    url
+}
+
+/// http handlers for the runner's tool events, through Chat → runner: a
+/// PreToolUse deny stops the call before it runs (its file never appears),
+/// an allow runs it without asking in `auto`, an `updatedInput` rewrites
+/// it, a PostToolUse `additionalContext` reaches the model's next request,
+/// and a server that answers 500 or too late blocks nothing: the calls run
+/// and the turn goes on. The handlers of one event run in parallel: the
+/// slow one costs its timeout once per call, not once per handler.
+#[tokio::test]
+async fn http_tool_hooks_deny_allow_rewrite_and_add_context_and_failures_block_nothing() {
+    let ws = tempfile::tempdir().unwrap();
+    let seen: Seen = Default::default();
+    let url = tool_hook_server(seen.clone()).await;
+    let llm = FakeLlm::start(vec![
+        shell("c_deny", "echo hi > denied.txt"),
+        shell("c_allow", "echo hi > allowed.txt"),
+        shell("c_rewrite", "echo rewrite-me > original.txt"),
+        Reply::Text("all done".into()),
+    ])
+    .await;
+    let stack = Stack::start(
+        llm,
+        StackOptions {
+            workspace: Some(ws.path().to_path_buf()),
+            runner_overrides: json!({"hooks": {
+                "PreToolUse": [{"matcher": "shell", "hooks": [
+                    {"type": "http", "url": format!("{url}/pre"), "timeout": 5},
+                    {"type": "http", "url": format!("{url}/fail"), "timeout": 5},
+                    {"type": "http", "url": format!("{url}/slow"), "timeout": "700ms"}
+                ]}],
+                "PostToolUse": [{"matcher": "shell|file_.*", "hooks": [
+                    {"type": "http", "url": format!("{url}/post")}
+                ]}],
+            }}),
+            ..Default::default()
+        },
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let events = stack
+        .chat(ChatRequest {
+            permission_mode: "auto".into(),
+            ..req("write the files")
+        })
+        .await
+        .unwrap()
+        .until_done()
+        .await;
+    let took = started.elapsed();
+    assert_eq!(
+        done_reason(&events).as_deref(),
+        Some("completed"),
+        "{events:?}"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.kind, Some(chat_event::Kind::ToolApprovalRequest(_)))),
+        "the hook allowed: nobody was asked in auto"
+    );
+    // Denied: never ran. Allowed: ran. Rewritten: the rewritten command ran.
+    assert!(!ws.path().join("denied.txt").exists(), "a denied call ran");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("allowed.txt")).unwrap(),
+        "hi\n"
+    );
+    assert!(
+        !ws.path().join("original.txt").exists(),
+        "the input was not rewritten"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("rewritten.txt")).unwrap(),
+        "rewritten\n"
+    );
+
+    let reqs = stack.llm.requests();
+    assert_eq!(reqs.len(), 4);
+    let denied = tool_texts(&reqs[1].body);
+    assert!(
+        denied.last().unwrap().contains("no writes to denied.txt"),
+        "the model reads the deny reason: {denied:?}"
+    );
+    assert!(
+        !denied.last().unwrap().contains("POST-CONTEXT"),
+        "no PostToolUse for a call that never ran: {denied:?}"
+    );
+    let allowed = tool_texts(&reqs[2].body);
+    assert!(
+        allowed
+            .last()
+            .unwrap()
+            .contains("POST-CONTEXT: the file was scanned"),
+        "PostToolUse context reaches the model: {allowed:?}"
+    );
+
+    let seen = seen.lock().unwrap().clone();
+    let on =
+        |route: &str| -> Vec<&Value> { seen.iter().filter(|v| v["_route"] == route).collect() };
+    // Every PreToolUse handler saw every call, with Claude Code's fields.
+    for route in ["pre", "fail", "slow"] {
+        let ids: Vec<&str> = on(route)
+            .iter()
+            .map(|v| v["tool_use_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids.len(), 3, "{route}: {ids:?}");
+        for id in ["c_deny", "c_allow", "c_rewrite"] {
+            assert!(ids.contains(&id), "{route}: {ids:?}");
+        }
+    }
+    let session = events[0].session_id.clone();
+    let pre = on("pre");
+    let deny = pre.iter().find(|v| v["tool_use_id"] == "c_deny").unwrap();
+    assert_eq!(deny["hook_event_name"], "PreToolUse");
+    assert_eq!(deny["tool_name"], "shell");
+    assert_eq!(deny["tool_input"]["command"], "echo hi > denied.txt");
+    assert_eq!(deny["session_id"], session.as_str());
+    assert_eq!(deny["cwd"], ws.path().display().to_string());
+    assert_eq!(deny["permission_mode"], "auto");
+    // PostToolUse for the two calls that ran, with their responses.
+    let post = on("post");
+    let ids: Vec<&str> = post
+        .iter()
+        .map(|v| v["tool_use_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["c_allow", "c_rewrite"]);
+    assert_eq!(post[0]["hook_event_name"], "PostToolUse");
+    assert!(post[0].get("tool_response").is_some(), "{}", post[0]);
+    assert_eq!(
+        post[1]["tool_input"]["command"],
+        "echo rewritten > rewritten.txt"
+    );
+    // Three calls, each waiting once for the slow handler's 700 ms timeout
+    // (not 3 s, and not once per handler).
+    assert!(took < std::time::Duration::from_secs(6), "took {took:?}");
+    stack.llm.assert_invariants();
+}
+
+/// A workspace with a lead and a helper agent, and a stack using them.
+async fn team_stack(llm: FakeLlm, workspace: &Path, h: HooksConfig) -> Stack {
+    let dir = workspace.join(".omicos/agents");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (id, prompt) in [
+        ("lead", "You are LEAD-PROMPT. Delegate."),
+        ("helper", "You are HELPER-PROMPT. Count things."),
+    ] {
+        std::fs::write(
+            dir.join(format!("{id}.md")),
+            format!("---\nid: {id}\nname: {id} agent\ndescription: the {id}\ntoolsets: [think]\n---\n{prompt}\n"),
+        )
+        .unwrap();
+    }
+    let mut cc = omicos_catalog::CatalogConfig::new(workspace, omicos_catalog::Tier::Community);
+    cc.builtin_agents = false;
+    cc.agent_cache_dir = None;
+    cc.skill_cache_dir = None;
+    let (catalog, warnings) = omicos_catalog::Catalog::load(cc);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    Stack::start(
+        llm,
+        StackOptions {
+            agents: Some(Arc::new(
+                omicos_orchestrator::agents::CatalogAgents::from_catalog(catalog),
+            )),
+            workspace: Some(workspace.to_path_buf()),
+            providers: vec![Arc::new(omicos_catalog::ThinkProvider)],
+            tweak: Some(Box::new(move |c| c.hooks = h)),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+fn team_req() -> ChatRequest {
+    ChatRequest {
+        agent: "lead".into(),
+        team_members: vec!["lead".into(), "helper".into()],
+        ..req("count the files")
+    }
+}
+
+fn delegate() -> Reply {
+    Reply::Tools(
+        String::new(),
+        vec![(
+            "c_del".into(),
+            "call_agent".into(),
+            json!({"agent_name": "helper", "instruction": "count the files"}).to_string(),
+        )],
+    )
+}
+
+fn system_of(body: &Value) -> String {
+    body["messages"][0]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// SubagentStart and SubagentStop through a real `call_agent` delegation,
+/// with Claude Code-style python scripts: SubagentStart's context reaches
+/// the helper's first model request; SubagentStop blocks once (the helper
+/// goes on with the reason) and lets it stop when `stop_hook_active`.
+#[tokio::test]
+async fn subagent_start_adds_context_and_subagent_stop_makes_the_helper_go_on() {
+    let ws = tempfile::tempdir().unwrap();
+    let log = ws.path().join("subagent-log.jsonl");
+    let start_hook = script(
+        ws.path(),
+        "subagent-start.py",
+        &format!(
+            r#"#!/usr/bin/env python3
+import json, sys
+data = json.load(sys.stdin)
+open({log:?}, "a").write(json.dumps(data) + "\n")
+print(json.dumps({{"hookSpecificOutput": {{"hookEventName": "SubagentStart",
+    "additionalContext": "SUBAGENT-START-CONTEXT: count only .rs files"}}}}))
+"#,
+            log = log.display().to_string()
+        ),
+    );
+    let stop_hook = script(
+        ws.path(),
+        "subagent-stop.py",
+        &format!(
+            r#"#!/usr/bin/env python3
+import json, sys
+data = json.load(sys.stdin)
+open({log:?}, "a").write(json.dumps(data) + "\n")
+if data.get("stop_hook_active"):
+    sys.exit(0)
+print(json.dumps({{"decision": "block", "reason": "Count again, and show your work."}}))
+"#,
+            log = log.display().to_string()
+        ),
+    );
+    let h = hooks(json!({
+        "SubagentStart": [{"matcher": "helper", "hooks": [{"type": "command", "command": start_hook}]}],
+        // A matcher for another agent never runs.
+        "SubagentStop": [
+            {"matcher": "helper", "hooks": [{"type": "command", "command": stop_hook}]},
+            {"matcher": "third", "hooks": [{"type": "command", "command": "exit 2"}]}
+        ],
+    }));
+    let llm = FakeLlm::start(vec![
+        delegate(),
+        Reply::Text("HELPER: 3 files".into()),
+        Reply::Text("HELPER: 7 files, counted twice".into()),
+        Reply::Text("The helper counted 7 files.".into()),
+    ])
+    .await;
+    let stack = team_stack(llm, ws.path(), h).await;
+    let events = stack.chat(team_req()).await.unwrap().until_done().await;
+    assert_eq!(
+        done_reason(&events).as_deref(),
+        Some("completed"),
+        "{events:?}"
+    );
+    let session = events[0].session_id.clone();
+
+    let reqs = stack.llm.requests();
+    assert_eq!(reqs.len(), 4, "lead, helper, helper again, lead");
+    assert!(system_of(&reqs[1].body).contains("HELPER-PROMPT"));
+    let first = user_texts(&reqs[1].body);
+    assert!(
+        first
+            .iter()
+            .any(|u| u.contains("SUBAGENT-START-CONTEXT: count only .rs files")),
+        "SubagentStart context reaches the helper: {first:?}"
+    );
+    assert!(
+        !user_texts(&reqs[0].body)
+            .iter()
+            .any(|u| u.contains("SUBAGENT-START-CONTEXT")),
+        "and not the lead"
+    );
+    assert!(system_of(&reqs[2].body).contains("HELPER-PROMPT"));
+    let last = reqs[2].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["role"], "user");
+    assert_eq!(last["content"], "Count again, and show your work.");
+    assert!(steers(&events).contains(&"Count again, and show your work.".to_owned()));
+    let result = tool_texts(&reqs[3].body);
+    assert!(
+        result.last().unwrap().contains("7 files, counted twice"),
+        "the lead gets the answer after the helper went on: {result:?}"
+    );
+
+    let log = logged(&log);
+    let names: Vec<&str> = log
+        .iter()
+        .map(|p| p["hook_event_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["SubagentStart", "SubagentStop", "SubagentStop"]);
+    let agent_id = log[0]["agent_id"].as_str().unwrap();
+    assert!(!agent_id.is_empty());
+    for p in &log {
+        assert_eq!(p["session_id"], session.as_str(), "{p}");
+        assert_eq!(p["agent_type"], "helper", "{p}");
+        assert_eq!(p["agent_id"], agent_id, "one sub-agent: {p}");
+        assert_eq!(p["cwd"], ws.path().display().to_string(), "{p}");
+        assert!(
+            p["transcript_path"].as_str().unwrap().contains(&session),
+            "{p}"
+        );
+    }
+    assert_eq!(log[1]["stop_hook_active"], false);
+    assert_eq!(log[1]["last_assistant_message"], "HELPER: 3 files");
+    assert_eq!(log[2]["stop_hook_active"], true);
+    assert_eq!(
+        log[2]["last_assistant_message"],
+        "HELPER: 7 files, counted twice"
+    );
+    assert_eq!(log[1]["permission_mode"], "bypassPermissions");
+    stack.llm.assert_invariants();
+}
+
+/// A SubagentStop hook that always blocks cannot keep a helper going
+/// forever: past the bound the helper's answer goes back to the lead.
+#[tokio::test]
+async fn subagent_stop_continuations_are_bounded() {
+    let ws = tempfile::tempdir().unwrap();
+    let h = hooks(json!({"SubagentStop": [{"hooks": [{"type": "command",
+        "command": r#"cat >/dev/null; echo '{"decision": "block", "reason": "again"}'"#}]}]}));
+    let llm = FakeLlm::start(vec![]).await.with_responder(|body| {
+        let lead = system_of(body).contains("LEAD-PROMPT");
+        let answered = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["role"] == "tool");
+        match (lead, answered) {
+            (true, false) => delegate(),
+            (true, true) => Reply::Text("lead done".into()),
+            (false, _) => Reply::Text("helper stopping".into()),
+        }
+    });
+    let stack = team_stack(llm, ws.path(), h).await;
+    let events = stack.chat(team_req()).await.unwrap().until_done().await;
+    assert_eq!(
+        done_reason(&events).as_deref(),
+        Some("completed"),
+        "{events:?}"
+    );
+    let max = omicos_orchestrator::engine::hook_events::MAX_STOP_CONTINUATIONS as usize;
+    let helper = stack
+        .llm
+        .requests()
+        .iter()
+        .filter(|r| system_of(&r.body).contains("HELPER-PROMPT"))
+        .count();
+    assert_eq!(helper, 1 + max);
+    assert_eq!(steers(&events).len(), max);
+    assert_eq!(stack.llm.requests().len(), 2 + 1 + max);
 }

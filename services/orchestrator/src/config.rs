@@ -330,37 +330,7 @@ pub struct BudgetConfig {
     pub prices: BTreeMap<String, Price>,
 }
 
-/// One hook handler, as in Claude Code's settings: `command` runs with
-/// `sh -c`, the event's JSON on stdin; `http` POSTs the same JSON to `url`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct HookCommand {
-    /// `command` or `http`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// `command`: run with `sh -c`, the event's JSON on stdin.
-    pub command: String,
-    /// `http`: where the event's JSON is POSTed; the answer's body is read
-    /// as a command's stdout would be.
-    pub url: String,
-    /// `http`: extra request headers.
-    pub headers: BTreeMap<String, String>,
-    /// Seconds before it is killed or abandoned (default 60).
-    pub timeout: Option<u64>,
-}
-
-/// Hooks of one event whose matcher matches.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct HookMatcher {
-    /// What the event is matched on (PreCompact/PostCompact: `manual` or
-    /// `auto`; SessionStart: its source; SessionEnd: its reason;
-    /// Notification: its type; SubagentStart/Stop: the agent; PermissionDenied:
-    /// the tool); empty or `*`: all. Events without a matcher ignore it.
-    pub matcher: String,
-    /// The handlers.
-    pub hooks: Vec<HookCommand>,
-}
+pub use omicos_hooks::{HookHandler, HookMatcher};
 
 /// The hooks the orchestrator runs itself, in Claude Code's settings shape.
 /// Tool hooks (PreToolUse, PermissionRequest, PostToolUse,
@@ -530,18 +500,12 @@ impl ServiceConfig for Config {
                 return Err(ConfigError::key(key, "must be 0 (none) or more"));
             }
         }
-        for (_, list) in self.hooks.events() {
-            for h in list.iter().flat_map(|m| &m.hooks) {
-                let ok = match h.kind.as_str() {
-                    "command" => !h.command.trim().is_empty(),
-                    "http" => h.url.starts_with("http://") || h.url.starts_with("https://"),
-                    _ => false,
-                };
-                if !ok {
-                    return Err(ConfigError::key(
-                        "hooks",
-                        "each hook needs type: command and a command, or type: http and an http(s) url",
-                    ));
+        for (event, list) in self.hooks.events() {
+            for (i, m) in list.iter().enumerate() {
+                for (j, h) in m.hooks.iter().enumerate() {
+                    h.validate().map_err(|(field, why)| {
+                        ConfigError::key(format!("hooks.{event}[{i}].hooks[{j}].{field}"), why)
+                    })?;
                 }
             }
         }

@@ -198,34 +198,7 @@ pub struct HooksConfig {
     pub permission_denied: serde_json::Value,
 }
 
-/// A group of hooks that run for tools whose name matches `matcher`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct HookMatcher {
-    /// Regex on tool_name, anchored at both ends; empty or `*` matches every tool.
-    pub matcher: String,
-    /// The commands.
-    pub hooks: Vec<HookCommand>,
-}
-
-/// One command hook.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HookCommand {
-    /// Only `command` is supported.
-    #[serde(rename = "type", default = "command_type")]
-    pub kind: String,
-    /// Run with `sh -c` in the workspace, hook input JSON on stdin.
-    pub command: String,
-    /// Seconds (a number, as in Claude Code) or a value with a unit;
-    /// default 60 s, as in Claude Code.
-    #[serde(default, with = "duration::option")]
-    pub timeout: Option<Duration>,
-}
-
-fn command_type() -> String {
-    "command".into()
-}
+pub use omicos_hooks::{HookHandler, HookMatcher};
 
 impl ServiceConfig for Config {
     const RENAMED: &'static [Renamed] = &[
@@ -263,23 +236,13 @@ impl ServiceConfig for Config {
         }
         for (event, list) in self.hooks.events() {
             for (i, m) in list.iter().enumerate() {
-                crate::pipeline::hooks::compile_matcher(&m.matcher).map_err(|e| {
+                omicos_hooks::compile_matcher(&m.matcher).map_err(|e| {
                     ConfigError::key(format!("hooks.{event}[{i}].matcher"), e.to_string())
                 })?;
                 for (j, h) in m.hooks.iter().enumerate() {
-                    let key = |field: &str| format!("hooks.{event}[{i}].hooks[{j}].{field}");
-                    if h.kind != "command" {
-                        return Err(ConfigError::key(
-                            key("type"),
-                            format!("only `command` hooks are supported, got `{}`", h.kind),
-                        ));
-                    }
-                    if h.command.trim().is_empty() {
-                        return Err(ConfigError::key(key("command"), "empty command"));
-                    }
-                    if let Some(t) = h.timeout {
-                        require_nonzero(&key("timeout"), t)?;
-                    }
+                    h.validate().map_err(|(field, why)| {
+                        ConfigError::key(format!("hooks.{event}[{i}].hooks[{j}].{field}"), why)
+                    })?;
                 }
             }
         }

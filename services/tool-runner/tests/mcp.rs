@@ -6,7 +6,7 @@ use omicos_mcp::ServerConfig;
 use omicos_proto::{
     Decision, ExecuteApproval, ExecuteServerMessage, PermissionMode, execute_server_message::Msg,
 };
-use omicos_tool_runner::config::{HookCommand, HookMatcher};
+use omicos_tool_runner::config::{HookHandler, HookMatcher};
 use omicos_tool_runner::pipeline::CallerRules;
 use omicos_tool_runner::pipeline::permission::Legacy;
 use omicos_tool_runner::{CallIo, CallOutcome, CallRequest, Config, Pipeline};
@@ -227,11 +227,9 @@ async fn hooks_match_mcp_tool_names_and_overrides_set_the_risk() {
     let p = pipeline(dir.path(), |c| {
         c.hooks.pre_tool_use = vec![HookMatcher {
             matcher: "mcp__fs__.*".into(),
-            hooks: vec![HookCommand {
-                kind: "command".into(),
-                command: r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"no MCP today"}}'"#.into(),
-                timeout: None,
-            }],
+            hooks: vec![HookHandler::command(
+                r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"no MCP today"}}'"#,
+            )],
         }];
         c.mcp.servers[0].tool_risk.insert("list_allowed_directories".into(), "shell".into());
     })

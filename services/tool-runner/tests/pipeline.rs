@@ -3,7 +3,7 @@
 mod support;
 
 use omicos_proto::{Decision, ExecuteApproval, ExecuteServerMessage, execute_server_message::Msg};
-use omicos_tool_runner::config::{HookCommand, HookMatcher, HooksConfig};
+use omicos_tool_runner::config::{HookHandler, HookMatcher, HooksConfig};
 use omicos_tool_runner::pipeline::CallerRules;
 use omicos_tool_runner::pipeline::normalize::Stage;
 use omicos_tool_runner::pipeline::permission::Legacy;
@@ -538,10 +538,9 @@ fn script(dir: &Path, name: &str, body: &str) -> String {
 fn hook(matcher: &str, command: String, timeout: Option<u64>) -> Vec<HookMatcher> {
     vec![HookMatcher {
         matcher: matcher.into(),
-        hooks: vec![HookCommand {
-            kind: "command".into(),
-            command,
+        hooks: vec![HookHandler {
             timeout: timeout.map(Duration::from_secs),
+            ..HookHandler::command(command)
         }],
     }]
 }

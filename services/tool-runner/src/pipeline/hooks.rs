@@ -1,71 +1,43 @@
-//! Stage 5: command hooks, compatible with the hook contract of Claude Code and
-//! codex so existing hook scripts work unchanged.
+//! Stage 5: tool hooks, with the hook contract of Claude Code and codex so
+//! existing hook scripts work unchanged. The handlers (`command` and
+//! `http`, their timeouts and exit codes) run in [`omicos_hooks`], the same
+//! code the orchestrator uses for its events; this stage says what their
+//! answers mean for a tool call.
 //!
 //! - Events: PreToolUse, PermissionRequest, PostToolUse, PostToolUseFailure,
 //!   each with a regex matcher on tool_name (anchored; empty or `*` = all).
-//! - The command runs with `sh -c` in the workspace, with JSON on stdin:
-//!   session_id, transcript_path, cwd, permission_mode, hook_event_name,
-//!   tool_name, tool_input, tool_use_id, and tool_response or error.
-//! - Exit 0: stdout is parsed as JSON (empty stdout: no opinion). Exit 2: the
-//!   call is blocked with stderr as the reason. Other codes: a non-blocking
-//!   error, recorded. Each hook has a timeout; a timed-out PreToolUse blocks
-//!   unless `pre_tool_use_timeout_blocks` is false.
+//! - Every handler gets JSON: session_id, transcript_path, cwd,
+//!   permission_mode, hook_event_name, tool_name, tool_input, tool_use_id,
+//!   and tool_response or error.
+//! - The handlers of one event run in parallel; their answers are read in
+//!   config order: deny over ask over allow, the last rewrite wins, contexts
+//!   are kept in order.
+//! - A command's exit 2 blocks with stderr as the reason; other codes, a
+//!   non-2xx http answer or an unreachable server are non-blocking errors,
+//!   recorded. A timed-out `command` PreToolUse hook blocks unless
+//!   `pre_tool_use_timeout_blocks` is false; a timed-out `http` hook never
+//!   blocks (a server that does not answer has no say, as in Claude Code).
 
-use crate::config::{HookCommand, HookMatcher, HooksConfig};
+use crate::config::HooksConfig;
 use crate::error::RunnerError;
 use crate::record::{HookEvent, HookOutcome, HookResult};
-use regex::Regex;
+use omicos_hooks::{Answer, HandlerKind, HookHandler, HookMatcher, Matchers, Outcome};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::{Duration, Instant};
-use tokio::io::AsyncWriteExt;
 
-/// Default hook timeout, as in Claude Code.
-pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
-
-/// Compiles a matcher: anchored regex; empty or `*` matches everything.
-pub fn compile_matcher(m: &str) -> Result<Option<Regex>, RunnerError> {
-    let m = m.trim();
-    if m.is_empty() || m == "*" {
-        return Ok(None);
-    }
-    Regex::new(&format!("^(?:{m})$"))
-        .map(Some)
-        .map_err(|e| RunnerError::HookMatcher {
-            matcher: m.to_owned(),
-            source: Box::new(e),
-        })
-}
-
-struct Matcher {
-    re: Option<Regex>,
-    hooks: Vec<HookCommand>,
-}
-
-impl Matcher {
-    fn matches(&self, tool: &str) -> bool {
-        self.re.as_ref().is_none_or(|r| r.is_match(tool))
-    }
-}
-
-fn compile_all(list: &[HookMatcher]) -> Result<Vec<Matcher>, RunnerError> {
-    list.iter()
-        .map(|m| {
-            Ok(Matcher {
-                re: compile_matcher(&m.matcher)?,
-                hooks: m.hooks.clone(),
-            })
-        })
-        .collect()
+fn compile_all(list: &[HookMatcher]) -> Result<Matchers, RunnerError> {
+    Matchers::compile(list).map_err(|(i, e)| RunnerError::HookMatcher {
+        matcher: list[i].matcher.clone(),
+        source: Box::new(e),
+    })
 }
 
 /// The configured hooks, compiled.
 pub struct Hooks {
-    pre: Vec<Matcher>,
-    permission: Vec<Matcher>,
-    post: Vec<Matcher>,
-    post_failure: Vec<Matcher>,
+    pre: Matchers,
+    permission: Matchers,
+    post: Matchers,
+    post_failure: Matchers,
     pre_timeout_blocks: bool,
     cwd: PathBuf,
 }
@@ -139,16 +111,6 @@ pub struct PostDecision {
     pub context: Vec<String>,
 }
 
-struct Raw {
-    exit: Option<i32>,
-    stdout: String,
-    stderr: String,
-    timed_out: bool,
-    spawn_error: Option<String>,
-    elapsed: Duration,
-    timeout: Duration,
-}
-
 impl Hooks {
     /// Compiles the configured hooks; `cwd` is the workspace.
     pub fn new(
@@ -171,15 +133,6 @@ impl Hooks {
         !self.post.is_empty() || !self.post_failure.is_empty()
     }
 
-    fn matching<'a>(
-        list: &'a [Matcher],
-        tool: &'a str,
-    ) -> impl Iterator<Item = &'a HookCommand> + 'a {
-        list.iter()
-            .filter(move |m| m.matches(tool))
-            .flat_map(|m| m.hooks.iter())
-    }
-
     fn payload(&self, event: HookEvent, input: &HookInput<'_>) -> Value {
         json!({
             "session_id": input.session_id,
@@ -193,6 +146,24 @@ impl Hooks {
         })
     }
 
+    /// Runs the handlers of `list` that match `tool`, in parallel; each
+    /// answer comes back in config order with its record started.
+    async fn run(
+        &self,
+        event: HookEvent,
+        list: &Matchers,
+        tool: &str,
+        payload: &Value,
+    ) -> Vec<(HookOutcome, Step)> {
+        let handlers = list.matching(tool);
+        let outcomes = omicos_hooks::run_all(&handlers, payload, &self.cwd).await;
+        handlers
+            .into_iter()
+            .zip(outcomes)
+            .map(|(h, o)| classify(event, h, o))
+            .collect()
+    }
+
     /// PreToolUse: allow, deny or ask; rewrite the input; add context.
     pub async fn pre_tool_use(
         &self,
@@ -204,53 +175,47 @@ impl Hooks {
             return out;
         }
         let payload = self.payload(HookEvent::PreToolUse, input);
-        for cmd in Self::matching(&self.pre, input.tool_name) {
-            let raw = self.run(cmd, &payload).await;
-            let mut rec = record(HookEvent::PreToolUse, cmd, &raw);
-            let verdict = if raw.timed_out {
-                rec.outcome = HookResult::Timeout;
-                if self.pre_timeout_blocks {
-                    Verdict::Deny(format!(
-                        "blocked: the PreToolUse hook `{}` timed out after {}s (a timed-out PreToolUse hook blocks the call)",
-                        cmd.command,
-                        raw.timeout.as_secs()
-                    ))
-                } else {
-                    Verdict::None
-                }
-            } else {
-                match classify(&raw, &mut rec) {
-                    Exit::Block(reason) => {
-                        Verdict::Deny(format!("blocked by PreToolUse hook: {reason}"))
+        let answers = self
+            .run(HookEvent::PreToolUse, &self.pre, input.tool_name, &payload)
+            .await;
+        for (mut rec, step) in answers {
+            let verdict = match step {
+                Step::TimedOut { kind, limit } => {
+                    if self.pre_timeout_blocks && kind == HandlerKind::Command {
+                        Verdict::Deny(format!(
+                            "blocked: the PreToolUse hook `{}` timed out after {limit:?} (a timed-out PreToolUse hook blocks the call)",
+                            rec.command
+                        ))
+                    } else {
+                        Verdict::None
                     }
-                    Exit::Json(j) => {
-                        let v = pre_verdict(&j);
-                        let hso = j.get("hookSpecificOutput");
-                        if let Some(u) = hso
-                            .and_then(|h| h.get("updatedInput"))
-                            .filter(|u| u.is_object())
-                        {
-                            out.updated_input = Some(u.clone());
-                            rec.outcome = HookResult::UpdatedInput;
-                        }
-                        if let Some(c) = hso
-                            .and_then(|h| h.get("additionalContext"))
-                            .and_then(Value::as_str)
-                        {
-                            out.context.push(c.to_owned());
-                        }
-                        label(&mut rec, &v);
-                        v
-                    }
-                    Exit::Nothing => Verdict::None,
                 }
+                Step::Block(reason) => {
+                    Verdict::Deny(format!("blocked by PreToolUse hook: {reason}"))
+                }
+                Step::Json(j) => {
+                    let v = pre_verdict(&j);
+                    let hso = j.get("hookSpecificOutput");
+                    if let Some(u) = hso
+                        .and_then(|h| h.get("updatedInput"))
+                        .filter(|u| u.is_object())
+                    {
+                        out.updated_input = Some(u.clone());
+                        rec.outcome = HookResult::UpdatedInput;
+                    }
+                    if let Some(c) = hso
+                        .and_then(|h| h.get("additionalContext"))
+                        .and_then(Value::as_str)
+                    {
+                        out.context.push(c.to_owned());
+                    }
+                    label(&mut rec, &v);
+                    v
+                }
+                Step::Nothing => Verdict::None,
             };
             records.push(rec);
-            let deny = matches!(verdict, Verdict::Deny(_));
             out.verdict.merge(verdict);
-            if deny {
-                break;
-            }
         }
         out
     }
@@ -266,55 +231,52 @@ impl Hooks {
             return out;
         }
         let payload = self.payload(HookEvent::PermissionRequest, input);
-        for cmd in Self::matching(&self.permission, input.tool_name) {
-            let raw = self.run(cmd, &payload).await;
-            let mut rec = record(HookEvent::PermissionRequest, cmd, &raw);
-            let verdict = if raw.timed_out {
-                rec.outcome = HookResult::Timeout;
-                Verdict::None
-            } else {
-                match classify(&raw, &mut rec) {
-                    Exit::Block(reason) => {
-                        Verdict::Deny(format!("denied by PermissionRequest hook: {reason}"))
+        let answers = self
+            .run(
+                HookEvent::PermissionRequest,
+                &self.permission,
+                input.tool_name,
+                &payload,
+            )
+            .await;
+        for (mut rec, step) in answers {
+            let verdict = match step {
+                Step::TimedOut { .. } | Step::Nothing => Verdict::None,
+                Step::Block(reason) => {
+                    Verdict::Deny(format!("denied by PermissionRequest hook: {reason}"))
+                }
+                Step::Json(j) => {
+                    let d = j.get("hookSpecificOutput").and_then(|h| h.get("decision"));
+                    let behavior = d
+                        .and_then(|d| d.get("behavior"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    let message = d
+                        .and_then(|d| d.get("message"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned();
+                    if let Some(u) = d
+                        .and_then(|d| d.get("updatedInput"))
+                        .filter(|u| u.is_object())
+                    {
+                        out.updated_input = Some(u.clone());
                     }
-                    Exit::Json(j) => {
-                        let d = j.get("hookSpecificOutput").and_then(|h| h.get("decision"));
-                        let behavior = d
-                            .and_then(|d| d.get("behavior"))
-                            .and_then(Value::as_str)
-                            .unwrap_or("");
-                        let message = d
-                            .and_then(|d| d.get("message"))
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_owned();
-                        if let Some(u) = d
-                            .and_then(|d| d.get("updatedInput"))
-                            .filter(|u| u.is_object())
-                        {
-                            out.updated_input = Some(u.clone());
-                        }
-                        let v = match behavior {
-                            "allow" => Verdict::Allow,
-                            "deny" => Verdict::Deny(if message.is_empty() {
-                                "denied by PermissionRequest hook".into()
-                            } else {
-                                format!("denied by PermissionRequest hook: {message}")
-                            }),
-                            _ => Verdict::None,
-                        };
-                        label(&mut rec, &v);
-                        v
-                    }
-                    Exit::Nothing => Verdict::None,
+                    let v = match behavior {
+                        "allow" => Verdict::Allow,
+                        "deny" => Verdict::Deny(if message.is_empty() {
+                            "denied by PermissionRequest hook".into()
+                        } else {
+                            format!("denied by PermissionRequest hook: {message}")
+                        }),
+                        _ => Verdict::None,
+                    };
+                    label(&mut rec, &v);
+                    v
                 }
             };
             records.push(rec);
-            let deny = matches!(verdict, Verdict::Deny(_));
             out.verdict.merge(verdict);
-            if deny {
-                break;
-            }
         }
         out
     }
@@ -332,56 +294,55 @@ impl Hooks {
         }
         let mut payload = self.payload(HookEvent::PostToolUse, input);
         payload["tool_response"] = response.clone();
-        for cmd in Self::matching(&self.post, input.tool_name) {
-            let raw = self.run(cmd, &payload).await;
-            let mut rec = record(HookEvent::PostToolUse, cmd, &raw);
-            if raw.timed_out {
-                rec.outcome = HookResult::Timeout;
-            } else {
-                match classify(&raw, &mut rec) {
-                    Exit::Block(reason) => {
-                        rec.outcome = HookResult::Block;
-                        out.block = Some(reason);
-                    }
-                    Exit::Json(j) => {
-                        if j.get("continue") == Some(&Value::Bool(false))
-                            || j.get("decision").and_then(Value::as_str) == Some("block")
-                        {
-                            let reason = j
-                                .get("reason")
-                                .or_else(|| j.get("stopReason"))
-                                .and_then(Value::as_str)
-                                .unwrap_or("blocked by PostToolUse hook");
-                            rec.outcome = HookResult::Block;
-                            out.block = Some(reason.to_owned());
-                        }
-                        let hso = j.get("hookSpecificOutput");
-                        if let Some(o) = hso.and_then(|h| {
-                            h.get("updatedToolOutput")
-                                .or_else(|| h.get("updatedMCPToolOutput"))
-                        }) {
-                            out.updated_output = Some(o.clone());
-                            if rec.outcome != HookResult::Block {
-                                rec.outcome = HookResult::UpdatedOutput;
-                            }
-                        }
-                        if let Some(c) = hso
-                            .and_then(|h| h.get("additionalContext"))
+        let answers = self
+            .run(
+                HookEvent::PostToolUse,
+                &self.post,
+                input.tool_name,
+                &payload,
+            )
+            .await;
+        for (mut rec, step) in answers {
+            match step {
+                Step::TimedOut { .. } | Step::Nothing => {}
+                Step::Block(reason) => {
+                    rec.outcome = HookResult::Block;
+                    out.block.get_or_insert(reason);
+                }
+                Step::Json(j) => {
+                    if j.get("continue") == Some(&Value::Bool(false))
+                        || j.get("decision").and_then(Value::as_str) == Some("block")
+                    {
+                        let reason = j
+                            .get("reason")
+                            .or_else(|| j.get("stopReason"))
                             .and_then(Value::as_str)
-                        {
-                            out.context.push(c.to_owned());
-                            if rec.outcome == HookResult::None {
-                                rec.outcome = HookResult::Context;
-                            }
+                            .unwrap_or("blocked by PostToolUse hook");
+                        rec.outcome = HookResult::Block;
+                        out.block.get_or_insert_with(|| reason.to_owned());
+                    }
+                    let hso = j.get("hookSpecificOutput");
+                    if let Some(o) = hso.and_then(|h| {
+                        h.get("updatedToolOutput")
+                            .or_else(|| h.get("updatedMCPToolOutput"))
+                    }) {
+                        out.updated_output = Some(o.clone());
+                        if rec.outcome != HookResult::Block {
+                            rec.outcome = HookResult::UpdatedOutput;
                         }
                     }
-                    Exit::Nothing => {}
+                    if let Some(c) = hso
+                        .and_then(|h| h.get("additionalContext"))
+                        .and_then(Value::as_str)
+                    {
+                        out.context.push(c.to_owned());
+                        if rec.outcome == HookResult::None {
+                            rec.outcome = HookResult::Context;
+                        }
+                    }
                 }
             }
             records.push(rec);
-            if out.block.is_some() {
-                break;
-            }
         }
         out
     }
@@ -400,163 +361,91 @@ impl Hooks {
         let mut payload = self.payload(HookEvent::PostToolUseFailure, input);
         payload["error"] = Value::String(error.to_owned());
         payload["is_interrupt"] = Value::Bool(error == "cancelled");
-        for cmd in Self::matching(&self.post_failure, input.tool_name) {
-            let raw = self.run(cmd, &payload).await;
-            let mut rec = record(HookEvent::PostToolUseFailure, cmd, &raw);
-            if raw.timed_out {
-                rec.outcome = HookResult::Timeout;
-            } else {
-                match classify(&raw, &mut rec) {
-                    Exit::Block(reason) => context.push(reason),
-                    Exit::Json(j) => {
-                        if let Some(c) = j
-                            .get("hookSpecificOutput")
-                            .and_then(|h| h.get("additionalContext"))
-                            .and_then(Value::as_str)
-                        {
-                            context.push(c.to_owned());
-                            rec.outcome = HookResult::Context;
-                        }
+        let answers = self
+            .run(
+                HookEvent::PostToolUseFailure,
+                &self.post_failure,
+                input.tool_name,
+                &payload,
+            )
+            .await;
+        for (mut rec, step) in answers {
+            match step {
+                Step::TimedOut { .. } | Step::Nothing => {}
+                Step::Block(reason) => context.push(reason),
+                Step::Json(j) => {
+                    if let Some(c) = j
+                        .get("hookSpecificOutput")
+                        .and_then(|h| h.get("additionalContext"))
+                        .and_then(Value::as_str)
+                    {
+                        context.push(c.to_owned());
+                        rec.outcome = HookResult::Context;
                     }
-                    Exit::Nothing => {}
                 }
             }
             records.push(rec);
         }
         context
     }
-
-    async fn run(&self, cmd: &HookCommand, payload: &Value) -> Raw {
-        let timeout = cmd
-            .timeout
-            .unwrap_or(Duration::from_secs(DEFAULT_TIMEOUT_SECS));
-        let started = Instant::now();
-        let mut raw = Raw {
-            exit: None,
-            stdout: String::new(),
-            stderr: String::new(),
-            timed_out: false,
-            spawn_error: None,
-            elapsed: Duration::ZERO,
-            timeout,
-        };
-        let spawned = tokio::process::Command::new("sh")
-            .arg("-c")
-            .arg(&cmd.command)
-            .current_dir(&self.cwd)
-            .env("CLAUDE_PROJECT_DIR", &self.cwd)
-            .env("OMICOS_WORKSPACE", &self.cwd)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn();
-        let mut child = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                raw.spawn_error = Some(format!("cannot start hook: {e}"));
-                raw.elapsed = started.elapsed();
-                return raw;
-            }
-        };
-        let pid = child.id();
-        if let Some(mut stdin) = child.stdin.take() {
-            let bytes = payload.to_string().into_bytes();
-            // A hook that does not read its stdin must not block us.
-            tokio::spawn(async move {
-                let _ = stdin.write_all(&bytes).await;
-                let _ = stdin.shutdown().await;
-            });
-        }
-        match tokio::time::timeout(timeout, child.wait_with_output()).await {
-            Ok(Ok(o)) => {
-                raw.exit = o.status.code();
-                raw.stdout = String::from_utf8_lossy(&o.stdout).into_owned();
-                raw.stderr = String::from_utf8_lossy(&o.stderr).into_owned();
-            }
-            Ok(Err(e)) => raw.spawn_error = Some(format!("hook failed: {e}")),
-            Err(_) => {
-                raw.timed_out = true;
-                if let Some(pid) = pid {
-                    // The whole group: the shell and whatever it started.
-                    unsafe {
-                        libc::killpg(pid as i32, libc::SIGKILL);
-                    }
-                }
-            }
-        }
-        raw.elapsed = started.elapsed();
-        raw
-    }
 }
 
-fn record(event: HookEvent, cmd: &HookCommand, raw: &Raw) -> HookOutcome {
-    HookOutcome {
-        event,
-        command: cmd.command.clone(),
-        exit_code: raw.exit,
-        outcome: HookResult::None,
-        message: String::new(),
-        elapsed_ms: raw.elapsed.as_millis() as u64,
-    }
-}
-
-enum Exit {
+/// What a tool event reads from one handler's answer.
+enum Step {
     /// Exit 2: block with this reason.
     Block(String),
-    /// Exit 0 with a JSON object on stdout.
+    /// A JSON object of decision fields.
     Json(Value),
-    /// Exit 0 without output, or a non-blocking error (recorded).
+    /// It ran past its timeout.
+    TimedOut {
+        kind: HandlerKind,
+        limit: std::time::Duration,
+    },
+    /// No opinion, or a non-blocking error (recorded).
     Nothing,
 }
 
-fn classify(raw: &Raw, rec: &mut HookOutcome) -> Exit {
-    if let Some(e) = &raw.spawn_error {
-        rec.outcome = HookResult::Error;
-        rec.message = e.clone();
-        return Exit::Nothing;
-    }
-    match raw.exit {
-        Some(0) => {
-            let text = raw.stdout.trim();
-            if text.is_empty() {
-                return Exit::Nothing;
-            }
-            match serde_json::from_str::<Value>(text) {
-                Ok(v @ Value::Object(_)) => Exit::Json(v),
-                Ok(_) | Err(_) => {
-                    rec.outcome = HookResult::Error;
-                    rec.message = format!(
-                        "hook stdout is not a JSON object (ignored): {}",
-                        text.chars().take(300).collect::<String>()
-                    );
-                    Exit::Nothing
-                }
-            }
-        }
-        Some(2) => {
-            let reason = raw.stderr.trim();
+/// The record of one handler's run, and what the event reads from it.
+fn classify(event: HookEvent, h: &HookHandler, o: Outcome) -> (HookOutcome, Step) {
+    let mut rec = HookOutcome {
+        event,
+        command: h.label().to_owned(),
+        exit_code: o.exit_code,
+        outcome: HookResult::None,
+        message: String::new(),
+        elapsed_ms: u64::try_from(o.elapsed.as_millis()).unwrap_or(u64::MAX),
+    };
+    let step = match o.answer {
+        Answer::Json(j) => Step::Json(j),
+        Answer::Nothing => Step::Nothing,
+        Answer::Block(reason) => {
             rec.outcome = HookResult::Block;
-            rec.message = reason.to_owned();
-            Exit::Block(if reason.is_empty() {
-                "the hook exited with code 2".into()
-            } else {
-                reason.to_owned()
-            })
+            rec.message = reason.clone();
+            Step::Block(reason)
         }
-        other => {
+        Answer::Text(t) => {
             rec.outcome = HookResult::Error;
             rec.message = format!(
-                "hook exited with {} (non-blocking): {}",
-                other
-                    .map(|c| format!("code {c}"))
-                    .unwrap_or_else(|| "a signal".into()),
-                raw.stderr.trim()
+                "hook output is not a JSON object (ignored): {}",
+                t.chars().take(300).collect::<String>()
             );
-            Exit::Nothing
+            Step::Nothing
         }
-    }
+        Answer::Failed(e) => {
+            rec.outcome = HookResult::Error;
+            rec.message = e;
+            Step::Nothing
+        }
+        Answer::TimedOut(limit) => {
+            rec.outcome = HookResult::Timeout;
+            rec.message = format!("timed out after {limit:?}");
+            Step::TimedOut {
+                kind: h.kind,
+                limit,
+            }
+        }
+    };
+    (rec, step)
 }
 
 fn pre_verdict(j: &Value) -> Verdict {
