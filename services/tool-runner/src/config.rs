@@ -347,7 +347,10 @@ providers:
             cfg.hooks.pre_tool_use[0].hooks[0].timeout,
             Some(Duration::from_secs(30))
         );
-        assert_eq!(cfg.hooks.pre_tool_use[0].hooks[0].kind, "command");
+        assert_eq!(
+            cfg.hooks.pre_tool_use[0].hooks[0].kind,
+            omicos_hooks::HandlerKind::Command
+        );
         assert_eq!(cfg.hooks.post_tool_use[0].hooks[0].timeout, None);
         assert_eq!(
             cfg.providers,
@@ -395,7 +398,16 @@ providers:
             &[],
         )
         .unwrap_err();
-        assert!(e.contains("only `command` hooks"), "{e}");
+        assert!(
+            e.contains("hooks.PreToolUse[0].hooks[0].type") && e.contains("`command` or `http`"),
+            "{e}"
+        );
+        let e = load(
+            "hooks:\n  PreToolUse:\n    - hooks: [{type: http, url: \"ftp://x\"}]\n",
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.contains("hooks.PreToolUse[0].hooks[0].url"), "{e}");
     }
 
     #[test]
