@@ -609,8 +609,7 @@ async fn tool_hook_server(seen: Seen) -> String {
 /// an allow runs it without asking in `auto`, an `updatedInput` rewrites
 /// it, a PostToolUse `additionalContext` reaches the model's next request,
 /// and a server that answers 500 or too late blocks nothing: the calls run
-/// and the turn goes on. The handlers of one event run in parallel: the
-/// slow one costs its timeout once per call, not once per handler.
+/// and the turn goes on (the slow one costs its timeout, not its 3 s).
 #[tokio::test]
 async fn http_tool_hooks_deny_allow_rewrite_and_add_context_and_failures_block_nothing() {
     let ws = tempfile::tempdir().unwrap();
@@ -734,8 +733,7 @@ async fn http_tool_hooks_deny_allow_rewrite_and_add_context_and_failures_block_n
         post[1]["tool_input"]["command"],
         "echo rewritten > rewritten.txt"
     );
-    // Three calls, each waiting once for the slow handler's 700 ms timeout
-    // (not 3 s, and not once per handler).
+    // Three calls, each waiting for the slow handler's 700 ms timeout, not 3 s.
     assert!(took < std::time::Duration::from_secs(6), "took {took:?}");
     stack.llm.assert_invariants();
 }
