@@ -103,6 +103,10 @@ pub struct Config {
     /// Claude Code's syntax): deny, then ask, then allow, first match wins.
     /// Agents' frontmatter adds to them; a ChatRequest can only narrow them.
     pub permissions: omicos_rules::RuleLists,
+    /// Remote A2A agents `call_agent` can name (`a2a_agents: {<name>: {url,
+    /// card_url, auth, description, risk, timeout, max_answer_bytes}}`),
+    /// each served as the tool `a2a__<name>` through this pipeline.
+    pub a2a_agents: std::collections::BTreeMap<String, crate::providers::a2a::A2aAgentConfig>,
 }
 
 impl Default for Config {
@@ -135,6 +139,7 @@ impl Default for Config {
             tls: Default::default(),
             mcp: omicos_mcp::McpConfig::default(),
             permissions: omicos_rules::RuleLists::default(),
+            a2a_agents: Default::default(),
         }
     }
 }
@@ -258,6 +263,11 @@ impl ServiceConfig for Config {
             .validate()
             .map_err(|e| ConfigError::key(format!("sandbox.{}", e.key), e.reason))?;
         self.mcp.validate()?;
+        // Each message starts with the key it is about.
+        crate::providers::a2a::validate(&self.a2a_agents).map_err(|e| match e.split_once(": ") {
+            Some((k, why)) => ConfigError::key(k, why),
+            None => ConfigError::key("a2a_agents", e),
+        })?;
         for (list, rules) in [
             ("allow", &self.permissions.allow),
             ("ask", &self.permissions.ask),

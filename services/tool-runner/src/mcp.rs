@@ -61,6 +61,10 @@ pub async fn build_with_mcp_on(
         .await;
         extra_providers.push(provider);
     }
+    if !config.a2a_agents.is_empty() {
+        let a2a = crate::providers::A2aAgents::start(&config.a2a_agents).await?;
+        extra_providers.push(Arc::new(a2a));
+    }
     crate::build_on(config, registry, extra_providers, stop).map_err(|e| e.to_string())
 }
 
