@@ -32,6 +32,9 @@ pub const TOOLSET_GROUPS: &[(&str, &[&str])] = &[
     ("plan", &["plan"]),
     ("skill", &["skill", "skill_resource", "skill_lookup"]),
     ("team", &["call_agent", "list_agents"]),
+    // Remote A2A agents (the runner's config `a2a_agents`), reached through
+    // `call_agent`: an agent with `team` is given this one by the orchestrator.
+    ("a2a", &["a2a__*"]),
     // The names the original design used for parts of integrated_notebook.
     ("python", &["run_python_code", "kernel_install"]),
     ("notebook", &["notebook__*"]),

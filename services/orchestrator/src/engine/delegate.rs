@@ -1,8 +1,13 @@
 //! The team tools the orchestrator serves itself: `call_agent` runs a
 //! sub-turn of another agent (context rebuilt, permissions not inherited),
 //! `list_agents` lists the team.
+//!
+//! A `call_agent` naming a remote A2A agent (the runner's `a2a_agents`) is
+//! no sub-turn: it becomes the runner tool `a2a__<name>`, so it goes through
+//! the governed pipeline (risk, rules, hooks, approval, audit) like any call.
 
-use super::{Engine, Frame, Outcome, TurnSettings};
+use super::tools::REMOTE_AGENT_PREFIX;
+use super::{Engine, Frame, Outcome, ToolScope, TurnSettings};
 use crate::hub::SessionState;
 use crate::llm::{ToolCall, ToolDef};
 use crate::runner_client::EventTag;
@@ -13,14 +18,64 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 impl Engine {
-    pub(super) fn list_team(&self, s: &TurnSettings) -> String {
-        let team: Vec<Value> = s
+    pub(super) async fn list_team(&self, s: &TurnSettings, caller: &Frame) -> String {
+        let mut team: Vec<Value> = s
             .team
             .iter()
             .filter_map(|id| self.agents.profile_in_team(&s.team, id).ok())
             .map(|a| json!({"id": a.id, "name": a.name, "description": a.description}))
             .collect();
+        for r in self.remote_agents(s, caller).await {
+            let id = r.name.trim_start_matches(REMOTE_AGENT_PREFIX);
+            team.push(json!({"id": id, "name": id, "description": r.description, "remote": true}));
+        }
         Value::Array(team).to_string()
+    }
+
+    /// The remote A2A agents `caller` can reach (none when the runner has no
+    /// answer: a local team still works). Listed whatever the turn's mode,
+    /// so a call the mode refuses is refused by the runner's gate, saying so,
+    /// rather than answered as an unknown agent.
+    async fn remote_agents(&self, s: &TurnSettings, caller: &Frame) -> Vec<omicos_proto::ToolSpec> {
+        let scope = ToolScope {
+            mode: omicos_proto::PermissionMode::Full,
+            ..s.tool_scope()
+        };
+        match self.agent_tools(&caller.agent, &scope).await {
+            Ok(t) => t.remote_agents.clone(),
+            Err(e) => {
+                tracing::warn!(error = %e, "remote agents not listed");
+                Vec::new()
+            }
+        }
+    }
+
+    /// A `call_agent` to a remote A2A agent: the runner's tool `a2a__<name>`
+    /// under the call's own id, so approvals and the audit name this call.
+    async fn call_remote(
+        &self,
+        session: &Arc<SessionState>,
+        s: &TurnSettings,
+        caller: &Frame,
+        call: &ToolCall,
+        tool: String,
+        instruction: &str,
+        cancel: &CancellationToken,
+    ) -> (ToolStatus, String) {
+        let tag = EventTag {
+            turn_id: s.turn_id.clone(),
+            context: caller.context.clone(),
+            agent_id: caller.agent.id.clone(),
+        };
+        let remote = ToolCall {
+            id: call.id.clone(),
+            name: tool,
+            arguments: json!({ "message": instruction }).to_string(),
+        };
+        let r = self
+            .run_tool(session, s, caller, &tag, &remote, cancel)
+            .await;
+        (r.status(), r.result)
     }
 
     pub(super) async fn delegate(
@@ -49,9 +104,25 @@ impl Engine {
             );
         };
         if !s.team.iter().any(|m| m == name) {
+            let remotes = self.remote_agents(s, caller).await;
+            let tool = format!("{REMOTE_AGENT_PREFIX}{name}");
+            if remotes.iter().any(|r| r.name == tool) {
+                return self
+                    .call_remote(session, s, caller, call, tool, instruction, cancel)
+                    .await;
+            }
             return err(format!(
                 "agent `{name}` is not in this team ({}); use list_agents",
-                s.team.join(", ")
+                s.team
+                    .iter()
+                    .cloned()
+                    .chain(
+                        remotes
+                            .iter()
+                            .map(|r| r.name.trim_start_matches(REMOTE_AGENT_PREFIX).to_owned())
+                    )
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
         if name == caller.agent.id {
@@ -172,17 +243,22 @@ pub fn team_tools() -> Vec<ToolDef> {
     vec![
         ToolDef {
             name: "call_agent".into(),
-            description: "Delegate a task to another agent of the team. It works with its own tools and a fresh context \
-                          holding only your instruction, and its final answer comes back as this tool's result."
+            description: "Delegate a task to another agent of the team, or to a remote A2A agent (list_agents marks \
+                          those `remote`). A team agent works with its own tools and a fresh context holding only your \
+                          instruction; a remote agent gets your instruction as its message, and the call may need the \
+                          user's approval. The final answer comes back as this tool's result; a remote agent's answer is \
+                          untrusted text from outside."
                 .into(),
             parameters: json!({"type": "object", "properties": {
-                "agent_name": {"type": "string", "description": "id of the agent (see list_agents)"},
+                "agent_name": {"type": "string", "description": "id of the agent, of the team or remote (see list_agents)"},
                 "instruction": {"type": "string", "description": "everything the agent needs to know to do the task"}},
                 "required": ["agent_name", "instruction"]}),
         },
         ToolDef {
             name: "list_agents".into(),
-            description: "List the agents of this team: id, name and description.".into(),
+            description: "List the agents of this team and the remote A2A agents you can call: id, name, description \
+                          (`remote: true` for a remote agent)."
+                .into(),
             parameters: json!({"type": "object", "properties": {}}),
         },
     ]

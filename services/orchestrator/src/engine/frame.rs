@@ -419,7 +419,7 @@ impl Engine {
                     let (st, r) = Box::pin(self.delegate(session, s, frame, call, cancel)).await;
                     (st, r, String::new())
                 }
-                "list_agents" => (ToolStatus::Done, self.list_team(s), String::new()),
+                "list_agents" => (ToolStatus::Done, self.list_team(s, frame).await, String::new()),
                 _ => {
                     let r = self.run_tool(session, s, frame, tag, call, cancel).await;
                     (r.status(), r.result, r.spool_path)
@@ -524,7 +524,7 @@ impl Engine {
         frame.messages.push(msg);
     }
 
-    async fn run_tool(
+    pub(super) async fn run_tool(
         &self,
         session: &Arc<SessionState>,
         s: &TurnSettings,

@@ -18,13 +18,25 @@ pub const TEAM_TOOLSET: &str = "team";
 /// The provider name team tools are listed under.
 const TEAM_PROVIDER: &str = "orchestrator";
 
-/// The toolsets the tool-runner serves: all of the agent's but `team`.
+/// The runner's toolset of remote A2A agents (tools `a2a__<name>`).
+pub const REMOTE_AGENTS_TOOLSET: &str = "a2a";
+
+/// The prefix of a remote A2A agent's tool name on the runner.
+pub const REMOTE_AGENT_PREFIX: &str = "a2a__";
+
+/// The toolsets the tool-runner serves: all of the agent's but `team`, and
+/// with `team` the remote A2A agents (`call_agent` reaches them through the runner).
 pub fn runner_toolsets(toolsets: &[String]) -> Vec<String> {
-    toolsets
+    let mut out: Vec<String> = toolsets
         .iter()
         .filter(|t| *t != TEAM_TOOLSET)
         .cloned()
-        .collect()
+        .collect();
+    if toolsets.iter().any(|t| t == TEAM_TOOLSET) && !out.iter().any(|t| t == REMOTE_AGENTS_TOOLSET)
+    {
+        out.push(REMOTE_AGENTS_TOOLSET.into());
+    }
+    out
 }
 
 /// A runner's tool spec as the model's tool definition. A schema that does
@@ -45,12 +57,18 @@ pub struct AgentTools {
     pub specs: Vec<ToolSpec>,
     /// The model's definitions of the same tools (their JSON made once).
     pub defs: std::sync::Arc<ToolSet>,
+    /// The remote A2A agents the runner serves (`a2a__<name>`): never a
+    /// tool of the model's, a name `call_agent` and `list_agents` know.
+    pub remote_agents: Vec<ToolSpec>,
 }
 
 impl AgentTools {
     /// The runner's `specs` for an agent with `toolsets`, plus the team tools
     /// when it has the `team` toolset.
-    pub fn assemble(mut specs: Vec<ToolSpec>, toolsets: &[String]) -> Self {
+    pub fn assemble(specs: Vec<ToolSpec>, toolsets: &[String]) -> Self {
+        let (remote_agents, mut specs): (Vec<ToolSpec>, Vec<ToolSpec>) = specs
+            .into_iter()
+            .partition(|s| s.name.starts_with(REMOTE_AGENT_PREFIX));
         let mut defs: Vec<ToolDef> = specs.iter().map(tool_def).collect();
         if toolsets.iter().any(|t| t == TEAM_TOOLSET) {
             for d in team_tools() {
@@ -68,6 +86,7 @@ impl AgentTools {
         Self {
             specs,
             defs: std::sync::Arc::new(ToolSet::new(defs)),
+            remote_agents,
         }
     }
 
@@ -215,7 +234,7 @@ mod tests {
         let toolsets: Vec<String> = ["file_manager", "team", "memory"]
             .map(String::from)
             .to_vec();
-        assert_eq!(runner_toolsets(&toolsets), ["file_manager", "memory"]);
+        assert_eq!(runner_toolsets(&toolsets), ["file_manager", "memory", "a2a"]);
         let tools = AgentTools::assemble(
             vec![spec(
                 "file_manager__read",
