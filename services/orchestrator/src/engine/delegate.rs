@@ -61,7 +61,7 @@ impl Engine {
         tool: String,
         instruction: &str,
         cancel: &CancellationToken,
-    ) -> (ToolStatus, String) {
+    ) -> (ToolStatus, String, String) {
         let tag = EventTag {
             turn_id: s.turn_id.clone(),
             context: caller.context.clone(),
@@ -75,7 +75,7 @@ impl Engine {
         let r = self
             .run_tool(session, s, caller, &tag, &remote, cancel)
             .await;
-        (r.status(), r.result)
+        (r.status(), r.result, r.spool_path)
     }
 
     pub(super) async fn delegate(
@@ -85,8 +85,8 @@ impl Engine {
         caller: &Frame,
         call: &ToolCall,
         cancel: &CancellationToken,
-    ) -> (ToolStatus, String) {
-        let err = |m: String| (ToolStatus::Error, m);
+    ) -> (ToolStatus, String, String) {
+        let err = |m: String| (ToolStatus::Error, m, String::new());
         let args: Value = match serde_json::from_str(&call.arguments) {
             Ok(v @ Value::Object(_)) => v,
             _ => {
@@ -219,7 +219,7 @@ impl Engine {
             .await;
         let text = last.lock().expect("last text").clone();
         match outcome {
-            Outcome::Completed => (ToolStatus::Done, text),
+            Outcome::Completed => (ToolStatus::Done, text, String::new()),
             Outcome::Cancelled => err(format!(
                 "the delegation to {name} was cancelled; what it had: {text}"
             )),

@@ -416,8 +416,7 @@ impl Engine {
         let run = async {
             match call.name.as_str() {
                 "call_agent" => {
-                    let (st, r) = Box::pin(self.delegate(session, s, frame, call, cancel)).await;
-                    (st, r, String::new())
+                    Box::pin(self.delegate(session, s, frame, call, cancel)).await
                 }
                 "list_agents" => (ToolStatus::Done, self.list_team(s, frame).await, String::new()),
                 _ => {
