@@ -358,3 +358,41 @@ async fn omicos_calls_another_omicos_over_a2a_with_its_credential() {
         asked[0].body
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_turn_cancels_the_remote_task() {
+    let remote = Remote::start().await;
+    let (stack, _tmp) = stack(
+        vec![
+            call("s1", "reverser", "slow: take your time"),
+            Reply::Text("never read".into()),
+        ],
+        reverser(&remote.url),
+    )
+    .await;
+    let mut chat = stack.chat(req("full")).await.unwrap();
+    // Wait until the remote works on it.
+    for _ in 0..100 {
+        if !remote.received().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(remote.received(), ["slow: take your time"]);
+    chat.cancel().await;
+    let events = chat.until_done().await;
+    assert_eq!(done_reason(&events).as_deref(), Some("cancelled"), "{events:#?}");
+    // The runner sent CancelTask: the SDK called the executor's cancel.
+    let cancelled = || {
+        std::fs::read_to_string(&remote.record)
+            .unwrap_or_default()
+            .contains("\"cancel\"")
+    };
+    for _ in 0..100 {
+        if cancelled() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(cancelled(), "{}", std::fs::read_to_string(&remote.record).unwrap());
+}
