@@ -36,7 +36,9 @@ fn python() -> String {
             return py;
         }
     }
-    panic!("no Python imports a2a and uvicorn: run scripts/bootstrap.sh (requirements.txt pins them)")
+    panic!(
+        "no Python imports a2a and uvicorn: run scripts/bootstrap.sh (requirements.txt pins them)"
+    )
 }
 
 /// The SDK's agent on a loopback port; killed on drop.
@@ -64,7 +66,7 @@ impl Remote {
         let dir = tempfile::tempdir().unwrap();
         let record = dir.path().join("record.jsonl");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("a2a/server.py");
-        let child = std::process::Command::new(python())
+        let mut child = std::process::Command::new(python())
             .arg(script)
             .arg(port.to_string())
             .arg(&record)
@@ -87,6 +89,8 @@ impl Remote {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        let _ = child.kill();
+        let _ = child.wait();
         panic!("the a2a-sdk server did not come up at {base}");
     }
 
@@ -104,10 +108,7 @@ impl Remote {
 
 /// A stack whose team is `lead` and `helper` (both with `team`), with the
 /// runner's `a2a_agents` as given.
-async fn stack(
-    replies: Vec<Reply>,
-    a2a_agents: Value,
-) -> (Stack, tempfile::TempDir) {
+async fn stack(replies: Vec<Reply>, a2a_agents: Value) -> (Stack, tempfile::TempDir) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join(".omicos/agents");
     std::fs::create_dir_all(&dir).unwrap();
@@ -186,7 +187,10 @@ async fn call_agent_reaches_a_remote_sdk_agent_and_reads_its_answer() {
     let remote = Remote::start().await;
     let (stack, _tmp) = stack(
         vec![
-            Reply::Tools(String::new(), vec![("l1".into(), "list_agents".into(), "{}".into())]),
+            Reply::Tools(
+                String::new(),
+                vec![("l1".into(), "list_agents".into(), "{}".into())],
+            ),
             call("c1", "reverser", "hello omicos"),
             call("c2", "reverser", "fail: the disk is full"),
             call("c3", "nobody", "anything"),
@@ -198,7 +202,11 @@ async fn call_agent_reaches_a_remote_sdk_agent_and_reads_its_answer() {
     .await;
     let mut chat = stack.chat(req("full")).await.unwrap();
     let events = chat.until_done().await;
-    assert_eq!(done_reason(&events).as_deref(), Some("completed"), "{events:#?}");
+    assert_eq!(
+        done_reason(&events).as_deref(),
+        Some("completed"),
+        "{events:#?}"
+    );
     stack.llm.assert_invariants();
 
     // The remote got exactly the messages of the calls that named it.
@@ -208,13 +216,9 @@ async fn call_agent_reaches_a_remote_sdk_agent_and_reads_its_answer() {
     );
     let seen = results_seen(&stack.llm);
     // list_agents: the team, and the remote with its card's skill.
-    let listed: Value = serde_json::from_str(
-        &serde_json::from_str::<Value>(&seen["l1"]).unwrap()["result"]
-            .as_str()
-            .unwrap()
-            .to_owned(),
-    )
-    .unwrap_or_else(|e| panic!("{e}: {}", seen["l1"]));
+    let envelope: Value = serde_json::from_str(&seen["l1"]).unwrap();
+    let listed: Value = serde_json::from_str(envelope["result"].as_str().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {}", seen["l1"]));
     let remote_entry = listed
         .as_array()
         .unwrap()
@@ -225,10 +229,20 @@ async fn call_agent_reaches_a_remote_sdk_agent_and_reads_its_answer() {
     let about = remote_entry["description"].as_str().unwrap();
     assert!(about.contains("Reverses what it is told"), "{about}");
     assert!(about.contains("Reverse text"), "{about}");
-    assert!(listed.as_array().unwrap().iter().any(|a| a["id"] == "helper"));
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["id"] == "helper")
+    );
 
     // The answer the model reads.
-    assert!(seen["c1"].contains("remote says: socimo olleh"), "{}", seen["c1"]);
+    assert!(
+        seen["c1"].contains("remote says: socimo olleh"),
+        "{}",
+        seen["c1"]
+    );
     assert!(seen["c1"].contains("\"done\""), "{}", seen["c1"]);
     // A failed task: an error with the remote's reason; the turn went on.
     assert!(seen["c2"].contains("\"error\""), "{}", seen["c2"]);
@@ -244,14 +258,22 @@ async fn call_agent_reaches_a_remote_sdk_agent_and_reads_its_answer() {
     // A 300 000-byte answer: cut at max_answer_bytes, then the runner's
     // shaping (spool and preview) bounds what the model reads.
     let huge = &seen["c4"];
-    assert!(huge.len() < 25_000, "{} bytes reached the model", huge.len());
+    assert!(
+        huge.len() < 25_000,
+        "{} bytes reached the model",
+        huge.len()
+    );
     assert!(huge.contains("abcdefghij"), "{}", &huge[..200]);
     let finished = finished_calls(&events);
     let c4 = finished.iter().find(|f| f.call_id == "c4").unwrap();
     assert_eq!(c4.status, ToolStatus::Done as i32);
-    let spooled = std::fs::read_to_string(stack.workspace.join(&c4.spool_path)).unwrap_or_else(|e| {
-        panic!("the whole (cut) answer is spooled: {e}: {:?}", c4.spool_path)
-    });
+    let spooled =
+        std::fs::read_to_string(stack.workspace.join(&c4.spool_path)).unwrap_or_else(|e| {
+            panic!(
+                "the whole (cut) answer is spooled: {e}: {:?}",
+                c4.spool_path
+            )
+        });
     assert!(spooled.contains("more bytes of the remote agent's answer left out"));
     assert!(spooled.len() < 21_000, "{}", spooled.len());
 }
@@ -319,7 +341,10 @@ async fn a_remote_call_is_gated_and_a_remote_that_is_down_is_a_tool_error() {
     assert_eq!(done_reason(&events).as_deref(), Some("completed"));
     let d1 = &results_seen(&stack.llm)["d1"];
     assert!(d1.contains("\"error\""), "{d1}");
-    assert!(d1.contains("remote agent `gone`") && d1.contains("cannot connect"), "{d1}");
+    assert!(
+        d1.contains("remote agent `gone`") && d1.contains("cannot connect"),
+        "{d1}"
+    );
     stack.llm.assert_invariants();
 }
 
@@ -327,7 +352,10 @@ async fn a_remote_call_is_gated_and_a_remote_that_is_down_is_a_tool_error() {
 async fn omicos_calls_another_omicos_over_a2a_with_its_credential() {
     const PEER: &str = "peer-omicos-token";
     let peer = Stack::start(
-        FakeLlm::start(vec![Reply::Text("PEER-ANSWER from the other omicos".into())]).await,
+        FakeLlm::start(vec![Reply::Text(
+            "PEER-ANSWER from the other omicos".into(),
+        )])
+        .await,
         StackOptions {
             tweak: Some(Box::new(|c| {
                 c.auth.api_keys = vec![api_key(PEER, "caller", "acme", "full")];
@@ -381,7 +409,11 @@ async fn a_cancelled_turn_cancels_the_remote_task() {
     assert_eq!(remote.received(), ["slow: take your time"]);
     chat.cancel().await;
     let events = chat.until_done().await;
-    assert_eq!(done_reason(&events).as_deref(), Some("cancelled"), "{events:#?}");
+    assert_eq!(
+        done_reason(&events).as_deref(),
+        Some("cancelled"),
+        "{events:#?}"
+    );
     // The runner sent CancelTask: the SDK called the executor's cancel.
     let cancelled = || {
         std::fs::read_to_string(&remote.record)
@@ -394,5 +426,9 @@ async fn a_cancelled_turn_cancels_the_remote_task() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(cancelled(), "{}", std::fs::read_to_string(&remote.record).unwrap());
+    assert!(
+        cancelled(),
+        "{}",
+        std::fs::read_to_string(&remote.record).unwrap()
+    );
 }

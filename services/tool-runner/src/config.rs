@@ -264,9 +264,11 @@ impl ServiceConfig for Config {
             .map_err(|e| ConfigError::key(format!("sandbox.{}", e.key), e.reason))?;
         self.mcp.validate()?;
         // Each message starts with the key it is about.
-        crate::providers::a2a::validate(&self.a2a_agents).map_err(|e| match e.split_once(": ") {
-            Some((k, why)) => ConfigError::key(k, why),
-            None => ConfigError::key("a2a_agents", e),
+        crate::providers::a2a::validate(&self.a2a_agents).map_err(|e| {
+            match e.split_once(": ") {
+                Some((k, why)) => ConfigError::key(k, why),
+                None => ConfigError::key("a2a_agents", e),
+            }
         })?;
         for (list, rules) in [
             ("allow", &self.permissions.allow),

@@ -57,9 +57,7 @@ impl Engine {
         session: &Arc<SessionState>,
         s: &TurnSettings,
         caller: &Frame,
-        call: &ToolCall,
-        tool: String,
-        instruction: &str,
+        remote: &ToolCall,
         cancel: &CancellationToken,
     ) -> (ToolStatus, String, String) {
         let tag = EventTag {
@@ -67,13 +65,8 @@ impl Engine {
             context: caller.context.clone(),
             agent_id: caller.agent.id.clone(),
         };
-        let remote = ToolCall {
-            id: call.id.clone(),
-            name: tool,
-            arguments: json!({ "message": instruction }).to_string(),
-        };
         let r = self
-            .run_tool(session, s, caller, &tag, &remote, cancel)
+            .run_tool(session, s, caller, &tag, remote, cancel)
             .await;
         (r.status(), r.result, r.spool_path)
     }
@@ -107,9 +100,12 @@ impl Engine {
             let remotes = self.remote_agents(s, caller).await;
             let tool = format!("{REMOTE_AGENT_PREFIX}{name}");
             if remotes.iter().any(|r| r.name == tool) {
-                return self
-                    .call_remote(session, s, caller, call, tool, instruction, cancel)
-                    .await;
+                let remote = ToolCall {
+                    id: call.id.clone(),
+                    name: tool,
+                    arguments: json!({ "message": instruction }).to_string(),
+                };
+                return self.call_remote(session, s, caller, &remote, cancel).await;
             }
             return err(format!(
                 "agent `{name}` is not in this team ({}); use list_agents",

@@ -415,10 +415,12 @@ impl Engine {
         let span = genai::tool_span(&call.name, &call.id);
         let run = async {
             match call.name.as_str() {
-                "call_agent" => {
-                    Box::pin(self.delegate(session, s, frame, call, cancel)).await
-                }
-                "list_agents" => (ToolStatus::Done, self.list_team(s, frame).await, String::new()),
+                "call_agent" => Box::pin(self.delegate(session, s, frame, call, cancel)).await,
+                "list_agents" => (
+                    ToolStatus::Done,
+                    self.list_team(s, frame).await,
+                    String::new(),
+                ),
                 _ => {
                     let r = self.run_tool(session, s, frame, tag, call, cancel).await;
                     (r.status(), r.result, r.spool_path)

@@ -234,7 +234,10 @@ mod tests {
         let toolsets: Vec<String> = ["file_manager", "team", "memory"]
             .map(String::from)
             .to_vec();
-        assert_eq!(runner_toolsets(&toolsets), ["file_manager", "memory", "a2a"]);
+        assert_eq!(
+            runner_toolsets(&toolsets),
+            ["file_manager", "memory", "a2a"]
+        );
         let tools = AgentTools::assemble(
             vec![spec(
                 "file_manager__read",

@@ -113,8 +113,8 @@ pub fn validate(agents: &BTreeMap<String, A2aAgentConfig>) -> Result<(), String>
             if u.is_empty() && field == "card_url" {
                 continue;
             }
-            let parsed =
-                url::Url::parse(u).map_err(|e| format!("{key}.{field}: `{u}` is not a URL: {e}"))?;
+            let parsed = url::Url::parse(u)
+                .map_err(|e| format!("{key}.{field}: `{u}` is not a URL: {e}"))?;
             if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
                 return Err(format!("{key}.{field}: `{u}` is not an http(s) URL"));
             }
@@ -210,7 +210,11 @@ impl Card {
         let v03 = card["protocolVersion"]
             .as_str()
             .is_some_and(|v| v.starts_with("0."));
-        let dialect = if !v1 && v03 { Dialect::V03 } else { Dialect::V1 };
+        let dialect = if !v1 && v03 {
+            Dialect::V03
+        } else {
+            Dialect::V1
+        };
         let mut summary = card["description"].as_str().unwrap_or("").trim().to_owned();
         let skills: Vec<String> = card["skills"]
             .as_array()
