@@ -67,26 +67,7 @@ async fn the_python_sdk_sends_streams_gets_and_cancels() {
         Reply::Text("ANSWER-FOUR".into()),
     ])
     .await;
-    let plan = json!({"url": stack.orchestrator, "alice": ALICE, "bob": BOB});
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("a2a/client.py");
-    let py = python();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(py)
-            .arg(script)
-            .arg(plan.to_string())
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "the a2a-sdk client failed: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let r: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let r = run_sdk("a2a/client.py", &stack).await;
 
     // The card: streaming, the catalog's agent as a skill, the API key scheme,
     // JSON-RPC 1.0 and 0.3 at /a2a.
@@ -96,9 +77,14 @@ async fn the_python_sdk_sends_streams_gets_and_cancels() {
     assert!(!card["skills"].as_array().unwrap().is_empty(), "{card}");
     assert_eq!(card["schemes"], json!(["apiKey"]), "{card}");
     let rpc = format!("{}/a2a", stack.orchestrator);
+    let grpc = stack.orchestrator.trim_start_matches("http://");
     assert_eq!(
         card["interfaces"],
-        json!([["JSONRPC", "1.0", rpc], ["JSONRPC", "0.3", rpc]]),
+        json!([
+            ["JSONRPC", "1.0", rpc],
+            ["JSONRPC", "0.3", rpc],
+            ["GRPC", "1.0", grpc]
+        ]),
         "{card}"
     );
 
@@ -205,6 +191,162 @@ async fn the_python_sdk_sends_streams_gets_and_cancels() {
     assert_eq!(stack.llm.requests().len(), 5);
 }
 
+/// The SDK as a gRPC client (tests/a2a/grpc_client.py), from the card's
+/// GRPC interface: send, stream, get, subscribe from a second client to a
+/// running task's end, cancel, list (own tasks only, paged), another
+/// principal refused as TaskNotFound, and UNAUTHENTICATED without a valid
+/// credential.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_over_grpc_sends_streams_subscribes_lists_and_cancels() {
+    let stack = stack(vec![
+        Reply::Text("ANSWER-G1".into()),
+        Reply::Text("ANSWER-G2".into()),
+        // Followed by a second client: long enough to subscribe while it runs.
+        Reply::Slow("SLOW-ANSWER".into(), Duration::from_secs(1)),
+        // Cancelled long before its pieces are sent.
+        Reply::Slow("never finished".into(), Duration::from_secs(20)),
+        Reply::Text("BOB-ANSWER".into()),
+    ])
+    .await;
+    let r = run_sdk("a2a/grpc_client.py", &stack).await;
+    let host = stack.orchestrator.trim_start_matches("http://");
+
+    // The card names the gRPC binding at the port's host:port; the SDK's
+    // factory picked its gRPC transport from it.
+    assert!(
+        r["interfaces"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(["GRPC", "1.0", host])),
+        "{}",
+        r["interfaces"]
+    );
+    assert_eq!(r["transport"], "GrpcTransport");
+
+    let first = &r["send"][0]["task"];
+    assert_eq!(first["state"], "TASK_STATE_COMPLETED", "{}", r["send"]);
+    assert_eq!(first["artifacts"], json!(["ANSWER-G1"]), "{first}");
+    assert_eq!(first["history_roles"], json!(["ROLE_USER", "ROLE_AGENT"]));
+    let context = first["context_id"].as_str().unwrap();
+
+    let stream = r["stream"].as_array().unwrap();
+    assert!(stream[0]["task"].is_object(), "{stream:?}");
+    assert_eq!(stream[0]["task"]["context_id"], context);
+    let states: Vec<&str> = stream.iter().filter_map(|e| e["status"].as_str()).collect();
+    assert!(states.contains(&"TASK_STATE_WORKING"), "{stream:?}");
+    assert_eq!(states.last(), Some(&"TASK_STATE_COMPLETED"), "{stream:?}");
+    assert_eq!(
+        stream[stream.len() - 2]["artifact"],
+        "ANSWER-G2",
+        "{stream:?}"
+    );
+
+    assert_eq!(r["get"]["id"], first["id"]);
+    assert_eq!(r["get"]["artifacts"], json!(["ANSWER-G1"]));
+
+    // The subscriber sees the running task, then its end, with the answer.
+    let slow = &r["slow_sent"];
+    assert_eq!(slow["state"], "TASK_STATE_WORKING", "{slow}");
+    let sub = r["subscribe"].as_array().unwrap();
+    assert_eq!(sub[0]["task"]["id"], slow["id"], "{sub:?}");
+    assert_eq!(sub[0]["task"]["state"], "TASK_STATE_WORKING", "{sub:?}");
+    assert_eq!(sub[sub.len() - 2]["artifact"], "SLOW-ANSWER", "{sub:?}");
+    assert_eq!(
+        sub[sub.len() - 1]["status"],
+        "TASK_STATE_COMPLETED",
+        "{sub:?}"
+    );
+    assert_eq!(
+        r["subscribe_ended"]["error"], "UnsupportedOperationError",
+        "{}",
+        r["subscribe_ended"]
+    );
+
+    assert_eq!(r["running"]["state"], "TASK_STATE_WORKING");
+    assert_eq!(
+        r["cancel"]["state"], "TASK_STATE_CANCELED",
+        "{}",
+        r["cancel"]
+    );
+    assert_eq!(r["cancel_again"]["error"], "TaskNotCancelableError");
+
+    // Alice's four tasks, newest first, in pages of two.
+    let ids: Vec<&str> = r["list"]["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 4, "{}", r["list"]);
+    assert_eq!(r["list"]["total_size"], 4);
+    assert_eq!(r["list"]["pages"].as_array().unwrap().len(), 2);
+    assert_eq!(ids[0], r["running"]["id"], "the newest first: {ids:?}");
+    for t in [&first["id"], &stream[0]["task"]["id"], &slow["id"]] {
+        assert!(ids.contains(&t.as_str().unwrap()), "{t} not in {ids:?}");
+    }
+    let done = r["list_completed_in_first_context"].as_array().unwrap();
+    assert_eq!(done.len(), 2, "{done:?}");
+    assert!(
+        done.iter()
+            .all(|t| t["context_id"] == context && t["state"] == "TASK_STATE_COMPLETED")
+    );
+
+    // Bob lists his own task only, and reaches none of Alice's.
+    assert_eq!(r["bob_own"]["artifacts"], json!(["BOB-ANSWER"]));
+    assert_eq!(r["bob_list"], json!([r["bob_own"]["id"]]));
+    assert_eq!(r["bob_list_alices_context"], json!([]));
+    for k in [
+        "bob_send",
+        "bob_send_task",
+        "bob_get",
+        "bob_cancel",
+        "bob_subscribe",
+    ] {
+        assert_eq!(r[k]["error"], "TaskNotFoundError", "{k}: {}", r[k]);
+    }
+    for k in ["wrong_token", "no_token"] {
+        assert!(
+            r[k]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("UNAUTHENTICATED"),
+            "{k}: {}",
+            r[k]
+        );
+    }
+    assert_eq!(
+        r["push"]["error"], "PushNotificationNotSupportedError",
+        "{}",
+        r["push"]
+    );
+    // Five turns reached the model: four of Alice's, one of Bob's.
+    assert_eq!(stack.llm.requests().len(), 5);
+}
+
+/// Runs a Python SDK script against `stack` and returns its JSON report.
+async fn run_sdk(script: &str, stack: &Stack) -> Value {
+    let plan = json!({"url": stack.orchestrator, "alice": ALICE, "bob": BOB});
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
+    let py = python();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(py)
+            .arg(script)
+            .arg(plan.to_string())
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "the a2a-sdk client failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
 #[tokio::test]
 async fn malformed_json_rpc_gets_the_specs_error_codes() {
     let stack = stack(vec![]).await;
@@ -244,7 +386,11 @@ async fn malformed_json_rpc_gets_the_specs_error_codes() {
         (r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"s:t"}}"#.to_owned(), -32001),
         (r#"{"jsonrpc":"2.0","id":1,"method":"CancelTask","params":{"id":"s:t"}}"#.to_owned(), -32001),
         (r#"{"jsonrpc":"2.0","id":1,"method":"CreateTaskPushNotificationConfig","params":{}}"#.to_owned(), -32003),
-        (r#"{"jsonrpc":"2.0","id":1,"method":"SubscribeToTask","params":{"id":"s:t"}}"#.to_owned(), -32004),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"SubscribeToTask","params":{"id":"s:t"}}"#.to_owned(), -32001),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"SubscribeToTask","params":{}}"#.to_owned(), -32602),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{"pageToken":"x"}}"#.to_owned(), -32602),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{"status":"DONE"}}"#.to_owned(), -32602),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"GetExtendedAgentCard"}"#.to_owned(), -32007),
         (
             json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"role":"ROLE_USER","contextId":"no-such-session","parts":[{"text":"hi"}]}}}).to_string(),
             -32001,

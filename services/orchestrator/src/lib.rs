@@ -198,7 +198,11 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
     let tls = edge_tls.is_some();
     let host = Host::new(HostOptions {
         name: "orchestrator",
-        services: vec!["omicos.v1.Orchestrator", "omicos.v1.OrchestratorWeb"],
+        services: vec![
+            "omicos.v1.Orchestrator",
+            "omicos.v1.OrchestratorWeb",
+            "lf.a2a.v1.A2AService",
+        ],
     })
     .await
     .tls(edge_tls);
@@ -236,7 +240,11 @@ pub async fn serve(parts: Parts, listener: TcpListener, shutdown: Shutdown) -> s
                 return;
             }
             if runner.list_tools(Default::default()).await.is_ok() {
-                for name in ["omicos.v1.Orchestrator", "omicos.v1.OrchestratorWeb"] {
+                for name in [
+                    "omicos.v1.Orchestrator",
+                    "omicos.v1.OrchestratorWeb",
+                    "lf.a2a.v1.A2AService",
+                ] {
                     reporter
                         .set_service_status(name, tonic_health::ServingStatus::Serving)
                         .await;
@@ -282,11 +290,16 @@ fn web_app(
         ))
         .add_service(omicos_auth::Guard::new(
             SessionGuard::new(
-                OrchestratorWebServer::from_arc(svc)
+                OrchestratorWebServer::from_arc(svc.clone())
                     .max_decoding_message_size(max)
                     .max_encoding_message_size(max),
-                store,
+                store.clone(),
             ),
+            gate.clone(),
+        ))
+        // A2A's gRPC binding, with the same credentials and ownership.
+        .add_service(omicos_auth::Guard::new(
+            SessionGuard::new(service::a2a::grpc::server(svc), store),
             gate,
         ))
         .into_axum_router()

@@ -9,6 +9,9 @@
 //!   the one value through which a handler reaches that session.
 //! - [`Access::MaybeSession`]: the same when a session is named (Chat's
 //!   first message, StartTurn); empty starts a new session.
+//! - [`Access::Task`]: an A2A method (`lf.a2a.v1.A2AService`) that names a
+//!   task (`<session>:<turn>`) or a context (a session); the same check, and
+//!   refusals are A2A's TaskNotFound (the SDKs' typed error).
 //! - [`Access::Caller`]: reaches only the caller's own data (listing by owner).
 //! - [`Access::Open`]: reaches no session (the catalog, the client config).
 //!
@@ -28,7 +31,7 @@ use http_body_util::BodyExt;
 use omicos_auth::Principal;
 use omicos_proto::{
     ApproveToolRequest, AttachRequest, CancelTurnRequest, ChatClientMessage, ChatEvent,
-    ChatRequest, CompactRequest, DeleteSessionRequest, GetSessionRequest, chat_client_message,
+    ChatRequest, CompactRequest, DeleteSessionRequest, GetSessionRequest, a2a, chat_client_message,
 };
 use omicos_sessionstore::{SessionMeta, SessionStore};
 use prost::Message;
@@ -52,6 +55,11 @@ pub enum Access {
         /// Refusals as an Error event and TurnDone(ERROR) instead of a status.
         in_band: bool,
     },
+    /// Names an A2A task or context in its first message (the session its
+    /// id starts with); only its owner gets through, and a refusal is A2A's
+    /// TaskNotFound. Naming none (a new context, or an empty id the handler
+    /// refuses) reaches no session.
+    Task(fn(&[u8]) -> Result<String, prost::DecodeError>),
     /// Reaches only the caller's own data; why that is so.
     Caller(&'static str),
     /// Reaches no session; why it may be open to every authenticated caller.
@@ -98,7 +106,60 @@ fn chat_session(payload: &[u8]) -> Result<String, prost::DecodeError> {
     })
 }
 
-/// Every method of Orchestrator and OrchestratorWeb, and how it reaches sessions.
+/// The session an A2A task id names: the part before the turn; an id that
+/// is not one of ours is looked up whole, and so found nowhere.
+fn task_session(id: &str) -> String {
+    match crate::service::a2a::task::parse_task_id(id) {
+        Some((session, _)) => session.to_owned(),
+        None => id.to_owned(),
+    }
+}
+
+/// A request message of A2A's that names a task by `id`.
+trait NamesTask: Message + Default {
+    fn task(self) -> String;
+}
+
+macro_rules! names_task {
+    ($($t:ty),*) => {$(
+        impl NamesTask for $t {
+            fn task(self) -> String {
+                self.id
+            }
+        }
+    )*};
+}
+names_task!(
+    a2a::GetTaskRequest,
+    a2a::CancelTaskRequest,
+    a2a::SubscribeToTaskRequest
+);
+
+fn task_of<T: NamesTask>(payload: &[u8]) -> Result<String, prost::DecodeError> {
+    let id = T::decode(payload)?.task();
+    Ok(if id.is_empty() { id } else { task_session(&id) })
+}
+
+/// SendMessage's context: `contextId`, else the session of `taskId`.
+fn a2a_send_session(payload: &[u8]) -> Result<String, prost::DecodeError> {
+    let m = a2a::SendMessageRequest::decode(payload)?
+        .message
+        .unwrap_or_default();
+    Ok(if !m.context_id.is_empty() {
+        m.context_id
+    } else if !m.task_id.is_empty() {
+        task_session(&m.task_id)
+    } else {
+        String::new()
+    })
+}
+
+/// Why the push notification methods are open: they answer
+/// PushNotificationNotSupported without reading their request.
+const PUSH_UNSUPPORTED: &str =
+    "answers A2A's PushNotificationNotSupportedError without reading the request; no session";
+
+/// Every method of Orchestrator, OrchestratorWeb and A2AService, and how it reaches sessions.
 pub const METHODS: &[(&str, Access)] = &[
     (
         "/omicos.v1.Orchestrator/Chat",
@@ -169,6 +230,52 @@ pub const METHODS: &[(&str, Access)] = &[
     (
         "/omicos.v1.OrchestratorWeb/GetClientConfig",
         Access::Open("the deployment's providers, default model and mode; no session"),
+    ),
+    (
+        "/lf.a2a.v1.A2AService/SendMessage",
+        Access::Task(a2a_send_session),
+    ),
+    (
+        "/lf.a2a.v1.A2AService/SendStreamingMessage",
+        Access::Task(a2a_send_session),
+    ),
+    (
+        "/lf.a2a.v1.A2AService/GetTask",
+        Access::Task(task_of::<a2a::GetTaskRequest>),
+    ),
+    (
+        "/lf.a2a.v1.A2AService/CancelTask",
+        Access::Task(task_of::<a2a::CancelTaskRequest>),
+    ),
+    (
+        "/lf.a2a.v1.A2AService/SubscribeToTask",
+        Access::Task(task_of::<a2a::SubscribeToTaskRequest>),
+    ),
+    (
+        "/lf.a2a.v1.A2AService/ListTasks",
+        Access::Caller("lists only the tasks of the sessions of the caller's tenant and subject"),
+    ),
+    (
+        "/lf.a2a.v1.A2AService/GetExtendedAgentCard",
+        Access::Open(
+            "answers ExtendedAgentCardNotConfiguredError (the public card is the whole card); no session",
+        ),
+    ),
+    (
+        "/lf.a2a.v1.A2AService/CreateTaskPushNotificationConfig",
+        Access::Open(PUSH_UNSUPPORTED),
+    ),
+    (
+        "/lf.a2a.v1.A2AService/GetTaskPushNotificationConfig",
+        Access::Open(PUSH_UNSUPPORTED),
+    ),
+    (
+        "/lf.a2a.v1.A2AService/ListTaskPushNotificationConfigs",
+        Access::Open(PUSH_UNSUPPORTED),
+    ),
+    (
+        "/lf.a2a.v1.A2AService/DeleteTaskPushNotificationConfig",
+        Access::Open(PUSH_UNSUPPORTED),
     ),
 ];
 
@@ -304,6 +411,17 @@ where
     }
 }
 
+/// How a session the caller does not own is refused.
+#[derive(Clone, Copy)]
+enum Refusal {
+    /// NOT_FOUND, `session_not_found`.
+    Status,
+    /// In Chat's stream (an Error event and TurnDone).
+    InBand,
+    /// A2A's TaskNotFound (NOT_FOUND with its ErrorInfo).
+    A2a,
+}
+
 /// The request, with its [`Owned`] when it names a session, or the answer
 /// that refuses it.
 async fn admit(
@@ -311,7 +429,7 @@ async fn admit(
     req: http::Request<Body>,
 ) -> Result<http::Request<Body>, http::Response<Body>> {
     let path = req.uri().path().to_owned();
-    let (session, optional, in_band) = match access_of(&path) {
+    let (session, optional, refusal) = match access_of(&path) {
         None => {
             return Err(tonic::Status::unimplemented(format!(
                 "{path} is not classified by the session guard"
@@ -319,8 +437,17 @@ async fn admit(
             .into_http());
         }
         Some(Access::Open(_) | Access::Caller(_)) => return Ok(req),
-        Some(Access::Session(f)) => (f, false, false),
-        Some(Access::MaybeSession { session, in_band }) => (session, true, in_band),
+        Some(Access::Session(f)) => (f, false, Refusal::Status),
+        Some(Access::MaybeSession { session, in_band }) => (
+            session,
+            true,
+            if in_band {
+                Refusal::InBand
+            } else {
+                Refusal::Status
+            },
+        ),
+        Some(Access::Task(f)) => (f, true, Refusal::A2a),
     };
     let Some(who) = req.extensions().get::<Principal>().cloned() else {
         return Err(tonic::Status::unauthenticated(
@@ -355,10 +482,10 @@ async fn admit(
     }
     let refuse = |id: &str| -> http::Response<Body> {
         let e = OrchestratorError::SessionNotFound(id.to_owned());
-        if in_band {
-            in_band_refusal(id, &e)
-        } else {
-            tonic::Status::from(e).into_http()
+        match refusal {
+            Refusal::InBand => in_band_refusal(id, &e),
+            Refusal::Status => tonic::Status::from(e).into_http(),
+            Refusal::A2a => crate::service::a2a::grpc::context_not_found(id).into_http(),
         }
     };
     match store.get_session(&id).await {
@@ -461,15 +588,13 @@ mod tests {
     /// [`METHODS`], and the table names nothing the proto does not declare.
     #[test]
     fn every_orchestrator_method_is_classified() {
-        let fds = prost_types::FileDescriptorSet::decode(omicos_proto::FILE_DESCRIPTOR_SET)
-            .expect("the embedded descriptor set decodes");
         let mut declared = BTreeSet::new();
-        for file in &fds.file {
+        for file in descriptors() {
             for svc in &file.service {
                 let name = format!("{}.{}", file.package(), svc.name());
                 if !matches!(
                     name.as_str(),
-                    "omicos.v1.Orchestrator" | "omicos.v1.OrchestratorWeb"
+                    "omicos.v1.Orchestrator" | "omicos.v1.OrchestratorWeb" | "lf.a2a.v1.A2AService"
                 ) {
                     continue;
                 }
@@ -478,7 +603,7 @@ mod tests {
                 }
             }
         }
-        assert!(declared.len() >= 13, "{declared:?}");
+        assert!(declared.len() >= 13 + 11, "{declared:?}");
         let classified: BTreeSet<String> = METHODS.iter().map(|(p, _)| p.to_string()).collect();
         let missing: Vec<_> = declared.difference(&classified).collect();
         assert!(
@@ -497,21 +622,72 @@ mod tests {
         }
     }
 
+    /// The files of the omicos and A2A descriptor sets.
+    fn descriptors() -> Vec<prost_types::FileDescriptorProto> {
+        [
+            omicos_proto::FILE_DESCRIPTOR_SET,
+            omicos_proto::A2A_FILE_DESCRIPTOR_SET,
+        ]
+        .into_iter()
+        .flat_map(|b| {
+            prost_types::FileDescriptorSet::decode(b)
+                .expect("the embedded descriptor set decodes")
+                .file
+        })
+        .collect()
+    }
+
     /// Every method whose request message has a `session_id` field is guarded
-    /// as naming a session (a new session-scoped RPC cannot be listed as open).
+    /// as naming a session, and every A2A method whose request names a task
+    /// (`id`) or carries a message (its `context_id`, `task_id`) as naming a
+    /// task (a new session-scoped RPC cannot be listed as open).
     #[test]
     fn every_request_with_a_session_id_is_guarded() {
-        let fds =
-            prost_types::FileDescriptorSet::decode(omicos_proto::FILE_DESCRIPTOR_SET).unwrap();
-        let has_session = |type_name: &str| {
-            fds.file.iter().any(|f| {
-                f.message_type.iter().any(|m| {
-                    format!(".{}.{}", f.package(), m.name()) == type_name
-                        && m.field.iter().any(|x| x.name() == "session_id")
+        let files = descriptors();
+        let fields_of = |type_name: &str| -> Vec<String> {
+            files
+                .iter()
+                .flat_map(|f| {
+                    f.message_type
+                        .iter()
+                        .filter(move |m| format!(".{}.{}", f.package(), m.name()) == type_name)
                 })
-            })
+                .flat_map(|m| m.field.iter().map(|x| x.name().to_owned()))
+                .collect()
         };
-        for file in &fds.file {
+        let has_session = |type_name: &str| fields_of(type_name).iter().any(|x| x == "session_id");
+        let mut a2a_task_methods = 0;
+        for file in &files {
+            if file.package() != "lf.a2a.v1" {
+                continue;
+            }
+            for svc in &file.service {
+                for m in &svc.method {
+                    let path = format!("/lf.a2a.v1.{}/{}", svc.name(), m.name());
+                    let fields = fields_of(m.input_type());
+                    // `id` names a task; `message` carries a context and a task.
+                    // (The push methods' `id` names a config; they are open with
+                    // PUSH_UNSUPPORTED: they refuse without reading.)
+                    if m.name().contains("PushNotification") {
+                        assert!(
+                            matches!(access_of(&path), Some(Access::Open(w)) if w == PUSH_UNSUPPORTED),
+                            "{path}"
+                        );
+                        continue;
+                    }
+                    if fields.iter().any(|x| x == "id" || x == "message") {
+                        a2a_task_methods += 1;
+                        assert!(
+                            matches!(access_of(&path), Some(Access::Task(_))),
+                            "{path} names a task but is not guarded as naming one"
+                        );
+                    }
+                }
+            }
+        }
+        // GetTask, CancelTask, SubscribeToTask, SendMessage, SendStreamingMessage.
+        assert_eq!(a2a_task_methods, 5);
+        for file in &files {
             for svc in &file.service {
                 let name = format!("{}.{}", file.package(), svc.name());
                 for m in &svc.method {

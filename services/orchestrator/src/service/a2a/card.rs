@@ -1,6 +1,7 @@
 //! The Agent Card (`/.well-known/agent-card.json`): the deployment as one
 //! A2A agent whose skills are the catalog's agents, reached over JSON-RPC at
-//! [`super::RPC_PATH`], with the security schemes its auth accepts.
+//! [`super::RPC_PATH`] and over gRPC at the same port (`lf.a2a.v1.A2AService`),
+//! with the security schemes its auth accepts.
 //!
 //! The card is A2A 1.0's `AgentCard` in ProtoJSON. It also carries 0.3's
 //! `url`, `preferredTransport` and `protocolVersion`, so that a 0.3 client
@@ -13,9 +14,30 @@ use serde_json::{Value, json};
 /// The A2A versions the endpoint speaks, newest first.
 pub const PROTOCOL_VERSIONS: [&str; 2] = ["1.0", "0.3"];
 
-/// The card for a deployment reached at `base` (`https://host:port`).
-pub fn card(base: &str, agents: &dyn AgentDirectory, auth: &ClientAuthConfig) -> Value {
+/// The version the gRPC binding speaks (`a2a.proto` is 1.0's).
+pub const GRPC_PROTOCOL_VERSION: &str = "1.0";
+
+/// The card for a deployment reached at `base` (`https://host:port`), whose
+/// HTTP `Host` is `host` (the gRPC binding's address is `host:port`, as A2A
+/// 1.0 writes it: no scheme).
+pub fn card(base: &str, host: &str, agents: &dyn AgentDirectory, auth: &ClientAuthConfig) -> Value {
     let url = format!("{base}{}", super::RPC_PATH);
+    let has_port = host
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    let grpc = if has_port {
+        host.to_owned()
+    } else {
+        let port = if base.starts_with("https:") { 443 } else { 80 };
+        format!("{host}:{port}")
+    };
+    let mut interfaces: Vec<Value> = PROTOCOL_VERSIONS
+        .iter()
+        .map(|v| json!({"url": url, "protocolBinding": "JSONRPC", "protocolVersion": v}))
+        .collect();
+    interfaces.push(
+        json!({"url": grpc, "protocolBinding": "GRPC", "protocolVersion": GRPC_PROTOCOL_VERSION}),
+    );
     let (infos, _tier) = agents.list();
     let skills: Vec<Value> = infos
         .iter()
@@ -47,10 +69,7 @@ pub fn card(base: &str, agents: &dyn AgentDirectory, auth: &ClientAuthConfig) ->
                         Each skill is one agent; name it in the message's metadata (`agent`), or the default agent answers. \
                         A task is one turn; a context is one omicos session.",
         "version": env!("CARGO_PKG_VERSION"),
-        "supportedInterfaces": PROTOCOL_VERSIONS
-            .iter()
-            .map(|v| json!({"url": url, "protocolBinding": "JSONRPC", "protocolVersion": v}))
-            .collect::<Vec<_>>(),
+        "supportedInterfaces": interfaces,
         "provider": {"organization": "omicos", "url": base},
         "capabilities": {"streaming": true, "pushNotifications": false, "extendedAgentCard": false},
         "defaultInputModes": ["text/plain"],

@@ -1,19 +1,24 @@
-//! omicos as an A2A agent (issue 41), on the orchestrator's HTTP port:
+//! omicos as an A2A agent (issue 41), on the orchestrator's one port:
 //!
 //! - `GET /.well-known/agent-card.json`: the Agent Card ([`card`]);
 //! - `POST /a2a`: the JSON-RPC binding. A2A 1.0's methods (`SendMessage`,
-//!   `SendStreamingMessage`, `GetTask`, `CancelTask`) are answered in 1.0's
-//!   ProtoJSON, and 0.3's (`message/send`, `message/stream`, `tasks/get`,
-//!   `tasks/cancel`) in 0.3's shapes ([`task::Dialect`]).
+//!   `SendStreamingMessage`, `GetTask`, `CancelTask`, `SubscribeToTask`,
+//!   `ListTasks`) are answered in 1.0's ProtoJSON, and 0.3's
+//!   (`message/send`, `message/stream`, `tasks/get`, `tasks/cancel`,
+//!   `tasks/resubscribe`) in 0.3's shapes ([`task::Dialect`]);
+//! - `lf.a2a.v1.A2AService`: the gRPC binding ([`grpc`]), next to Orchestrator.
 //!
 //! A task is one turn, its id `<session>:<turn>`; a context is one session.
-//! The endpoint takes the gRPC API's credentials (the same [`Gate`]), and a
+//! Both bindings take the gRPC API's credentials (the same [`Gate`]), and a
 //! context or task of another owner answers as one that does not exist
 //! ([`super::guard::own`]): A2A reaches no session the gRPC API would not.
 //! Turns start through [`OrchestratorService::start_turn`], as Chat's and
-//! StartTurn's do, so limits, hooks and approvals apply unchanged.
+//! StartTurn's do, so limits, hooks and approvals apply unchanged. What a
+//! method does is written once, in [`A2a`]; the bindings only read their
+//! requests and write the [`TaskView`]s it returns.
 
 pub mod card;
+pub mod grpc;
 pub mod task;
 
 use super::OrchestratorService;
@@ -38,6 +43,10 @@ use tokio::sync::broadcast::error::RecvError;
 pub const CARD_PATH: &str = "/.well-known/agent-card.json";
 /// The JSON-RPC endpoint.
 pub const RPC_PATH: &str = "/a2a";
+
+/// `ListTasks`' page size when the request names none, and the largest (A2A 1.0's).
+const LIST_PAGE_DEFAULT: usize = 50;
+const LIST_PAGE_MAX: usize = 100;
 
 /// How long `CancelTask` waits for the turn to end before it answers with
 /// the task as it is (a turn ends at its next await point; a tool call is
@@ -78,13 +87,17 @@ mod code {
     pub const PUSH_NOT_SUPPORTED: i64 = -32003;
     pub const UNSUPPORTED_OPERATION: i64 = -32004;
     pub const CONTENT_TYPE_NOT_SUPPORTED: i64 = -32005;
+    pub const EXTENDED_CARD_NOT_CONFIGURED: i64 = -32007;
 }
 
-/// A JSON-RPC error answer.
+/// An A2A error: a JSON-RPC error as the JSON-RPC binding answers it, and
+/// mapped to a gRPC status by [`grpc::status`]. `kind` keeps an omicos
+/// error's kind (a busy session, a store down) for the gRPC code.
 #[derive(Debug)]
-struct RpcError {
+pub struct RpcError {
     code: i64,
     message: String,
+    kind: Option<ErrorKind>,
 }
 
 impl RpcError {
@@ -92,6 +105,7 @@ impl RpcError {
         Self {
             code,
             message: message.into(),
+            kind: None,
         }
     }
 
@@ -108,14 +122,31 @@ impl From<OrchestratorError> for RpcError {
             ErrorKind::InvalidArgument => code::INVALID_PARAMS,
             _ => code::INTERNAL,
         };
-        Self::new(code, e.to_string())
+        Self {
+            kind: Some(e.kind()),
+            ..Self::new(code, e.to_string())
+        }
     }
 }
 
-/// What the A2A routes share.
+/// What every A2A method does, whichever binding asked: each returns
+/// [`TaskView`]s (or a stream of [`Update`]s) that the binding writes.
 #[derive(Clone)]
-struct A2a {
+pub struct A2a {
     svc: Arc<OrchestratorService>,
+}
+
+impl A2a {
+    /// The methods over `svc`.
+    pub fn new(svc: Arc<OrchestratorService>) -> Self {
+        Self { svc }
+    }
+}
+
+/// What the HTTP routes share.
+#[derive(Clone)]
+struct Http {
+    a2a: A2a,
     gate: Arc<dyn Gate>,
     /// The port serves TLS: the card's URLs are `https://`.
     tls: bool,
@@ -131,10 +162,14 @@ pub fn router(svc: Arc<OrchestratorService>, gate: Arc<dyn Gate>, tls: bool) -> 
             other => unreachable!("{other} is in ROUTES without a handler"),
         };
     }
-    r.with_state(A2a { svc, gate, tls })
+    r.with_state(Http {
+        a2a: A2a::new(svc),
+        gate,
+        tls,
+    })
 }
 
-async fn agent_card(State(a): State<A2a>, headers: HeaderMap) -> Response {
+async fn agent_card(State(h): State<Http>, headers: HeaderMap) -> Response {
     let host = headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
@@ -144,15 +179,15 @@ async fn agent_card(State(a): State<A2a>, headers: HeaderMap) -> Response {
                     .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
         })
         .unwrap_or("localhost");
-    let base = format!("{}://{host}", if a.tls { "https" } else { "http" });
-    let e = &a.svc.engine;
-    axum::Json(card::card(&base, e.agents.as_ref(), &e.config.auth)).into_response()
+    let base = format!("{}://{host}", if h.tls { "https" } else { "http" });
+    let e = &h.a2a.svc.engine;
+    axum::Json(card::card(&base, host, e.agents.as_ref(), &e.config.auth)).into_response()
 }
 
 /// The caller, or the HTTP answer that refuses it (401 without a valid
 /// credential, as every other route of the port answers).
-async fn caller(a: &A2a, headers: &HeaderMap) -> Result<Principal, Response> {
-    match a.gate.admit(RPC_PATH, headers).await {
+async fn caller(h: &Http, headers: &HeaderMap) -> Result<Principal, Response> {
+    match h.gate.admit(RPC_PATH, headers).await {
         Ok(Admitted::Principal(p)) => Ok(p),
         Ok(_) => Ok(Principal::anonymous()),
         Err(e) if e.status().code() == tonic::Code::Unauthenticated => Err((
@@ -178,8 +213,8 @@ fn envelope(id: &Value, result: Result<Value, RpcError>) -> Value {
     }
 }
 
-async fn rpc(State(a): State<A2a>, headers: HeaderMap, body: Bytes) -> Response {
-    let who = match caller(&a, &headers).await {
+async fn rpc(State(h): State<Http>, headers: HeaderMap, body: Bytes) -> Response {
+    let who = match caller(&h, &headers).await {
         Ok(p) => p,
         Err(res) => return res,
     };
@@ -243,34 +278,23 @@ async fn rpc(State(a): State<A2a>, headers: HeaderMap, body: Bytes) -> Response 
         );
     }
     let (v1, v03) = (Dialect::V1, Dialect::V03);
+    let a = &h.a2a;
     match method {
-        "SendMessage" => answer(&id, a.send(&who, v1, &params).await),
-        "message/send" => answer(&id, a.send(&who, v03, &params).await),
-        "SendStreamingMessage" => a.stream(who, v1, id, params).await,
-        "message/stream" => a.stream(who, v03, id, params).await,
-        "GetTask" => answer(&id, a.get(&who, v1, &params).await),
-        "tasks/get" => answer(&id, a.get(&who, v03, &params).await),
-        "CancelTask" => answer(&id, a.cancel(&who, v1, &params).await),
-        "tasks/cancel" => answer(&id, a.cancel(&who, v03, &params).await),
-        m if m.contains("ushNotification") => answer(
-            &id,
-            Err(RpcError::new(
-                code::PUSH_NOT_SUPPORTED,
-                "push notifications are not supported: follow a task with SendStreamingMessage or poll GetTask",
-            )),
-        ),
-        "ListTasks"
-        | "tasks/list"
-        | "SubscribeToTask"
-        | "tasks/resubscribe"
-        | "GetExtendedAgentCard"
-        | "agent/getAuthenticatedExtendedCard" => answer(
-            &id,
-            Err(RpcError::new(
-                code::UNSUPPORTED_OPERATION,
-                format!("{method} is not supported by omicos yet"),
-            )),
-        ),
+        "SendMessage" => answer(&id, a.send_json(&who, v1, &params).await),
+        "message/send" => answer(&id, a.send_json(&who, v03, &params).await),
+        "SendStreamingMessage" => a.stream_sse(who, v1, id, params).await,
+        "message/stream" => a.stream_sse(who, v03, id, params).await,
+        "GetTask" => answer(&id, a.get_json(&who, v1, &params).await),
+        "tasks/get" => answer(&id, a.get_json(&who, v03, &params).await),
+        "CancelTask" => answer(&id, a.cancel_json(&who, v1, &params).await),
+        "tasks/cancel" => answer(&id, a.cancel_json(&who, v03, &params).await),
+        "SubscribeToTask" => a.subscribe_sse(who, v1, id, params).await,
+        "tasks/resubscribe" => a.subscribe_sse(who, v03, id, params).await,
+        "ListTasks" => answer(&id, a.list_json(&who, &params).await),
+        m if m.contains("ushNotification") => answer(&id, Err(push_not_supported())),
+        "GetExtendedAgentCard" | "agent/getAuthenticatedExtendedCard" => {
+            answer(&id, Err(extended_card_not_configured()))
+        }
         other => answer(
             &id,
             Err(RpcError::new(
@@ -281,8 +305,26 @@ async fn rpc(State(a): State<A2a>, headers: HeaderMap, body: Bytes) -> Response 
     }
 }
 
+/// The extended card: there is none (the public card is the whole card).
+fn extended_card_not_configured() -> RpcError {
+    RpcError::new(
+        code::EXTENDED_CARD_NOT_CONFIGURED,
+        "omicos has no extended agent card: the public card at /.well-known/agent-card.json \
+         is the whole card (capabilities.extendedAgentCard is false)",
+    )
+}
+
+/// Push notifications: not served by either binding.
+fn push_not_supported() -> RpcError {
+    RpcError::new(
+        code::PUSH_NOT_SUPPORTED,
+        "push notifications are not supported: follow a task with SendStreamingMessage or \
+         SubscribeToTask, or poll GetTask",
+    )
+}
+
 /// What a SendMessage asks for.
-struct Send {
+pub struct Send {
     request: ChatRequest,
     /// Wait for the turn to end (or to need input) before answering.
     blocking: bool,
@@ -300,6 +342,72 @@ fn str_at<'a>(v: &'a Value, key: &str) -> Result<Option<&'a str>, RpcError> {
     }
 }
 
+/// A SendMessage as either binding reads it, before [`SendParts::check`].
+pub struct SendParts {
+    /// The message's role is the user's.
+    pub from_user: bool,
+    /// The role as sent, for the error.
+    pub role: String,
+    /// The text of each part; None when a part is not text.
+    pub texts: Option<Vec<String>>,
+    /// `contextId`, if given.
+    pub context: Option<String>,
+    /// `taskId`, if given.
+    pub task: Option<String>,
+    /// The agent (metadata `agent`).
+    pub agent: Option<String>,
+    /// The permission mode (metadata `permissionMode`).
+    pub mode: Option<String>,
+    /// Wait for the turn to end.
+    pub blocking: bool,
+}
+
+impl SendParts {
+    /// The checks both bindings make, and the turn they ask for.
+    pub fn check(self) -> Result<Send, RpcError> {
+        if !self.from_user {
+            return Err(RpcError::new(
+                code::INVALID_PARAMS,
+                format!("`message.role` must be the user's, not {:?}", self.role),
+            ));
+        }
+        let texts = self.texts.ok_or_else(|| {
+            RpcError::new(
+                code::CONTENT_TYPE_NOT_SUPPORTED,
+                "only text parts are accepted (text/plain)",
+            )
+        })?;
+        let text = texts.join("\n");
+        if text.trim().is_empty() {
+            return Err(RpcError::new(
+                code::INVALID_PARAMS,
+                "the message has no text",
+            ));
+        }
+        let mut session = self.context.filter(|c| !c.is_empty());
+        if let Some(task) = self.task.as_deref().filter(|t| !t.is_empty()) {
+            let (s, _) = task::parse_task_id(task).ok_or_else(|| RpcError::task_not_found(task))?;
+            if session.as_deref().is_some_and(|c| c != s) {
+                return Err(RpcError::new(
+                    code::INVALID_PARAMS,
+                    "`taskId` belongs to another context than `contextId`",
+                ));
+            }
+            session = Some(s.to_owned());
+        }
+        Ok(Send {
+            request: ChatRequest {
+                session_id: session.unwrap_or_default(),
+                message: text,
+                agent: self.agent.unwrap_or_default(),
+                permission_mode: self.mode.unwrap_or_default(),
+                ..Default::default()
+            },
+            blocking: self.blocking,
+        })
+    }
+}
+
 /// Reads SendMessage's params (either dialect's: the fields that matter
 /// have the same names in both).
 fn parse_send(d: Dialect, params: &Value) -> Result<Send, RpcError> {
@@ -308,49 +416,17 @@ fn parse_send(d: Dialect, params: &Value) -> Result<Send, RpcError> {
         .filter(|m| m.is_object())
         .ok_or_else(|| RpcError::new(code::INVALID_PARAMS, "`message` (an object) is missing"))?;
     let role = msg.get("role").and_then(Value::as_str).unwrap_or_default();
-    let user = match d {
+    let from_user = match d {
         Dialect::V1 => role == "ROLE_USER",
         Dialect::V03 => role == "user",
     };
-    if !user {
-        return Err(RpcError::new(
-            code::INVALID_PARAMS,
-            format!("`message.role` must be the user's, not {role:?}"),
-        ));
-    }
     let parts = msg.get("parts").and_then(Value::as_array).ok_or_else(|| {
         RpcError::new(code::INVALID_PARAMS, "`message.parts` (a list) is missing")
     })?;
-    let mut texts = vec![];
-    for p in parts {
-        match p.get("text").and_then(Value::as_str) {
-            Some(t) => texts.push(t),
-            None => {
-                return Err(RpcError::new(
-                    code::CONTENT_TYPE_NOT_SUPPORTED,
-                    "only text parts are accepted (text/plain)",
-                ));
-            }
-        }
-    }
-    let text = texts.join("\n");
-    if text.trim().is_empty() {
-        return Err(RpcError::new(
-            code::INVALID_PARAMS,
-            "the message has no text",
-        ));
-    }
-    let mut session = str_at(msg, "contextId")?.map(str::to_owned);
-    if let Some(task) = str_at(msg, "taskId")? {
-        let (s, _) = task::parse_task_id(task).ok_or_else(|| RpcError::task_not_found(task))?;
-        if session.as_deref().is_some_and(|c| c != s) {
-            return Err(RpcError::new(
-                code::INVALID_PARAMS,
-                "`taskId` belongs to another context than `contextId`",
-            ));
-        }
-        session = Some(s.to_owned());
-    }
+    let texts = parts
+        .iter()
+        .map(|p| p.get("text").and_then(Value::as_str).map(str::to_owned))
+        .collect();
     // The agent and the mode ride in metadata (the request's or the message's).
     let meta = |k: &str| -> Result<Option<String>, RpcError> {
         for m in [params.get("metadata"), msg.get("metadata")]
@@ -374,29 +450,120 @@ fn parse_send(d: Dialect, params: &Value) -> Result<Send, RpcError> {
             .and_then(Value::as_bool)
             .unwrap_or(true),
     };
-    Ok(Send {
-        request: ChatRequest {
-            session_id: session.unwrap_or_default(),
-            message: text,
-            agent: meta("agent")?.unwrap_or_default(),
-            permission_mode: meta("permissionMode")?.unwrap_or_default(),
-            ..Default::default()
-        },
+    SendParts {
+        from_user,
+        role: role.to_owned(),
+        texts,
+        context: str_at(msg, "contextId")?.map(str::to_owned),
+        task: str_at(msg, "taskId")?.map(str::to_owned),
+        agent: meta("agent")?,
+        mode: meta("permissionMode")?,
         blocking,
+    }
+    .check()
+}
+
+/// What ListTasks asks for (either binding's request, read).
+#[derive(Debug, Default)]
+pub struct ListQuery {
+    /// Only this context's tasks.
+    pub context: Option<String>,
+    /// Only tasks in this state.
+    pub state: Option<TaskState>,
+    /// Only tasks whose status changed after this (ms since the epoch).
+    pub after_ms: Option<i64>,
+    /// The page size asked for (None: the default).
+    pub page_size: Option<i64>,
+    /// Where the page starts (the previous page's `next_page_token`).
+    pub page_token: String,
+}
+
+/// One page of the caller's tasks.
+pub struct ListPage {
+    /// The tasks, most recently updated first.
+    pub tasks: Vec<TaskView>,
+    /// The next page's token; empty on the last page.
+    pub next_page_token: String,
+    /// The page size used.
+    pub page_size: usize,
+    /// How many tasks match, over all pages.
+    pub total_size: usize,
+}
+
+/// ListTasks' params (1.0 ProtoJSON names).
+fn parse_list(params: &Value) -> Result<ListQuery, RpcError> {
+    let state = match str_at(params, "status")? {
+        None => None,
+        Some(s) => {
+            let p = omicos_proto::a2a::TaskState::from_str_name(s).ok_or_else(|| {
+                RpcError::new(
+                    code::INVALID_PARAMS,
+                    format!("`status` {s:?} is not a task state"),
+                )
+            })?;
+            if p == omicos_proto::a2a::TaskState::Unspecified {
+                None
+            } else {
+                // A state omicos never reaches matches no task.
+                Some(TaskState::from_proto(p).ok_or_else(|| {
+                    RpcError::new(code::INVALID_PARAMS, format!("omicos tasks are never {s}"))
+                })?)
+            }
+        }
+    };
+    let after_ms = match str_at(params, "statusTimestampAfter")? {
+        None => None,
+        Some(t) => Some(
+            humantime::parse_rfc3339_weak(t)
+                .map_err(|e| {
+                    RpcError::new(
+                        code::INVALID_PARAMS,
+                        format!("`statusTimestampAfter` is not an RFC 3339 time: {e}"),
+                    )
+                })?
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64),
+        ),
+    };
+    let page_size =
+        match params.get("pageSize") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v.as_i64().ok_or_else(|| {
+                RpcError::new(code::INVALID_PARAMS, "`pageSize` must be an integer")
+            })?),
+        };
+    Ok(ListQuery {
+        context: str_at(params, "contextId")?.map(str::to_owned),
+        state,
+        after_ms,
+        page_size,
+        page_token: str_at(params, "pageToken")?.unwrap_or_default().to_owned(),
     })
 }
 
-/// The task id a GetTask or CancelTask names.
+/// The task id a GetTask, CancelTask or SubscribeToTask names.
 fn task_param(params: &Value) -> Result<&str, RpcError> {
     str_at(params, "id")?.ok_or_else(|| RpcError::new(code::INVALID_PARAMS, "`id` is missing"))
 }
 
 /// A turn being followed: its view, the last event applied, and the
 /// session's live events.
-struct Follow {
+pub struct Follow {
     view: TaskView,
     last_seq: u64,
     rx: tokio::sync::broadcast::Receiver<ChatEvent>,
+}
+
+/// One item of a followed task's stream, whichever binding writes it.
+pub enum Update {
+    /// The whole task: the stream's first item.
+    Task(TaskView),
+    /// The task's status changed; `last`: the stream ends after it.
+    Status(TaskView, bool),
+    /// The answer, whole (before the last status of a completed task).
+    Artifact(TaskView),
+    /// Following failed; the stream ends.
+    Failed(RpcError),
 }
 
 impl A2a {
@@ -453,7 +620,7 @@ impl A2a {
 
     /// Starts the turn a SendMessage asks for, after the ownership check of
     /// the context it names.
-    async fn start(&self, who: &Principal, send: Send) -> Result<Follow, RpcError> {
+    pub async fn start(&self, who: &Principal, send: Send) -> Result<Follow, RpcError> {
         let owned = if send.request.session_id.is_empty() {
             None
         } else {
@@ -489,8 +656,9 @@ impl A2a {
         Ok(f)
     }
 
-    async fn send(&self, who: &Principal, d: Dialect, params: &Value) -> Result<Value, RpcError> {
-        let send = parse_send(d, params)?;
+    /// SendMessage: the task once the turn ended or needs an approval
+    /// (blocking), or once it started.
+    pub async fn send(&self, who: &Principal, send: Send) -> Result<TaskView, RpcError> {
         let blocking = send.blocking;
         let mut f = self.start(who, send).await?;
         // Blocking: until the turn ends or needs an approval (an interrupted
@@ -508,29 +676,21 @@ impl A2a {
                 break;
             }
         }
-        Ok(d.send_result(&f.view))
+        Ok(f.view)
     }
 
-    async fn stream(&self, who: Principal, d: Dialect, id: Value, params: Value) -> Response {
-        let send = match parse_send(d, &params) {
-            Ok(s) => s,
-            Err(e) => return answer(&id, Err(e)),
-        };
-        let mut f = match self.start(&who, send).await {
-            Ok(f) => f,
-            Err(e) => return answer(&id, Err(e)),
-        };
-        let (tx, rx) = tokio::sync::mpsc::channel::<Event>(16);
+    /// Follows `f` to its end: the task, each change, the answer once
+    /// completed, the last status. The turn goes on when the receiver is
+    /// dropped (as after a Chat client leaves).
+    pub fn follow(&self, mut f: Follow) -> tokio::sync::mpsc::Receiver<Update> {
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
         let this = self.clone();
-        let event =
-            move |v: Result<Value, RpcError>| Event::default().data(envelope(&id, v).to_string());
         tokio::spawn(async move {
-            // The task as accepted, then each change; the answer before the last status.
-            if tx.send(event(Ok(d.task_event(&f.view)))).await.is_err() {
+            if tx.send(Update::Task(f.view.clone())).await.is_err() {
                 return;
             }
-            if f.view.state != TaskState::Submitted {
-                let _ = tx.send(event(Ok(d.status_event(&f.view, false)))).await;
+            if f.view.state != TaskState::Submitted && !f.view.state.is_terminal() {
+                let _ = tx.send(Update::Status(f.view.clone(), false)).await;
             }
             loop {
                 if f.view.state.is_terminal() {
@@ -540,43 +700,33 @@ impl A2a {
                     Ok(Some(state)) if state.is_terminal() => break,
                     Ok(Some(_)) => {
                         if tx
-                            .send(event(Ok(d.status_event(&f.view, false))))
+                            .send(Update::Status(f.view.clone(), false))
                             .await
                             .is_err()
                         {
-                            // The client left; the turn goes on (as after a Chat client leaves).
                             return;
                         }
                     }
                     Ok(None) => break,
                     Err(e) => {
-                        let _ = tx.send(event(Err(e))).await;
+                        let _ = tx.send(Update::Failed(e)).await;
                         return;
                     }
                 }
             }
             if f.view.state == TaskState::Completed {
-                let _ = tx.send(event(Ok(d.artifact_event(&f.view)))).await;
+                let _ = tx.send(Update::Artifact(f.view.clone())).await;
             }
-            let _ = tx.send(event(Ok(d.status_event(&f.view, true)))).await;
+            let _ = tx.send(Update::Status(f.view, true)).await;
         });
-        Sse::new(
-            tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, std::convert::Infallible>),
-        )
-        .keep_alive(KeepAlive::default())
-        .into_response()
+        rx
     }
 
     /// The task `id` names, when the caller owns its context.
-    async fn find(&self, who: &Principal, id: &str) -> Result<TaskView, RpcError> {
+    pub async fn find(&self, who: &Principal, id: &str) -> Result<TaskView, RpcError> {
         let (session, turn) =
             task::parse_task_id(id).ok_or_else(|| RpcError::task_not_found(id))?;
-        super::guard::own(self.svc.hub.store().as_ref(), who, session, RPC_PATH)
-            .await
-            .map_err(|e| match e {
-                OrchestratorError::SessionNotFound(_) => RpcError::task_not_found(id),
-                e => e.into(),
-            })?;
+        self.own(who, session, id).await?;
         let mut view = TaskView::submitted(session, turn, "");
         let mut seen = false;
         for ev in self.stored(session, 0).await? {
@@ -589,13 +739,32 @@ impl A2a {
         Ok(view)
     }
 
-    async fn get(&self, who: &Principal, d: Dialect, params: &Value) -> Result<Value, RpcError> {
-        let view = self.find(who, task_param(params)?).await?;
-        Ok(d.task(&view))
+    /// The ownership check of `session`, whose task `id` was asked for.
+    async fn own(&self, who: &Principal, session: &str, id: &str) -> Result<(), RpcError> {
+        super::guard::own(self.svc.hub.store().as_ref(), who, session, RPC_PATH)
+            .await
+            .map(|_| ())
+            .map_err(|e| match e {
+                OrchestratorError::SessionNotFound(_) => RpcError::task_not_found(id),
+                e => e.into(),
+            })
     }
 
-    async fn cancel(&self, who: &Principal, d: Dialect, params: &Value) -> Result<Value, RpcError> {
-        let id = task_param(params)?;
+    /// The live events of the task's session, caught up with the store.
+    async fn follow_existing(&self, view: &TaskView) -> Result<Follow, RpcError> {
+        let state = self.svc.hub.state(&view.session).await?;
+        let mut f = Follow {
+            rx: state.subscribe(),
+            last_seq: 0,
+            view: TaskView::submitted(&view.session, &view.turn, ""),
+        };
+        // Subscribed first, then read: nothing committed in between is missed.
+        self.catch_up(&mut f).await?;
+        Ok(f)
+    }
+
+    /// CancelTask: the task once its turn ended (or after [`CANCEL_WAIT`]).
+    pub async fn cancel(&self, who: &Principal, id: &str) -> Result<TaskView, RpcError> {
         let view = self.find(who, id).await?;
         if view.state.is_terminal() {
             return Err(RpcError::new(
@@ -604,12 +773,7 @@ impl A2a {
             ));
         }
         let state = self.svc.hub.state(&view.session).await?;
-        let mut f = Follow {
-            rx: state.subscribe(),
-            last_seq: 0,
-            view: TaskView::submitted(&view.session, &view.turn, ""),
-        };
-        self.catch_up(&mut f).await?;
+        let mut f = self.follow_existing(&view).await?;
         match state.running() {
             Some(t) if t.turn_id == view.turn => t.cancel.cancel(),
             // Running on another replica: the store's notice reaches it.
@@ -630,8 +794,176 @@ impl A2a {
             }
         })
         .await;
-        Ok(d.task(&f.view))
+        Ok(f.view)
     }
+
+    /// SubscribeToTask: the task's stream from now to its end. A task that
+    /// already ended has nothing to follow (A2A: UnsupportedOperationError).
+    pub async fn subscribe(
+        &self,
+        who: &Principal,
+        id: &str,
+    ) -> Result<tokio::sync::mpsc::Receiver<Update>, RpcError> {
+        let view = self.find(who, id).await?;
+        if view.state.is_terminal() {
+            return Err(RpcError::new(
+                code::UNSUPPORTED_OPERATION,
+                format!(
+                    "task {id} is already {:?}: nothing to subscribe to (read it with GetTask)",
+                    view.state
+                ),
+            ));
+        }
+        let f = self.follow_existing(&view).await?;
+        Ok(self.follow(f))
+    }
+
+    /// ListTasks: the caller's tasks (turns of the sessions they own), most
+    /// recently updated first, one page.
+    pub async fn list(&self, who: &Principal, q: ListQuery) -> Result<ListPage, RpcError> {
+        let page_size = match q.page_size {
+            None | Some(0) => LIST_PAGE_DEFAULT,
+            Some(n) if n < 0 => {
+                return Err(RpcError::new(
+                    code::INVALID_PARAMS,
+                    "`pageSize` must be positive",
+                ));
+            }
+            Some(n) => (n as usize).min(LIST_PAGE_MAX),
+        };
+        let offset: usize = if q.page_token.is_empty() {
+            0
+        } else {
+            q.page_token.parse().map_err(|_| {
+                RpcError::new(
+                    code::INVALID_PARAMS,
+                    "`pageToken` is not one this server gave",
+                )
+            })?
+        };
+        let store = self.svc.hub.store();
+        let sessions = store
+            .list_sessions_of(&who.tenant, &who.subject, usize::MAX)
+            .await
+            .map_err(|e| RpcError::from(OrchestratorError::from(e)))?;
+        let mut tasks = vec![];
+        for s in sessions {
+            if q.context.as_deref().is_some_and(|c| c != s.id) {
+                continue;
+            }
+            let events = self.stored(&s.id, 0).await?;
+            tasks.extend(task::tasks_of(&s.id, &events).into_iter().filter(|t| {
+                q.state.is_none_or(|st| t.state == st)
+                    && q.after_ms.is_none_or(|after| t.timestamp_ms > after)
+            }));
+        }
+        tasks.sort_by(|a, b| {
+            b.timestamp_ms
+                .cmp(&a.timestamp_ms)
+                .then_with(|| a.session.cmp(&b.session))
+                .then_with(|| a.turn.cmp(&b.turn))
+        });
+        let total_size = tasks.len();
+        let tasks: Vec<TaskView> = tasks.into_iter().skip(offset).take(page_size).collect();
+        let end = offset + tasks.len();
+        Ok(ListPage {
+            tasks,
+            next_page_token: if end < total_size {
+                end.to_string()
+            } else {
+                String::new()
+            },
+            page_size,
+            total_size,
+        })
+    }
+
+    // The JSON-RPC binding's reading and writing.
+
+    async fn send_json(
+        &self,
+        who: &Principal,
+        d: Dialect,
+        params: &Value,
+    ) -> Result<Value, RpcError> {
+        let view = self.send(who, parse_send(d, params)?).await?;
+        Ok(d.send_result(&view))
+    }
+
+    async fn get_json(
+        &self,
+        who: &Principal,
+        d: Dialect,
+        params: &Value,
+    ) -> Result<Value, RpcError> {
+        let view = self.find(who, task_param(params)?).await?;
+        Ok(d.task(&view))
+    }
+
+    async fn cancel_json(
+        &self,
+        who: &Principal,
+        d: Dialect,
+        params: &Value,
+    ) -> Result<Value, RpcError> {
+        let view = self.cancel(who, task_param(params)?).await?;
+        Ok(d.task(&view))
+    }
+
+    async fn list_json(&self, who: &Principal, params: &Value) -> Result<Value, RpcError> {
+        let page = self.list(who, parse_list(params)?).await?;
+        let d = Dialect::V1;
+        Ok(json!({
+            "tasks": page.tasks.iter().map(|t| d.task(t)).collect::<Vec<_>>(),
+            "nextPageToken": page.next_page_token,
+            "pageSize": page.page_size,
+            "totalSize": page.total_size,
+        }))
+    }
+
+    async fn stream_sse(&self, who: Principal, d: Dialect, id: Value, params: Value) -> Response {
+        let send = match parse_send(d, &params) {
+            Ok(s) => s,
+            Err(e) => return answer(&id, Err(e)),
+        };
+        match self.start(&who, send).await {
+            Ok(f) => sse(d, id, self.follow(f)),
+            Err(e) => answer(&id, Err(e)),
+        }
+    }
+
+    async fn subscribe_sse(
+        &self,
+        who: Principal,
+        d: Dialect,
+        id: Value,
+        params: Value,
+    ) -> Response {
+        let task = match task_param(&params) {
+            Ok(t) => t,
+            Err(e) => return answer(&id, Err(e)),
+        };
+        match self.subscribe(&who, task).await {
+            Ok(rx) => sse(d, id, rx),
+            Err(e) => answer(&id, Err(e)),
+        }
+    }
+}
+
+/// A followed task as Server-Sent Events, each one JSON-RPC response.
+fn sse(d: Dialect, id: Value, rx: tokio::sync::mpsc::Receiver<Update>) -> Response {
+    let events = tokio_stream::wrappers::ReceiverStream::new(rx).map(move |u| {
+        let v = match u {
+            Update::Task(t) => Ok(d.task_event(&t)),
+            Update::Status(t, last) => Ok(d.status_event(&t, last)),
+            Update::Artifact(t) => Ok(d.artifact_event(&t)),
+            Update::Failed(e) => Err(e),
+        };
+        Ok::<_, std::convert::Infallible>(Event::default().data(envelope(&id, v).to_string()))
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 #[cfg(test)]

@@ -49,15 +49,9 @@ impl TaskState {
         matches!(self, Self::Completed | Self::Canceled | Self::Failed)
     }
 
+    /// 1.0's name (ProtoJSON writes an enum by its proto name).
     fn v1(self) -> &'static str {
-        match self {
-            Self::Submitted => "TASK_STATE_SUBMITTED",
-            Self::Working => "TASK_STATE_WORKING",
-            Self::InputRequired => "TASK_STATE_INPUT_REQUIRED",
-            Self::Completed => "TASK_STATE_COMPLETED",
-            Self::Canceled => "TASK_STATE_CANCELED",
-            Self::Failed => "TASK_STATE_FAILED",
-        }
+        self.proto().as_str_name()
     }
 
     fn v03(self) -> &'static str {
@@ -161,6 +155,46 @@ impl TaskView {
     pub fn id(&self) -> String {
         task_id(&self.session, &self.turn)
     }
+
+    /// The task's messages, oldest first: the user's, then the answer once
+    /// the task completed. Each is (message id, from the agent, text).
+    pub fn history(&self) -> Vec<(String, bool, &str)> {
+        let mut h = vec![(format!("{}-user", self.turn), false, self.prompt.as_str())];
+        if let Some(a) = self.artifact_text() {
+            h.push((format!("{}-agent", self.turn), true, a));
+        }
+        h
+    }
+
+    /// The answer artifact's text: only a completed task has one.
+    pub fn artifact_text(&self) -> Option<&str> {
+        (self.state == TaskState::Completed).then_some(self.answer.as_str())
+    }
+
+    /// The status's message (why the task is input-required, failed or
+    /// canceled): its id and text.
+    pub fn status_note(&self) -> Option<(String, &str)> {
+        (!self.note.is_empty()).then(|| (format!("{}-status", self.turn), self.note.as_str()))
+    }
+}
+
+/// Every task (turn) of one session's events, in the order the turns started.
+pub fn tasks_of(session: &str, events: &[ChatEvent]) -> Vec<TaskView> {
+    let mut tasks: Vec<TaskView> = vec![];
+    for ev in events {
+        if ev.turn_id.is_empty() {
+            continue;
+        }
+        let i = match tasks.iter().rposition(|t| t.turn == ev.turn_id) {
+            Some(i) => i,
+            None => {
+                tasks.push(TaskView::submitted(session, &ev.turn_id, ""));
+                tasks.len() - 1
+            }
+        };
+        tasks[i].apply(ev);
+    }
+    tasks
 }
 
 /// Which A2A version's JSON a request is answered in: the one its method
@@ -218,8 +252,8 @@ impl Dialect {
         {
             s["timestamp"] = json!(ts);
         }
-        if !t.note.is_empty() {
-            s["message"] = self.message(t, &format!("{}-status", t.turn), true, &t.note);
+        if let Some((id, note)) = t.status_note() {
+            s["message"] = self.message(t, &id, true, note);
         }
         s
     }
@@ -229,22 +263,25 @@ impl Dialect {
         json!({
             "artifactId": ANSWER_ARTIFACT,
             "name": ANSWER_ARTIFACT,
-            "parts": [self.text_part(&t.answer)],
+            "parts": [self.text_part(t.artifact_text().unwrap_or_default())],
         })
     }
 
     /// The whole task: its status, the answer as an artifact once the task
     /// completed, and the history (the user's message, then the answer).
     pub fn task(self, t: &TaskView) -> Value {
-        let mut history = vec![self.message(t, &format!("{}-user", t.turn), false, &t.prompt)];
+        let history: Vec<Value> = t
+            .history()
+            .into_iter()
+            .map(|(id, agent, text)| self.message(t, &id, agent, text))
+            .collect();
         let mut task = json!({
             "id": t.id(),
             "contextId": t.session,
             "status": self.status(t),
         });
-        if t.state == TaskState::Completed {
+        if t.artifact_text().is_some() {
             task["artifacts"] = json!([self.artifact(t)]);
-            history.push(self.message(t, &format!("{}-agent", t.turn), true, &t.answer));
         }
         task["history"] = Value::Array(history);
         if self == Dialect::V03 {
@@ -301,6 +338,138 @@ impl Dialect {
     /// `SendMessage`'s result: a task (1.0 wraps it in its oneof).
     pub fn send_result(self, t: &TaskView) -> Value {
         self.task_event(t)
+    }
+}
+
+/// The gRPC binding's rendering of a [`TaskView`]: the messages of
+/// `a2a.proto` (`lf.a2a.v1`), with the same content as [`Dialect::V1`]'s JSON.
+pub mod proto {
+    use super::{ANSWER_ARTIFACT, TaskState, TaskView};
+    use omicos_proto::a2a;
+
+    impl TaskState {
+        /// The `lf.a2a.v1.TaskState`.
+        pub fn proto(self) -> a2a::TaskState {
+            match self {
+                Self::Submitted => a2a::TaskState::Submitted,
+                Self::Working => a2a::TaskState::Working,
+                Self::InputRequired => a2a::TaskState::InputRequired,
+                Self::Completed => a2a::TaskState::Completed,
+                Self::Canceled => a2a::TaskState::Canceled,
+                Self::Failed => a2a::TaskState::Failed,
+            }
+        }
+
+        /// The state an `lf.a2a.v1.TaskState` names; None for the ones omicos
+        /// never reaches (unspecified, rejected, auth-required).
+        pub fn from_proto(s: a2a::TaskState) -> Option<Self> {
+            Some(match s {
+                a2a::TaskState::Submitted => Self::Submitted,
+                a2a::TaskState::Working => Self::Working,
+                a2a::TaskState::InputRequired => Self::InputRequired,
+                a2a::TaskState::Completed => Self::Completed,
+                a2a::TaskState::Canceled => Self::Canceled,
+                a2a::TaskState::Failed => Self::Failed,
+                _ => return None,
+            })
+        }
+    }
+
+    fn text_part(text: &str) -> a2a::Part {
+        a2a::Part {
+            content: Some(a2a::part::Content::Text(text.to_owned())),
+            ..Default::default()
+        }
+    }
+
+    fn message(t: &TaskView, id: String, agent: bool, text: &str) -> a2a::Message {
+        a2a::Message {
+            message_id: id,
+            context_id: t.session.clone(),
+            task_id: t.id(),
+            role: if agent {
+                a2a::Role::Agent
+            } else {
+                a2a::Role::User
+            } as i32,
+            parts: vec![text_part(text)],
+            ..Default::default()
+        }
+    }
+
+    /// The task's status.
+    pub fn status(t: &TaskView) -> a2a::TaskStatus {
+        a2a::TaskStatus {
+            state: t.state.proto() as i32,
+            message: t.status_note().map(|(id, note)| message(t, id, true, note)),
+            timestamp: (t.timestamp_ms > 0).then(|| prost_types::Timestamp {
+                seconds: t.timestamp_ms.div_euclid(1000),
+                nanos: (t.timestamp_ms.rem_euclid(1000) * 1_000_000) as i32,
+            }),
+        }
+    }
+
+    /// The answer artifact (empty text before the task completed).
+    pub fn artifact(t: &TaskView) -> a2a::Artifact {
+        a2a::Artifact {
+            artifact_id: ANSWER_ARTIFACT.into(),
+            name: ANSWER_ARTIFACT.into(),
+            parts: vec![text_part(t.artifact_text().unwrap_or_default())],
+            ..Default::default()
+        }
+    }
+
+    /// The whole task: status, the answer as an artifact once completed, the history.
+    pub fn task(t: &TaskView) -> a2a::Task {
+        a2a::Task {
+            id: t.id(),
+            context_id: t.session.clone(),
+            status: Some(status(t)),
+            artifacts: t.artifact_text().map(|_| artifact(t)).into_iter().collect(),
+            history: t
+                .history()
+                .into_iter()
+                .map(|(id, agent, text)| message(t, id, agent, text))
+                .collect(),
+            metadata: None,
+        }
+    }
+
+    /// A stream event: the whole task.
+    pub fn task_event(t: &TaskView) -> a2a::StreamResponse {
+        a2a::StreamResponse {
+            payload: Some(a2a::stream_response::Payload::Task(task(t))),
+        }
+    }
+
+    /// A stream event: the task's status changed.
+    pub fn status_event(t: &TaskView) -> a2a::StreamResponse {
+        a2a::StreamResponse {
+            payload: Some(a2a::stream_response::Payload::StatusUpdate(
+                a2a::TaskStatusUpdateEvent {
+                    task_id: t.id(),
+                    context_id: t.session.clone(),
+                    status: Some(status(t)),
+                    metadata: None,
+                },
+            )),
+        }
+    }
+
+    /// A stream event: the answer artifact, whole.
+    pub fn artifact_event(t: &TaskView) -> a2a::StreamResponse {
+        a2a::StreamResponse {
+            payload: Some(a2a::stream_response::Payload::ArtifactUpdate(
+                a2a::TaskArtifactUpdateEvent {
+                    task_id: t.id(),
+                    context_id: t.session.clone(),
+                    artifact: Some(artifact(t)),
+                    append: false,
+                    last_chunk: true,
+                    metadata: None,
+                },
+            )),
+        }
     }
 }
 
