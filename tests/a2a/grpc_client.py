@@ -33,21 +33,30 @@ from a2a.types.a2a_pb2 import (
 )
 
 
-class Bearer(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
-    """Adds `authorization: Bearer <token>` to every call."""
+def with_bearer(d, token):
+    md = grpc.aio.Metadata(*(list(d.metadata or ()) + [("authorization", f"Bearer {token}")]))
+    return grpc.aio.ClientCallDetails(d.method, d.timeout, md, d.credentials, d.wait_for_ready)
+
+
+# Two classes: grpc.aio files an interceptor under the first kind it is.
+class BearerUnary(grpc.aio.UnaryUnaryClientInterceptor):
+    """Adds `authorization: Bearer <token>` to unary calls."""
 
     def __init__(self, token):
         self.token = token
 
-    def _details(self, d):
-        md = grpc.aio.Metadata(*(list(d.metadata or ()) + [("authorization", f"Bearer {self.token}")]))
-        return grpc.aio.ClientCallDetails(d.method, d.timeout, md, d.credentials, d.wait_for_ready)
-
     async def intercept_unary_unary(self, continuation, d, request):
-        return await continuation(self._details(d), request)
+        return await continuation(with_bearer(d, self.token), request)
+
+
+class BearerStream(grpc.aio.UnaryStreamClientInterceptor):
+    """Adds `authorization: Bearer <token>` to server-streaming calls."""
+
+    def __init__(self, token):
+        self.token = token
 
     async def intercept_unary_stream(self, continuation, d, request):
-        return await continuation(self._details(d), request)
+        return await continuation(with_bearer(d, self.token), request)
 
 
 def message(text, context_id=""):
@@ -91,7 +100,7 @@ def event(ev):
 
 def client(card, token, streaming, polling=False):
     """A client the SDK's factory makes from the card, over gRPC only."""
-    interceptors = [Bearer(token)] if token is not None else []
+    interceptors = [BearerUnary(token), BearerStream(token)] if token is not None else []
     config = ClientConfig(
         streaming=streaming,
         polling=polling,
