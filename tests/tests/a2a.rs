@@ -422,6 +422,110 @@ async fn malformed_json_rpc_gets_the_specs_error_codes() {
     assert!(stack.llm.requests().is_empty());
 }
 
+/// JSON-RPC's SubscribeToTask (SSE) follows a running task from a second
+/// connection to its end; 0.3's tasks/resubscribe answers in 0.3's shapes;
+/// ListTasks lists the caller's tasks only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_rpc_subscribes_and_lists() {
+    use futures::StreamExt as _;
+    let stack = stack(vec![
+        Reply::Slow("SLOW-JSON".into(), Duration::from_millis(700)),
+        Reply::Text("BOB-JSON".into()),
+    ])
+    .await;
+    let url = format!("{}/a2a", stack.orchestrator);
+    let http = reqwest::Client::new();
+    let call = |token: &'static str, body: Value| {
+        let req = http.post(&url).bearer_auth(token).json(&body);
+        async move { req.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let sent = call(
+        ALICE,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "slow"}]},
+        "configuration": {"returnImmediately": true}}}),
+    )
+    .await;
+    let task = sent["result"]["task"].clone();
+    assert_eq!(task["status"]["state"], "TASK_STATE_WORKING", "{sent}");
+    let id = task["id"].as_str().unwrap().to_owned();
+    // Subscribed while it runs: every SSE event is a JSON-RPC response.
+    let res = http
+        .post(&url)
+        .bearer_auth(ALICE)
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 2, "method": "SubscribeToTask", "params": {"id": id}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let mut body = String::new();
+    let mut chunks = res.bytes_stream();
+    while let Some(c) = tokio::time::timeout(Duration::from_secs(30), chunks.next())
+        .await
+        .expect("the subscription ends with the task")
+    {
+        body.push_str(&String::from_utf8_lossy(&c.unwrap()));
+    }
+    let events: Vec<Value> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|d| serde_json::from_str(d.trim()).unwrap())
+        .collect();
+    assert!(events.iter().all(|e| e["id"] == 2), "{events:?}");
+    assert_eq!(events[0]["result"]["task"]["id"], id.as_str(), "{events:?}");
+    let n = events.len();
+    assert_eq!(
+        events[n - 2]["result"]["artifactUpdate"]["artifact"]["parts"][0]["text"],
+        "SLOW-JSON",
+        "{events:?}"
+    );
+    assert_eq!(
+        events[n - 1]["result"]["statusUpdate"]["status"]["state"],
+        "TASK_STATE_COMPLETED",
+        "{events:?}"
+    );
+    // Ended: 0.3's resubscribe has nothing to follow (-32004).
+    let r = call(
+        ALICE,
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/resubscribe", "params": {"id": id}}),
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32004, "{r}");
+
+    // Bob's one task; each lists only their own.
+    call(
+        BOB,
+        json!({"jsonrpc": "2.0", "id": 4, "method": "SendMessage", "params": {
+        "message": {"messageId": "m2", "role": "ROLE_USER", "parts": [{"text": "bob"}]}}}),
+    )
+    .await;
+    let list = |token: &'static str| {
+        call(
+            token,
+            json!({"jsonrpc": "2.0", "id": 5, "method": "ListTasks", "params": {}}),
+        )
+    };
+    let alice = list(ALICE).await;
+    let tasks = alice["result"]["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 1, "{alice}");
+    assert_eq!(tasks[0]["id"], id.as_str());
+    assert_eq!(tasks[0]["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(alice["result"]["totalSize"], 1);
+    let bob = list(BOB).await;
+    let tasks = bob["result"]["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 1, "{bob}");
+    assert_ne!(tasks[0]["id"], id.as_str());
+    // Bob cannot follow Alice's task.
+    let r = call(
+        BOB,
+        json!({"jsonrpc": "2.0", "id": 6, "method": "SubscribeToTask", "params": {"id": id}}),
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32001, "{r}");
+}
+
 /// A tool call waiting for an approval makes the task input-required (a
 /// blocking SendMessage returns there); approved through the gRPC API, the
 /// same task completes.
