@@ -537,6 +537,7 @@ async fn restore_files_refuses_paths_out_of_the_workspace_and_into_omicos() {
             .restore_files(RestoreFilesRequest {
                 session_id: "s".into(),
                 files: vec![file("first.txt"), file(bad)],
+                create_new: false,
             })
             .await
             .unwrap_err();
@@ -555,6 +556,7 @@ async fn restore_files_refuses_paths_out_of_the_workspace_and_into_omicos() {
         .restore_files(RestoreFilesRequest {
             session_id: "s".into(),
             files: vec![file("dir/ok.txt")],
+            create_new: false,
         })
         .await
         .unwrap()

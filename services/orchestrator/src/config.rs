@@ -111,6 +111,40 @@ pub struct Config {
     pub metrics_addr: String,
     /// What the GenAI spans record beyond their defaults.
     pub telemetry: TelemetryConfig,
+    /// Size limits of files attached to messages (UploadFiles).
+    pub uploads: UploadsConfig,
+}
+
+/// The most one attached file may hold: a spreadsheet, a PDF or a few
+/// thousand lines of logs, well under gRPC-web's message limit.
+pub const DEFAULT_UPLOAD_FILE_BYTES: u64 = 25 << 20;
+/// The most one UploadFiles request may carry: two files at the per-file
+/// limit, under the server's message limit (`MAX_MESSAGE_BYTES`, 64 MiB).
+pub const DEFAULT_UPLOAD_REQUEST_BYTES: u64 = 50 << 20;
+/// The most files one UploadFiles request may carry.
+pub const DEFAULT_UPLOAD_FILES: usize = 20;
+
+/// Size limits of UploadFiles (the workspace's disk bound is the
+/// tool-runner's, `sandbox.session_limits`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UploadsConfig {
+    /// The most one file may hold, in bytes.
+    pub max_file_bytes: u64,
+    /// The most all files of one request may hold together, in bytes.
+    pub max_request_bytes: u64,
+    /// The most files in one request.
+    pub max_files: usize,
+}
+
+impl Default for UploadsConfig {
+    fn default() -> Self {
+        Self {
+            max_file_bytes: DEFAULT_UPLOAD_FILE_BYTES,
+            max_request_bytes: DEFAULT_UPLOAD_REQUEST_BYTES,
+            max_files: DEFAULT_UPLOAD_FILES,
+        }
+    }
 }
 
 /// What the OpenTelemetry GenAI spans record (docs/observability.md).
@@ -152,6 +186,7 @@ impl Default for Config {
             hooks: HooksConfig::default(),
             metrics_addr: String::new(),
             telemetry: TelemetryConfig::default(),
+            uploads: UploadsConfig::default(),
         }
     }
 }
@@ -513,6 +548,25 @@ impl ServiceConfig for Config {
             return Err(ConfigError::key(
                 "tool_calls.parallel_limit",
                 "must be at least 1 (1: every call alone)",
+            ));
+        }
+        // The request travels in one gRPC message (and one runner call):
+        // room is kept for the names and the framing.
+        let room = (omicos_proto::MAX_MESSAGE_BYTES as u64).saturating_sub(1 << 20);
+        let u = &self.uploads;
+        if u.max_file_bytes == 0 || u.max_request_bytes == 0 || u.max_files == 0 {
+            return Err(ConfigError::key(
+                "uploads",
+                "max_file_bytes, max_request_bytes and max_files must each be at least 1",
+            ));
+        }
+        if u.max_request_bytes > room {
+            return Err(ConfigError::key(
+                "uploads.max_request_bytes",
+                format!(
+                    "{} is more than one gRPC message carries here (at most {room})",
+                    u.max_request_bytes
+                ),
             ));
         }
         require_nonzero("heartbeat_interval", self.heartbeat_interval)?;

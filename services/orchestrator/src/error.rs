@@ -34,6 +34,9 @@ pub enum ErrorKind {
     FilesNotRestored,
     /// A turn is already running in the session.
     SessionBusy,
+    /// Attached files over a size limit or the workspace's disk bound:
+    /// nothing was written.
+    UploadTooLarge,
     /// The requested agent is locked above the deployment's tier.
     AgentLocked,
     /// The conversation store failed.
@@ -72,6 +75,7 @@ impl ErrorKind {
             Self::TurnNotFound => "turn_not_found",
             Self::FilesNotRestored => "files_not_restored",
             Self::SessionBusy => "session_busy",
+            Self::UploadTooLarge => "upload_too_large",
             Self::AgentLocked => "agent_locked",
             Self::StoreUnavailable => "store_unavailable",
             Self::HistoryUnavailable => "history_unavailable",
@@ -107,7 +111,7 @@ impl ErrorKind {
             | Self::LlmUnavailable
             | Self::LlmStreamBroken
             | Self::ShuttingDown => Code::Unavailable,
-            Self::ContextOverflow => Code::ResourceExhausted,
+            Self::ContextOverflow | Self::UploadTooLarge => Code::ResourceExhausted,
             Self::Cancelled => Code::Cancelled,
             Self::Config | Self::Internal => Code::Internal,
         }
@@ -219,6 +223,9 @@ pub enum OrchestratorError {
     /// not hold; the text says which and why.
     #[error("{0}")]
     TurnNotFound(String),
+    /// Attached files over a limit; the text says which and by how much.
+    #[error("{0}")]
+    UploadTooLarge(String),
     /// The runner refused a checkpoint's restore.
     #[error("the files of session `{session}` were not restored, and nothing was rewound")]
     FilesNotRestored {
@@ -248,6 +255,7 @@ impl OrchestratorError {
             Self::ShuttingDown => ErrorKind::ShuttingDown,
             Self::TurnNotFound(_) => ErrorKind::TurnNotFound,
             Self::FilesNotRestored { .. } => ErrorKind::FilesNotRestored,
+            Self::UploadTooLarge(_) => ErrorKind::UploadTooLarge,
         }
     }
 

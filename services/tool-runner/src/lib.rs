@@ -20,6 +20,7 @@ pub mod registry;
 pub mod restore;
 pub mod service;
 pub mod shared_registry;
+pub mod upload;
 
 pub use config::Config;
 pub use error::RunnerError;
@@ -189,6 +190,7 @@ pub async fn run(
     let router = host.router().add_service(omicos_auth::Guard::new(
         service::ToolRunnerService::new(pipeline, stop, config.reattach_grace)
             .named(&name)
+            .with_disk_bound(&config.sandbox.session_limits)
             .into_server(),
         gate.clone(),
     ));

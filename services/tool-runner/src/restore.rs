@@ -52,7 +52,7 @@ pub fn restore(workspace: &Path, files: &[RestoreFile]) -> Result<Vec<String>, S
 
 /// `given` confined to `root`, refused when it leaves it or lies in
 /// `.omicos/`.
-fn checked(root: &Path, given: &str) -> Result<PathBuf, Status> {
+pub(crate) fn checked(root: &Path, given: &str) -> Result<PathBuf, Status> {
     if given.trim().is_empty() {
         return Err(Status::invalid_argument("a restored path is empty"));
     }
@@ -122,7 +122,7 @@ fn write_atomically(root: &Path, path: &Path, given: &str, content: &[u8]) -> Re
     Ok(())
 }
 
-fn io_status(what: &str, given: &str, e: std::io::Error) -> Status {
+pub(crate) fn io_status(what: &str, given: &str, e: std::io::Error) -> Status {
     Status::internal(format!("restore could not {what} `{given}`: {e}"))
 }
 

@@ -28,6 +28,8 @@ pub struct ToolRunnerService {
     streams: CancellationToken,
     calls: Arc<crate::calls::Calls>,
     name: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+    /// What an upload (RestoreFiles with create_new) is held to.
+    disk_bound: crate::upload::DiskBound,
 }
 
 impl ToolRunnerService {
@@ -40,7 +42,18 @@ impl ToolRunnerService {
             streams,
             calls: crate::calls::Calls::new(reattach_grace),
             name: None,
+            disk_bound: crate::upload::DiskBound::default(),
         }
+    }
+
+    /// Holds uploads to the sandbox's disk bound of a session (the one its
+    /// sandboxed code is held to).
+    pub fn with_disk_bound(mut self, limits: &omicos_sandbox::SessionLimits) -> Self {
+        self.disk_bound = crate::upload::DiskBound {
+            workspace_bytes: limits.workspace_bytes,
+            min_free_bytes: limits.min_free_bytes,
+        };
+        self
     }
 
     /// Names this runner on every Execute stream's response metadata
@@ -149,14 +162,25 @@ impl ToolRunner for ToolRunnerService {
             .tenant_workspace(&tenant)
             .map_err(Status::failed_precondition)?;
         let files = r.files;
-        let restored =
-            tokio::task::spawn_blocking(move || crate::restore::restore(&workspace, &files))
-                .await
-                .map_err(|e| Status::internal(format!("restore task failed: {e}")))?;
+        let (create_new, bound) = (r.create_new, self.disk_bound);
+        let event = if create_new {
+            "upload_files"
+        } else {
+            "restore_files"
+        };
+        let restored = tokio::task::spawn_blocking(move || {
+            if create_new {
+                crate::upload::upload(&workspace, &files, bound)
+            } else {
+                crate::restore::restore(&workspace, &files)
+            }
+        })
+        .await
+        .map_err(|e| Status::internal(format!("restore task failed: {e}")))?;
         match &restored {
             Ok(paths) => tracing::info!(
                 target: crate::audit::TARGET,
-                event = "restore_files",
+                event,
                 principal = %who,
                 session = %r.session_id,
                 files = paths.len(),
@@ -164,7 +188,7 @@ impl ToolRunner for ToolRunnerService {
             ),
             Err(e) => tracing::warn!(
                 target: crate::audit::TARGET,
-                event = "restore_files",
+                event,
                 principal = %who,
                 session = %r.session_id,
                 code = ?e.code(),

@@ -26,6 +26,7 @@ impl Runner {
             omicos_servicekit::telemetry::traced_request(omicos_proto::RestoreFilesRequest {
                 session_id: session.to_owned(),
                 files,
+                create_new: false,
             });
         omicos_auth::credentials::forward_principal(req.metadata_mut(), principal);
         match tokio::time::timeout(RESTORE_TIMEOUT, c.restore_files(req)).await {
@@ -42,6 +43,50 @@ impl Runner {
             Err(_) => Err(OrchestratorError::ToolRunner(RunnerStatus(
                 Status::deadline_exceeded(format!(
                     "no tool-runner restored the files within {RESTORE_TIMEOUT:?}"
+                )),
+            ))),
+        }
+    }
+}
+
+impl Runner {
+    /// Writes attached files into the workspace of `principal`'s tenant as
+    /// new files (RestoreFiles with `create_new`: a clash gets a numbered
+    /// name); the workspace-relative paths used, in order. Over the
+    /// workspace's disk bound: [`OrchestratorError::UploadTooLarge`]; a path
+    /// the runner refuses: [`OrchestratorError::InvalidArgument`]. A refused
+    /// upload writes nothing.
+    pub async fn upload_files(
+        &self,
+        session: &str,
+        principal: &omicos_auth::Principal,
+        files: Vec<omicos_proto::RestoreFile>,
+    ) -> Result<Vec<String>, OrchestratorError> {
+        let mut c = self.client.clone();
+        let mut req =
+            omicos_servicekit::telemetry::traced_request(omicos_proto::RestoreFilesRequest {
+                session_id: session.to_owned(),
+                files,
+                create_new: true,
+            });
+        omicos_auth::credentials::forward_principal(req.metadata_mut(), principal);
+        match tokio::time::timeout(RESTORE_TIMEOUT, c.restore_files(req)).await {
+            Ok(Ok(r)) => Ok(r.into_inner().restored),
+            Ok(Err(s)) => match s.code() {
+                tonic::Code::ResourceExhausted => {
+                    Err(OrchestratorError::UploadTooLarge(s.message().to_owned()))
+                }
+                tonic::Code::InvalidArgument
+                | tonic::Code::PermissionDenied
+                | tonic::Code::AlreadyExists
+                | tonic::Code::FailedPrecondition => Err(OrchestratorError::InvalidArgument(
+                    format!("the files were not written: {}", s.message()),
+                )),
+                _ => Err(OrchestratorError::ToolRunner(RunnerStatus(s))),
+            },
+            Err(_) => Err(OrchestratorError::ToolRunner(RunnerStatus(
+                Status::deadline_exceeded(format!(
+                    "no tool-runner wrote the files within {RESTORE_TIMEOUT:?}"
                 )),
             ))),
         }

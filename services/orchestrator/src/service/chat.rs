@@ -153,9 +153,11 @@ impl OrchestratorService {
         &self,
         who: &omicos_auth::Principal,
         owned: Option<super::guard::Owned>,
-        cr: ChatRequest,
+        mut cr: ChatRequest,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Started, OrchestratorError> {
+        // The model reads which files came with the message, and where.
+        cr.message = super::uploads::with_attachments(&cr.message, &cr.attachments)?;
         // The principal's ceiling caps the mode and the legacy switches alike.
         let mode = who.ceiling_mode(PermissionMode::parse(&cr.permission_mode)?);
         let rules = cr.permissions.clone().unwrap_or_default();

@@ -90,6 +90,7 @@ names_session!(
     omicos_proto::ForkSessionRequest,
     omicos_proto::RewindSessionRequest,
     omicos_proto::RenameSessionRequest,
+    omicos_proto::UploadFilesRequest,
     ChatRequest
 );
 
@@ -219,6 +220,15 @@ pub const METHODS: &[(&str, Access)] = &[
     (
         "/omicos.v1.Orchestrator/RenameSession",
         Access::Session(session_of::<omicos_proto::RenameSessionRequest>),
+    ),
+    (
+        // Empty session_id: the caller's own workspace, for the new session
+        // its next StartTurn or Chat starts.
+        "/omicos.v1.Orchestrator/UploadFiles",
+        Access::MaybeSession {
+            session: session_of::<omicos_proto::UploadFilesRequest>,
+            in_band: false,
+        },
     ),
     (
         "/omicos.v1.OrchestratorWeb/StartTurn",

@@ -4,6 +4,7 @@
 //! - [`events`]: the event stream a client follows (Pump, Attach);
 //! - [`sessions`]: List/Get/Delete sessions, CancelTurn, ApproveTool;
 //! - [`catalog`]: ListAgents, RefreshCatalog, ListAgentTools;
+//! - [`uploads`]: UploadFiles and the attachment line of a message;
 //! - [`web`]: the OrchestratorWeb service (StartTurn, GetClientConfig);
 //! - [`guard`]: the session guard every call passes before it gets here;
 //! - [`a2a`]: the same turns as an A2A agent (JSON-RPC on the HTTP port).
@@ -19,6 +20,7 @@ mod events;
 mod fork;
 pub mod guard;
 mod sessions;
+pub mod uploads;
 mod web;
 
 use crate::engine::Engine;
@@ -32,7 +34,7 @@ use omicos_proto::{
     ListAgentToolsRequest, ListAgentToolsResponse, ListAgentsRequest, ListAgentsResponse,
     ListSessionsRequest, ListSessionsResponse, RefreshCatalogRequest, RefreshCatalogResponse,
     RenameSessionRequest, RenameSessionResponse, RewindSessionRequest, RewindSessionResponse,
-    Session, orchestrator_server::Orchestrator,
+    Session, UploadFilesRequest, UploadFilesResponse, orchestrator_server::Orchestrator,
 };
 use std::pin::Pin;
 use std::sync::Arc;
@@ -208,6 +210,36 @@ impl Orchestrator for OrchestratorService {
             .rename_session_rpc(&owned, &req.into_inner().title)
             .await;
         audit(&owned, "rename_session", &r);
+        grpc(r).map(Response::new)
+    }
+
+    async fn upload_files(
+        &self,
+        req: Request<UploadFilesRequest>,
+    ) -> Result<Response<UploadFilesResponse>, Status> {
+        let who = principal::of(&req)?;
+        let owned = guard::maybe_owned(&req);
+        let r = self.upload_files_rpc(&who, owned, req.into_inner()).await;
+        match &r {
+            Ok(done) => tracing::info!(
+                target: "omicos::audit",
+                event = "upload_files",
+                principal = %who.label(),
+                files = done.files.len(),
+                bytes = done.files.iter().map(|f| f.size_bytes).sum::<u64>(),
+                accepted = true,
+                "files uploaded"
+            ),
+            Err(e) => tracing::info!(
+                target: "omicos::audit",
+                event = "upload_files",
+                principal = %who.label(),
+                accepted = false,
+                refused = e.kind().as_str(),
+                reason = %e.report(),
+                "upload refused"
+            ),
+        }
         grpc(r).map(Response::new)
     }
 }
