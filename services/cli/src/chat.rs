@@ -24,6 +24,8 @@ pub struct ChatOptions {
     pub mode: Option<String>,
     /// Print events as JSON lines.
     pub json: bool,
+    /// Files to attach to the first message.
+    pub attach: Vec<std::path::PathBuf>,
 }
 
 impl ChatOptions {
@@ -66,10 +68,19 @@ async fn piped(opts: ChatOptions) -> ExitCode {
     let view = if opts.json { View::Json } else { View::Answer };
     let mut r = Renderer::new(view);
     let mut ints = Interrupts::install();
-    let req = opts.request(
-        opts.session.as_deref().unwrap_or_default(),
-        message.trim_end().to_owned(),
-    );
+    let session = opts.session.as_deref().unwrap_or_default();
+    let mut req = opts.request(session, message.trim_end().to_owned());
+    if !opts.attach.is_empty() {
+        match crate::attach::upload(&mut client, session, &opts.attach).await {
+            Ok((attachments, lines)) => {
+                for l in lines {
+                    eprintln!("{l}");
+                }
+                req.attachments = attachments;
+            }
+            Err(e) => return e.report("chat"),
+        }
+    }
     match run_turn(&mut client, req, &mut r, &Approver::Deny, &mut ints, None).await {
         Ok(t) if t.reason == omicos_proto::TurnDoneReason::Completed => {
             // The renderer ended the answer's last line at turn_done.
@@ -105,6 +116,19 @@ async fn repl(opts: ChatOptions) -> ExitCode {
     let st = r.style();
     let mut ints = Interrupts::install();
     let mut session = opts.session.clone().unwrap_or_default();
+    // Files attached and not sent yet: they go with the next message.
+    let mut pending = vec![];
+    if !opts.attach.is_empty() {
+        match crate::attach::upload(&mut client, &session, &opts.attach).await {
+            Ok((a, lines)) => {
+                pending = a;
+                for l in lines {
+                    r.notice(&l);
+                }
+            }
+            Err(e) => return e.report("chat"),
+        }
+    }
     println!(
         "{}",
         st.dim(&format!(
@@ -130,12 +154,31 @@ async fn repl(opts: ChatOptions) -> ExitCode {
         if line == "/exit" || line == "/quit" {
             return ExitCode::SUCCESS;
         }
-        let req = opts.request(&session, line.to_owned());
+        if let Some(path) = line.strip_prefix("/attach") {
+            let path = path.trim();
+            if path.is_empty() {
+                r.notice("usage: /attach PATH (the file goes with your next message)");
+                continue;
+            }
+            match crate::attach::upload(&mut client, &session, &[path]).await {
+                Ok((a, lines)) => {
+                    pending.extend(a);
+                    for l in lines {
+                        r.notice(&format!("{l}; it goes with your next message"));
+                    }
+                }
+                Err(e) => r.notice(&format!("error: {e}")),
+            }
+            continue;
+        }
+        let mut req = opts.request(&session, line.to_owned());
+        req.attachments = std::mem::take(&mut pending);
         let steering = web.clone().map(|web| Steering {
             input: &input,
             web,
             request: ChatRequest {
                 message: String::new(),
+                attachments: vec![],
                 ..req.clone()
             },
         });

@@ -3,6 +3,7 @@
 //! one-shot commands inspect agents, tools and sessions and answer approvals,
 //! and `demo` runs the scripted offline conversation end to end.
 
+pub mod attach;
 pub mod chat;
 pub mod commands;
 pub mod demo;

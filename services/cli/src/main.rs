@@ -94,6 +94,10 @@ enum Command {
         /// Print every event as a JSON line.
         #[arg(long)]
         json: bool,
+        /// Attach a file to the first message (repeatable): it is uploaded
+        /// into the session's workspace (uploads/) and the message names it.
+        #[arg(long, value_name = "FILE")]
+        attach: Vec<std::path::PathBuf>,
     },
     /// List the agents of the catalog.
     Agents,
@@ -271,6 +275,7 @@ async fn main() -> ExitCode {
             team,
             mode,
             json,
+            attach,
         } => {
             chat::run(chat::ChatOptions {
                 server,
@@ -279,6 +284,7 @@ async fn main() -> ExitCode {
                 team,
                 mode,
                 json,
+                attach,
             })
             .await
         }
