@@ -75,6 +75,16 @@ fn files_under(dir: &std::path::Path) -> Vec<String> {
     out
 }
 
+/// The one directory under `root` that holds `rel`.
+fn workspace_holding(root: &std::path::Path, rel: &str) -> std::path::PathBuf {
+    let found: Vec<_> = files_under(root)
+        .into_iter()
+        .filter(|p| p.ends_with(rel))
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    root.join(found[0].strip_suffix(rel).unwrap())
+}
+
 #[tokio::test]
 async fn an_attached_file_reaches_the_model_and_its_tools_byte_exact() {
     let csv = "city,temp\nOslo,-3\nLisboa,17\nnaïve ✓\n";
@@ -104,7 +114,9 @@ async fn an_attached_file_reaches_the_model_and_its_tools_byte_exact() {
     assert_eq!(up.files.len(), 1);
     assert_eq!(up.files[0].path, "uploads/data.csv");
     assert_eq!(up.files[0].size_bytes, csv.len() as u64);
-    let ws = stack.workspace.join(".omicos/tenants/acme");
+    // The caller's workspace: the tenant's folder when the runner keeps
+    // tenants apart, the root otherwise; the file tools read the same one.
+    let ws = workspace_holding(&stack.workspace, "uploads/data.csv");
     assert_eq!(
         std::fs::read(ws.join("uploads/data.csv")).unwrap(),
         csv.as_bytes()
@@ -239,7 +251,7 @@ async fn other_principals_hostile_names_and_big_files_write_nothing() {
     assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
     assert_eq!(
         e.message(),
-        "big.bin is 2.0 KB; the limit is 1 KB (uploads.max_file_bytes). Nothing was written"
+        "big.bin is 2 KB; the limit is 1 KB (uploads.max_file_bytes). Nothing was written"
     );
     assert_eq!(
         e.metadata().get(ERROR_KIND_METADATA).unwrap(),
