@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file omicos/v1/orchestrator.proto.
  */
 export const file_omicos_v1_orchestrator: GenFile = /*@__PURE__*/
-  fileDesc("ChxvbWljb3MvdjEvb3JjaGVzdHJhdG9yLnByb3RvEglvbWljb3MudjEiogEKEUNoYXRDbGllbnRNZXNzYWdlEikKB3JlcXVlc3QYASABKAsyFi5vbWljb3MudjEuQ2hhdFJlcXVlc3RIABIvCghhcHByb3ZhbBgCIAEoCzIbLm9taWNvcy52MS5BcHByb3ZhbERlY2lzaW9uSAASKgoGY2FuY2VsGAMgASgLMhgub21pY29zLnYxLkNhbmNlbFJlcXVlc3RIAEIFCgNtc2cizAIKC0NoYXRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDwoHbWVzc2FnZRgCIAEoCRINCgVhZ2VudBgDIAEoCRIUCgx0ZWFtX21lbWJlcnMYBCADKAkSFwoPcGVybWlzc2lvbl9tb2RlGAUgASgJEhgKC2FsbG93X3NoZWxsGAYgASgISACIAQESHQoQYWxsb3dfZmlsZV93cml0ZRgHIAEoCEgBiAEBEg0KBW1vZGVsGAggASgJEhAKCHByb3ZpZGVyGAkgASgJEhsKE21heF90b29sX2l0ZXJhdGlvbnMYCiABKA0SLwoLcGVybWlzc2lvbnMYCyABKAsyGi5vbWljb3MudjEuUGVybWlzc2lvblJ1bGVzEg0KBXN0ZWVyGAwgASgIQg4KDF9hbGxvd19zaGVsbEITChFfYWxsb3dfZmlsZV93cml0ZSJYChBBcHByb3ZhbERlY2lzaW9uEg8KB2NhbGxfaWQYASABKAkSJQoIZGVjaXNpb24YAiABKA4yEy5vbWljb3MudjEuRGVjaXNpb24SDAoEcnVsZRgDIAEoCSIfCg1DYW5jZWxSZXF1ZXN0Eg4KBnJlYXNvbhgBIAEoCSLNBwoJQ2hhdEV2ZW50EhIKCnNlc3Npb25faWQYASABKAkSDwoHdHVybl9pZBgCIAEoCRIRCglldmVudF9zZXEYAyABKAQSHAoUZXhlY3V0aW9uX2NvbnRleHRfaWQYBCABKAkSEAoIYWdlbnRfaWQYBSABKAkSFAoMdGltZXN0YW1wX21zGAYgASgDEi4KDHR1cm5fc3RhcnRlZBgKIAEoCzIWLm9taWNvcy52MS5UdXJuU3RhcnRlZEgAEioKCnRleHRfZGVsdGEYCyABKAsyFC5vbWljb3MudjEuVGV4dERlbHRhSAASNwoRdG9vbF9jYWxsX3N0YXJ0ZWQYDCABKAsyGi5vbWljb3MudjEuVG9vbENhbGxTdGFydGVkSAASNQoNdG9vbF9wcm9ncmVzcxgNIAEoCzIcLm9taWNvcy52MS5Ub29sUHJvZ3Jlc3NFdmVudEgAEjwKEXRvb2xfb3V0cHV0X2NodW5rGA4gASgLMh8ub21pY29zLnYxLlRvb2xPdXRwdXRDaHVua0V2ZW50SAASPwoVdG9vbF9hcHByb3ZhbF9yZXF1ZXN0GA8gASgLMh4ub21pY29zLnYxLlRvb2xBcHByb3ZhbFJlcXVlc3RIABJBChZ0b29sX2FwcHJvdmFsX3Jlc29sdmVkGBAgASgLMh8ub21pY29zLnYxLlRvb2xBcHByb3ZhbFJlc29sdmVkSAASOQoSdG9vbF9jYWxsX2ZpbmlzaGVkGBEgASgLMhsub21pY29zLnYxLlRvb2xDYWxsRmluaXNoZWRIABIuCgxhZ2VudF9zd2l0Y2gYEiABKAsyFi5vbWljb3MudjEuQWdlbnRTd2l0Y2hIABIhCgV1c2FnZRgTIAEoCzIQLm9taWNvcy52MS5Vc2FnZUgAEiYKBWVycm9yGBQgASgLMhUub21pY29zLnYxLkVycm9yRXZlbnRIABIpCgloZWFydGJlYXQYFSABKAsyFC5vbWljb3MudjEuSGVhcnRiZWF0SAASKAoJdHVybl9kb25lGBYgASgLMhMub21pY29zLnYxLlR1cm5Eb25lSAASKwoKY29tcGFjdGlvbhgXIAEoCzIVLm9taWNvcy52MS5Db21wYWN0aW9uSAASIQoFc3RlZXIYGCABKAsyEC5vbWljb3MudjEuU3RlZXJIABIlCgdyZXdvdW5kGBkgASgLMhIub21pY29zLnYxLlJld291bmRIABIqCgp0dXJuX21vdmVkGBogASgLMhQub21pY29zLnYxLlR1cm5Nb3ZlZEgAQgYKBGtpbmQiTwoHUmV3b3VuZBIQCgh0dXJuX2lkcxgBIAMoCRIWCg5maWxlc19yZXN0b3JlZBgCIAMoCRIaChJmaWxlc19ub3RfcmVzdG9yZWQYAyADKAkiegoJVHVybk1vdmVkEg4KBnJlYXNvbhgBIAEoCRIPCgdyZXBsaWNhGAIgASgJEh4KFm1vZGVsX3JlcXVlc3RfcmVpc3N1ZWQYAyABKAgSGAoQcmVhdHRhY2hlZF9jYWxscxgEIAMoCRISCgpsb3N0X2NhbGxzGAUgAygJIhgKBVN0ZWVyEg8KB21lc3NhZ2UYASABKAkihQEKCkNvbXBhY3Rpb24SFQoNdG9rZW5zX2JlZm9yZRgBIAEoBBIUCgx0b2tlbnNfYWZ0ZXIYAiABKAQSGwoTbWVzc2FnZXNfc3VtbWFyaXplZBgDIAEoDRIPCgd0cmlnZ2VyGAQgASgJEhwKFHRvb2xfcmVzdWx0c190cmltbWVkGAUgASgNIiQKDkNvbXBhY3RSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiPAoPQ29tcGFjdFJlc3BvbnNlEikKCmNvbXBhY3Rpb24YASABKAsyFS5vbWljb3MudjEuQ29tcGFjdGlvbiJqChJGb3JrU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCgd0dXJuX2lkGAIgASgJSAASEwoJZXZlbnRfc2VxGAMgASgESAASEgoKY29weV9maWxlcxgEIAEoCEIECgJhdCJgChNGb3JrU2Vzc2lvblJlc3BvbnNlEhIKCnNlc3Npb25faWQYASABKAkSEAoIbWVzc2FnZXMYAiABKA0SDQoFdHVybnMYAyABKA0SFAoMZmlsZXNfY29waWVkGAQgAygJIm0KFFJld2luZFNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFAoKbGFzdF90dXJucxgCIAEoDUgAEhEKB3R1cm5faWQYAyABKAlIABISCgprZWVwX2ZpbGVzGAQgASgIQgQKAnRvIocBChVSZXdpbmRTZXNzaW9uUmVzcG9uc2USEAoIdHVybl9pZHMYASADKAkSFgoOZmlsZXNfcmVzdG9yZWQYAiADKAkSFQoNZmlyc3RfbWVzc2FnZRgDIAEoCRIRCglldmVudF9zZXEYBCABKAQSGgoSZmlsZXNfbm90X3Jlc3RvcmVkGAUgAygJIjkKFFJlbmFtZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDQoFdGl0bGUYAiABKAkiFwoVUmVuYW1lU2Vzc2lvblJlc3BvbnNlIq4BCglUdXJuVXNhZ2USFAoMaW5wdXRfdG9rZW5zGAEgASgEEhUKDW91dHB1dF90b2tlbnMYAiABKAQSDAoEY29zdBgDIAEoARITCgttb2RlbF9jYWxscxgEIAEoDRIcChRzZXNzaW9uX2lucHV0X3Rva2VucxgFIAEoBBIdChVzZXNzaW9uX291dHB1dF90b2tlbnMYBiABKAQSFAoMc2Vzc2lvbl9jb3N0GAcgASgBIqUBCgtUdXJuU3RhcnRlZBIPCgdtZXNzYWdlGAEgASgJEg0KBWFnZW50GAIgASgJEhQKDHRlYW1fbWVtYmVycxgDIAMoCRIyCg9wZXJtaXNzaW9uX21vZGUYBCABKA4yGS5vbWljb3MudjEuUGVybWlzc2lvbk1vZGUSLAoIc2V0dGluZ3MYBSABKAsyGi5vbWljb3MudjEuVHVyblJ1blNldHRpbmdzIq4CCg9UdXJuUnVuU2V0dGluZ3MSDQoFbW9kZWwYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSGwoTbWF4X3Rvb2xfaXRlcmF0aW9ucxgDIAEoDRIvCgtwZXJtaXNzaW9ucxgEIAEoCzIaLm9taWNvcy52MS5QZXJtaXNzaW9uUnVsZXMSGAoLYWxsb3dfc2hlbGwYBSABKAhIAIgBARIdChBhbGxvd19maWxlX3dyaXRlGAYgASgISAGIAQESDAoEdGllchgHIAEoCRIrCghtYXhfbW9kZRgIIAEoDjIZLm9taWNvcy52MS5QZXJtaXNzaW9uTW9kZRITCgtkZWFkbGluZV9tcxgJIAEoA0IOCgxfYWxsb3dfc2hlbGxCEwoRX2FsbG93X2ZpbGVfd3JpdGUiGQoJVGV4dERlbHRhEgwKBHRleHQYASABKAkiQwoPVG9vbENhbGxTdGFydGVkEg8KB2NhbGxfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglhcmd1bWVudHMYAyABKAkiTwoRVG9vbFByb2dyZXNzRXZlbnQSDwoHY2FsbF9pZBgBIAEoCRIpCghwcm9ncmVzcxgCIAEoCzIXLm9taWNvcy52MS5Ub29sUHJvZ3Jlc3MiUgoUVG9vbE91dHB1dENodW5rRXZlbnQSDwoHY2FsbF9pZBgBIAEoCRIpCgVjaHVuaxgCIAEoCzIaLm9taWNvcy52MS5Ub29sT3V0cHV0Q2h1bmsifAoTVG9vbEFwcHJvdmFsUmVxdWVzdBIPCgdjYWxsX2lkGAEgASgJEhEKCXRvb2xfbmFtZRgCIAEoCRIdCgRyaXNrGAMgASgOMg8ub21pY29zLnYxLlJpc2sSDwoHc3VtbWFyeRgEIAEoCRIRCglhcmd1bWVudHMYBSABKAkiXgoUVG9vbEFwcHJvdmFsUmVzb2x2ZWQSDwoHY2FsbF9pZBgBIAEoCRIlCghkZWNpc2lvbhgCIAEoDjITLm9taWNvcy52MS5EZWNpc2lvbhIOCgZzb3VyY2UYAyABKAkikAEKEFRvb2xDYWxsRmluaXNoZWQSDwoHY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEiUKBnN0YXR1cxgDIAEoDjIVLm9taWNvcy52MS5Ub29sU3RhdHVzEg4KBnJlc3VsdBgEIAEoCRISCgpzcG9vbF9wYXRoGAUgASgJEhIKCmVsYXBzZWRfbXMYBiABKAQiUgoLQWdlbnRTd2l0Y2gSEgoKZnJvbV9hZ2VudBgBIAEoCRIQCgh0b19hZ2VudBgCIAEoCRIOCgZyZWFzb24YAyABKAkSDQoFZGVwdGgYBCABKA0iQwoFVXNhZ2USFAoMaW5wdXRfdG9rZW5zGAEgASgEEhUKDW91dHB1dF90b2tlbnMYAiABKAQSDQoFbW9kZWwYAyABKAkiKwoKRXJyb3JFdmVudBIMCgRraW5kGAEgASgJEg8KB21lc3NhZ2UYAiABKAkiCwoJSGVhcnRiZWF0ImoKCFR1cm5Eb25lEikKBnJlYXNvbhgBIAEoDjIZLm9taWNvcy52MS5UdXJuRG9uZVJlYXNvbhIjCgV1c2FnZRgCIAEoCzIULm9taWNvcy52MS5UdXJuVXNhZ2USDgoGZGV0YWlsGAMgASgJIjYKDUF0dGFjaFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCglzaW5jZV9zZXEYAiABKAQiJwoRQ2FuY2VsVHVyblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSInChJDYW5jZWxUdXJuUmVzcG9uc2USEQoJY2FuY2VsbGVkGAEgASgIIm4KEkFwcHJvdmVUb29sUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg8KB2NhbGxfaWQYAiABKAkSJQoIZGVjaXNpb24YAyABKA4yEy5vbWljb3MudjEuRGVjaXNpb24SDAoEcnVsZRgEIAEoCSIVChNBcHByb3ZlVG9vbFJlc3BvbnNlIlwKEVN0YXJ0VHVyblJlc3BvbnNlEhIKCnNlc3Npb25faWQYASABKAkSDwoHdHVybl9pZBgCIAEoCRIRCglzdGFydF9zZXEYAyABKAQSDwoHc3RlZXJlZBgEIAEoCCIYChZHZXRDbGllbnRDb25maWdSZXF1ZXN0Ir0BCgxDbGllbnRDb25maWcSEQoJcHJvdmlkZXJzGAEgAygJEhUKDWRlZmF1bHRfbW9kZWwYAiABKAkSFgoObW9kZWxfb3ZlcnJpZGUYAyABKAgSOgoXZGVmYXVsdF9wZXJtaXNzaW9uX21vZGUYBCABKA4yGS5vbWljb3MudjEuUGVybWlzc2lvbk1vZGUSFwoPZGVwbG95bWVudF90aWVyGAUgASgJEhYKDmhlYXJ0YmVhdF9zZWNzGAYgASgNIhMKEUxpc3RBZ2VudHNSZXF1ZXN0Iv4BCglBZ2VudEluZm8SCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIMCgRpY29uGAMgASgJEgwKBHRpZXIYBCABKAkSEAoIY2F0ZWdvcnkYBSABKAkSFgoOY2F0ZWdvcnlfb3JkZXIYBiABKAUSDwoHc3VtbWFyeRgHIAEoCRIQCgh1c2Vfd2hlbhgIIAEoCRIXCg9leGFtcGxlX3Byb21wdHMYCSADKAkSEAoIdG9vbHNldHMYCiADKAkSDgoGc2tpbGxzGAsgAygJEhMKC2Rlc2NyaXB0aW9uGAwgASgJEg4KBmxvY2tlZBgNIAEoCBIOCgZzb3VyY2UYDiABKAkiUwoSTGlzdEFnZW50c1Jlc3BvbnNlEiQKBmFnZW50cxgBIAMoCzIULm9taWNvcy52MS5BZ2VudEluZm8SFwoPZGVwbG95bWVudF90aWVyGAIgASgJIiQKE0xpc3RTZXNzaW9uc1JlcXVlc3QSDQoFbGltaXQYASABKA0inAEKDlNlc3Npb25TdW1tYXJ5EhIKCnNlc3Npb25faWQYASABKAkSDQoFdGl0bGUYAiABKAkSDQoFYWdlbnQYAyABKAkSFAoMdGVhbV9tZW1iZXJzGAQgAygJEhIKCmNyZWF0ZWRfbXMYBSABKAMSFgoObGFzdF9hY3RpdmVfbXMYBiABKAMSFgoObGFzdF9ldmVudF9zZXEYByABKAQiQwoUTGlzdFNlc3Npb25zUmVzcG9uc2USKwoIc2Vzc2lvbnMYASADKAsyGS5vbWljb3MudjEuU2Vzc2lvblN1bW1hcnkiJwoRR2V0U2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJMCgdTZXNzaW9uEioKB3N1bW1hcnkYASABKAsyGS5vbWljb3MudjEuU2Vzc2lvblN1bW1hcnkSFQoNbWVzc2FnZXNfanNvbhgCIAMoCSIqChREZWxldGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIigKFURlbGV0ZVNlc3Npb25SZXNwb25zZRIPCgdkZWxldGVkGAEgASgIIhcKFVJlZnJlc2hDYXRhbG9nUmVxdWVzdCJKChZSZWZyZXNoQ2F0YWxvZ1Jlc3BvbnNlEg4KBmFnZW50cxgBIAEoDRIOCgZza2lsbHMYAiABKA0SEAoId2FybmluZ3MYAyADKAkiTwoVTGlzdEFnZW50VG9vbHNSZXF1ZXN0Eg0KBWFnZW50GAEgASgJEhcKD3Blcm1pc3Npb25fbW9kZRgCIAEoCRIOCgZmb3JtYXQYAyABKAkiVAoWTGlzdEFnZW50VG9vbHNSZXNwb25zZRIiCgV0b29scxgBIAMoCzITLm9taWNvcy52MS5Ub29sU3BlYxIWCg5sbG1fdG9vbHNfanNvbhgCIAEoCSqRAgoOVHVybkRvbmVSZWFzb24SIAocVFVSTl9ET05FX1JFQVNPTl9VTlNQRUNJRklFRBAAEh4KGlRVUk5fRE9ORV9SRUFTT05fQ09NUExFVEVEEAESHgoaVFVSTl9ET05FX1JFQVNPTl9DQU5DRUxMRUQQAhIaChZUVVJOX0RPTkVfUkVBU09OX0VSUk9SEAMSIwofVFVSTl9ET05FX1JFQVNPTl9NQVhfSVRFUkFUSU9OUxAEEh0KGVRVUk5fRE9ORV9SRUFTT05fREVBRExJTkUQBRIgChxUVVJOX0RPTkVfUkVBU09OX0lOVEVSUlVQVEVEEAYSGwoXVFVSTl9ET05FX1JFQVNPTl9CVURHRVQQBzK5CAoMT3JjaGVzdHJhdG9yEj4KBENoYXQSHC5vbWljb3MudjEuQ2hhdENsaWVudE1lc3NhZ2UaFC5vbWljb3MudjEuQ2hhdEV2ZW50KAEwARI6CgZBdHRhY2gSGC5vbWljb3MudjEuQXR0YWNoUmVxdWVzdBoULm9taWNvcy52MS5DaGF0RXZlbnQwARJJCgpDYW5jZWxUdXJuEhwub21pY29zLnYxLkNhbmNlbFR1cm5SZXF1ZXN0Gh0ub21pY29zLnYxLkNhbmNlbFR1cm5SZXNwb25zZRJMCgtBcHByb3ZlVG9vbBIdLm9taWNvcy52MS5BcHByb3ZlVG9vbFJlcXVlc3QaHi5vbWljb3MudjEuQXBwcm92ZVRvb2xSZXNwb25zZRJJCgpMaXN0QWdlbnRzEhwub21pY29zLnYxLkxpc3RBZ2VudHNSZXF1ZXN0Gh0ub21pY29zLnYxLkxpc3RBZ2VudHNSZXNwb25zZRJPCgxMaXN0U2Vzc2lvbnMSHi5vbWljb3MudjEuTGlzdFNlc3Npb25zUmVxdWVzdBofLm9taWNvcy52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZRI+CgpHZXRTZXNzaW9uEhwub21pY29zLnYxLkdldFNlc3Npb25SZXF1ZXN0GhIub21pY29zLnYxLlNlc3Npb24SUgoNRGVsZXRlU2Vzc2lvbhIfLm9taWNvcy52MS5EZWxldGVTZXNzaW9uUmVxdWVzdBogLm9taWNvcy52MS5EZWxldGVTZXNzaW9uUmVzcG9uc2USVQoOUmVmcmVzaENhdGFsb2cSIC5vbWljb3MudjEuUmVmcmVzaENhdGFsb2dSZXF1ZXN0GiEub21pY29zLnYxLlJlZnJlc2hDYXRhbG9nUmVzcG9uc2USVQoOTGlzdEFnZW50VG9vbHMSIC5vbWljb3MudjEuTGlzdEFnZW50VG9vbHNSZXF1ZXN0GiEub21pY29zLnYxLkxpc3RBZ2VudFRvb2xzUmVzcG9uc2USQAoHQ29tcGFjdBIZLm9taWNvcy52MS5Db21wYWN0UmVxdWVzdBoaLm9taWNvcy52MS5Db21wYWN0UmVzcG9uc2USTAoLRm9ya1Nlc3Npb24SHS5vbWljb3MudjEuRm9ya1Nlc3Npb25SZXF1ZXN0Gh4ub21pY29zLnYxLkZvcmtTZXNzaW9uUmVzcG9uc2USUgoNUmV3aW5kU2Vzc2lvbhIfLm9taWNvcy52MS5SZXdpbmRTZXNzaW9uUmVxdWVzdBogLm9taWNvcy52MS5SZXdpbmRTZXNzaW9uUmVzcG9uc2USUgoNUmVuYW1lU2Vzc2lvbhIfLm9taWNvcy52MS5SZW5hbWVTZXNzaW9uUmVxdWVzdBogLm9taWNvcy52MS5SZW5hbWVTZXNzaW9uUmVzcG9uc2UyowEKD09yY2hlc3RyYXRvcldlYhJBCglTdGFydFR1cm4SFi5vbWljb3MudjEuQ2hhdFJlcXVlc3QaHC5vbWljb3MudjEuU3RhcnRUdXJuUmVzcG9uc2USTQoPR2V0Q2xpZW50Q29uZmlnEiEub21pY29zLnYxLkdldENsaWVudENvbmZpZ1JlcXVlc3QaFy5vbWljb3MudjEuQ2xpZW50Q29uZmlnYgZwcm90bzM", [file_omicos_v1_common]);
+  fileDesc("ChxvbWljb3MvdjEvb3JjaGVzdHJhdG9yLnByb3RvEglvbWljb3MudjEiogEKEUNoYXRDbGllbnRNZXNzYWdlEikKB3JlcXVlc3QYASABKAsyFi5vbWljb3MudjEuQ2hhdFJlcXVlc3RIABIvCghhcHByb3ZhbBgCIAEoCzIbLm9taWNvcy52MS5BcHByb3ZhbERlY2lzaW9uSAASKgoGY2FuY2VsGAMgASgLMhgub21pY29zLnYxLkNhbmNlbFJlcXVlc3RIAEIFCgNtc2ci+AIKC0NoYXRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDwoHbWVzc2FnZRgCIAEoCRINCgVhZ2VudBgDIAEoCRIUCgx0ZWFtX21lbWJlcnMYBCADKAkSFwoPcGVybWlzc2lvbl9tb2RlGAUgASgJEhgKC2FsbG93X3NoZWxsGAYgASgISACIAQESHQoQYWxsb3dfZmlsZV93cml0ZRgHIAEoCEgBiAEBEg0KBW1vZGVsGAggASgJEhAKCHByb3ZpZGVyGAkgASgJEhsKE21heF90b29sX2l0ZXJhdGlvbnMYCiABKA0SLwoLcGVybWlzc2lvbnMYCyABKAsyGi5vbWljb3MudjEuUGVybWlzc2lvblJ1bGVzEg0KBXN0ZWVyGAwgASgIEioKC2F0dGFjaG1lbnRzGA0gAygLMhUub21pY29zLnYxLkF0dGFjaG1lbnRCDgoMX2FsbG93X3NoZWxsQhMKEV9hbGxvd19maWxlX3dyaXRlIi4KCkF0dGFjaG1lbnQSDAoEcGF0aBgBIAEoCRISCgpzaXplX2J5dGVzGAIgASgEIk4KElVwbG9hZEZpbGVzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEiQKBWZpbGVzGAIgAygLMhUub21pY29zLnYxLlVwbG9hZEZpbGUiKwoKVXBsb2FkRmlsZRIMCgRuYW1lGAEgASgJEg8KB2NvbnRlbnQYAiABKAwiPQoTVXBsb2FkRmlsZXNSZXNwb25zZRImCgVmaWxlcxgBIAMoCzIXLm9taWNvcy52MS5VcGxvYWRlZEZpbGUiPgoMVXBsb2FkZWRGaWxlEgwKBG5hbWUYASABKAkSDAoEcGF0aBgCIAEoCRISCgpzaXplX2J5dGVzGAMgASgEIlgKEEFwcHJvdmFsRGVjaXNpb24SDwoHY2FsbF9pZBgBIAEoCRIlCghkZWNpc2lvbhgCIAEoDjITLm9taWNvcy52MS5EZWNpc2lvbhIMCgRydWxlGAMgASgJIh8KDUNhbmNlbFJlcXVlc3QSDgoGcmVhc29uGAEgASgJIs0HCglDaGF0RXZlbnQSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJEhEKCWV2ZW50X3NlcRgDIAEoBBIcChRleGVjdXRpb25fY29udGV4dF9pZBgEIAEoCRIQCghhZ2VudF9pZBgFIAEoCRIUCgx0aW1lc3RhbXBfbXMYBiABKAMSLgoMdHVybl9zdGFydGVkGAogASgLMhYub21pY29zLnYxLlR1cm5TdGFydGVkSAASKgoKdGV4dF9kZWx0YRgLIAEoCzIULm9taWNvcy52MS5UZXh0RGVsdGFIABI3ChF0b29sX2NhbGxfc3RhcnRlZBgMIAEoCzIaLm9taWNvcy52MS5Ub29sQ2FsbFN0YXJ0ZWRIABI1Cg10b29sX3Byb2dyZXNzGA0gASgLMhwub21pY29zLnYxLlRvb2xQcm9ncmVzc0V2ZW50SAASPAoRdG9vbF9vdXRwdXRfY2h1bmsYDiABKAsyHy5vbWljb3MudjEuVG9vbE91dHB1dENodW5rRXZlbnRIABI/ChV0b29sX2FwcHJvdmFsX3JlcXVlc3QYDyABKAsyHi5vbWljb3MudjEuVG9vbEFwcHJvdmFsUmVxdWVzdEgAEkEKFnRvb2xfYXBwcm92YWxfcmVzb2x2ZWQYECABKAsyHy5vbWljb3MudjEuVG9vbEFwcHJvdmFsUmVzb2x2ZWRIABI5ChJ0b29sX2NhbGxfZmluaXNoZWQYESABKAsyGy5vbWljb3MudjEuVG9vbENhbGxGaW5pc2hlZEgAEi4KDGFnZW50X3N3aXRjaBgSIAEoCzIWLm9taWNvcy52MS5BZ2VudFN3aXRjaEgAEiEKBXVzYWdlGBMgASgLMhAub21pY29zLnYxLlVzYWdlSAASJgoFZXJyb3IYFCABKAsyFS5vbWljb3MudjEuRXJyb3JFdmVudEgAEikKCWhlYXJ0YmVhdBgVIAEoCzIULm9taWNvcy52MS5IZWFydGJlYXRIABIoCgl0dXJuX2RvbmUYFiABKAsyEy5vbWljb3MudjEuVHVybkRvbmVIABIrCgpjb21wYWN0aW9uGBcgASgLMhUub21pY29zLnYxLkNvbXBhY3Rpb25IABIhCgVzdGVlchgYIAEoCzIQLm9taWNvcy52MS5TdGVlckgAEiUKB3Jld291bmQYGSABKAsyEi5vbWljb3MudjEuUmV3b3VuZEgAEioKCnR1cm5fbW92ZWQYGiABKAsyFC5vbWljb3MudjEuVHVybk1vdmVkSABCBgoEa2luZCJPCgdSZXdvdW5kEhAKCHR1cm5faWRzGAEgAygJEhYKDmZpbGVzX3Jlc3RvcmVkGAIgAygJEhoKEmZpbGVzX25vdF9yZXN0b3JlZBgDIAMoCSJ6CglUdXJuTW92ZWQSDgoGcmVhc29uGAEgASgJEg8KB3JlcGxpY2EYAiABKAkSHgoWbW9kZWxfcmVxdWVzdF9yZWlzc3VlZBgDIAEoCBIYChByZWF0dGFjaGVkX2NhbGxzGAQgAygJEhIKCmxvc3RfY2FsbHMYBSADKAkiGAoFU3RlZXISDwoHbWVzc2FnZRgBIAEoCSKFAQoKQ29tcGFjdGlvbhIVCg10b2tlbnNfYmVmb3JlGAEgASgEEhQKDHRva2Vuc19hZnRlchgCIAEoBBIbChNtZXNzYWdlc19zdW1tYXJpemVkGAMgASgNEg8KB3RyaWdnZXIYBCABKAkSHAoUdG9vbF9yZXN1bHRzX3RyaW1tZWQYBSABKA0iJAoOQ29tcGFjdFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSI8Cg9Db21wYWN0UmVzcG9uc2USKQoKY29tcGFjdGlvbhgBIAEoCzIVLm9taWNvcy52MS5Db21wYWN0aW9uImoKEkZvcmtTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhEKB3R1cm5faWQYAiABKAlIABITCglldmVudF9zZXEYAyABKARIABISCgpjb3B5X2ZpbGVzGAQgASgIQgQKAmF0ImAKE0ZvcmtTZXNzaW9uUmVzcG9uc2USEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghtZXNzYWdlcxgCIAEoDRINCgV0dXJucxgDIAEoDRIUCgxmaWxlc19jb3BpZWQYBCADKAkibQoUUmV3aW5kU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIUCgpsYXN0X3R1cm5zGAIgASgNSAASEQoHdHVybl9pZBgDIAEoCUgAEhIKCmtlZXBfZmlsZXMYBCABKAhCBAoCdG8ihwEKFVJld2luZFNlc3Npb25SZXNwb25zZRIQCgh0dXJuX2lkcxgBIAMoCRIWCg5maWxlc19yZXN0b3JlZBgCIAMoCRIVCg1maXJzdF9tZXNzYWdlGAMgASgJEhEKCWV2ZW50X3NlcRgEIAEoBBIaChJmaWxlc19ub3RfcmVzdG9yZWQYBSADKAkiOQoUUmVuYW1lU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRINCgV0aXRsZRgCIAEoCSIXChVSZW5hbWVTZXNzaW9uUmVzcG9uc2UirgEKCVR1cm5Vc2FnZRIUCgxpbnB1dF90b2tlbnMYASABKAQSFQoNb3V0cHV0X3Rva2VucxgCIAEoBBIMCgRjb3N0GAMgASgBEhMKC21vZGVsX2NhbGxzGAQgASgNEhwKFHNlc3Npb25faW5wdXRfdG9rZW5zGAUgASgEEh0KFXNlc3Npb25fb3V0cHV0X3Rva2VucxgGIAEoBBIUCgxzZXNzaW9uX2Nvc3QYByABKAEipQEKC1R1cm5TdGFydGVkEg8KB21lc3NhZ2UYASABKAkSDQoFYWdlbnQYAiABKAkSFAoMdGVhbV9tZW1iZXJzGAMgAygJEjIKD3Blcm1pc3Npb25fbW9kZRgEIAEoDjIZLm9taWNvcy52MS5QZXJtaXNzaW9uTW9kZRIsCghzZXR0aW5ncxgFIAEoCzIaLm9taWNvcy52MS5UdXJuUnVuU2V0dGluZ3MirgIKD1R1cm5SdW5TZXR0aW5ncxINCgVtb2RlbBgBIAEoCRIQCghwcm92aWRlchgCIAEoCRIbChNtYXhfdG9vbF9pdGVyYXRpb25zGAMgASgNEi8KC3Blcm1pc3Npb25zGAQgASgLMhoub21pY29zLnYxLlBlcm1pc3Npb25SdWxlcxIYCgthbGxvd19zaGVsbBgFIAEoCEgAiAEBEh0KEGFsbG93X2ZpbGVfd3JpdGUYBiABKAhIAYgBARIMCgR0aWVyGAcgASgJEisKCG1heF9tb2RlGAggASgOMhkub21pY29zLnYxLlBlcm1pc3Npb25Nb2RlEhMKC2RlYWRsaW5lX21zGAkgASgDQg4KDF9hbGxvd19zaGVsbEITChFfYWxsb3dfZmlsZV93cml0ZSIZCglUZXh0RGVsdGESDAoEdGV4dBgBIAEoCSJDCg9Ub29sQ2FsbFN0YXJ0ZWQSDwoHY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhEKCWFyZ3VtZW50cxgDIAEoCSJPChFUb29sUHJvZ3Jlc3NFdmVudBIPCgdjYWxsX2lkGAEgASgJEikKCHByb2dyZXNzGAIgASgLMhcub21pY29zLnYxLlRvb2xQcm9ncmVzcyJSChRUb29sT3V0cHV0Q2h1bmtFdmVudBIPCgdjYWxsX2lkGAEgASgJEikKBWNodW5rGAIgASgLMhoub21pY29zLnYxLlRvb2xPdXRwdXRDaHVuayJ8ChNUb29sQXBwcm92YWxSZXF1ZXN0Eg8KB2NhbGxfaWQYASABKAkSEQoJdG9vbF9uYW1lGAIgASgJEh0KBHJpc2sYAyABKA4yDy5vbWljb3MudjEuUmlzaxIPCgdzdW1tYXJ5GAQgASgJEhEKCWFyZ3VtZW50cxgFIAEoCSJeChRUb29sQXBwcm92YWxSZXNvbHZlZBIPCgdjYWxsX2lkGAEgASgJEiUKCGRlY2lzaW9uGAIgASgOMhMub21pY29zLnYxLkRlY2lzaW9uEg4KBnNvdXJjZRgDIAEoCSKQAQoQVG9vbENhbGxGaW5pc2hlZBIPCgdjYWxsX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSJQoGc3RhdHVzGAMgASgOMhUub21pY29zLnYxLlRvb2xTdGF0dXMSDgoGcmVzdWx0GAQgASgJEhIKCnNwb29sX3BhdGgYBSABKAkSEgoKZWxhcHNlZF9tcxgGIAEoBCJSCgtBZ2VudFN3aXRjaBISCgpmcm9tX2FnZW50GAEgASgJEhAKCHRvX2FnZW50GAIgASgJEg4KBnJlYXNvbhgDIAEoCRINCgVkZXB0aBgEIAEoDSJDCgVVc2FnZRIUCgxpbnB1dF90b2tlbnMYASABKAQSFQoNb3V0cHV0X3Rva2VucxgCIAEoBBINCgVtb2RlbBgDIAEoCSIrCgpFcnJvckV2ZW50EgwKBGtpbmQYASABKAkSDwoHbWVzc2FnZRgCIAEoCSILCglIZWFydGJlYXQiagoIVHVybkRvbmUSKQoGcmVhc29uGAEgASgOMhkub21pY29zLnYxLlR1cm5Eb25lUmVhc29uEiMKBXVzYWdlGAIgASgLMhQub21pY29zLnYxLlR1cm5Vc2FnZRIOCgZkZXRhaWwYAyABKAkiNgoNQXR0YWNoUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhEKCXNpbmNlX3NlcRgCIAEoBCInChFDYW5jZWxUdXJuUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIicKEkNhbmNlbFR1cm5SZXNwb25zZRIRCgljYW5jZWxsZWQYASABKAgibgoSQXBwcm92ZVRvb2xSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDwoHY2FsbF9pZBgCIAEoCRIlCghkZWNpc2lvbhgDIAEoDjITLm9taWNvcy52MS5EZWNpc2lvbhIMCgRydWxlGAQgASgJIhUKE0FwcHJvdmVUb29sUmVzcG9uc2UiXAoRU3RhcnRUdXJuUmVzcG9uc2USEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJEhEKCXN0YXJ0X3NlcRgDIAEoBBIPCgdzdGVlcmVkGAQgASgIIhgKFkdldENsaWVudENvbmZpZ1JlcXVlc3QivQEKDENsaWVudENvbmZpZxIRCglwcm92aWRlcnMYASADKAkSFQoNZGVmYXVsdF9tb2RlbBgCIAEoCRIWCg5tb2RlbF9vdmVycmlkZRgDIAEoCBI6ChdkZWZhdWx0X3Blcm1pc3Npb25fbW9kZRgEIAEoDjIZLm9taWNvcy52MS5QZXJtaXNzaW9uTW9kZRIXCg9kZXBsb3ltZW50X3RpZXIYBSABKAkSFgoOaGVhcnRiZWF0X3NlY3MYBiABKA0iEwoRTGlzdEFnZW50c1JlcXVlc3Qi/gEKCUFnZW50SW5mbxIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEgwKBGljb24YAyABKAkSDAoEdGllchgEIAEoCRIQCghjYXRlZ29yeRgFIAEoCRIWCg5jYXRlZ29yeV9vcmRlchgGIAEoBRIPCgdzdW1tYXJ5GAcgASgJEhAKCHVzZV93aGVuGAggASgJEhcKD2V4YW1wbGVfcHJvbXB0cxgJIAMoCRIQCgh0b29sc2V0cxgKIAMoCRIOCgZza2lsbHMYCyADKAkSEwoLZGVzY3JpcHRpb24YDCABKAkSDgoGbG9ja2VkGA0gASgIEg4KBnNvdXJjZRgOIAEoCSJTChJMaXN0QWdlbnRzUmVzcG9uc2USJAoGYWdlbnRzGAEgAygLMhQub21pY29zLnYxLkFnZW50SW5mbxIXCg9kZXBsb3ltZW50X3RpZXIYAiABKAkiJAoTTGlzdFNlc3Npb25zUmVxdWVzdBINCgVsaW1pdBgBIAEoDSKcAQoOU2Vzc2lvblN1bW1hcnkSEgoKc2Vzc2lvbl9pZBgBIAEoCRINCgV0aXRsZRgCIAEoCRINCgVhZ2VudBgDIAEoCRIUCgx0ZWFtX21lbWJlcnMYBCADKAkSEgoKY3JlYXRlZF9tcxgFIAEoAxIWCg5sYXN0X2FjdGl2ZV9tcxgGIAEoAxIWCg5sYXN0X2V2ZW50X3NlcRgHIAEoBCJDChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIrCghzZXNzaW9ucxgBIAMoCzIZLm9taWNvcy52MS5TZXNzaW9uU3VtbWFyeSInChFHZXRTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIkwKB1Nlc3Npb24SKgoHc3VtbWFyeRgBIAEoCzIZLm9taWNvcy52MS5TZXNzaW9uU3VtbWFyeRIVCg1tZXNzYWdlc19qc29uGAIgAygJIioKFERlbGV0ZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiKAoVRGVsZXRlU2Vzc2lvblJlc3BvbnNlEg8KB2RlbGV0ZWQYASABKAgiFwoVUmVmcmVzaENhdGFsb2dSZXF1ZXN0IkoKFlJlZnJlc2hDYXRhbG9nUmVzcG9uc2USDgoGYWdlbnRzGAEgASgNEg4KBnNraWxscxgCIAEoDRIQCgh3YXJuaW5ncxgDIAMoCSJPChVMaXN0QWdlbnRUb29sc1JlcXVlc3QSDQoFYWdlbnQYASABKAkSFwoPcGVybWlzc2lvbl9tb2RlGAIgASgJEg4KBmZvcm1hdBgDIAEoCSJUChZMaXN0QWdlbnRUb29sc1Jlc3BvbnNlEiIKBXRvb2xzGAEgAygLMhMub21pY29zLnYxLlRvb2xTcGVjEhYKDmxsbV90b29sc19qc29uGAIgASgJKpECCg5UdXJuRG9uZVJlYXNvbhIgChxUVVJOX0RPTkVfUkVBU09OX1VOU1BFQ0lGSUVEEAASHgoaVFVSTl9ET05FX1JFQVNPTl9DT01QTEVURUQQARIeChpUVVJOX0RPTkVfUkVBU09OX0NBTkNFTExFRBACEhoKFlRVUk5fRE9ORV9SRUFTT05fRVJST1IQAxIjCh9UVVJOX0RPTkVfUkVBU09OX01BWF9JVEVSQVRJT05TEAQSHQoZVFVSTl9ET05FX1JFQVNPTl9ERUFETElORRAFEiAKHFRVUk5fRE9ORV9SRUFTT05fSU5URVJSVVBURUQQBhIbChdUVVJOX0RPTkVfUkVBU09OX0JVREdFVBAHMocJCgxPcmNoZXN0cmF0b3ISPgoEQ2hhdBIcLm9taWNvcy52MS5DaGF0Q2xpZW50TWVzc2FnZRoULm9taWNvcy52MS5DaGF0RXZlbnQoATABEjoKBkF0dGFjaBIYLm9taWNvcy52MS5BdHRhY2hSZXF1ZXN0GhQub21pY29zLnYxLkNoYXRFdmVudDABEkkKCkNhbmNlbFR1cm4SHC5vbWljb3MudjEuQ2FuY2VsVHVyblJlcXVlc3QaHS5vbWljb3MudjEuQ2FuY2VsVHVyblJlc3BvbnNlEkwKC0FwcHJvdmVUb29sEh0ub21pY29zLnYxLkFwcHJvdmVUb29sUmVxdWVzdBoeLm9taWNvcy52MS5BcHByb3ZlVG9vbFJlc3BvbnNlEkkKCkxpc3RBZ2VudHMSHC5vbWljb3MudjEuTGlzdEFnZW50c1JlcXVlc3QaHS5vbWljb3MudjEuTGlzdEFnZW50c1Jlc3BvbnNlEk8KDExpc3RTZXNzaW9ucxIeLm9taWNvcy52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0Gh8ub21pY29zLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlEj4KCkdldFNlc3Npb24SHC5vbWljb3MudjEuR2V0U2Vzc2lvblJlcXVlc3QaEi5vbWljb3MudjEuU2Vzc2lvbhJSCg1EZWxldGVTZXNzaW9uEh8ub21pY29zLnYxLkRlbGV0ZVNlc3Npb25SZXF1ZXN0GiAub21pY29zLnYxLkRlbGV0ZVNlc3Npb25SZXNwb25zZRJVCg5SZWZyZXNoQ2F0YWxvZxIgLm9taWNvcy52MS5SZWZyZXNoQ2F0YWxvZ1JlcXVlc3QaIS5vbWljb3MudjEuUmVmcmVzaENhdGFsb2dSZXNwb25zZRJVCg5MaXN0QWdlbnRUb29scxIgLm9taWNvcy52MS5MaXN0QWdlbnRUb29sc1JlcXVlc3QaIS5vbWljb3MudjEuTGlzdEFnZW50VG9vbHNSZXNwb25zZRJACgdDb21wYWN0Ehkub21pY29zLnYxLkNvbXBhY3RSZXF1ZXN0Ghoub21pY29zLnYxLkNvbXBhY3RSZXNwb25zZRJMCgtGb3JrU2Vzc2lvbhIdLm9taWNvcy52MS5Gb3JrU2Vzc2lvblJlcXVlc3QaHi5vbWljb3MudjEuRm9ya1Nlc3Npb25SZXNwb25zZRJSCg1SZXdpbmRTZXNzaW9uEh8ub21pY29zLnYxLlJld2luZFNlc3Npb25SZXF1ZXN0GiAub21pY29zLnYxLlJld2luZFNlc3Npb25SZXNwb25zZRJSCg1SZW5hbWVTZXNzaW9uEh8ub21pY29zLnYxLlJlbmFtZVNlc3Npb25SZXF1ZXN0GiAub21pY29zLnYxLlJlbmFtZVNlc3Npb25SZXNwb25zZRJMCgtVcGxvYWRGaWxlcxIdLm9taWNvcy52MS5VcGxvYWRGaWxlc1JlcXVlc3QaHi5vbWljb3MudjEuVXBsb2FkRmlsZXNSZXNwb25zZTKjAQoPT3JjaGVzdHJhdG9yV2ViEkEKCVN0YXJ0VHVybhIWLm9taWNvcy52MS5DaGF0UmVxdWVzdBocLm9taWNvcy52MS5TdGFydFR1cm5SZXNwb25zZRJNCg9HZXRDbGllbnRDb25maWcSIS5vbWljb3MudjEuR2V0Q2xpZW50Q29uZmlnUmVxdWVzdBoXLm9taWNvcy52MS5DbGllbnRDb25maWdiBnByb3RvMw", [file_omicos_v1_common]);
 
 /**
  * @generated from message omicos.v1.ChatClientMessage
@@ -135,6 +135,15 @@ export type ChatRequest = Message<"omicos.v1.ChatRequest"> & {
    * @generated from field: bool steer = 12;
    */
   steer: boolean;
+
+  /**
+   * Files attached to this message (UploadFiles' answer): the message the
+   * model reads ends with a line naming each with its size, so the agent
+   * can open them with its file tools.
+   *
+   * @generated from field: repeated omicos.v1.Attachment attachments = 13;
+   */
+  attachments: Attachment[];
 };
 
 /**
@@ -143,6 +152,130 @@ export type ChatRequest = Message<"omicos.v1.ChatRequest"> & {
  */
 export const ChatRequestSchema: GenMessage<ChatRequest> = /*@__PURE__*/
   messageDesc(file_omicos_v1_orchestrator, 1);
+
+/**
+ * A file in the workspace that a message brings to the model's attention.
+ *
+ * @generated from message omicos.v1.Attachment
+ */
+export type Attachment = Message<"omicos.v1.Attachment"> & {
+  /**
+   * Workspace-relative path (UploadedFile.path).
+   *
+   * @generated from field: string path = 1;
+   */
+  path: string;
+
+  /**
+   * @generated from field: uint64 size_bytes = 2;
+   */
+  sizeBytes: bigint;
+};
+
+/**
+ * Describes the message omicos.v1.Attachment.
+ * Use `create(AttachmentSchema)` to create a new message.
+ */
+export const AttachmentSchema: GenMessage<Attachment> = /*@__PURE__*/
+  messageDesc(file_omicos_v1_orchestrator, 2);
+
+/**
+ * @generated from message omicos.v1.UploadFilesRequest
+ */
+export type UploadFilesRequest = Message<"omicos.v1.UploadFilesRequest"> & {
+  /**
+   * Empty: the workspace a new session of the caller works in.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * @generated from field: repeated omicos.v1.UploadFile files = 2;
+   */
+  files: UploadFile[];
+};
+
+/**
+ * Describes the message omicos.v1.UploadFilesRequest.
+ * Use `create(UploadFilesRequestSchema)` to create a new message.
+ */
+export const UploadFilesRequestSchema: GenMessage<UploadFilesRequest> = /*@__PURE__*/
+  messageDesc(file_omicos_v1_orchestrator, 3);
+
+/**
+ * @generated from message omicos.v1.UploadFile
+ */
+export type UploadFile = Message<"omicos.v1.UploadFile"> & {
+  /**
+   * A plain file name (no directory): `data.csv`.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: bytes content = 2;
+   */
+  content: Uint8Array;
+};
+
+/**
+ * Describes the message omicos.v1.UploadFile.
+ * Use `create(UploadFileSchema)` to create a new message.
+ */
+export const UploadFileSchema: GenMessage<UploadFile> = /*@__PURE__*/
+  messageDesc(file_omicos_v1_orchestrator, 4);
+
+/**
+ * @generated from message omicos.v1.UploadFilesResponse
+ */
+export type UploadFilesResponse = Message<"omicos.v1.UploadFilesResponse"> & {
+  /**
+   * One per file, in request order.
+   *
+   * @generated from field: repeated omicos.v1.UploadedFile files = 1;
+   */
+  files: UploadedFile[];
+};
+
+/**
+ * Describes the message omicos.v1.UploadFilesResponse.
+ * Use `create(UploadFilesResponseSchema)` to create a new message.
+ */
+export const UploadFilesResponseSchema: GenMessage<UploadFilesResponse> = /*@__PURE__*/
+  messageDesc(file_omicos_v1_orchestrator, 5);
+
+/**
+ * @generated from message omicos.v1.UploadedFile
+ */
+export type UploadedFile = Message<"omicos.v1.UploadedFile"> & {
+  /**
+   * The name as given.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Where it was written, workspace-relative (`uploads/data (1).csv` after a clash).
+   *
+   * @generated from field: string path = 2;
+   */
+  path: string;
+
+  /**
+   * @generated from field: uint64 size_bytes = 3;
+   */
+  sizeBytes: bigint;
+};
+
+/**
+ * Describes the message omicos.v1.UploadedFile.
+ * Use `create(UploadedFileSchema)` to create a new message.
+ */
+export const UploadedFileSchema: GenMessage<UploadedFile> = /*@__PURE__*/
+  messageDesc(file_omicos_v1_orchestrator, 6);
 
 /**
  * @generated from message omicos.v1.ApprovalDecision
@@ -172,7 +305,7 @@ export type ApprovalDecision = Message<"omicos.v1.ApprovalDecision"> & {
  * Use `create(ApprovalDecisionSchema)` to create a new message.
  */
 export const ApprovalDecisionSchema: GenMessage<ApprovalDecision> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 2);
+  messageDesc(file_omicos_v1_orchestrator, 7);
 
 /**
  * @generated from message omicos.v1.CancelRequest
@@ -189,7 +322,7 @@ export type CancelRequest = Message<"omicos.v1.CancelRequest"> & {
  * Use `create(CancelRequestSchema)` to create a new message.
  */
 export const CancelRequestSchema: GenMessage<CancelRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 3);
+  messageDesc(file_omicos_v1_orchestrator, 8);
 
 /**
  * @generated from message omicos.v1.ChatEvent
@@ -342,7 +475,7 @@ export type ChatEvent = Message<"omicos.v1.ChatEvent"> & {
  * Use `create(ChatEventSchema)` to create a new message.
  */
 export const ChatEventSchema: GenMessage<ChatEvent> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 4);
+  messageDesc(file_omicos_v1_orchestrator, 9);
 
 /**
  * RewindSession took turns out of what the model sees (the log keeps them).
@@ -379,7 +512,7 @@ export type Rewound = Message<"omicos.v1.Rewound"> & {
  * Use `create(RewoundSchema)` to create a new message.
  */
 export const RewoundSchema: GenMessage<Rewound> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 5);
+  messageDesc(file_omicos_v1_orchestrator, 10);
 
 /**
  * The turn moved to another orchestrator replica: the one running it was
@@ -429,7 +562,7 @@ export type TurnMoved = Message<"omicos.v1.TurnMoved"> & {
  * Use `create(TurnMovedSchema)` to create a new message.
  */
 export const TurnMovedSchema: GenMessage<TurnMoved> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 6);
+  messageDesc(file_omicos_v1_orchestrator, 11);
 
 /**
  * A message sent with ChatRequest.steer joined the running turn: it is in
@@ -449,7 +582,7 @@ export type Steer = Message<"omicos.v1.Steer"> & {
  * Use `create(SteerSchema)` to create a new message.
  */
 export const SteerSchema: GenMessage<Steer> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 7);
+  messageDesc(file_omicos_v1_orchestrator, 12);
 
 /**
  * The context was compacted before a model request (or on Compact).
@@ -496,7 +629,7 @@ export type Compaction = Message<"omicos.v1.Compaction"> & {
  * Use `create(CompactionSchema)` to create a new message.
  */
 export const CompactionSchema: GenMessage<Compaction> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 8);
+  messageDesc(file_omicos_v1_orchestrator, 13);
 
 /**
  * @generated from message omicos.v1.CompactRequest
@@ -513,7 +646,7 @@ export type CompactRequest = Message<"omicos.v1.CompactRequest"> & {
  * Use `create(CompactRequestSchema)` to create a new message.
  */
 export const CompactRequestSchema: GenMessage<CompactRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 9);
+  messageDesc(file_omicos_v1_orchestrator, 14);
 
 /**
  * @generated from message omicos.v1.CompactResponse
@@ -530,7 +663,7 @@ export type CompactResponse = Message<"omicos.v1.CompactResponse"> & {
  * Use `create(CompactResponseSchema)` to create a new message.
  */
 export const CompactResponseSchema: GenMessage<CompactResponse> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 10);
+  messageDesc(file_omicos_v1_orchestrator, 15);
 
 /**
  * @generated from message omicos.v1.ForkSessionRequest
@@ -579,7 +712,7 @@ export type ForkSessionRequest = Message<"omicos.v1.ForkSessionRequest"> & {
  * Use `create(ForkSessionRequestSchema)` to create a new message.
  */
 export const ForkSessionRequestSchema: GenMessage<ForkSessionRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 11);
+  messageDesc(file_omicos_v1_orchestrator, 16);
 
 /**
  * @generated from message omicos.v1.ForkSessionResponse
@@ -615,7 +748,7 @@ export type ForkSessionResponse = Message<"omicos.v1.ForkSessionResponse"> & {
  * Use `create(ForkSessionResponseSchema)` to create a new message.
  */
 export const ForkSessionResponseSchema: GenMessage<ForkSessionResponse> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 12);
+  messageDesc(file_omicos_v1_orchestrator, 17);
 
 /**
  * @generated from message omicos.v1.RewindSessionRequest
@@ -660,7 +793,7 @@ export type RewindSessionRequest = Message<"omicos.v1.RewindSessionRequest"> & {
  * Use `create(RewindSessionRequestSchema)` to create a new message.
  */
 export const RewindSessionRequestSchema: GenMessage<RewindSessionRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 13);
+  messageDesc(file_omicos_v1_orchestrator, 18);
 
 /**
  * @generated from message omicos.v1.RewindSessionResponse
@@ -704,7 +837,7 @@ export type RewindSessionResponse = Message<"omicos.v1.RewindSessionResponse"> &
  * Use `create(RewindSessionResponseSchema)` to create a new message.
  */
 export const RewindSessionResponseSchema: GenMessage<RewindSessionResponse> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 14);
+  messageDesc(file_omicos_v1_orchestrator, 19);
 
 /**
  * @generated from message omicos.v1.RenameSessionRequest
@@ -728,7 +861,7 @@ export type RenameSessionRequest = Message<"omicos.v1.RenameSessionRequest"> & {
  * Use `create(RenameSessionRequestSchema)` to create a new message.
  */
 export const RenameSessionRequestSchema: GenMessage<RenameSessionRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 15);
+  messageDesc(file_omicos_v1_orchestrator, 20);
 
 /**
  * @generated from message omicos.v1.RenameSessionResponse
@@ -741,7 +874,7 @@ export type RenameSessionResponse = Message<"omicos.v1.RenameSessionResponse"> &
  * Use `create(RenameSessionResponseSchema)` to create a new message.
  */
 export const RenameSessionResponseSchema: GenMessage<RenameSessionResponse> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 16);
+  messageDesc(file_omicos_v1_orchestrator, 21);
 
 /**
  * Tokens and cost of a turn (all its model calls, sub-turns included) and of
@@ -791,7 +924,7 @@ export type TurnUsage = Message<"omicos.v1.TurnUsage"> & {
  * Use `create(TurnUsageSchema)` to create a new message.
  */
 export const TurnUsageSchema: GenMessage<TurnUsage> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 17);
+  messageDesc(file_omicos_v1_orchestrator, 22);
 
 /**
  * @generated from message omicos.v1.TurnStarted
@@ -831,7 +964,7 @@ export type TurnStarted = Message<"omicos.v1.TurnStarted"> & {
  * Use `create(TurnStartedSchema)` to create a new message.
  */
 export const TurnStartedSchema: GenMessage<TurnStarted> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 18);
+  messageDesc(file_omicos_v1_orchestrator, 23);
 
 /**
  * A turn's settings beyond TurnStarted's own fields, as the request gave
@@ -896,7 +1029,7 @@ export type TurnRunSettings = Message<"omicos.v1.TurnRunSettings"> & {
  * Use `create(TurnRunSettingsSchema)` to create a new message.
  */
 export const TurnRunSettingsSchema: GenMessage<TurnRunSettings> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 19);
+  messageDesc(file_omicos_v1_orchestrator, 24);
 
 /**
  * @generated from message omicos.v1.TextDelta
@@ -913,7 +1046,7 @@ export type TextDelta = Message<"omicos.v1.TextDelta"> & {
  * Use `create(TextDeltaSchema)` to create a new message.
  */
 export const TextDeltaSchema: GenMessage<TextDelta> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 20);
+  messageDesc(file_omicos_v1_orchestrator, 25);
 
 /**
  * @generated from message omicos.v1.ToolCallStarted
@@ -940,7 +1073,7 @@ export type ToolCallStarted = Message<"omicos.v1.ToolCallStarted"> & {
  * Use `create(ToolCallStartedSchema)` to create a new message.
  */
 export const ToolCallStartedSchema: GenMessage<ToolCallStarted> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 21);
+  messageDesc(file_omicos_v1_orchestrator, 26);
 
 /**
  * @generated from message omicos.v1.ToolProgressEvent
@@ -962,7 +1095,7 @@ export type ToolProgressEvent = Message<"omicos.v1.ToolProgressEvent"> & {
  * Use `create(ToolProgressEventSchema)` to create a new message.
  */
 export const ToolProgressEventSchema: GenMessage<ToolProgressEvent> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 22);
+  messageDesc(file_omicos_v1_orchestrator, 27);
 
 /**
  * @generated from message omicos.v1.ToolOutputChunkEvent
@@ -984,7 +1117,7 @@ export type ToolOutputChunkEvent = Message<"omicos.v1.ToolOutputChunkEvent"> & {
  * Use `create(ToolOutputChunkEventSchema)` to create a new message.
  */
 export const ToolOutputChunkEventSchema: GenMessage<ToolOutputChunkEvent> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 23);
+  messageDesc(file_omicos_v1_orchestrator, 28);
 
 /**
  * @generated from message omicos.v1.ToolApprovalRequest
@@ -1021,7 +1154,7 @@ export type ToolApprovalRequest = Message<"omicos.v1.ToolApprovalRequest"> & {
  * Use `create(ToolApprovalRequestSchema)` to create a new message.
  */
 export const ToolApprovalRequestSchema: GenMessage<ToolApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 24);
+  messageDesc(file_omicos_v1_orchestrator, 29);
 
 /**
  * @generated from message omicos.v1.ToolApprovalResolved
@@ -1050,7 +1183,7 @@ export type ToolApprovalResolved = Message<"omicos.v1.ToolApprovalResolved"> & {
  * Use `create(ToolApprovalResolvedSchema)` to create a new message.
  */
 export const ToolApprovalResolvedSchema: GenMessage<ToolApprovalResolved> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 25);
+  messageDesc(file_omicos_v1_orchestrator, 30);
 
 /**
  * @generated from message omicos.v1.ToolCallFinished
@@ -1094,7 +1227,7 @@ export type ToolCallFinished = Message<"omicos.v1.ToolCallFinished"> & {
  * Use `create(ToolCallFinishedSchema)` to create a new message.
  */
 export const ToolCallFinishedSchema: GenMessage<ToolCallFinished> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 26);
+  messageDesc(file_omicos_v1_orchestrator, 31);
 
 /**
  * @generated from message omicos.v1.AgentSwitch
@@ -1128,7 +1261,7 @@ export type AgentSwitch = Message<"omicos.v1.AgentSwitch"> & {
  * Use `create(AgentSwitchSchema)` to create a new message.
  */
 export const AgentSwitchSchema: GenMessage<AgentSwitch> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 27);
+  messageDesc(file_omicos_v1_orchestrator, 32);
 
 /**
  * @generated from message omicos.v1.Usage
@@ -1155,7 +1288,7 @@ export type Usage = Message<"omicos.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 28);
+  messageDesc(file_omicos_v1_orchestrator, 33);
 
 /**
  * @generated from message omicos.v1.ErrorEvent
@@ -1179,7 +1312,7 @@ export type ErrorEvent = Message<"omicos.v1.ErrorEvent"> & {
  * Use `create(ErrorEventSchema)` to create a new message.
  */
 export const ErrorEventSchema: GenMessage<ErrorEvent> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 29);
+  messageDesc(file_omicos_v1_orchestrator, 34);
 
 /**
  * @generated from message omicos.v1.Heartbeat
@@ -1192,7 +1325,7 @@ export type Heartbeat = Message<"omicos.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 30);
+  messageDesc(file_omicos_v1_orchestrator, 35);
 
 /**
  * @generated from message omicos.v1.TurnDone
@@ -1223,7 +1356,7 @@ export type TurnDone = Message<"omicos.v1.TurnDone"> & {
  * Use `create(TurnDoneSchema)` to create a new message.
  */
 export const TurnDoneSchema: GenMessage<TurnDone> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 31);
+  messageDesc(file_omicos_v1_orchestrator, 36);
 
 /**
  * @generated from message omicos.v1.AttachRequest
@@ -1245,7 +1378,7 @@ export type AttachRequest = Message<"omicos.v1.AttachRequest"> & {
  * Use `create(AttachRequestSchema)` to create a new message.
  */
 export const AttachRequestSchema: GenMessage<AttachRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 32);
+  messageDesc(file_omicos_v1_orchestrator, 37);
 
 /**
  * @generated from message omicos.v1.CancelTurnRequest
@@ -1262,7 +1395,7 @@ export type CancelTurnRequest = Message<"omicos.v1.CancelTurnRequest"> & {
  * Use `create(CancelTurnRequestSchema)` to create a new message.
  */
 export const CancelTurnRequestSchema: GenMessage<CancelTurnRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 33);
+  messageDesc(file_omicos_v1_orchestrator, 38);
 
 /**
  * @generated from message omicos.v1.CancelTurnResponse
@@ -1279,7 +1412,7 @@ export type CancelTurnResponse = Message<"omicos.v1.CancelTurnResponse"> & {
  * Use `create(CancelTurnResponseSchema)` to create a new message.
  */
 export const CancelTurnResponseSchema: GenMessage<CancelTurnResponse> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 34);
+  messageDesc(file_omicos_v1_orchestrator, 39);
 
 /**
  * @generated from message omicos.v1.ApproveToolRequest
@@ -1315,7 +1448,7 @@ export type ApproveToolRequest = Message<"omicos.v1.ApproveToolRequest"> & {
  * Use `create(ApproveToolRequestSchema)` to create a new message.
  */
 export const ApproveToolRequestSchema: GenMessage<ApproveToolRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 35);
+  messageDesc(file_omicos_v1_orchestrator, 40);
 
 /**
  * @generated from message omicos.v1.ApproveToolResponse
@@ -1328,7 +1461,7 @@ export type ApproveToolResponse = Message<"omicos.v1.ApproveToolResponse"> & {
  * Use `create(ApproveToolResponseSchema)` to create a new message.
  */
 export const ApproveToolResponseSchema: GenMessage<ApproveToolResponse> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 36);
+  messageDesc(file_omicos_v1_orchestrator, 41);
 
 /**
  * @generated from message omicos.v1.StartTurnResponse
@@ -1369,7 +1502,7 @@ export type StartTurnResponse = Message<"omicos.v1.StartTurnResponse"> & {
  * Use `create(StartTurnResponseSchema)` to create a new message.
  */
 export const StartTurnResponseSchema: GenMessage<StartTurnResponse> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 37);
+  messageDesc(file_omicos_v1_orchestrator, 42);
 
 /**
  * @generated from message omicos.v1.GetClientConfigRequest
@@ -1382,7 +1515,7 @@ export type GetClientConfigRequest = Message<"omicos.v1.GetClientConfigRequest">
  * Use `create(GetClientConfigRequestSchema)` to create a new message.
  */
 export const GetClientConfigRequestSchema: GenMessage<GetClientConfigRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 38);
+  messageDesc(file_omicos_v1_orchestrator, 43);
 
 /**
  * @generated from message omicos.v1.ClientConfig
@@ -1438,7 +1571,7 @@ export type ClientConfig = Message<"omicos.v1.ClientConfig"> & {
  * Use `create(ClientConfigSchema)` to create a new message.
  */
 export const ClientConfigSchema: GenMessage<ClientConfig> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 39);
+  messageDesc(file_omicos_v1_orchestrator, 44);
 
 /**
  * @generated from message omicos.v1.ListAgentsRequest
@@ -1451,7 +1584,7 @@ export type ListAgentsRequest = Message<"omicos.v1.ListAgentsRequest"> & {
  * Use `create(ListAgentsRequestSchema)` to create a new message.
  */
 export const ListAgentsRequestSchema: GenMessage<ListAgentsRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 40);
+  messageDesc(file_omicos_v1_orchestrator, 45);
 
 /**
  * @generated from message omicos.v1.AgentInfo
@@ -1535,7 +1668,7 @@ export type AgentInfo = Message<"omicos.v1.AgentInfo"> & {
  * Use `create(AgentInfoSchema)` to create a new message.
  */
 export const AgentInfoSchema: GenMessage<AgentInfo> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 41);
+  messageDesc(file_omicos_v1_orchestrator, 46);
 
 /**
  * @generated from message omicos.v1.ListAgentsResponse
@@ -1557,7 +1690,7 @@ export type ListAgentsResponse = Message<"omicos.v1.ListAgentsResponse"> & {
  * Use `create(ListAgentsResponseSchema)` to create a new message.
  */
 export const ListAgentsResponseSchema: GenMessage<ListAgentsResponse> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 42);
+  messageDesc(file_omicos_v1_orchestrator, 47);
 
 /**
  * @generated from message omicos.v1.ListSessionsRequest
@@ -1574,7 +1707,7 @@ export type ListSessionsRequest = Message<"omicos.v1.ListSessionsRequest"> & {
  * Use `create(ListSessionsRequestSchema)` to create a new message.
  */
 export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 43);
+  messageDesc(file_omicos_v1_orchestrator, 48);
 
 /**
  * @generated from message omicos.v1.SessionSummary
@@ -1621,7 +1754,7 @@ export type SessionSummary = Message<"omicos.v1.SessionSummary"> & {
  * Use `create(SessionSummarySchema)` to create a new message.
  */
 export const SessionSummarySchema: GenMessage<SessionSummary> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 44);
+  messageDesc(file_omicos_v1_orchestrator, 49);
 
 /**
  * @generated from message omicos.v1.ListSessionsResponse
@@ -1638,7 +1771,7 @@ export type ListSessionsResponse = Message<"omicos.v1.ListSessionsResponse"> & {
  * Use `create(ListSessionsResponseSchema)` to create a new message.
  */
 export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 45);
+  messageDesc(file_omicos_v1_orchestrator, 50);
 
 /**
  * @generated from message omicos.v1.GetSessionRequest
@@ -1655,7 +1788,7 @@ export type GetSessionRequest = Message<"omicos.v1.GetSessionRequest"> & {
  * Use `create(GetSessionRequestSchema)` to create a new message.
  */
 export const GetSessionRequestSchema: GenMessage<GetSessionRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 46);
+  messageDesc(file_omicos_v1_orchestrator, 51);
 
 /**
  * @generated from message omicos.v1.Session
@@ -1679,7 +1812,7 @@ export type Session = Message<"omicos.v1.Session"> & {
  * Use `create(SessionSchema)` to create a new message.
  */
 export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 47);
+  messageDesc(file_omicos_v1_orchestrator, 52);
 
 /**
  * @generated from message omicos.v1.DeleteSessionRequest
@@ -1696,7 +1829,7 @@ export type DeleteSessionRequest = Message<"omicos.v1.DeleteSessionRequest"> & {
  * Use `create(DeleteSessionRequestSchema)` to create a new message.
  */
 export const DeleteSessionRequestSchema: GenMessage<DeleteSessionRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 48);
+  messageDesc(file_omicos_v1_orchestrator, 53);
 
 /**
  * @generated from message omicos.v1.DeleteSessionResponse
@@ -1713,7 +1846,7 @@ export type DeleteSessionResponse = Message<"omicos.v1.DeleteSessionResponse"> &
  * Use `create(DeleteSessionResponseSchema)` to create a new message.
  */
 export const DeleteSessionResponseSchema: GenMessage<DeleteSessionResponse> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 49);
+  messageDesc(file_omicos_v1_orchestrator, 54);
 
 /**
  * @generated from message omicos.v1.RefreshCatalogRequest
@@ -1726,7 +1859,7 @@ export type RefreshCatalogRequest = Message<"omicos.v1.RefreshCatalogRequest"> &
  * Use `create(RefreshCatalogRequestSchema)` to create a new message.
  */
 export const RefreshCatalogRequestSchema: GenMessage<RefreshCatalogRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 50);
+  messageDesc(file_omicos_v1_orchestrator, 55);
 
 /**
  * @generated from message omicos.v1.RefreshCatalogResponse
@@ -1753,7 +1886,7 @@ export type RefreshCatalogResponse = Message<"omicos.v1.RefreshCatalogResponse">
  * Use `create(RefreshCatalogResponseSchema)` to create a new message.
  */
 export const RefreshCatalogResponseSchema: GenMessage<RefreshCatalogResponse> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 51);
+  messageDesc(file_omicos_v1_orchestrator, 56);
 
 /**
  * @generated from message omicos.v1.ListAgentToolsRequest
@@ -1782,7 +1915,7 @@ export type ListAgentToolsRequest = Message<"omicos.v1.ListAgentToolsRequest"> &
  * Use `create(ListAgentToolsRequestSchema)` to create a new message.
  */
 export const ListAgentToolsRequestSchema: GenMessage<ListAgentToolsRequest> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 52);
+  messageDesc(file_omicos_v1_orchestrator, 57);
 
 /**
  * @generated from message omicos.v1.ListAgentToolsResponse
@@ -1806,7 +1939,7 @@ export type ListAgentToolsResponse = Message<"omicos.v1.ListAgentToolsResponse">
  * Use `create(ListAgentToolsResponseSchema)` to create a new message.
  */
 export const ListAgentToolsResponseSchema: GenMessage<ListAgentToolsResponse> = /*@__PURE__*/
-  messageDesc(file_omicos_v1_orchestrator, 53);
+  messageDesc(file_omicos_v1_orchestrator, 58);
 
 /**
  * Why a turn ended.
@@ -2024,6 +2157,25 @@ export const Orchestrator: GenService<{
     methodKind: "unary";
     input: typeof RenameSessionRequestSchema;
     output: typeof RenameSessionResponseSchema;
+  },
+  /**
+   * Files attached to a message: written into the caller's workspace (the
+   * one the session's tools work in) under `uploads/`, never over a file
+   * that is there already (a clash gets a new name, `data (1).csv`). With
+   * an empty session_id they go to the workspace a new session of the
+   * caller works in (start it with StartTurn or Chat after this). List the
+   * answer's paths in ChatRequest.attachments so the message names them.
+   * INVALID_ARGUMENT: a bad name (empty, a path separator, `.` or `..`, a
+   * control character, longer than 255 bytes) or no file; RESOURCE_EXHAUSTED:
+   * a file or the request over the deployment's size limits, or the
+   * workspace over its disk bound. A refused request writes nothing.
+   *
+   * @generated from rpc omicos.v1.Orchestrator.UploadFiles
+   */
+  uploadFiles: {
+    methodKind: "unary";
+    input: typeof UploadFilesRequestSchema;
+    output: typeof UploadFilesResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_omicos_v1_orchestrator, 0);
