@@ -489,6 +489,12 @@ impl Kernel {
         self.dead.borrow().clone()
     }
 
+    /// Its Jupyter connection file (ipc sockets beside it): another client,
+    /// such as jupyter_client in the benches, can talk to the same kernel.
+    pub fn connection_file(&self) -> PathBuf {
+        self.dir.join("connection.json")
+    }
+
     /// The kernel's process id on the host (signals go through the sandbox).
     pub fn pid(&self) -> i32 {
         self.pid
