@@ -667,12 +667,16 @@ describe("the page on a live stack", () => {
     await page.locator(".side").getByRole("button", { name: "New chat" }).click();
     await page.waitForURL((u) => u.pathname === "/");
     // The Attach button comes right after the message box, by keyboard too,
-    // and opens the browser's file chooser.
+    // and opens the browser's file chooser. (Waited for before the key is
+    // pressed: playwright turns the chooser's interception on asynchronously.)
+    const chosen = page.waitForEvent("filechooser", { timeout: 20_000 });
     await page.focus("#composer");
     await page.keyboard.press("Tab");
     const attach = page.getByRole("button", { name: "Attach files" });
     await expect.poll(() => attach.evaluate((el) => el === document.activeElement)).toBe(true);
-    const [chooser] = await Promise.all([page.waitForEvent("filechooser"), page.keyboard.press("Enter")]);
+    await page.waitForTimeout(300);
+    await page.keyboard.press("Enter");
+    const chooser = await chosen;
     expect(chooser.isMultiple()).toBe(true);
     await chooser.setFiles({ name: "data.csv", mimeType: "text/csv", buffer: Buffer.from(csv) });
     await expect.poll(chips).toEqual([`data.csv (${csv.length} bytes)`]);
@@ -703,6 +707,8 @@ describe("the page on a live stack", () => {
     expect(await sentFiles()).toEqual(["uploads/data.csv"]);
     expect(await page.getByTestId("sent-file").textContent()).toContain(`${csv.length} bytes`);
     await expect.poll(turnsDone, { timeout: 30_000 }).toBe(1);
+    // The session is named by what was typed, not by the attachment line.
+    await expect.poll(() => page.title(), { timeout: 10_000 }).toBe("which city is warmer? · omicos");
 
     // A file dropped on the conversation, and the same name again: the server keeps both.
     const dropped = await page.evaluateHandle(() => {
@@ -720,6 +726,8 @@ describe("the page on a live stack", () => {
     await page.fill("#composer", "and these two");
     await page.getByRole("button", { name: "Send" }).click();
     await page.getByText("Got the second batch", { exact: false }).waitFor({ timeout: 30_000 });
+    // Streamed in two pieces: wait for the whole answer.
+    await expect.poll(lastAnswer, { timeout: 10_000 }).toContain("(7 bytes)");
     const saw2 = await lastAnswer();
     expect(saw2).toContain("and these two");
     expect(saw2).toContain(`${ATTACHED} uploads/notes.txt (8 bytes), uploads/data (1).csv (7 bytes)`);
