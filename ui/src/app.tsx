@@ -759,7 +759,14 @@ export function App() {
               {modeText.help}
             </span>
           </div>
-          <FileChips files={files} onRemove={(key) => setFiles(files.filter((f) => f.key !== key))} />
+          <FileChips
+            files={files}
+            onRemove={(key) => {
+              setFiles(files.filter((f) => f.key !== key));
+              // The button is gone with its chip: focus goes back to the message.
+              composer.current?.focus();
+            }}
+          />
           <div class="composer-row">
             <label for="composer" class="visually-hidden">
               Message{target.agent ? ` to ${nameOf(target.agent)}` : ""}

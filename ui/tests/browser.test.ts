@@ -739,6 +739,19 @@ describe("the page on a live stack", () => {
     }
     await expect.poll(turnsDone, { timeout: 30_000 }).toBe(2);
 
+    // A file pasted into the message box (a screenshot) becomes a chip, and
+    // no text; taken off again, focus goes back to the message box.
+    await page.locator("#composer").evaluate((el) => {
+      const dt = new DataTransfer();
+      dt.items.add(new File([new Uint8Array([137, 80, 78, 71])], "image.png", { type: "image/png" }));
+      el.dispatchEvent(new ClipboardEvent("paste", { clipboardData: dt, bubbles: true, cancelable: true }));
+    });
+    await expect.poll(chips).toEqual(["image.png (4 bytes)"]);
+    expect(await page.inputValue("#composer")).toBe("");
+    await page.getByRole("button", { name: "Remove image.png" }).click();
+    await expect.poll(chips).toEqual([]);
+    expect(await page.evaluate(() => document.activeElement?.id)).toBe("composer");
+
     // A file over the limit: refused with a sentence that says what to do;
     // the message and the file stay, no turn starts, nothing is written.
     await page.fill("#composer", "summarise the big one");
