@@ -450,7 +450,15 @@ async fn piped_chat_attaches_files_and_refuses_a_missing_one() {
     // The same name again, into the same session: kept beside the first.
     std::fs::write(&file, "second\n").unwrap();
     let (code, _, err) = run_piped(
-        &["chat", "--server", url, "--session", &session, "--attach", path],
+        &[
+            "chat",
+            "--server",
+            url,
+            "--session",
+            &session,
+            "--attach",
+            path,
+        ],
         "And now?",
     )
     .await;
@@ -468,7 +476,9 @@ async fn piped_chat_attaches_files_and_refuses_a_missing_one() {
     assert!(
         omicos_e2e::fake_llm::user_messages(&reqs[1].body)
             .iter()
-            .any(|m| m.contains("And now?\n\nAttached files (in the workspace): uploads/data (1).csv (7 bytes)")),
+            .any(|m| m.contains(
+                "And now?\n\nAttached files (in the workspace): uploads/data (1).csv (7 bytes)"
+            )),
         "{:?}",
         omicos_e2e::fake_llm::user_messages(&reqs[1].body)
     );
@@ -476,7 +486,13 @@ async fn piped_chat_attaches_files_and_refuses_a_missing_one() {
     // A file that is not there: said with its path, exit 2, nothing sent.
     let missing = local.path().join("missing.csv");
     let (code, out, err) = run_piped(
-        &["chat", "--server", url, "--attach", missing.to_str().unwrap()],
+        &[
+            "chat",
+            "--server",
+            url,
+            "--attach",
+            missing.to_str().unwrap(),
+        ],
         "Read this",
     )
     .await;
@@ -487,7 +503,11 @@ async fn piped_chat_attaches_files_and_refuses_a_missing_one() {
             && err.contains("nothing was sent"),
         "{err}"
     );
-    assert_eq!(llm.requests().len(), 2, "no model request for a refused attach");
+    assert_eq!(
+        llm.requests().len(),
+        2,
+        "no model request for a refused attach"
+    );
     assert!(files_ending_with(stack.workspace.path(), "uploads/missing.csv").is_empty());
     stack.stop().await;
 }

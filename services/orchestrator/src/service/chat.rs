@@ -232,10 +232,7 @@ impl OrchestratorService {
         let now = now_ms();
         let meta = SessionMeta {
             id: session_id.clone(),
-            title: existing
-                .as_ref()
-                .map(|m| m.title.clone())
-                .unwrap_or(title),
+            title: existing.as_ref().map(|m| m.title.clone()).unwrap_or(title),
             agent: team.active.id.clone(),
             team_members: team.members.clone(),
             created_ms: existing.as_ref().map(|m| m.created_ms).unwrap_or(now),
