@@ -135,10 +135,19 @@ async fn main() {
         for i in 0..per {
             ours.push(call(1000 + r * per + i).await);
         }
-        jc_in.write_all(format!("{per}\n").as_bytes()).await.unwrap();
+        jc_in
+            .write_all(format!("{per}\n").as_bytes())
+            .await
+            .unwrap();
         let line = jc_out.next_line().await.unwrap().expect("a round's times");
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-        theirs.extend(v["ms"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()));
+        theirs.extend(
+            v["ms"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap()),
+        );
     }
     drop(jc_in);
     let _ = jc.wait().await;

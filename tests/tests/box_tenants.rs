@@ -380,9 +380,26 @@ async fn attacks() {
             .await
         })
     };
+    // The heartbeat's own shell: in two looks 200 ms apart (a fork of it,
+    // or of alice's call, on its way to exec `date` or `sleep` still shows
+    // the marker for a moment, and is gone by the next look), and not
+    // alice's call itself (it ends after its own `sleep 8`).
+    let heartbeat = || {
+        host_pids(marker)
+            .into_iter()
+            .filter(|pid| {
+                !std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .map(|c| String::from_utf8_lossy(&c).contains("alice-slept"))
+                    .unwrap_or(true)
+            })
+            .collect::<Vec<_>>()
+    };
     let mut sleepers = vec![];
     for _ in 0..100 {
-        sleepers = host_pids(marker);
+        let before = heartbeat();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        sleepers = heartbeat();
+        sleepers.retain(|p| before.contains(p));
         if !sleepers.is_empty() && beat.exists() {
             break;
         }

@@ -97,7 +97,33 @@ pub fn box_program(socket_domains: &[i32]) -> Result<Vec<BpfProgram>, SandboxErr
         .chain(BOX_DENIED)
         .map(|nr| (*nr, Vec::new()))
         .collect();
-    rules.insert(libc::SYS_socket, vec![domain_not_in(socket_domains)?]);
+    let mut socket_rules = vec![domain_not_in(socket_domains)?];
+    if socket_domains.contains(&libc::AF_NETLINK) {
+        // Netlink is allowed for its route family only (what ZeroMQ and
+        // getifaddrs read): sock_diag would list the sockets of the box's
+        // network namespace (the host's, in a box with the network), and
+        // the audit, uevent and other families have nothing for a box.
+        socket_rules.push(
+            SeccompRule::new(vec![
+                SeccompCondition::new(
+                    0,
+                    SeccompCmpArgLen::Dword,
+                    SeccompCmpOp::Eq,
+                    libc::AF_NETLINK as u64,
+                )
+                .map_err(seccomp_err)?,
+                SeccompCondition::new(
+                    2,
+                    SeccompCmpArgLen::Dword,
+                    SeccompCmpOp::Ne,
+                    libc::NETLINK_ROUTE as u64,
+                )
+                .map_err(seccomp_err)?,
+            ])
+            .map_err(seccomp_err)?,
+        );
+    }
+    rules.insert(libc::SYS_socket, socket_rules);
     rules.insert(libc::SYS_socketpair, vec![domain_not_in(socket_domains)?]);
     let flag_rule = |flag: u64| {
         SeccompCondition::new(

@@ -128,6 +128,21 @@ const ROWS: &[Row] = &[
     },
     Row {
         category: "sockets",
+        technique: "netlink sock_diag (lists every socket of the namespace)",
+        script: "python3 -c \"import socket;s=socket.socket(socket.AF_NETLINK,socket.SOCK_RAW,4);print(s)\"",
+    },
+    Row {
+        category: "sockets",
+        technique: "netlink kobject uevents",
+        script: "python3 -c \"import socket;print(socket.socket(socket.AF_NETLINK,socket.SOCK_RAW,15))\"",
+    },
+    Row {
+        category: "sockets",
+        technique: "netlink audit",
+        script: "python3 -c \"import socket;print(socket.socket(socket.AF_NETLINK,socket.SOCK_RAW,9))\"",
+    },
+    Row {
+        category: "sockets",
         technique: "bash /dev/tcp to the host",
         script: "exec 3<>/dev/tcp/127.0.0.1/{port} && cat <&3",
     },
