@@ -91,6 +91,7 @@ names_session!(
     omicos_proto::RewindSessionRequest,
     omicos_proto::RenameSessionRequest,
     omicos_proto::UploadFilesRequest,
+    omicos_proto::ReadValueRequest,
     ChatRequest
 );
 
@@ -229,6 +230,10 @@ pub const METHODS: &[(&str, Access)] = &[
             session: session_of::<omicos_proto::UploadFilesRequest>,
             in_band: false,
         },
+    ),
+    (
+        "/omicos.v1.Orchestrator/ReadValue",
+        Access::Session(session_of::<omicos_proto::ReadValueRequest>),
     ),
     (
         "/omicos.v1.OrchestratorWeb/StartTurn",
