@@ -38,7 +38,11 @@ async fn read_value(c: &mut Client, req: ReadValueRequest) -> Result<Vec<u8>, to
     let mut s = c.read_value(req).await?.into_inner();
     let (mut out, mut size, mut chunks) = (Vec::new(), None, 0);
     while let Some(ch) = s.message().await? {
-        assert!(ch.data.len() <= 1 << 20, "a chunk of {} bytes", ch.data.len());
+        assert!(
+            ch.data.len() <= 1 << 20,
+            "a chunk of {} bytes",
+            ch.data.len()
+        );
         match size {
             None => size = Some(ch.size_bytes),
             Some(_) => assert_eq!(ch.size_bytes, 0, "the size comes first, once"),
@@ -160,7 +164,11 @@ async fn huge_argument(bytes: usize, store_url: String) {
         .arguments;
     assert!(started.len() < 1 << 20, "{} bytes inline", started.len());
     assert!(started.contains("not shown"), "{}", &started[..200]);
-    assert!(started.contains("ReadValue with event_seq"), "{}", &started[started.len() - 300..]);
+    assert!(
+        started.contains("ReadValue with event_seq"),
+        "{}",
+        &started[started.len() - 300..]
+    );
     // The event names the cut value; following it gives the model's bytes.
     let mut c = stack.client().await;
     let ev = events
@@ -186,7 +194,12 @@ async fn huge_argument(bytes: usize, store_url: String) {
     )
     .await
     .expect("the owner reads the event's value");
-    assert!(whole == huge.as_bytes(), "{} bytes back of {}", whole.len(), huge.len());
+    assert!(
+        whole == huge.as_bytes(),
+        "{} bytes back of {}",
+        whole.len(),
+        huge.len()
+    );
     // Events that cut nothing name nothing.
     assert!(
         events
@@ -216,8 +229,7 @@ async fn huge_argument(bytes: usize, store_url: String) {
     let Some(value_ref::At::Message(m)) = &in_history[0].at else {
         unreachable!()
     };
-    let msg: serde_json::Value =
-        serde_json::from_str(&s.messages_json[m.index as usize]).unwrap();
+    let msg: serde_json::Value = serde_json::from_str(&s.messages_json[m.index as usize]).unwrap();
     assert_eq!(msg["role"], "assistant");
     assert!(
         msg.pointer(pointer)
@@ -234,7 +246,12 @@ async fn huge_argument(bytes: usize, store_url: String) {
     )
     .await
     .expect("the owner reads the message's value");
-    assert!(whole == huge.as_bytes(), "{} bytes back of {}", whole.len(), huge.len());
+    assert!(
+        whole == huge.as_bytes(),
+        "{} bytes back of {}",
+        whole.len(),
+        huge.len()
+    );
     let mut stream = c
         .attach(AttachRequest {
             session_id: sid,
@@ -357,7 +374,10 @@ async fn only_the_owner_follows_a_reference_and_bad_ones_are_refused_clearly() {
         refusal(read_value(&mut bob, missing(&event_ref)).await.unwrap_err()),
         expected
     );
-    for (who, token) in [("bob (same tenant)", BOB), ("mallory (other tenant)", MALLORY)] {
+    for (who, token) in [
+        ("bob (same tenant)", BOB),
+        ("mallory (other tenant)", MALLORY),
+    ] {
         let mut c = client_with(&url, token).await;
         for r in [&event_ref, &message_ref] {
             let e = read_value(&mut c, whole(r)).await.unwrap_err();
@@ -414,8 +434,18 @@ async fn only_the_owner_follows_a_reference_and_bad_ones_are_refused_clearly() {
             "invalid_argument",
             "no event carries a field `arguments`",
         ),
-        (ev(seq, &long), Code::InvalidArgument, "invalid_argument", "no event carries"),
-        (ev(0, "text_delta.text"), Code::NotFound, "value_not_found", "has no event 0"),
+        (
+            ev(seq, &long),
+            Code::InvalidArgument,
+            "invalid_argument",
+            "no event carries",
+        ),
+        (
+            ev(0, "text_delta.text"),
+            Code::NotFound,
+            "value_not_found",
+            "has no event 0",
+        ),
         (
             ev(999_999, "tool_call_started.arguments"),
             Code::NotFound,
@@ -452,7 +482,12 @@ async fn only_the_owner_follows_a_reference_and_bad_ones_are_refused_clearly() {
             "value_not_found",
             "has no string at `/no/such/path`",
         ),
-        (msg(0, ""), Code::NotFound, "value_not_found", "has no string at"),
+        (
+            msg(0, ""),
+            Code::NotFound,
+            "value_not_found",
+            "has no string at",
+        ),
         (
             msg(0, &format!("/{long}")),
             Code::NotFound,
@@ -461,11 +496,18 @@ async fn only_the_owner_follows_a_reference_and_bad_ones_are_refused_clearly() {
         ),
     ];
     for (req, code, kind, says) in cases {
-        let what = format!("{:?}", req.value).chars().take(200).collect::<String>();
+        let what = format!("{:?}", req.value)
+            .chars()
+            .take(200)
+            .collect::<String>();
         let e = read_value(&mut alice, req).await.unwrap_err();
         assert_eq!(refusal(e.clone()), (code, kind.to_owned()), "{what}: {e:?}");
         assert!(e.message().contains(says), "{what}: {}", e.message());
-        assert!(e.message().len() < 1_000, "{what}: {} bytes", e.message().len());
+        assert!(
+            e.message().len() < 1_000,
+            "{what}: {} bytes",
+            e.message().len()
+        );
     }
     // A small value is read whole too (no cut needed): the user's message.
     let got = read_value(&mut alice, msg(0, "/content")).await.unwrap();

@@ -7,8 +7,8 @@ use crate::style::Style;
 use crate::turn::Client;
 use omicos_history::HistoryItem;
 use omicos_proto::{
-    ApproveToolRequest, Decision, ForkSessionRequest, GetSessionRequest, ListAgentToolsRequest,
-    EventValue, ListAgentsRequest, ListSessionsRequest, MessageValue, ReadValueRequest,
+    ApproveToolRequest, Decision, EventValue, ForkSessionRequest, GetSessionRequest,
+    ListAgentToolsRequest, ListAgentsRequest, ListSessionsRequest, MessageValue, ReadValueRequest,
     RenameSessionRequest, RewindSessionRequest, Risk, ValueRef, fork_session_request,
     rewind_session_request, value_ref,
 };
@@ -269,12 +269,8 @@ pub async fn session_value(
     out: &mut dyn std::io::Write,
 ) -> Result<String, CliError> {
     let at = match at {
-        ValueAt::Event(event_seq, field) => {
-            value_ref::At::Event(EventValue { event_seq, field })
-        }
-        ValueAt::Message(index, pointer) => {
-            value_ref::At::Message(MessageValue { index, pointer })
-        }
+        ValueAt::Event(event_seq, field) => value_ref::At::Event(EventValue { event_seq, field }),
+        ValueAt::Message(index, pointer) => value_ref::At::Message(MessageValue { index, pointer }),
     };
     let mut s = client
         .read_value(ReadValueRequest {

@@ -569,9 +569,17 @@ async fn agents_tools_sessions_and_approve_commands() {
         let a: Vec<&str> = a.iter().map(String::as_str).collect();
         run_piped(&a, "").await
     };
-    let (code, out, err) = run(value(&session, &["--message", "0", "--pointer", "/content"])).await;
+    let (code, out, err) = run(value(
+        &session,
+        &["--message", "0", "--pointer", "/content"],
+    ))
+    .await;
     assert_eq!((code, out.as_str()), (0, "Say hello"), "{err}");
-    let (code, _, err) = run(value("missing", &["--message", "0", "--pointer", "/content"])).await;
+    let (code, _, err) = run(value(
+        "missing",
+        &["--message", "0", "--pointer", "/content"],
+    ))
+    .await;
     assert_eq!(code, 1);
     assert!(err.contains("does not exist"), "{err}");
     let (code, _, err) = run(value(&session, &["--event", "1", "--field", "nope"])).await;

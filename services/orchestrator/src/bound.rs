@@ -190,7 +190,11 @@ pub fn message(index: usize, item: &omicos_history::HistoryItem) -> (String, Vec
 /// The whole string at `pointer` (RFC 6901) in a stored history message,
 /// as [`message`] walked it; None when there is none or it is not a string.
 pub fn message_value(item: &omicos_history::HistoryItem, pointer: &str) -> Option<String> {
-    match serde_json::to_value(item).ok()?.pointer_mut(pointer)?.take() {
+    match serde_json::to_value(item)
+        .ok()?
+        .pointer_mut(pointer)?
+        .take()
+    {
         Value::String(s) => Some(s),
         _ => None,
     }
@@ -226,7 +230,10 @@ mod tests {
             "{}",
             &t.arguments[t.arguments.len() - 200..]
         );
-        assert!(t.arguments.contains("ReadValue with event_seq 7 and field tool_call_started.arguments"));
+        assert!(
+            t.arguments
+                .contains("ReadValue with event_seq 7 and field tool_call_started.arguments")
+        );
         assert_eq!(
             ev.cut_values,
             [ValueRef {

@@ -111,7 +111,11 @@ async fn contract(s: Arc<dyn SessionStore>, name: &str) {
         );
     }
     for (id, seq) in [("a", 0), ("a", 6), ("a", u64::MAX), ("b", 1), ("ghost", 1)] {
-        assert_eq!(s.event_at(id, seq).await.unwrap(), None, "{name}: {id} {seq}");
+        assert_eq!(
+            s.event_at(id, seq).await.unwrap(),
+            None,
+            "{name}: {id} {seq}"
+        );
     }
     // Several events in one append: consecutive seqs, all or none.
     let group = |from: u64, n: u64| -> Vec<Vec<u8>> {

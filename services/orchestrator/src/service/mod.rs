@@ -34,9 +34,9 @@ use omicos_proto::{
     ChatClientMessage, ChatEvent, CompactRequest, CompactResponse, DeleteSessionRequest,
     DeleteSessionResponse, ForkSessionRequest, ForkSessionResponse, GetSessionRequest,
     ListAgentToolsRequest, ListAgentToolsResponse, ListAgentsRequest, ListAgentsResponse,
-    ListSessionsRequest, ListSessionsResponse, RefreshCatalogRequest, RefreshCatalogResponse,
-    RenameSessionRequest, RenameSessionResponse, RewindSessionRequest, RewindSessionResponse,
-    ReadValueRequest, Session, UploadFilesRequest, UploadFilesResponse,
+    ListSessionsRequest, ListSessionsResponse, ReadValueRequest, RefreshCatalogRequest,
+    RefreshCatalogResponse, RenameSessionRequest, RenameSessionResponse, RewindSessionRequest,
+    RewindSessionResponse, Session, UploadFilesRequest, UploadFilesResponse,
     orchestrator_server::Orchestrator,
 };
 use std::pin::Pin;

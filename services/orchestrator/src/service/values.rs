@@ -123,12 +123,15 @@ mod tests {
 
     #[tokio::test]
     async fn values_come_in_bounded_chunks_the_first_with_the_size() {
-        for size in [0, 1, VALUE_CHUNK_BYTES, VALUE_CHUNK_BYTES + 1, 3 * VALUE_CHUNK_BYTES - 7] {
+        for size in [
+            0,
+            1,
+            VALUE_CHUNK_BYTES,
+            VALUE_CHUNK_BYTES + 1,
+            3 * VALUE_CHUNK_BYTES - 7,
+        ] {
             let whole: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
-            let got: Vec<ValueChunk> = chunks(whole.clone())
-                .map(Result::unwrap)
-                .collect()
-                .await;
+            let got: Vec<ValueChunk> = chunks(whole.clone()).map(Result::unwrap).collect().await;
             assert_eq!(got[0].size_bytes, size as u64);
             assert!(got[1..].iter().all(|c| c.size_bytes == 0));
             assert!(got.iter().all(|c| c.data.len() <= VALUE_CHUNK_BYTES));
