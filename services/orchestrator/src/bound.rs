@@ -282,6 +282,73 @@ mod tests {
     }
 
     #[test]
+    fn every_field_that_may_be_cut_is_named_and_found_whole() {
+        use chat_event::Kind;
+        let big = || "x".repeat(MAX_INLINE_VALUE_BYTES + 1);
+        let kinds = [
+            Kind::ToolCallStarted(omicos_proto::ToolCallStarted {
+                arguments: big(),
+                ..Default::default()
+            }),
+            Kind::ToolApprovalRequest(omicos_proto::ToolApprovalRequest {
+                arguments: big(),
+                summary: big(),
+                ..Default::default()
+            }),
+            Kind::Error(omicos_proto::ErrorEvent {
+                message: big(),
+                ..Default::default()
+            }),
+            Kind::TextDelta(omicos_proto::TextDelta { text: big() }),
+        ];
+        let mut named = vec![];
+        for k in kinds {
+            let whole = ChatEvent {
+                event_seq: 2,
+                kind: Some(k),
+                ..Default::default()
+            };
+            let ev = event(whole.clone());
+            assert!(ev.encoded_len() < 3 * MAX_INLINE_VALUE_BYTES);
+            for r in &ev.cut_values {
+                let Some(value_ref::At::Event(e)) = &r.at else {
+                    panic!("{r:?}")
+                };
+                assert_eq!((e.event_seq, r.size_bytes), (2, big().len() as u64));
+                assert_eq!(event_field(whole.clone(), &e.field), Some(big()));
+                named.push(e.field.clone());
+            }
+        }
+        assert_eq!(named, EVENT_FIELDS);
+        // A small event names nothing.
+        let small = event(ChatEvent {
+            kind: Some(Kind::TextDelta(omicos_proto::TextDelta {
+                text: "hi".into(),
+            })),
+            ..Default::default()
+        });
+        assert!(small.cut_values.is_empty());
+    }
+
+    #[test]
+    fn a_pointer_escapes_keys_as_rfc_6901_says() {
+        let msg = omicos_history::HistoryItem::from_value(serde_json::json!({
+            "role": "user",
+            "content": "",
+            "a/b~c": ["x".repeat(MAX_INLINE_VALUE_BYTES + 1)],
+        }));
+        let (_, refs) = message(0, &msg);
+        let Some(value_ref::At::Message(m)) = &refs[0].at else {
+            panic!("{refs:?}")
+        };
+        assert_eq!(m.pointer, "/a~1b~0c/0");
+        assert_eq!(
+            message_value(&msg, &m.pointer),
+            Some("x".repeat(MAX_INLINE_VALUE_BYTES + 1))
+        );
+    }
+
+    #[test]
     fn error_messages_are_bounded() {
         let m = error_message(&format!("permissions: {}", "x".repeat(200_000)));
         assert!(m.len() < MAX_ERROR_MESSAGE_BYTES + 100, "{}", m.len());
