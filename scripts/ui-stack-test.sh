@@ -58,8 +58,14 @@ llm_pid=$!
 llm_url="$(wait_line "$tmp/llm.log" '^openai ' 30 | cut -d' ' -f2)"
 
 mkdir -p "$tmp/ws"
+# A small upload limit, so the page's refusal of a file over it is tested
+# with a 2 MB file; the tests read the limit and the workspace (to check the
+# bytes an attached file landed with) from these.
+export OMICOS_UI_UPLOAD_LIMIT=1048576
+export OMICOS_UI_WORKSPACE="$tmp/ws"
 OMICOS_LLM_BACKEND=openai OMICOS_LLM_BASE_URL="$llm_url" OMICOS_LLM_API_KEY=fake \
   OMICOS_LLM_MODEL=fake-model NO_COLOR=1 RUST_LOG="${RUST_LOG:-warn}" \
+  OMICOS_UPLOADS_MAX_FILE_BYTES="$OMICOS_UI_UPLOAD_LIMIT" \
   "$bin/omicos" up --port-base 0 --workspace "$tmp/ws" >"$tmp/up.log" 2>&1 &
 up_pid=$!
 page="$(wait_line "$tmp/up.log" '^ +page +http' 120 | awk '{print $2}')"

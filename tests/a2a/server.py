@@ -11,10 +11,17 @@ RECORD_FILE) and answers by what the text starts with:
 - anything else: an artifact "remote says: <the text reversed>".
 With TOKEN, the JSON-RPC endpoint answers 401 to a request without
 `Authorization: Bearer TOKEN` (the card stays open, as A2A expects).
+
+With A2A_TEST_PROTOCOL=0.3 in its environment it is an agent of A2A 0.3:
+its card is a 0.3 card (`protocolVersion: 0.3.0`, `url`, no
+`supportedInterfaces`) and its JSON-RPC endpoint runs with the SDK's 0.3
+compatibility (`message/send`, `tasks/get`, `tasks/cancel`). It records
+the method of every JSON-RPC request, so a test sees which dialect came.
 """
 
 import asyncio
 import json
+import os
 import sys
 
 import uvicorn
@@ -44,6 +51,7 @@ from a2a.types.a2a_pb2 import (
 PORT = int(sys.argv[1])
 RECORD = sys.argv[2]
 TOKEN = sys.argv[3] if len(sys.argv) > 3 else ""
+V03 = os.environ.get("A2A_TEST_PROTOCOL") == "0.3"
 
 
 def record(entry):
@@ -103,6 +111,12 @@ class Bearer(BaseHTTPMiddleware):
         ):
             record({"event": "unauthorized"})
             return JSONResponse({"error": "unauthorized"}, status_code=401)
+        if request.url.path == "/a2a" and request.method == "POST":
+            try:
+                method = json.loads(await request.body()).get("method")
+            except Exception:
+                method = None
+            record({"event": "rpc", "method": method})
         return await call_next(request)
 
 
@@ -133,9 +147,37 @@ card = AgentCard(
 handler = DefaultRequestHandler(
     agent_executor=Reverser(), task_store=InMemoryTaskStore(), agent_card=card
 )
-app = Starlette(
-    routes=create_agent_card_routes(card) + create_jsonrpc_routes(handler, "/a2a")
-)
+
+async def card_v03(_request):
+    """The same agent described as A2A 0.3 describes one."""
+    return JSONResponse(
+        {
+            "protocolVersion": "0.3.0",
+            "name": card.name,
+            "description": card.description,
+            "url": f"http://127.0.0.1:{PORT}/a2a",
+            "preferredTransport": "JSONRPC",
+            "version": card.version,
+            "capabilities": {"streaming": True},
+            "defaultInputModes": ["text/plain"],
+            "defaultOutputModes": ["text/plain"],
+            "skills": [
+                {"id": s.id, "name": s.name, "description": s.description, "tags": list(s.tags)}
+                for s in card.skills
+            ],
+        }
+    )
+
+
+if V03:
+    from starlette.routing import Route
+
+    routes = [Route("/.well-known/agent-card.json", card_v03)] + create_jsonrpc_routes(
+        handler, "/a2a", enable_v0_3_compat=True
+    )
+else:
+    routes = create_agent_card_routes(card) + create_jsonrpc_routes(handler, "/a2a")
+app = Starlette(routes=routes)
 app.add_middleware(Bearer)
 
 if __name__ == "__main__":

@@ -58,6 +58,12 @@ impl Drop for Remote {
 
 impl Remote {
     async fn start() -> Remote {
+        Self::start_speaking("1.0").await
+    }
+
+    /// The SDK server as an agent of A2A `protocol` ("1.0", or "0.3": a 0.3
+    /// card and the SDK's 0.3 compatibility on its JSON-RPC endpoint).
+    async fn start_speaking(protocol: &str) -> Remote {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -71,6 +77,7 @@ impl Remote {
             .arg(port.to_string())
             .arg(&record)
             .arg(TOKEN)
+            .env("A2A_TEST_PROTOCOL", protocol)
             .spawn()
             .unwrap();
         let base = format!("http://127.0.0.1:{port}");
@@ -92,6 +99,17 @@ impl Remote {
         let _ = child.kill();
         let _ = child.wait();
         panic!("the a2a-sdk server did not come up at {base}");
+    }
+
+    /// The JSON-RPC methods the remote was sent, in order.
+    fn methods(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.record)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["event"] == "rpc")
+            .map(|e| e["method"].as_str().unwrap_or_default().to_owned())
+            .collect()
     }
 
     /// The texts the remote executor received.
@@ -214,6 +232,12 @@ async fn call_agent_reaches_a_remote_sdk_agent_and_reads_its_answer() {
         remote.received(),
         ["hello omicos", "fail: the disk is full", "huge: 300000"]
     );
+    // A 1.0 card: 1.0 methods only.
+    let methods = remote.methods();
+    assert!(
+        methods.contains(&"SendMessage".to_owned()) && methods.iter().all(|m| !m.contains('/')),
+        "{methods:?}"
+    );
     let seen = results_seen(&stack.llm);
     // list_agents: the team, and the remote with its card's skill.
     let envelope: Value = serde_json::from_str(&seen["l1"]).unwrap();
@@ -276,6 +300,46 @@ async fn call_agent_reaches_a_remote_sdk_agent_and_reads_its_answer() {
         });
     assert!(spooled.contains("more bytes of the remote agent's answer left out"));
     assert!(spooled.len() < 21_000, "{}", spooled.len());
+}
+
+/// An agent whose card says A2A 0.3 is spoken to in 0.3 (`message/send`,
+/// `tasks/get`, `kind`-tagged answers), here the official SDK's 0.3
+/// compatibility: the answer and a failed task read as with a 1.0 agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_agent_speaks_0_3_to_an_agent_whose_card_says_0_3() {
+    let remote = Remote::start_speaking("0.3").await;
+    let (stack, _tmp) = stack(
+        vec![
+            call("c1", "reverser", "hello old friend"),
+            call("c2", "reverser", "fail: too old"),
+            Reply::Text("all done".into()),
+        ],
+        reverser(&remote.url),
+    )
+    .await;
+    let mut chat = stack.chat(req("full")).await.unwrap();
+    let events = chat.until_done().await;
+    assert_eq!(
+        done_reason(&events).as_deref(),
+        Some("completed"),
+        "{events:#?}"
+    );
+    assert_eq!(remote.received(), ["hello old friend", "fail: too old"]);
+    let methods = remote.methods();
+    assert!(
+        !methods.is_empty() && methods.iter().all(|m| m.contains('/')),
+        "only 0.3 methods (message/send, tasks/get, …) reach a 0.3 agent: {methods:?}"
+    );
+    assert_eq!(methods[0], "message/send", "{methods:?}");
+    let seen = results_seen(&stack.llm);
+    assert!(
+        seen["c1"].contains("remote says: dneirf dlo olleh"),
+        "{}",
+        seen["c1"]
+    );
+    assert!(seen["c1"].contains("\"done\""), "{}", seen["c1"]);
+    assert!(seen["c2"].contains("\"error\""), "{}", seen["c2"]);
+    assert!(seen["c2"].contains("too old"), "{}", seen["c2"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

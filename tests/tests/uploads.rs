@@ -161,6 +161,18 @@ async fn an_attached_file_reaches_the_model_and_its_tools_byte_exact() {
     // A later upload into the now named session, with a clash: the first
     // file is kept, the new one is numbered.
     let sid = events[0].session_id.clone();
+    // The session is named by what was typed, not by the attachment line.
+    let listed = c
+        .list_sessions(omicos_proto::ListSessionsRequest { limit: 10 })
+        .await
+        .unwrap()
+        .into_inner();
+    let title = listed
+        .sessions
+        .iter()
+        .find(|s| s.session_id == sid)
+        .map(|s| s.title.as_str());
+    assert_eq!(title, Some("Which city is warmer?"));
     let again = c
         .upload_files(upload(&sid, &[("data.csv", b"second")]))
         .await

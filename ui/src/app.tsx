@@ -18,6 +18,8 @@ import { MODES, SettingsPanel, type Settings } from "./ui/settings";
 import { accessFromCode, accessText, connectionLost, linkText as linkWords, type Access } from "./state/status-text";
 import { composerTarget } from "./state/target";
 import { carriedPrefix, parseHistory, type CarriedMessage } from "./state/carried";
+import { uploadFailure } from "./state/attachments";
+import { FileChips, dragHasFiles, type PendingFile } from "./ui/attach";
 
 const DEFAULT_HEARTBEAT_S = 15;
 
@@ -79,6 +81,12 @@ export function App() {
   /** Agents picked inside a session, by session: they hold there only. */
   const [picks, setPicks] = useState<Record<string, string>>(load("omicos.picks", {}));
   const [draft, setDraft] = useState("");
+  /** Files chosen for the next message (the file picker, a drop, a paste): uploaded when it is sent. */
+  const [files, setFiles] = useState<PendingFile[]>([]);
+  const fileKey = useRef(0);
+  const fileInput = useRef<HTMLInputElement>(null);
+  /** Files are dragged over the conversation or the composer. */
+  const [dropping, setDropping] = useState(false);
   /** A notice, and whether it is about reaching the server (then a reconnect clears it). */
   const [notice, setNoticeState] = useState<{ text: string; link: boolean } | null>(null);
   const setNotice = (text: string | null, link = false) => setNoticeState(text === null ? null : { text, link });
@@ -315,6 +323,9 @@ export function App() {
 
   const open = (id: string | null) => {
     history.pushState(null, "", id ? `/s/${encodeURIComponent(id)}` : "/");
+    // Files chosen and not sent yet stay chosen; another session may work in
+    // another workspace, so they are uploaded again there.
+    setFiles((fs) => (fs.some((f) => f.uploaded) ? fs.map((f) => ({ ...f, uploaded: null })) : fs));
     setSessionId(id);
     setShowCards(id === null);
     setNotice(null);
@@ -330,7 +341,7 @@ export function App() {
    * Starts a turn with `message` (or, `steer`, hands it to the running one);
    * true once the server took it. A refusal is said in the notice.
    */
-  const startTurn = async (message: string, steer = false): Promise<boolean> => {
+  const startTurn = async (message: string, steer = false, attachments: { path: string; sizeBytes: bigint }[] = []): Promise<boolean> => {
     // The reader asked for this turn: bring it into view even if they had scrolled up.
     stick.current = true;
     if (!steer) sentAt.current = conv.sessionId === (sessionId ?? "") ? conv.turns.length : 0;
@@ -344,6 +355,7 @@ export function App() {
         model: config?.modelOverride ? settings.model : "",
         provider: config?.modelOverride ? settings.provider : "",
         steer,
+        attachments,
       });
       setShowCards(false);
       if (r.sessionId !== sessionId) {
@@ -368,15 +380,60 @@ export function App() {
     }
   };
 
+  const addFiles = (list: FileList | File[] | null | undefined) => {
+    const picked = Array.from(list ?? []);
+    if (!picked.length) return;
+    setFiles((fs) => [...fs, ...picked.map((file) => ({ key: ++fileKey.current, file, uploaded: null }))]);
+  };
+
+  /**
+   * Uploads the chosen files not uploaded yet (UploadFiles, into the
+   * workspace this session works in); the attachments to name in the
+   * message, or null when the upload failed (said in the notice; the
+   * message and the files stay, to send again).
+   */
+  const uploadChosen = async (): Promise<{ path: string; sizeBytes: bigint }[] | null> => {
+    let chosen = files;
+    const todo = chosen.filter((f) => !f.uploaded);
+    if (todo.length) {
+      let contents: { name: string; content: Uint8Array }[];
+      try {
+        contents = await Promise.all(todo.map(async (f) => ({ name: f.file.name, content: new Uint8Array(await f.file.arrayBuffer()) })));
+      } catch (err) {
+        setNotice(`A file could not be read from this computer (${String(err)}). Remove it and choose it again.`);
+        return null;
+      }
+      try {
+        const r = await orchestrator.uploadFiles({ sessionId: sessionId ?? "", files: contents });
+        const got = new Map(todo.map((f, i) => [f.key, r.files[i]]));
+        chosen = chosen.map((f) => {
+          const u = got.get(f.key);
+          return u ? { ...f, uploaded: { path: u.path, sizeBytes: u.sizeBytes } } : f;
+        });
+        setFiles(chosen);
+      } catch (err) {
+        const ce = ConnectError.from(err);
+        setNotice(uploadFailure(ce.code, ce.rawMessage, isUnreachable(err)), isUnreachable(err));
+        return null;
+      }
+    }
+    return chosen.flatMap((f) => (f.uploaded ? [f.uploaded] : []));
+  };
+
   /** Send: a new turn, or while one runs, a message steered into it (it joins at its next model request). */
   const send = async (e?: Event) => {
     e?.preventDefault();
     const message = draft.trim();
-    if (!message || sending || (live && lost)) return;
+    if ((!message && !files.length) || sending || (live && lost)) return;
     setSending(true);
     setNotice(null);
     try {
-      if (await startTurn(message, live)) setDraft("");
+      const attachments = files.length ? await uploadChosen() : [];
+      if (attachments === null) return;
+      if (await startTurn(message, live, attachments)) {
+        setDraft("");
+        setFiles([]);
+      }
     } finally {
       setSending(false);
     }
@@ -558,7 +615,31 @@ export function App() {
         <SessionList sessions={sessions} current={sessionId} onOpen={open} onNew={() => open(null)} onDelete={deleteSession} onRename={renameSession} />
       </aside>
       {drawer && <div class="scrim phone-only" aria-hidden="true" onClick={() => setDrawer(false)} />}
-      <div class="main-col">
+      <div
+        class={`main-col${dropping ? " dropping" : ""}`}
+        onDragOver={(e) => {
+          if (!dragHasFiles(e.dataTransfer)) return;
+          e.preventDefault();
+          e.dataTransfer!.dropEffect = "copy";
+          setDropping(true);
+        }}
+        onDragLeave={(e) => {
+          const to = e.relatedTarget as Node | null;
+          if (!to || !e.currentTarget.contains(to)) setDropping(false);
+        }}
+        onDrop={(e) => {
+          setDropping(false);
+          if (!e.dataTransfer?.files.length) return;
+          e.preventDefault();
+          addFiles(e.dataTransfer.files);
+          composer.current?.focus();
+        }}
+      >
+        {dropping && (
+          <div class="drop-hint" aria-hidden="true">
+            Drop the files to attach them to your message
+          </div>
+        )}
         <header class="top">
           <div class="top-left">
             <button
@@ -679,6 +760,14 @@ export function App() {
               {modeText.help}
             </span>
           </div>
+          <FileChips
+            files={files}
+            onRemove={(key) => {
+              setFiles(files.filter((f) => f.key !== key));
+              // The button is gone with its chip: focus goes back to the message.
+              composer.current?.focus();
+            }}
+          />
           <div class="composer-row">
             <label for="composer" class="visually-hidden">
               Message{target.agent ? ` to ${nameOf(target.agent)}` : ""}
@@ -699,14 +788,37 @@ export function App() {
               onKeyDown={(e) => {
                 if (e.key === "Enter" && !e.shiftKey && !e.isComposing) void send(e);
               }}
+              onPaste={(e) => {
+                // Pasted files (a screenshot, files copied in a file manager) are attached.
+                const cd = e.clipboardData;
+                if (!cd?.files.length) return;
+                addFiles(cd.files);
+                if (!cd.types.includes("text/plain")) e.preventDefault();
+              }}
             />
             <div class="composer-actions">
+              <input
+                ref={fileInput}
+                type="file"
+                multiple
+                hidden
+                data-testid="attach-input"
+                onChange={(e) => {
+                  addFiles(e.currentTarget.files);
+                  // The same file can be chosen again (a second copy).
+                  e.currentTarget.value = "";
+                  composer.current?.focus();
+                }}
+              />
+              <button type="button" class="attach" data-testid="attach" title="Attach files (you can also drop or paste them here)" onClick={() => fileInput.current?.click()}>
+                <span aria-hidden="true">📎 </span>Attach files
+              </button>
               {live && !lost ? (
                 <button type="button" class="danger" onClick={cancel}>
                   Cancel turn
                 </button>
               ) : null}
-              <button type="submit" class="primary" data-testid="send" data-steer={live ? "true" : undefined} disabled={!draft.trim() || sending || (live && lost)} title={live ? "Sends the message into the running turn: it joins at the turn's next model request." : undefined}>
+              <button type="submit" class="primary" data-testid="send" data-steer={live ? "true" : undefined} disabled={(!draft.trim() && !files.length) || sending || (live && lost)} title={live ? "Sends the message into the running turn: it joins at the turn's next model request." : undefined}>
                 {live ? "Send to the running turn" : "Send"}
               </button>
             </div>

@@ -9,7 +9,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { chromium, type BrowserContext, type Locator, type Page } from "playwright-core";
 import AxeBuilder from "@axe-core/playwright";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startPeer } from "./peer";
@@ -643,6 +643,154 @@ describe("the page on a live stack", () => {
     expect(await page.getByTestId("turn").count()).toBe(turnsBefore + 1);
     await axe("steered");
     await shot("21-steered");
+  });
+
+  // UploadFiles and the attachment line are the server's: the real stack only.
+  const WORKSPACE = process.env.OMICOS_UI_WORKSPACE ?? "";
+  const UPLOAD_LIMIT = Number(process.env.OMICOS_UI_UPLOAD_LIMIT || 25 << 20);
+  const ATTACHED = "Attached files (in the workspace):";
+  /** The bytes of `rel` in the stack's workspace (the caller's: the root or a tenant's folder under it); null when absent. */
+  const inWorkspace = (rel: string): Buffer | null => {
+    const walk = (dir: string): string[] =>
+      readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(join(dir, e.name)) : e.isFile() ? [join(dir, e.name)] : []));
+    const found = walk(WORKSPACE).filter((p) => p.endsWith(`/${rel}`));
+    expect(found.length, `${rel} in ${WORKSPACE}: ${found.join(", ")}`).toBeLessThanOrEqual(1);
+    return found.length ? readFileSync(found[0]!) : null;
+  };
+  /** The chips above the message box: `name (size)`. */
+  const chips = () =>
+    page.getByTestId("attach-chip").evaluateAll((els) => els.map((e) => `${e.querySelector(".chip-name")?.textContent} (${e.querySelector(".chip-size")?.textContent})`));
+  const sentFiles = () => page.getByTestId("sent-file").evaluateAll((els) => els.map((e) => e.getAttribute("data-path")));
+
+  it.skipIf(PEER)("attaches files to a message: the button, a drop, a clash, a file over the limit", async () => {
+    const csv = "city,temp\nOslo,-3\nLisboa,17\n";
+    await page.locator(".side").getByRole("button", { name: "New chat" }).click();
+    await page.waitForURL((u) => u.pathname === "/");
+    // The Attach button comes right after the message box, by keyboard too,
+    // and opens the browser's file chooser. (Waited for before the key is
+    // pressed: playwright turns the chooser's interception on asynchronously.)
+    const chosen = page.waitForEvent("filechooser", { timeout: 20_000 });
+    await page.focus("#composer");
+    await page.keyboard.press("Tab");
+    const attach = page.getByRole("button", { name: "Attach files" });
+    await expect.poll(() => attach.evaluate((el) => el === document.activeElement)).toBe(true);
+    await page.waitForTimeout(300);
+    await page.keyboard.press("Enter");
+    const chooser = await chosen;
+    expect(chooser.isMultiple()).toBe(true);
+    await chooser.setFiles({ name: "data.csv", mimeType: "text/csv", buffer: Buffer.from(csv) });
+    await expect.poll(chips).toEqual([`data.csv (${csv.length} bytes)`]);
+    // Taken off by its remove button, then chosen again through the input.
+    await page.getByRole("button", { name: "Remove data.csv" }).click();
+    await expect.poll(chips).toEqual([]);
+    const input = page.getByTestId("attach-input");
+    await input.setInputFiles({ name: "data.csv", mimeType: "text/csv", buffer: Buffer.from(csv) });
+    await expect.poll(chips).toEqual([`data.csv (${csv.length} bytes)`]);
+    await page.fill("#composer", "which city is warmer?");
+    await axe("attached");
+    await shot("22-attached");
+    await page.getByRole("button", { name: "Send" }).click();
+    await page.waitForURL(/\/s\/[^/]+$/, { timeout: 20_000 });
+    // The model was told where the file is; its file tool read the same bytes.
+    await page.getByText("Reading the attached file", { exact: false }).waitFor({ timeout: 30_000 });
+    await page.getByText(SCRIPT.replies[17]!.text).waitFor({ timeout: 30_000 });
+    const saw = (await page.locator("[data-testid=agent-text]", { hasText: "Reading the attached file" }).textContent()) ?? "";
+    expect(saw).toContain("which city is warmer?");
+    expect(saw).toContain(`${ATTACHED} uploads/data.csv (${csv.length} bytes)`);
+    const read = page.locator(`[data-testid=tool-card][data-call=${SCRIPT.replies[16]!.tool_calls[0]!.id}]`);
+    await expect.poll(() => read.getAttribute("data-status"), { timeout: 30_000 }).toBe("done");
+    for (const line of csv.trim().split("\n")) expect(await read.textContent()).toContain(line);
+    if (WORKSPACE) expect(inWorkspace("uploads/data.csv")?.toString()).toBe(csv);
+    // Sent: the chips are gone from the composer and the message shows its file.
+    expect(await chips()).toEqual([]);
+    expect(await userTexts()).toEqual(["which city is warmer?"]);
+    expect(await sentFiles()).toEqual(["uploads/data.csv"]);
+    expect(await page.getByTestId("sent-file").textContent()).toContain(`${csv.length} bytes`);
+    await expect.poll(turnsDone, { timeout: 30_000 }).toBe(1);
+    // The session is named by what was typed, not by the attachment line.
+    await expect.poll(() => page.title(), { timeout: 10_000 }).toBe("which city is warmer? · omicos");
+
+    // A file dropped on the conversation, and the same name again: the server keeps both.
+    const dropped = await page.evaluateHandle(() => {
+      const dt = new DataTransfer();
+      dt.items.add(new File(["dropped\n"], "notes.txt", { type: "text/plain" }));
+      return dt;
+    });
+    await page.dispatchEvent("#main", "dragenter", { dataTransfer: dropped });
+    await page.dispatchEvent("#main", "dragover", { dataTransfer: dropped });
+    await expect.poll(() => page.locator(".drop-hint").count()).toBe(1);
+    await page.dispatchEvent("#main", "drop", { dataTransfer: dropped });
+    await expect.poll(() => page.locator(".drop-hint").count()).toBe(0);
+    await input.setInputFiles({ name: "data.csv", mimeType: "text/csv", buffer: Buffer.from("second\n") });
+    await expect.poll(chips).toEqual(["notes.txt (8 bytes)", "data.csv (7 bytes)"]);
+    await page.fill("#composer", "and these two");
+    await page.getByRole("button", { name: "Send" }).click();
+    await page.getByText("Got the second batch", { exact: false }).waitFor({ timeout: 30_000 });
+    // Streamed in two pieces: wait for the whole answer.
+    await expect.poll(lastAnswer, { timeout: 10_000 }).toContain("(7 bytes)");
+    const saw2 = await lastAnswer();
+    expect(saw2).toContain("and these two");
+    expect(saw2).toContain(`${ATTACHED} uploads/notes.txt (8 bytes), uploads/data (1).csv (7 bytes)`);
+    expect(await sentFiles()).toEqual(["uploads/data.csv", "uploads/notes.txt", "uploads/data (1).csv"]);
+    if (WORKSPACE) {
+      expect(inWorkspace("uploads/data.csv")?.toString()).toBe(csv);
+      expect(inWorkspace("uploads/data (1).csv")?.toString()).toBe("second\n");
+      expect(inWorkspace("uploads/notes.txt")?.toString()).toBe("dropped\n");
+    }
+    await expect.poll(turnsDone, { timeout: 30_000 }).toBe(2);
+
+    // A file pasted into the message box (a screenshot) becomes a chip, and
+    // no text; taken off again, focus goes back to the message box.
+    await page.locator("#composer").evaluate((el) => {
+      const dt = new DataTransfer();
+      dt.items.add(new File([new Uint8Array([137, 80, 78, 71])], "image.png", { type: "image/png" }));
+      el.dispatchEvent(new ClipboardEvent("paste", { clipboardData: dt, bubbles: true, cancelable: true }));
+    });
+    await expect.poll(chips).toEqual(["image.png (4 bytes)"]);
+    expect(await page.inputValue("#composer")).toBe("");
+    await page.getByRole("button", { name: "Remove image.png" }).click();
+    await expect.poll(chips).toEqual([]);
+    expect(await page.evaluate(() => document.activeElement?.id)).toBe("composer");
+
+    // A file over the limit: refused with a sentence that says what to do;
+    // the message and the file stay, no turn starts, nothing is written.
+    await page.fill("#composer", "summarise the big one");
+    await input.setInputFiles({ name: "big.bin", mimeType: "application/octet-stream", buffer: Buffer.alloc(UPLOAD_LIMIT + (1 << 20), 7) });
+    await page.getByRole("button", { name: "Send" }).click();
+    const notice = page.getByTestId("notice");
+    const mb = (n: number) => `${Math.round(n / (1 << 20))} MB`;
+    await expect.poll(() => notice.textContent(), { timeout: 20_000 }).toContain(`big.bin is ${mb(UPLOAD_LIMIT + (1 << 20))}; the limit is ${mb(UPLOAD_LIMIT)}. Attach a smaller file.`);
+    expect(await notice.textContent()).not.toContain("uploads.max_file_bytes");
+    expect(await page.inputValue("#composer")).toBe("summarise the big one");
+    expect(await chips()).toEqual([`big.bin (${mb(UPLOAD_LIMIT + (1 << 20))})`]);
+    expect(await page.getByTestId("turn").count()).toBe(2);
+    if (WORKSPACE) expect(inWorkspace("uploads/big.bin")).toBeNull();
+    await axe("attach-refused");
+    await shot("23-attach-refused");
+
+    // The phone: the chip and the buttons fit, nothing scrolls sideways.
+    await page.setViewportSize({ width: 390, height: 844 });
+    try {
+      await page.waitForTimeout(300);
+      expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+      expect(await page.getByRole("button", { name: "Attach files" }).isVisible()).toBe(true);
+      expect(await page.getByRole("button", { name: "Remove big.bin" }).isVisible()).toBe(true);
+      await axe("phone-attached");
+      await shot("24-phone-attached");
+    } finally {
+      await page.setViewportSize({ width: 1280, height: 900 });
+    }
+    await page.getByRole("button", { name: "Remove big.bin" }).click();
+    await page.fill("#composer", "");
+
+    // A reload shows the sent files again: they come from the log.
+    const before = await transcript();
+    await page.reload();
+    await expect.poll(() => page.getAttribute("[data-testid=link]", "data-link"), { timeout: 20_000 }).toBe("connected");
+    await expect.poll(transcript, { timeout: 20_000 }).toEqual(before);
+    expect(await userTexts()).toEqual(["which city is warmer?", "and these two"]);
+    expect(await sentFiles()).toEqual(["uploads/data.csv", "uploads/notes.txt", "uploads/data (1).csv"]);
+    await axe("attached-reloaded");
   });
 
   it.skipIf(PEER)("says what to do when the token is missing or wrong, and stops asking", async () => {

@@ -22,9 +22,13 @@ pub async fn upload(
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .ok_or_else(|| CliError::Usage(format!("{} is not a file", p.display())))?;
-        let content = std::fs::read(p).map_err(|e| CliError::Io {
-            what: format!("cannot read {}", p.display()),
-            source: e,
+        // A file that cannot be read is refused before anything is sent,
+        // as bad input (exit 2): the message waits for a path that works.
+        let content = std::fs::read(p).map_err(|e| {
+            CliError::Usage(format!(
+                "cannot attach {}: {e}; nothing was sent",
+                p.display()
+            ))
         })?;
         files.push(UploadFile { name, content });
     }

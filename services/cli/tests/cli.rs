@@ -377,6 +377,141 @@ async fn piped_mode_denies_approvals_it_cannot_ask_for() {
     stack.stop().await;
 }
 
+/// Every file under `root` whose path ends with `rel` (the caller's
+/// workspace is the root, or a tenant's folder under it).
+fn files_ending_with(root: &std::path::Path, rel: &str) -> Vec<std::path::PathBuf> {
+    let mut out = vec![];
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.to_string_lossy().ends_with(&format!("/{rel}")) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// `omicos chat --attach FILE`, piped: the file lands in the workspace
+/// under uploads/ with its bytes, the model's request names it, and a
+/// second copy of the same name is kept beside the first. A file that
+/// cannot be read is refused up front (exit 2), and nothing is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn piped_chat_attaches_files_and_refuses_a_missing_one() {
+    let llm = FakeLlm::start(vec![
+        Reply::Text("Lisboa is warmer.".into()),
+        Reply::Text("Two copies.".into()),
+    ])
+    .await;
+    let stack = Stack::start(&llm).await;
+    let url = stack.url.as_str();
+    let local = tempfile::tempdir().unwrap();
+    let csv = "city,temp\nOslo,-3\nLisboa,17\nnaïve ✓\n";
+    let file = local.path().join("data.csv");
+    std::fs::write(&file, csv).unwrap();
+    let path = file.to_str().unwrap();
+
+    let (code, out, err) = run_piped(
+        &["chat", "--server", url, "--attach", path],
+        "Which city is warmer?\n",
+    )
+    .await;
+    assert_eq!(code, 0, "stderr: {err}");
+    assert_eq!(out, "Lisboa is warmer.\n", "only the answer on stdout");
+    assert!(
+        err.contains(&format!(
+            "attached data.csv as uploads/data.csv ({} bytes)",
+            csv.len()
+        )),
+        "{err}"
+    );
+    let landed = files_ending_with(stack.workspace.path(), "uploads/data.csv");
+    assert_eq!(landed.len(), 1, "{landed:?}");
+    assert_eq!(std::fs::read(&landed[0]).unwrap(), csv.as_bytes());
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 1);
+    let sent = omicos_e2e::fake_llm::user_messages(&reqs[0].body).join("\n");
+    assert!(
+        sent.starts_with(&format!(
+            "Which city is warmer?\n\nAttached files (in the workspace): uploads/data.csv ({} bytes)",
+            csv.len()
+        )),
+        "{sent}"
+    );
+    let session = err
+        .lines()
+        .find_map(|l| l.strip_prefix("session "))
+        .expect("the session id on stderr")
+        .to_owned();
+
+    // The same name again, into the same session: kept beside the first.
+    std::fs::write(&file, "second\n").unwrap();
+    let (code, _, err) = run_piped(
+        &[
+            "chat",
+            "--server",
+            url,
+            "--session",
+            &session,
+            "--attach",
+            path,
+        ],
+        "And now?",
+    )
+    .await;
+    assert_eq!(code, 0, "stderr: {err}");
+    assert!(
+        err.contains("attached data.csv as uploads/data (1).csv (7 bytes)"),
+        "{err}"
+    );
+    let second = files_ending_with(stack.workspace.path(), "uploads/data (1).csv");
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert_eq!(std::fs::read(&second[0]).unwrap(), b"second\n");
+    assert_eq!(std::fs::read(&landed[0]).unwrap(), csv.as_bytes());
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2);
+    assert!(
+        omicos_e2e::fake_llm::user_messages(&reqs[1].body)
+            .iter()
+            .any(|m| m.contains(
+                "And now?\n\nAttached files (in the workspace): uploads/data (1).csv (7 bytes)"
+            )),
+        "{:?}",
+        omicos_e2e::fake_llm::user_messages(&reqs[1].body)
+    );
+
+    // A file that is not there: said with its path, exit 2, nothing sent.
+    let missing = local.path().join("missing.csv");
+    let (code, out, err) = run_piped(
+        &[
+            "chat",
+            "--server",
+            url,
+            "--attach",
+            missing.to_str().unwrap(),
+        ],
+        "Read this",
+    )
+    .await;
+    assert_eq!(code, 2, "stderr: {err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains(&format!("cannot attach {}", missing.display()))
+            && err.contains("nothing was sent"),
+        "{err}"
+    );
+    assert_eq!(
+        llm.requests().len(),
+        2,
+        "no model request for a refused attach"
+    );
+    assert!(files_ending_with(stack.workspace.path(), "uploads/missing.csv").is_empty());
+    stack.stop().await;
+}
+
 /// `omicos sessions fork|rewind|rename` against the stack: a rewind puts
 /// back what the last turn's file tool wrote; errors exit 1 and say why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

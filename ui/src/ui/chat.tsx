@@ -11,6 +11,8 @@ import { renderMarkdown } from "../markdown";
 import { barText, doneText, formatDuration } from "../state/status-text";
 import { copyText } from "./copy";
 import type { CarriedMessage } from "../state/carried";
+import { joinAttachments, splitAttachments } from "../state/attachments";
+import { SentFiles } from "./attach";
 
 /**
  * What a person can do to past turns. Each resolves once the server has
@@ -81,7 +83,7 @@ export function ChatLog(props: {
           m.role === "user" ? (
             <div class="msg user" data-testid="carried-user" key={i}>
               <div class="who">You</div>
-              <div class="user-text">{m.text}</div>
+              <UserText message={m.text} />
             </div>
           ) : (
             <div class="msg agent md" data-testid="carried-answer" key={i} dangerouslySetInnerHTML={{ __html: renderMarkdown(m.text) }} />
@@ -127,6 +129,17 @@ export function CopyButton(props: { text: () => string; label: string; testid?: 
   );
 }
 
+/** What a person sent: the text they typed, then the files the message named (the server's attachment line). */
+function UserText(props: { message: string }) {
+  const m = splitAttachments(props.message);
+  return (
+    <>
+      {m.text && <div class="user-text">{m.text}</div>}
+      <SentFiles files={m.files} />
+    </>
+  );
+}
+
 /** The user's message: shown, or (Edit) an editable box whose Send rewinds to this turn and asks again. */
 function UserMessage(props: { turn: TurnView }) {
   const t = props.turn;
@@ -135,12 +148,14 @@ function UserMessage(props: { turn: TurnView }) {
   const [busy, setBusy] = useState(false);
   const a = ctx.actions;
   const boxId = `edit-${t.id}`;
+  const split = splitAttachments(t.message);
   if (editing !== null && a) {
     const submit = async (e: Event) => {
       e.preventDefault();
       if (!editing.trim() || busy || a.blocked) return;
       setBusy(true);
-      const ok = await a.editResend(t.id, editing.trim());
+      // The files stay attached: the model reads the same line again.
+      const ok = await a.editResend(t.id, joinAttachments(editing.trim(), split.line));
       setBusy(false);
       if (ok) setEditing(null);
     };
@@ -159,6 +174,7 @@ function UserMessage(props: { turn: TurnView }) {
             if (e.key === "Escape") setEditing(null);
           }}
         />
+        <SentFiles files={split.files} />
         <div class="edit-actions">
           <button type="submit" class="primary" disabled={!editing.trim() || busy || !!a.blocked} title={a.blocked ?? undefined}>
             Rewind and ask again
@@ -173,13 +189,13 @@ function UserMessage(props: { turn: TurnView }) {
   return (
     <div class="msg user" data-testid="user-message">
       <div class="who">You{t.agent ? ` → ${ctx.nameOf(t.agent)}` : ""}</div>
-      <div class="user-text">{t.message}</div>
+      <UserText message={t.message} />
       {a && (
         <div class="msg-actions">
-          <button type="button" class="link-button" data-testid="edit-message" disabled={!!a.blocked} title={a.blocked ?? undefined} aria-label={`Edit this message: ${clip(t.message)}`} onClick={() => setEditing(t.message)}>
+          <button type="button" class="link-button" data-testid="edit-message" disabled={!!a.blocked} title={a.blocked ?? undefined} aria-label={`Edit this message: ${clip(split.text || t.message)}`} onClick={() => setEditing(split.text)}>
             Edit
           </button>
-          <button type="button" class="link-button" data-testid="fork-turn" disabled={!!a.blocked} title={a.blocked ?? undefined} aria-label={`Fork from here: ${clip(t.message)}`} onClick={() => void a.fork(t.id)}>
+          <button type="button" class="link-button" data-testid="fork-turn" disabled={!!a.blocked} title={a.blocked ?? undefined} aria-label={`Fork from here: ${clip(split.text || t.message)}`} onClick={() => void a.fork(t.id)}>
             Fork from here
           </button>
         </div>
@@ -287,7 +303,7 @@ function ItemBlock(props: { item: Item; conv: Conversation; live: boolean }) {
       return (
         <div class="msg user steer" data-testid="steer">
           <div class="who">You, while it worked</div>
-          <div class="user-text">{it.message}</div>
+          <UserText message={it.message} />
         </div>
       );
     case "moved":

@@ -156,6 +156,20 @@ impl OrchestratorService {
         mut cr: ChatRequest,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Started, OrchestratorError> {
+        // A new session's title is what the person typed, not the attachment
+        // line below (files alone: their names).
+        let title: String = if cr.message.trim().is_empty() && !cr.attachments.is_empty() {
+            cr.attachments
+                .iter()
+                .map(|a| a.path.rsplit('/').next().unwrap_or(&a.path))
+                .collect::<Vec<_>>()
+                .join(", ")
+        } else {
+            cr.message.clone()
+        }
+        .chars()
+        .take(80)
+        .collect();
         // The model reads which files came with the message, and where.
         cr.message = super::uploads::with_attachments(&cr.message, &cr.attachments)?;
         // The principal's ceiling caps the mode and the legacy switches alike.
@@ -218,10 +232,7 @@ impl OrchestratorService {
         let now = now_ms();
         let meta = SessionMeta {
             id: session_id.clone(),
-            title: existing
-                .as_ref()
-                .map(|m| m.title.clone())
-                .unwrap_or_else(|| cr.message.chars().take(80).collect()),
+            title: existing.as_ref().map(|m| m.title.clone()).unwrap_or(title),
             agent: team.active.id.clone(),
             team_members: team.members.clone(),
             created_ms: existing.as_ref().map(|m| m.created_ms).unwrap_or(now),
