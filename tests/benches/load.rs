@@ -158,6 +158,7 @@ fn ev(seq: u64, kind: chat_event::Kind) -> ChatEvent {
         agent_id: "assistant".into(),
         timestamp_ms: omicos_sessionstore::now_ms(),
         kind: Some(kind),
+        cut_values: vec![],
     }
 }
 
@@ -277,6 +278,20 @@ impl Orchestrator for Floor {
         &self,
         _r: Request<omicos_proto::RenameSessionRequest>,
     ) -> Result<Response<omicos_proto::RenameSessionResponse>, Status> {
+        Err(Status::unimplemented("floor"))
+    }
+    async fn upload_files(
+        &self,
+        _r: Request<UploadFilesRequest>,
+    ) -> Result<Response<UploadFilesResponse>, Status> {
+        Err(Status::unimplemented("floor"))
+    }
+    type ReadValueStream =
+        std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<ValueChunk, Status>> + Send>>;
+    async fn read_value(
+        &self,
+        _r: Request<ReadValueRequest>,
+    ) -> Result<Response<Self::ReadValueStream>, Status> {
         Err(Status::unimplemented("floor"))
     }
 }

@@ -84,6 +84,11 @@ impl SessionStore for FlakyStore {
         self.check(Op::EventsSince)?;
         self.inner.events_since(id, since).await
     }
+    /// One event of the log: fails with the log's reads.
+    async fn event_at(&self, id: &str, seq: u64) -> StoreResult<Option<Vec<u8>>> {
+        self.check(Op::EventsSince)?;
+        self.inner.event_at(id, seq).await
+    }
     async fn last_seq(&self, id: &str) -> StoreResult<u64> {
         self.check(Op::LastSeq)?;
         self.inner.last_seq(id).await

@@ -10,8 +10,8 @@ use omicos_e2e::{FakeLlm, Reply, Stack, StackOptions, api_key};
 use omicos_orchestrator::error::ERROR_KIND_METADATA;
 use omicos_proto::{
     ApproveToolRequest, AttachRequest, CancelTurnRequest, ChatEvent, ChatRequest, CompactRequest,
-    Decision, DeleteSessionRequest, GetSessionRequest, chat_event,
-    orchestrator_web_client::OrchestratorWebClient,
+    Decision, DeleteSessionRequest, EventValue, GetSessionRequest, ReadValueRequest, ValueRef,
+    chat_event, orchestrator_web_client::OrchestratorWebClient, value_ref,
 };
 use prost::Message;
 use std::time::Duration;
@@ -62,6 +62,21 @@ async fn snapshot(url: &str, sid: &str, llm: &FakeLlm) -> (Vec<String>, Vec<Chat
         log.push(ev);
     }
     (history, log, llm.requests().len())
+}
+
+/// ReadValue of the first event's first field (TurnStarted carries none,
+/// so even the owner would hear NOT_FOUND: the guard must answer first).
+fn read_value_req(session: &str) -> ReadValueRequest {
+    ReadValueRequest {
+        session_id: session.into(),
+        value: Some(ValueRef {
+            at: Some(value_ref::At::Event(EventValue {
+                event_seq: 1,
+                field: "text_delta.text".into(),
+            })),
+            size_bytes: 0,
+        }),
+    }
 }
 
 /// A refusal as the caller sees it: (code, error kind) or in-band kind.
@@ -124,6 +139,10 @@ async fn grpc_attempts(url: &str, token: &str, sid: &str) -> Vec<(&'static str, 
         r(c.compact(CompactRequest { session_id: s() })
             .await
             .map(|_| ())),
+    ));
+    out.push((
+        "ReadValue",
+        r(c.read_value(read_value_req(sid)).await.map(|_| ())),
     ));
     out.push((
         "DeleteSession",
@@ -238,6 +257,14 @@ async fn grpc_web_attempts(url: &str, token: &str, sid: &str) -> Vec<(&'static s
             call(
                 "/omicos.v1.Orchestrator/Compact",
                 CompactRequest { session_id: s() }.encode_to_vec(),
+            )
+            .await,
+        ),
+        (
+            "web ReadValue",
+            call(
+                "/omicos.v1.Orchestrator/ReadValue",
+                read_value_req(sid).encode_to_vec(),
             )
             .await,
         ),

@@ -224,6 +224,7 @@ async fn leave_a_lost_turn(store: &dyn SessionStore, session: &str) -> u64 {
         agent_id: "omicos".into(),
         timestamp_ms: omicos_sessionstore::now_ms(),
         kind: Some(kind),
+        cut_values: vec![],
     };
     assert!(
         store

@@ -6,7 +6,7 @@
 
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcWebTransport } from "@connectrpc/connect-web";
-import { Orchestrator, OrchestratorWeb } from "./gen/omicos/v1/orchestrator_pb";
+import { Orchestrator, OrchestratorWeb, type ValueRef } from "./gen/omicos/v1/orchestrator_pb";
 import type { AttachSource } from "./state/follow";
 
 /**
@@ -66,6 +66,18 @@ export const web = createClient(OrchestratorWeb, transport);
 export const attachSource: AttachSource = {
   attach: (sessionId, sinceSeq, signal) => orchestrator.attach({ sessionId, sinceSeq: BigInt(sinceSeq) }, { signal }),
 };
+
+/**
+ * A value an event or a session read carries cut, whole: ReadValue's
+ * chunks (at most 1 MiB each) joined into one Blob.
+ */
+export async function readWholeValue(sessionId: string, value: ValueRef): Promise<Blob> {
+  const parts: Uint8Array<ArrayBuffer>[] = [];
+  for await (const chunk of orchestrator.readValue({ sessionId, value })) {
+    parts.push(new Uint8Array(chunk.data));
+  }
+  return new Blob(parts, { type: "text/plain;charset=utf-8" });
+}
 
 /** A call's failure as a person reads it: the status name and the server's words. */
 export function describeError(e: unknown): string {

@@ -5,7 +5,7 @@ import { useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } fr
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { AgentInfo, ClientConfig, SessionSummary } from "./gen/omicos/v1/orchestrator_pb";
 import { Decision, PermissionMode } from "./gen/omicos/v1/common_pb";
-import { attachSource, describeError, hasToken, isUnreachable, orchestrator, saveToken, web } from "./api";
+import { attachSource, describeError, hasToken, isUnreachable, orchestrator, readWholeValue, saveToken, web } from "./api";
 import { emptyConversation, type Conversation, type PendingApproval } from "./state/conversation";
 import { Follower, type LinkState } from "./state/follow";
 import { chooseActive, toggleMember, type TeamChoice } from "./state/catalog";
@@ -717,6 +717,7 @@ export function App() {
             lost={lost}
             cancelledHere={cancelledHere}
             actions={{ editResend, regenerate, fork, blocked }}
+            readValue={readWholeValue}
             carried={heldHistory && heldHistory.sessionId === sessionId ? carriedPrefix(heldHistory.messages, conv.turns[0]?.message ?? null) : []}
           />
           {approvalCount > 0 && approvalsHidden && (

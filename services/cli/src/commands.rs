@@ -1,4 +1,4 @@
-//! The one-shot commands: `agents`, `tools`, `sessions [show|fork|rewind|rename
+//! The one-shot commands: `agents`, `tools`, `sessions [show|fork|rewind|rename|value
 //! ID]`, `approve`, `kernel setup`. Each returns its output as text so tests and the binary share it.
 
 use crate::error::CliError;
@@ -7,9 +7,10 @@ use crate::style::Style;
 use crate::turn::Client;
 use omicos_history::HistoryItem;
 use omicos_proto::{
-    ApproveToolRequest, Decision, ForkSessionRequest, GetSessionRequest, ListAgentToolsRequest,
-    ListAgentsRequest, ListSessionsRequest, RenameSessionRequest, RewindSessionRequest, Risk,
-    fork_session_request, rewind_session_request,
+    ApproveToolRequest, Decision, EventValue, ForkSessionRequest, GetSessionRequest,
+    ListAgentToolsRequest, ListAgentsRequest, ListSessionsRequest, MessageValue, ReadValueRequest,
+    RenameSessionRequest, RewindSessionRequest, Risk, ValueRef, fork_session_request,
+    rewind_session_request, value_ref,
 };
 use serde_json::Value;
 use std::fmt::Write;
@@ -180,7 +181,22 @@ pub async fn session_show(client: &mut Client, id: &str, st: Style) -> Result<St
             ))
         );
     }
-    for raw in &s.messages_json {
+    for (i, raw) in s.messages_json.iter().enumerate() {
+        // Where this message's cut values are whole (`sessions value`).
+        for r in &s.cut_values {
+            if let Some(value_ref::At::Message(m)) = &r.at
+                && m.index as usize == i
+            {
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    st.dim(&format!(
+                        "[{} bytes cut below; whole: omicos sessions value {id} --message {i} --pointer {}]",
+                        r.size_bytes, m.pointer
+                    ))
+                );
+            }
+        }
         let m = serde_json::from_str(raw).unwrap_or(HistoryItem::Other(Value::Null));
         match &m {
             HistoryItem::User(u) => {
@@ -233,6 +249,49 @@ pub async fn session_show(client: &mut Client, id: &str, st: Style) -> Result<St
         }
     }
     Ok(out)
+}
+
+/// Where a cut value is (`omicos sessions value`).
+pub enum ValueAt {
+    /// An event's seq and field.
+    Event(u64, String),
+    /// A history message's index and a JSON pointer into it.
+    Message(u32, String),
+}
+
+/// `omicos sessions value ID (--event N --field F | --message I --pointer P)`:
+/// the whole value written to `out` as it arrives (it may be far larger
+/// than a message); nothing else is printed.
+pub async fn session_value(
+    client: &mut Client,
+    id: &str,
+    at: ValueAt,
+    out: &mut dyn std::io::Write,
+) -> Result<String, CliError> {
+    let at = match at {
+        ValueAt::Event(event_seq, field) => value_ref::At::Event(EventValue { event_seq, field }),
+        ValueAt::Message(index, pointer) => value_ref::At::Message(MessageValue { index, pointer }),
+    };
+    let mut s = client
+        .read_value(ReadValueRequest {
+            session_id: id.to_owned(),
+            value: Some(ValueRef {
+                at: Some(at),
+                size_bytes: 0,
+            }),
+        })
+        .await
+        .map_err(CliError::Rpc)?
+        .into_inner();
+    let io = |source| CliError::Io {
+        what: "writing the value".into(),
+        source,
+    };
+    while let Some(chunk) = s.message().await.map_err(CliError::Rpc)? {
+        out.write_all(&chunk.data).map_err(io)?;
+    }
+    out.flush().map_err(io)?;
+    Ok(String::new())
 }
 
 /// `omicos sessions fork ID [--turn T | --event N] [--files]`: the new

@@ -196,6 +196,24 @@ enum SessionsCommand {
         /// The new title.
         title: String,
     },
+    /// Write a value that `sessions show` or an event shows cut (`… [omicos:
+    /// N more bytes of M not shown; …]`) whole to stdout, as the model sent it.
+    Value {
+        /// Session id.
+        id: String,
+        /// The event that carries it (its event_seq) ...
+        #[arg(long, requires = "field", conflicts_with_all = ["message", "pointer"])]
+        event: Option<u64>,
+        /// ... and its field, e.g. tool_call_started.arguments.
+        #[arg(long, requires = "event")]
+        field: Option<String>,
+        /// The history message that carries it (its index, as `sessions show` prints it) ...
+        #[arg(long, requires = "pointer")]
+        message: Option<u32>,
+        /// ... and where in it, a JSON pointer, e.g. /tool_calls/0/function/arguments.
+        #[arg(long, requires = "message")]
+        pointer: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -345,6 +363,31 @@ async fn main() -> ExitCode {
         } => {
             with_client(&server, "sessions rewind", |mut c| async move {
                 commands::session_rewind(&mut c, &id, turns, to, keep_files, st).await
+            })
+            .await
+        }
+        Command::Sessions {
+            show:
+                Some(SessionsCommand::Value {
+                    id,
+                    event,
+                    field,
+                    message,
+                    pointer,
+                }),
+        } => {
+            let at = match (event, field, message, pointer) {
+                (Some(e), Some(f), None, None) => commands::ValueAt::Event(e, f),
+                (None, None, Some(m), Some(p)) => commands::ValueAt::Message(m, p),
+                _ => {
+                    return CliError::Usage(
+                        "name the value: --event N --field F, or --message I --pointer P".into(),
+                    )
+                    .report("sessions value");
+                }
+            };
+            with_client(&server, "sessions value", |mut c| async move {
+                commands::session_value(&mut c, &id, at, &mut std::io::stdout().lock()).await
             })
             .await
         }

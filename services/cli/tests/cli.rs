@@ -693,6 +693,36 @@ async fn agents_tools_sessions_and_approve_commands() {
     let (code, _, err) = run_piped(&["sessions", "show", "missing", "--server", url], "").await;
     assert_eq!(code, 1);
     assert!(err.contains("does not exist"), "{err}");
+    // A value of the session, whole, and nothing else on stdout.
+    let value = |id: &str, args: &[&str]| {
+        let mut a = vec!["sessions", "value", id];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["--server", url]);
+        a.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let run = |a: Vec<String>| async move {
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        run_piped(&a, "").await
+    };
+    let (code, out, err) = run(value(
+        &session,
+        &["--message", "0", "--pointer", "/content"],
+    ))
+    .await;
+    assert_eq!((code, out.as_str()), (0, "Say hello"), "{err}");
+    let (code, _, err) = run(value(
+        "missing",
+        &["--message", "0", "--pointer", "/content"],
+    ))
+    .await;
+    assert_eq!(code, 1);
+    assert!(err.contains("does not exist"), "{err}");
+    let (code, _, err) = run(value(&session, &["--event", "1", "--field", "nope"])).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("no event carries a field `nope`"), "{err}");
+    let (code, _, err) = run(value(&session, &[])).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("--event N --field F"), "{err}");
 
     let (code, _, err) = run_piped(
         &["approve", &session, "call_x", "allow", "--server", url],

@@ -29,6 +29,9 @@ pub enum ErrorKind {
     ApprovalNotPending,
     /// The turn or event a fork or rewind names is not in the session's history.
     TurnNotFound,
+    /// The event, message, field or pointer a ReadValue names holds no
+    /// string in the session.
+    ValueNotFound,
     /// The runner refused to restore a checkpoint's files (a path outside
     /// the workspace or in `.omicos/`): nothing was rewound.
     FilesNotRestored,
@@ -73,6 +76,7 @@ impl ErrorKind {
             Self::SessionNotFound => "session_not_found",
             Self::ApprovalNotPending => "approval_not_pending",
             Self::TurnNotFound => "turn_not_found",
+            Self::ValueNotFound => "value_not_found",
             Self::FilesNotRestored => "files_not_restored",
             Self::SessionBusy => "session_busy",
             Self::UploadTooLarge => "upload_too_large",
@@ -97,7 +101,10 @@ impl ErrorKind {
     pub fn grpc_code(self) -> Code {
         match self {
             Self::InvalidArgument => Code::InvalidArgument,
-            Self::SessionNotFound | Self::ApprovalNotPending | Self::TurnNotFound => Code::NotFound,
+            Self::SessionNotFound
+            | Self::ApprovalNotPending
+            | Self::TurnNotFound
+            | Self::ValueNotFound => Code::NotFound,
             // The request is fine; the session or deployment is not in a state to run it.
             Self::SessionBusy
             | Self::AgentLocked
@@ -223,6 +230,9 @@ pub enum OrchestratorError {
     /// not hold; the text says which and why.
     #[error("{0}")]
     TurnNotFound(String),
+    /// What a ReadValue names is not in the session; the text says which.
+    #[error("{0}")]
+    ValueNotFound(String),
     /// Attached files over a limit; the text says which and by how much.
     #[error("{0}")]
     UploadTooLarge(String),
@@ -254,6 +264,7 @@ impl OrchestratorError {
             Self::RunnerEndpoint { .. } | Self::Config { .. } => ErrorKind::Config,
             Self::ShuttingDown => ErrorKind::ShuttingDown,
             Self::TurnNotFound(_) => ErrorKind::TurnNotFound,
+            Self::ValueNotFound(_) => ErrorKind::ValueNotFound,
             Self::FilesNotRestored { .. } => ErrorKind::FilesNotRestored,
             Self::UploadTooLarge(_) => ErrorKind::UploadTooLarge,
         }
@@ -392,6 +403,11 @@ mod tests {
                 OrchestratorError::TurnNotFound("no turn t".into()),
                 Code::NotFound,
                 "turn_not_found",
+            ),
+            (
+                OrchestratorError::ValueNotFound("no event 9".into()),
+                Code::NotFound,
+                "value_not_found",
             ),
             (
                 OrchestratorError::FilesNotRestored {

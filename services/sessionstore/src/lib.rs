@@ -163,6 +163,21 @@ pub trait SessionStore: Send + Sync + 'static {
     }
     /// Events with seq > since, in order.
     async fn events_since(&self, id: &str, since: u64) -> StoreResult<Vec<(u64, Vec<u8>)>>;
+    /// The event with this seq (None: the session has none, or no such
+    /// session). The default reads [`SessionStore::events_since`] and keeps
+    /// the first; the stores read the one row by its key.
+    async fn event_at(&self, id: &str, seq: u64) -> StoreResult<Option<Vec<u8>>> {
+        if seq == 0 {
+            return Ok(None);
+        }
+        Ok(self
+            .events_since(id, seq - 1)
+            .await?
+            .into_iter()
+            .next()
+            .filter(|(s, _)| *s == seq)
+            .map(|(_, body)| body))
+    }
     /// The latest event seq (0 when none).
     async fn last_seq(&self, id: &str) -> StoreResult<u64>;
     /// Takes the session's turn lease for `owner` for `ttl_ms`; false if another owner holds a live lease.

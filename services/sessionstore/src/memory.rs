@@ -134,6 +134,12 @@ impl SessionStore for MemoryStore {
             })
             .unwrap_or_default())
     }
+    async fn event_at(&self, id: &str, seq: u64) -> StoreResult<Option<Vec<u8>>> {
+        let s = self.sessions.lock().unwrap();
+        Ok(seq
+            .checked_sub(1)
+            .and_then(|i| s.get(id)?.events.get(usize::try_from(i).ok()?).cloned()))
+    }
     async fn last_seq(&self, id: &str) -> StoreResult<u64> {
         Ok(self
             .sessions

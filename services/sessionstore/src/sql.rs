@@ -979,6 +979,40 @@ impl SessionStore for SqlStore {
         Ok(out)
     }
 
+    async fn event_at(&self, id: &str, seq: u64) -> StoreResult<Option<Vec<u8>>> {
+        let Ok(seq) = i64::try_from(seq) else {
+            return Ok(None);
+        };
+        if seq < 1 {
+            return Ok(None);
+        }
+        let row: Option<Vec<u8>> = match &self.db {
+            Db::Sqlite(p) => {
+                // The tail rows the index shows from this seq on; the
+                // statement keeps the one with this seq (either copy of a
+                // row a move has copied but not yet deleted: the same body).
+                let seen = self.writer.tail().seen(id, seq - 1);
+                sqlx::query_scalar(group_commit::SQLITE_EVENT_AT)
+                    .bind(id)
+                    .bind(seq)
+                    .bind(seen.positions)
+                    .bind(seen.covered)
+                    .fetch_optional(p)
+                    .await?
+            }
+            Db::Pg(p) => {
+                sqlx::query_scalar(
+                    "SELECT body FROM session_events WHERE session_id = $1 AND seq = $2",
+                )
+                .bind(id)
+                .bind(seq)
+                .fetch_optional(p)
+                .await?
+            }
+        };
+        Ok(row)
+    }
+
     async fn last_seq(&self, id: &str) -> StoreResult<u64> {
         let last: i64 = match &self.db {
             Db::Sqlite(p) => {

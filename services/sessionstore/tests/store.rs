@@ -102,6 +102,21 @@ async fn contract(s: Arc<dyn SessionStore>, name: &str) {
     assert_eq!(s.events_since("a", 0).await.unwrap().len(), 5);
     assert!(s.events_since("a", 5).await.unwrap().is_empty());
     assert!(s.events_since("a", u64::MAX).await.unwrap().is_empty());
+    // One event by its seq (what ReadValue reads a cut value from).
+    for seq in 1..=5u64 {
+        assert_eq!(
+            s.event_at("a", seq).await.unwrap(),
+            Some(format!("ev{seq}").into_bytes()),
+            "{name}: event {seq}"
+        );
+    }
+    for (id, seq) in [("a", 0), ("a", 6), ("a", u64::MAX), ("b", 1), ("ghost", 1)] {
+        assert_eq!(
+            s.event_at(id, seq).await.unwrap(),
+            None,
+            "{name}: {id} {seq}"
+        );
+    }
     // Several events in one append: consecutive seqs, all or none.
     let group = |from: u64, n: u64| -> Vec<Vec<u8>> {
         (from..from + n)
@@ -622,6 +637,16 @@ async fn read_a_prefix_of_what_was_written(store: &SqlStore, id: &str, by: &str)
     for (i, (seq, body)) in events.iter().enumerate() {
         assert_eq!(*seq, i as u64 + 1, "{id}{by}: gap-free");
         assert_eq!(body, format!("{id} {seq}").as_bytes());
+    }
+    // One event by its seq, wherever it is (the tail, or the log, or mid-move).
+    if last > 0 {
+        for seq in [1, last] {
+            assert_eq!(
+                store.event_at(id, seq).await.unwrap().as_deref(),
+                Some(format!("{id} {seq}").as_bytes()),
+                "{id}{by}: event {seq}"
+            );
+        }
     }
     last
 }

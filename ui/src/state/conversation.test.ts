@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { apply, applyAll, emptyConversation, resume, type Conversation } from "./conversation";
 import { Log } from "./events.fixture";
-import { TurnDoneReason } from "../gen/omicos/v1/orchestrator_pb";
+import { create } from "@bufbuild/protobuf";
+import { TurnDoneReason, ValueRefSchema } from "../gen/omicos/v1/orchestrator_pb";
 import { Decision, Risk, ToolStatus } from "../gen/omicos/v1/common_pb";
 
 /** The root frame's text of turn `i`. */
@@ -250,6 +251,26 @@ describe("frames", () => {
     l.text("x", "root/zz", "coder");
     const c = applyAll(emptyConversation("s1"), l.events);
     expect(c.frames["t1|root"]!.items).toEqual([{ t: "frame", key: "t1|root/zz" }]);
+  });
+});
+
+describe("values shown cut", () => {
+  it("keeps where a call's whole arguments are, and nothing for a call shown whole", () => {
+    const l = new Log();
+    l.started("write it");
+    const big = l.call("c1", "file_manager__write", '{"path":"big.txt","content":"aaa… [omicos: …]');
+    big.cutValues = [
+      create(ValueRefSchema, {
+        at: { case: "event", value: { eventSeq: big.eventSeq, field: "tool_call_started.arguments" } },
+        sizeBytes: 73_400_320n,
+      }),
+    ];
+    l.call("c2", "shell", '{"cmd":"ls"}');
+    const c = applyAll(emptyConversation("s1"), l.events);
+    const cut = c.calls.c1!.argumentsCut!;
+    expect(cut.sizeBytes).toBe(73_400_320n);
+    expect(cut.at.case === "event" && cut.at.value.eventSeq).toBe(2n);
+    expect(c.calls.c2!.argumentsCut).toBeNull();
   });
 });
 

@@ -8,7 +8,7 @@
 // not applied: `gap` is set so the caller re-attaches with since_seq = lastSeq,
 // and the server sends the missing ones first.
 
-import type { ChatEvent } from "../gen/omicos/v1/orchestrator_pb";
+import type { ChatEvent, ValueRef } from "../gen/omicos/v1/orchestrator_pb";
 import { TurnDoneReason } from "../gen/omicos/v1/orchestrator_pb";
 import { Decision, PermissionMode, Risk, ToolStatus } from "../gen/omicos/v1/common_pb";
 import { outputFiles } from "./outputs";
@@ -43,6 +43,11 @@ export interface ToolCallView {
   turnId: string;
   name: string;
   arguments: string;
+  /**
+   * Where the whole arguments are when the event carries them cut (over
+   * 64 KiB: a head and a marker); Orchestrator/ReadValue reads them.
+   */
+  argumentsCut: ValueRef | null;
   status: CallStatus;
   startedMs: number;
   finishedMs: number | null;
@@ -242,6 +247,8 @@ function fold(c: Conversation, ev: ChatEvent, seq: number): Conversation {
         turnId: ev.turnId,
         name: v.name,
         arguments: v.arguments,
+        argumentsCut:
+          ev.cutValues.find((r) => r.at.case === "event" && r.at.value.field === "tool_call_started.arguments") ?? null,
         status: "running",
         startedMs: ts,
         finishedMs: null,

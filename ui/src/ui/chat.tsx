@@ -3,7 +3,7 @@
 
 import { createContext } from "preact";
 import { useContext, useEffect, useState } from "preact/hooks";
-import { TurnDoneReason } from "../gen/omicos/v1/orchestrator_pb";
+import { TurnDoneReason, type ValueRef } from "../gen/omicos/v1/orchestrator_pb";
 import { Decision } from "../gen/omicos/v1/common_pb";
 import type { Bar, Conversation, FrameView, Item, ToolCallView, TurnView } from "../state/conversation";
 import { fileUrl, outputFiles } from "../state/outputs";
@@ -36,8 +36,10 @@ interface LogContext {
   lost: boolean;
   cancelledHere: string[];
   actions: TurnActions | null;
+  /** Reads a value an event carries cut, whole (Orchestrator/ReadValue). */
+  readValue: ((sessionId: string, value: ValueRef) => Promise<Blob>) | null;
 }
-const Log = createContext<LogContext>({ nameOf: (id) => id, lost: false, cancelledHere: [], actions: null });
+const Log = createContext<LogContext>({ nameOf: (id) => id, lost: false, cancelledHere: [], actions: null, readValue: null });
 
 export function ChatLog(props: {
   conv: Conversation;
@@ -45,6 +47,8 @@ export function ChatLog(props: {
   lost: boolean;
   cancelledHere: string[];
   actions?: TurnActions;
+  /** Reads a cut value whole; without it the page offers no download. */
+  readValue?: (sessionId: string, value: ValueRef) => Promise<Blob>;
   /** History the session holds from before its log (a fork's parent), oldest first. */
   carried?: CarriedMessage[];
 }) {
@@ -54,7 +58,15 @@ export function ChatLog(props: {
   const restored = [...new Set(c.rewinds.flatMap((r) => r.filesRestored))];
   const notRestored = [...new Set(c.rewinds.flatMap((r) => r.filesNotRestored))];
   return (
-    <Log.Provider value={{ nameOf: props.nameOf, lost: props.lost, cancelledHere: props.cancelledHere, actions: props.actions ?? null }}>
+    <Log.Provider
+      value={{
+        nameOf: props.nameOf,
+        lost: props.lost,
+        cancelledHere: props.cancelledHere,
+        actions: props.actions ?? null,
+        readValue: props.readValue ?? null,
+      }}
+    >
     {rewound > 0 && (
       <p class="muted rewound-note" data-testid="rewound-note">
         {rewound} earlier turn{rewound > 1 ? "s were" : " was"} rewound: the model no longer sees {rewound > 1 ? "them" : "it"}.
@@ -404,6 +416,7 @@ function ToolCard(props: { call: ToolCallView; conv: Conversation }) {
       <details class="args">
         <summary>Arguments</summary>
         <pre tabindex={0}>{prettyArgs(c.arguments)}</pre>
+        {c.argumentsCut && <WholeValue sessionId={props.conv.sessionId} value={c.argumentsCut} name={`${c.callId}-arguments.json`} />}
       </details>
       {failed && (
         <div class="reason" data-testid="tool-reason">
@@ -440,6 +453,44 @@ function ToolCard(props: { call: ToolCallView; conv: Conversation }) {
       )}
       {c.spoolPath && <Spool path={c.spoolPath} />}
     </section>
+  );
+}
+
+/** Bytes as a person reads them: 73.4 MB. */
+function sizeText(bytes: number): string {
+  if (bytes < 1000) return `${bytes} bytes`;
+  if (bytes < 1e6) return `${(bytes / 1e3).toFixed(1)} kB`;
+  return `${(bytes / 1e6).toFixed(1)} MB`;
+}
+
+/** A value shown cut: its size, and a button that saves it whole. */
+function WholeValue(props: { sessionId: string; value: ValueRef; name: string }) {
+  const { readValue } = useContext(Log);
+  const [state, setState] = useState<"idle" | "reading" | string>("idle");
+  if (!readValue || !props.sessionId) return null;
+  const size = Number(props.value.sizeBytes);
+  const save = () => {
+    setState("reading");
+    readValue(props.sessionId, props.value)
+      .then((blob) => {
+        const url = URL.createObjectURL(blob);
+        const a = document.createElement("a");
+        a.href = url;
+        a.download = props.name;
+        a.click();
+        setTimeout(() => URL.revokeObjectURL(url), 60_000);
+        setState("idle");
+      })
+      .catch((e: unknown) => setState(`Could not read it: ${String(e)}`));
+  };
+  return (
+    <p class="muted whole-value" data-testid="whole-value">
+      Shown cut: {sizeText(size)} in all.{" "}
+      <button type="button" onClick={save} disabled={state === "reading"}>
+        {state === "reading" ? "Reading…" : "Download it whole"}
+      </button>
+      {state !== "idle" && state !== "reading" && <span class="error-text"> {state}</span>}
+    </p>
   );
 }
 

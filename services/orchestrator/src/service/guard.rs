@@ -91,6 +91,7 @@ names_session!(
     omicos_proto::RewindSessionRequest,
     omicos_proto::RenameSessionRequest,
     omicos_proto::UploadFilesRequest,
+    omicos_proto::ReadValueRequest,
     ChatRequest
 );
 
@@ -229,6 +230,10 @@ pub const METHODS: &[(&str, Access)] = &[
             session: session_of::<omicos_proto::UploadFilesRequest>,
             in_band: false,
         },
+    ),
+    (
+        "/omicos.v1.Orchestrator/ReadValue",
+        Access::Session(session_of::<omicos_proto::ReadValueRequest>),
     ),
     (
         "/omicos.v1.OrchestratorWeb/StartTurn",
@@ -910,6 +915,50 @@ mod tests {
             Some((tonic::Code::Unimplemented as i32).to_string())
         );
         assert_eq!(inner.0.lock().unwrap().len(), 2);
+
+        // ReadValue (a cut value whole) the same: another owner hears what a
+        // missing session answers, and is audited; the owner gets through.
+        let read = |who: &Principal, id: &str| {
+            request(
+                "/omicos.v1.Orchestrator/ReadValue",
+                who,
+                frame(&omicos_proto::ReadValueRequest {
+                    session_id: id.into(),
+                    value: Some(omicos_proto::ValueRef {
+                        at: Some(omicos_proto::value_ref::At::Event(
+                            omicos_proto::EventValue {
+                                event_seq: 3,
+                                field: "tool_call_started.arguments".into(),
+                            },
+                        )),
+                        size_bytes: 0,
+                    }),
+                }),
+            )
+        };
+        let foreign = guard
+            .clone()
+            .oneshot(read(&mallory, "s-alice"))
+            .await
+            .unwrap();
+        let missing = guard
+            .clone()
+            .oneshot(read(&mallory, "s-nobody"))
+            .await
+            .unwrap();
+        assert_eq!(code_and_message(&foreign).0, nf);
+        assert_eq!(m(&missing), m(&foreign));
+        let log = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(log.matches("session_denied").count(), 4, "{log}");
+        assert!(log.contains("/omicos.v1.Orchestrator/ReadValue"), "{log}");
+        assert_eq!(inner.0.lock().unwrap().len(), 2);
+        let ok = guard
+            .clone()
+            .oneshot(read(&alice, "s-alice"))
+            .await
+            .unwrap();
+        assert_eq!(code_and_message(&ok).0, Some("0".into()));
+        assert_eq!(inner.0.lock().unwrap()[2], Some("s-alice".to_owned()));
     }
 
     fn tracing_subscriber_for(out: Captured) -> impl tracing::Subscriber + Send + Sync {

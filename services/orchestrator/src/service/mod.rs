@@ -5,6 +5,7 @@
 //! - [`sessions`]: List/Get/Delete sessions, CancelTurn, ApproveTool;
 //! - [`catalog`]: ListAgents, RefreshCatalog, ListAgentTools;
 //! - [`uploads`]: UploadFiles and the attachment line of a message;
+//! - [`values`]: ReadValue, a cut value whole;
 //! - [`web`]: the OrchestratorWeb service (StartTurn, GetClientConfig);
 //! - [`guard`]: the session guard every call passes before it gets here;
 //! - [`a2a`]: the same turns as an A2A agent (JSON-RPC on the HTTP port).
@@ -21,6 +22,7 @@ mod fork;
 pub mod guard;
 mod sessions;
 pub mod uploads;
+mod values;
 mod web;
 
 use crate::engine::Engine;
@@ -32,9 +34,10 @@ use omicos_proto::{
     ChatClientMessage, ChatEvent, CompactRequest, CompactResponse, DeleteSessionRequest,
     DeleteSessionResponse, ForkSessionRequest, ForkSessionResponse, GetSessionRequest,
     ListAgentToolsRequest, ListAgentToolsResponse, ListAgentsRequest, ListAgentsResponse,
-    ListSessionsRequest, ListSessionsResponse, RefreshCatalogRequest, RefreshCatalogResponse,
-    RenameSessionRequest, RenameSessionResponse, RewindSessionRequest, RewindSessionResponse,
-    Session, UploadFilesRequest, UploadFilesResponse, orchestrator_server::Orchestrator,
+    ListSessionsRequest, ListSessionsResponse, ReadValueRequest, RefreshCatalogRequest,
+    RefreshCatalogResponse, RenameSessionRequest, RenameSessionResponse, RewindSessionRequest,
+    RewindSessionResponse, Session, UploadFilesRequest, UploadFilesResponse,
+    orchestrator_server::Orchestrator,
 };
 use std::pin::Pin;
 use std::sync::Arc;
@@ -211,6 +214,16 @@ impl Orchestrator for OrchestratorService {
             .await;
         audit(&owned, "rename_session", &r);
         grpc(r).map(Response::new)
+    }
+
+    type ReadValueStream = values::ValueStream;
+
+    async fn read_value(
+        &self,
+        req: Request<ReadValueRequest>,
+    ) -> Result<Response<Self::ReadValueStream>, Status> {
+        let owned = guard::owned_of(&req)?;
+        grpc(self.read_value_rpc(&owned, req.into_inner()).await).map(Response::new)
     }
 
     async fn upload_files(

@@ -132,10 +132,18 @@ impl OrchestratorService {
             },
         })?;
         let last = last_seq(store.as_ref(), &id).await?;
+        // Large values keep a head (crate::bound): the session stays
+        // readable, and cut_values says where each is whole (ReadValue).
+        let (mut messages_json, mut cut_values) = (Vec::with_capacity(messages.len()), Vec::new());
+        for (i, m) in messages.iter().enumerate() {
+            let (json, refs) = crate::bound::message(i, m);
+            messages_json.push(json);
+            cut_values.extend(refs);
+        }
         Ok(Session {
             summary: Some(summary(meta, last)),
-            // Large values keep a head (crate::bound): the session stays readable.
-            messages_json: messages.iter().map(crate::bound::message).collect(),
+            messages_json,
+            cut_values,
         })
     }
 

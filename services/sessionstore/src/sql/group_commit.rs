@@ -1389,6 +1389,19 @@ pub(in crate::sql) const SQLITE_EVENTS_SINCE: &str = "\
      SELECT seq, body FROM session_event_tail WHERE pos > $4 AND session_id = $1 AND seq > $2 \
      ORDER BY seq";
 
+/// SQLite: one event of a session (`$1`: the session; `$2`: the seq;
+/// `$3`, `$4`: what the writer's index showed from that seq on,
+/// [`TailIndex::seen`]), wherever it is, as [`SQLITE_EVENTS_SINCE`] reads
+/// it: each branch a lookup by key or position.
+pub(in crate::sql) const SQLITE_EVENT_AT: &str = "\
+     SELECT body FROM session_events WHERE session_id = $1 AND seq = $2 \
+     UNION ALL \
+     SELECT body FROM session_event_tail \
+     WHERE pos IN (SELECT value FROM json_each($3)) AND session_id = $1 AND seq = $2 \
+     UNION ALL \
+     SELECT body FROM session_event_tail WHERE pos > $4 AND session_id = $1 AND seq = $2 \
+     LIMIT 1";
+
 /// SQLite: a session's cursor in the log, if it exists (each MAX a lookup
 /// on the (session_id, seq) or (session_id, idx) key); the writer takes
 /// the tail's last seq from its index.
