@@ -45,6 +45,11 @@ async fn stack(replies: Vec<Reply>) -> Stack {
         FakeLlm::start(replies).await,
         StackOptions {
             tweak: Some(Box::new(|c| {
+                // A `Slow` reply waits for a cancel from the Python client,
+                // which can take seconds on a loaded machine: the stack's
+                // 5 s idle timeout would take it for a broken stream and
+                // retry it with the next scripted reply (another test's).
+                c.llm.idle_timeout = Duration::from_secs(60);
                 c.auth.api_keys = vec![
                     api_key(ALICE, "alice", "acme", "full"),
                     api_key(BOB, "bob", "acme", "full"),
