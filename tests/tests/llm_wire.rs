@@ -183,7 +183,7 @@ async fn litellm_blocks_sharing_an_id_are_one_call_through_chat() {
     assert_eq!(uses, 1, "{next}");
     // The prompt's size, sent only at the end, is counted.
     let usage = events.iter().find_map(|e| match &e.kind {
-        Some(chat_event::Kind::TurnDone(d)) => d.usage.clone(),
+        Some(chat_event::Kind::TurnDone(d)) => d.usage,
         _ => None,
     });
     assert!(usage.is_some_and(|u| u.input_tokens >= 10), "{events:?}");

@@ -373,7 +373,7 @@ impl SandboxConfig {
                 ),
             ));
         }
-        for (k, _) in &self.env {
+        for k in self.env.keys() {
             if k.is_empty() || k.contains('=') || k.contains('\0') {
                 return Err(err(&format!("env.{k}"), "not a variable name".into()));
             }

@@ -83,7 +83,7 @@ const NAMESPACE_FLAGS: &[u64] = &[
 /// Terminal ioctls that push input or reach the console: refused whatever
 /// the terminal (a boxed process has none of its own; this is the second lock).
 const DENIED_IOCTLS: &[u64] = &[
-    libc::TIOCSTI as u64,
+    libc::TIOCSTI,
     0x541C, // TIOCLINUX
 ];
 

@@ -668,7 +668,7 @@ async fn bounds(sb: &Sandbox, place: &Placement, host: &Host) {
         .filter(|e| e.file_name().to_string_lossy().starts_with("fill"))
         .count();
     assert!(
-        written < 400 && written >= 32,
+        (32..400).contains(&written),
         "{written} MiB written before the stop"
     );
     // Over the bound, a call that deletes runs; the session goes on.

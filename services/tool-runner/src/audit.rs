@@ -65,6 +65,18 @@ pub fn call(rec: &ToolCallInfo) {
     );
 }
 
+/// Logs that a session ended and what was stopped with it.
+pub fn session_ended(tenant: &str, session: &str, stopped: u32) {
+    tracing::info!(
+        target: "omicos::audit",
+        event = "session_ended",
+        tenant = if tenant.is_empty() { "default" } else { tenant },
+        session,
+        stopped,
+        "session ended: its boxes, kernels and per-session servers stopped"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,16 +160,4 @@ mod tests {
     fn a_call_nothing_had_to_decide_is_not_logged() {
         assert_eq!(logged(|| call(&rec())), "");
     }
-}
-
-/// Logs that a session ended and what was stopped with it.
-pub fn session_ended(tenant: &str, session: &str, stopped: u32) {
-    tracing::info!(
-        target: "omicos::audit",
-        event = "session_ended",
-        tenant = if tenant.is_empty() { "default" } else { tenant },
-        session,
-        stopped,
-        "session ended: its boxes, kernels and per-session servers stopped"
-    );
 }

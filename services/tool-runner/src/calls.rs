@@ -261,7 +261,7 @@ impl Calls {
     pub fn detach(&self, call: &Arc<LiveCall>, id: u64) {
         {
             let mut inner = call.inner.lock().expect("call");
-            if !inner.follower.as_ref().is_some_and(|(f, _)| *f == id) {
+            if inner.follower.as_ref().is_none_or(|(f, _)| *f != id) {
                 return;
             }
             inner.follower = None;

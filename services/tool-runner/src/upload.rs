@@ -90,7 +90,7 @@ fn check_bound(root: &Path, adding: u64, bound: DiskBound) -> Result<(), Status>
     if let Some(min) = bound.min_free_bytes
         && let Ok(s) = nix::sys::statvfs::statvfs(root)
     {
-        let free = (s.blocks_available() as u64).saturating_mul(s.fragment_size() as u64);
+        let free = s.blocks_available().saturating_mul(s.fragment_size());
         if free.saturating_sub(adding) < min {
             return Err(Status::resource_exhausted(format!(
                 "the upload ({}) does not fit: the workspace's disk has {} free and keeps {} \
