@@ -99,6 +99,7 @@ pub fn script_from_json(script: &Value) -> Result<Vec<Reply>, String> {
                         Value::Null => "{}".to_owned(),
                         v => v.to_string(),
                     };
+                    let args = expand_repeats(&args).map_err(|e| format!("reply {i}: {e}"))?;
                     Ok((field("id")?, field("name")?, args))
                 })
                 .collect::<Result<Vec<_>, String>>()?;
@@ -110,6 +111,35 @@ pub fn script_from_json(script: &Value) -> Result<Vec<Reply>, String> {
             })
         })
         .collect()
+}
+
+/// A script's tool-call arguments may hold `{{repeat:N:TEXT}}` (TEXT without
+/// `}`): TEXT N times, so a script can send a huge argument without holding
+/// it (the browser tests' cut value).
+fn expand_repeats(args: &str) -> Result<String, String> {
+    const OPEN: &str = "{{repeat:";
+    let mut out = String::with_capacity(args.len());
+    let mut rest = args;
+    while let Some(at) = rest.find(OPEN) {
+        out.push_str(&rest[..at]);
+        let body = &rest[at + OPEN.len()..];
+        let end = body
+            .find("}}")
+            .ok_or("`{{repeat:` without its closing `}}`")?;
+        let (n, text) = body[..end]
+            .split_once(':')
+            .ok_or("`{{repeat:N:TEXT}}` needs N and TEXT")?;
+        let n: usize = n
+            .parse()
+            .map_err(|_| format!("`{{{{repeat:{n}:…}}}}`: {n} is not a count"))?;
+        if n.saturating_mul(text.len()) > 64 << 20 {
+            return Err("`{{repeat:…}}` over 64 MiB".into());
+        }
+        out.push_str(&text.repeat(n));
+        rest = &body[end + 2..];
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 /// What a scripted text may ask to be filled in from the request it answers,
@@ -681,6 +711,18 @@ async fn anthropic(state: Shared, body: axum::Json<Value>) -> Response {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn repeats_expand_in_script_arguments_and_bad_ones_are_refused() {
+        assert_eq!(
+            super::expand_repeats(r#"{"p":"{{repeat:3:ab}}-{{repeat:2:c}}"}"#).unwrap(),
+            r#"{"p":"ababab-cc"}"#
+        );
+        assert_eq!(super::expand_repeats("plain").unwrap(), "plain");
+        assert!(super::expand_repeats("{{repeat:x:a}}").is_err());
+        assert!(super::expand_repeats("{{repeat:3:a").is_err());
+        assert!(super::expand_repeats("{{repeat:99999999999:abc}}").is_err());
+    }
+
     use super::*;
 
     #[test]

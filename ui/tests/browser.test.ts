@@ -793,6 +793,38 @@ describe("the page on a live stack", () => {
     await axe("attached-reloaded");
   });
 
+  it.skipIf(PEER)("offers a tool call's cut arguments whole, byte for byte, through ReadValue", async () => {
+    const call = SCRIPT.replies[19]!.tool_calls[0]!;
+    // What the model sent: the script's {{repeat:…}} expanded by the fake.
+    const whole = JSON.stringify({ path: "0123456789".repeat(7000) });
+    await page.locator(".side").getByRole("button", { name: "New chat" }).click();
+    await page.waitForURL((u) => u.pathname === "/");
+    await page.fill("#composer", "read the file with the long name");
+    await page.getByRole("button", { name: "Send" }).click();
+    await page.waitForURL(/\/s\/[^/]+$/, { timeout: 20_000 });
+    await page.getByText(SCRIPT.replies[20]!.text).waitFor({ timeout: 30_000 });
+    const card = page.locator(`[data-testid=tool-card][data-call=${call.id}]`);
+    // Under the card's Arguments, with the head that was shown.
+    await card.locator("details.args > summary").click();
+    const offer = card.getByTestId("whole-value");
+    await offer.waitFor({ timeout: 20_000 });
+    expect(await offer.textContent()).toContain(`Shown cut: ${(whole.length / 1e3).toFixed(1)} kB in all.`);
+    // The card shows the head, not the whole value.
+    const shown = (await card.textContent()) ?? "";
+    expect(shown.length).toBeLessThan(whole.length);
+    const downloaded = page.waitForEvent("download", { timeout: 20_000 });
+    await offer.getByRole("button", { name: "Download it whole" }).click();
+    const file = await (await downloaded).path();
+    expect(readFileSync(file).toString()).toBe(whole);
+    await axe("cut-value");
+    await shot("25-cut-value");
+    // After a reload the offer is still there (the reference is in the log).
+    await page.reload();
+    await expect.poll(() => page.getAttribute("[data-testid=link]", "data-link"), { timeout: 20_000 }).toBe("connected");
+    await card.locator("details.args > summary").click();
+    await card.getByTestId("whole-value").waitFor({ timeout: 20_000 });
+  });
+
   it.skipIf(PEER)("says what to do when the token is missing or wrong, and stops asking", async () => {
     const token = /#token=([^&]+)/.exec(BASE)?.[1];
     expect(token, "the stack's page URL carries its token").toBeTruthy();
