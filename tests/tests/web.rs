@@ -261,6 +261,12 @@ async fn the_page_and_grpc_web_share_the_orchestrators_port() {
     assert_eq!(cfg.default_model, "fake-model");
     assert!(cfg.model_override);
     assert_eq!(cfg.heartbeat_secs, 30);
+    // The upload limits, so the page can refuse a file before sending it.
+    let uploads = omicos_orchestrator::config::UploadsConfig::default();
+    assert_eq!(cfg.upload_max_file_bytes, uploads.max_file_bytes);
+    assert_eq!(cfg.upload_max_request_bytes, uploads.max_request_bytes);
+    assert_eq!(cfg.upload_max_files as usize, uploads.max_files);
+    assert!(cfg.upload_max_file_bytes > 0 && cfg.upload_max_files > 0);
     assert_eq!(cfg.default_permission_mode(), PermissionMode::ReadOnly);
     assert!(!cfg.deployment_tier.is_empty());
     let agents: ListAgentsResponse = web

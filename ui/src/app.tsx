@@ -18,7 +18,7 @@ import { MODES, SettingsPanel, type Settings } from "./ui/settings";
 import { accessFromCode, accessText, connectionLost, linkText as linkWords, type Access } from "./state/status-text";
 import { composerTarget } from "./state/target";
 import { carriedPrefix, parseHistory, type CarriedMessage } from "./state/carried";
-import { uploadFailure } from "./state/attachments";
+import { overLimits, uploadFailure } from "./state/attachments";
 import { FileChips, dragHasFiles, type PendingFile } from "./ui/attach";
 
 const DEFAULT_HEARTBEAT_S = 15;
@@ -396,6 +396,21 @@ export function App() {
     let chosen = files;
     const todo = chosen.filter((f) => !f.uploaded);
     if (todo.length) {
+      // Over the deployment's limits: said now, without sending the bytes.
+      const over =
+        config &&
+        overLimits(
+          todo.map((f) => ({ name: f.file.name, size: f.file.size })),
+          {
+            maxFileBytes: Number(config.uploadMaxFileBytes),
+            maxRequestBytes: Number(config.uploadMaxRequestBytes),
+            maxFiles: config.uploadMaxFiles,
+          },
+        );
+      if (over) {
+        setNotice(over);
+        return null;
+      }
       let contents: { name: string; content: Uint8Array }[];
       try {
         contents = await Promise.all(todo.map(async (f) => ({ name: f.file.name, content: new Uint8Array(await f.file.arrayBuffer()) })));

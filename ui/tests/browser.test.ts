@@ -754,6 +754,12 @@ describe("the page on a live stack", () => {
 
     // A file over the limit: refused with a sentence that says what to do;
     // the message and the file stay, no turn starts, nothing is written.
+    // The page knows the limit (GetClientConfig) and says so without sending the bytes.
+    const uploads: string[] = [];
+    const seen = (r: { url(): string }) => {
+      if (r.url().includes("/UploadFiles")) uploads.push(r.url());
+    };
+    page.on("request", seen);
     await page.fill("#composer", "summarise the big one");
     await input.setInputFiles({ name: "big.bin", mimeType: "application/octet-stream", buffer: Buffer.alloc(UPLOAD_LIMIT + (1 << 20), 7) });
     await page.getByRole("button", { name: "Send" }).click();
@@ -765,6 +771,8 @@ describe("the page on a live stack", () => {
     expect(await chips()).toEqual([`big.bin (${mb(UPLOAD_LIMIT + (1 << 20))})`]);
     expect(await page.getByTestId("turn").count()).toBe(2);
     if (WORKSPACE) expect(inWorkspace("uploads/big.bin")).toBeNull();
+    page.off("request", seen);
+    expect(uploads, "the refused file was never sent").toEqual([]);
     await axe("attach-refused");
     await shot("23-attach-refused");
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { Code } from "@connectrpc/connect";
-import { ATTACHED_FILES, baseName, formatSize, joinAttachments, splitAttachments, uploadFailure } from "./attachments";
+import { ATTACHED_FILES, baseName, formatSize, joinAttachments, overLimits, splitAttachments, uploadFailure } from "./attachments";
 
 describe("attachments", () => {
   it("writes sizes as the server does", () => {
@@ -73,5 +73,22 @@ describe("attachments", () => {
     expect(uploadFailure(Code.InvalidArgument, 'the file name "a\\nb" holds a control character', false)).toContain("Rename the file");
     expect(uploadFailure(Code.Unavailable, "", true)).toContain("the server cannot be reached");
     expect(uploadFailure(Code.Internal, "boom", false)).toBe("The files were not attached: boom. Try again. Your message and files are still here.");
+  });
+
+  it("says before sending what the server's limits would refuse, in the server's words", () => {
+    const limits = { maxFileBytes: 1 << 20, maxRequestBytes: 3 << 20, maxFiles: 3 };
+    const mb = (n: number) => ({ name: `f${n}.bin`, size: n << 20 });
+    expect(overLimits([mb(1), { name: "a.txt", size: 12 }], limits)).toBeNull();
+    expect(overLimits([{ name: "big.bin", size: 2 << 20 }], limits)).toBe(
+      "big.bin is 2 MB; the limit is 1 MB. Attach a smaller file. Your message and files are still here.",
+    );
+    expect(overLimits([{ name: "a", size: 1 }, { name: "b", size: 1 }, { name: "c", size: 1 }, { name: "d", size: 1 }], limits)).toBe(
+      "4 files in one upload; the limit is 3. Attach fewer files at a time. Your message and files are still here.",
+    );
+    const four = [mb(1), mb(1), mb(1), { name: "x", size: 1 }];
+    expect(overLimits(four, { ...limits, maxFiles: 10 })).toMatch(/^The files hold 3\.0 MB together|^The files hold 3 MB together/);
+    expect(overLimits(four, { ...limits, maxFiles: 10 })).toContain("Send the files in parts: fewer at a time.");
+    // Unknown limits (an older server): nothing is said here; the server decides.
+    expect(overLimits([{ name: "big.bin", size: 1 << 30 }], { maxFileBytes: 0, maxRequestBytes: 0, maxFiles: 0 })).toBeNull();
   });
 });

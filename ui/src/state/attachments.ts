@@ -100,3 +100,33 @@ export function uploadFailure(code: Code, rawMessage: string, unreachable: boole
   if (code === Code.InvalidArgument) return `${first}. Rename the file (a plain name, no folder) and attach it again. ${kept}`;
   return `The files were not attached: ${said || Code[code]}. Try again. ${kept}`;
 }
+
+/** UploadFiles' limits as GetClientConfig gives them; 0: unknown (not checked here). */
+export interface UploadLimits {
+  maxFileBytes: number;
+  maxRequestBytes: number;
+  maxFiles: number;
+}
+
+/**
+ * What the server would refuse, said before anything is sent, in the words
+ * of its refusal (see uploadFailure); null when the files fit or the limits
+ * are unknown. The server checks again whatever the page said.
+ */
+export function overLimits(files: { name: string; size: number }[], l: UploadLimits): string | null {
+  const refused = (raw: string) => uploadFailure(Code.ResourceExhausted, raw, false);
+  if (l.maxFiles && files.length > l.maxFiles) {
+    return refused(`${files.length} files in one upload; the limit is ${l.maxFiles} (uploads.max_files)`);
+  }
+  const big = files.find((f) => l.maxFileBytes && f.size > l.maxFileBytes);
+  if (big) {
+    return refused(`${big.name} is ${formatSize(big.size)}; the limit is ${formatSize(l.maxFileBytes)} (uploads.max_file_bytes)`);
+  }
+  const total = files.reduce((n, f) => n + f.size, 0);
+  if (l.maxRequestBytes && total > l.maxRequestBytes) {
+    return refused(
+      `the files hold ${formatSize(total)} together; the limit of one upload is ${formatSize(l.maxRequestBytes)} (uploads.max_request_bytes)`,
+    );
+  }
+  return null;
+}

@@ -71,7 +71,8 @@ impl OrchestratorService {
     }
 
     /// GetClientConfig: the providers (the default first), the default model
-    /// and mode, the tier, and the heartbeat period of Attach streams.
+    /// and mode, the tier, the heartbeat period of Attach streams and the
+    /// upload limits.
     pub(super) fn client_config_rpc(&self) -> ClientConfig {
         let e = &self.engine;
         let mut others: Vec<String> = e
@@ -92,6 +93,9 @@ impl OrchestratorService {
             default_permission_mode: DEFAULT_PERMISSION_MODE as i32,
             deployment_tier,
             heartbeat_secs: self.heartbeat().as_secs().clamp(1, u32::MAX as u64) as u32,
+            upload_max_file_bytes: e.config.uploads.max_file_bytes,
+            upload_max_request_bytes: e.config.uploads.max_request_bytes,
+            upload_max_files: e.config.uploads.max_files.min(u32::MAX as usize) as u32,
         }
     }
 }
