@@ -1977,7 +1977,12 @@ mod run {
             omicos_proto::ToolStatus::Done as i32,
             "{events:#?}"
         );
-        assert!(finished[0].result.contains('2'), "{:?}", finished[0]);
+        // The cell's value as the kernel reports it (execute_result text/plain).
+        let v: serde_json::Value = serde_json::from_str(&finished[0].result).unwrap_or_default();
+        let value = v["execute_result"]["text/plain"]
+            .as_str()
+            .or_else(|| v["result"]["execute_result"]["text/plain"].as_str());
+        assert_eq!(value, Some("2"), "{:?}", finished[0]);
         let text = omicos_e2e::stack::events_text(&events);
         assert!(text.contains("the kernel says 2"), "{events:#?}");
         assert_eq!(llm.requests().len(), 2);
@@ -2040,7 +2045,8 @@ mod run {
                 &format!("the kernel's CallTool, {who}"),
             );
         }
-        // A client with another CA's certificate to the registry, too.
+        // The registry port too: no certificate, or another CA's.
+        assert_refused_at_handshake(list(client(None)).await, "Registry, no certificate");
         assert_refused_at_handshake(
             list(client(Some((
                 &other.part("provider", 92),
