@@ -66,9 +66,17 @@ impl Ca {
 
     /// [`Ca::leaf`] with these URI subject alternative names besides the DNS and IP ones.
     pub fn leaf_with_uris(&self, name: &str, serial: u64, uris: &[&str]) -> Leaf {
+        self.leaf_for(name, serial, &["localhost", "127.0.0.1"], uris)
+    }
+
+    /// A certificate for exactly `names` (DNS names, wildcards such as
+    /// `*.svc.example` included, or IP addresses) and the URI SANs `uris`,
+    /// for both server and client authentication: what a cert-manager
+    /// Certificate with these `dnsNames`/`ipAddresses` and `uris` issues.
+    pub fn leaf_for(&self, name: &str, serial: u64, names: &[&str], uris: &[&str]) -> Leaf {
         let key = rcgen::KeyPair::generate().expect("leaf key");
         let mut params =
-            rcgen::CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
                 .expect("leaf params");
         for u in uris {
             params.subject_alt_names.push(rcgen::SanType::URI(

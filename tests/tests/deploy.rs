@@ -92,18 +92,24 @@ fn host_port(url: &str) -> (String, u16) {
 
 // ------------------------------------------------------------------ Kubernetes
 
+/// The documents of a multi-document YAML file of the repository.
+fn yaml_docs(rel: &str) -> Vec<Value> {
+    let text = repo_file(rel);
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{rel} is not YAML: {e}")))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
 struct K8s {
     docs: Vec<Value>,
 }
 
 impl K8s {
     fn load() -> Self {
-        let text = repo_file("deploy/k8s/omicos.yaml");
-        let docs = serde_yaml::Deserializer::from_str(&text)
-            .map(|d| Value::deserialize(d).expect("deploy/k8s/omicos.yaml is YAML"))
-            .filter(|v| !v.is_null())
-            .collect();
-        Self { docs }
+        Self {
+            docs: yaml_docs("deploy/k8s/omicos.yaml"),
+        }
     }
 
     fn of_kind<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
@@ -756,6 +762,430 @@ const DOCUMENTED_KEY: &str = "CHANGE-ME-example-client-key";
 /// What the required compose variables are set to here.
 const COMPOSE_SECRET: &str = "compose-test-secret";
 
+// ------------------------------------------------------- the mTLS variant
+
+/// deploy/k8s-mtls rendered the way `kubectl apply -k deploy/k8s-mtls`
+/// renders it: the documents of its `resources`, then each of its `patches`
+/// (RFC 6902 operations, applied by the json-patch crate) on the one
+/// document its target names. A key of kustomization.yaml this does not
+/// render, a patch that targets no document (or several), and an operation
+/// whose path does not exist or whose `test` fails all fail here, so a change
+/// of ../k8s/omicos.yaml that silently breaks the overlay shows.
+fn mtls() -> K8s {
+    const DIR: &str = "deploy/k8s-mtls";
+    let kust: Value = serde_yaml::from_str(&repo_file(&format!("{DIR}/kustomization.yaml")))
+        .expect("kustomization.yaml is YAML");
+    for key in kust
+        .as_mapping()
+        .expect("kustomization.yaml: a mapping")
+        .keys()
+    {
+        let key = key.as_str().unwrap_or_default();
+        assert!(
+            matches!(key, "apiVersion" | "kind" | "resources" | "patches"),
+            "kustomization.yaml: `{key}` is not rendered by this test (teach mtls() what it does)"
+        );
+    }
+    let mut docs = vec![];
+    for r in s(&kust, "resources")
+        .and_then(Value::as_sequence)
+        .expect("resources")
+    {
+        let r = r.as_str().expect("a resource is a path");
+        docs.extend(yaml_docs(&format!("{DIR}/{r}")));
+    }
+    let patches = s(&kust, "patches")
+        .and_then(Value::as_sequence)
+        .expect("patches");
+    assert!(!patches.is_empty(), "kustomization.yaml patches nothing");
+    for (i, p) in patches.iter().enumerate() {
+        let target = s(p, "target")
+            .and_then(Value::as_mapping)
+            .expect("a patch's target");
+        for key in target.keys() {
+            let key = key.as_str().unwrap_or_default();
+            assert!(
+                matches!(key, "kind" | "name"),
+                "patch {i}: target.{key} is not rendered by this test"
+            );
+        }
+        let (kind, name) = (text(p, "target.kind"), text(p, "target.name"));
+        let what = format!("kustomization.yaml patch {i} ({kind} {name})");
+        let ops: json_patch::Patch = serde_yaml::from_str(text(p, "patch"))
+            .unwrap_or_else(|e| panic!("{what}: not a list of RFC 6902 operations: {e}"));
+        assert!(!ops.is_empty(), "{what}: no operation");
+        let hits: Vec<usize> = (0..docs.len())
+            .filter(|&d| text(&docs[d], "kind") == kind && text(&docs[d], "metadata.name") == name)
+            .collect();
+        assert_eq!(
+            hits.len(),
+            1,
+            "{what}: targets {} documents of the resources",
+            hits.len()
+        );
+        let mut doc = serde_json::to_value(&docs[hits[0]]).unwrap();
+        json_patch::patch(&mut doc, &ops)
+            .unwrap_or_else(|e| panic!("{what} does not apply: {e} (operation {})", e.operation));
+        docs[hits[0]] = serde_json::from_value(doc).unwrap();
+    }
+    K8s { docs }
+}
+
+/// Whether a TLS client (rustls, verifying as webpki does) accepts a
+/// certificate naming `names` for the server name `host`; Err says why not.
+fn certificate_covers(names: &[&str], host: &str) -> Result<(), String> {
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject};
+    let ca = omicos_e2e::pki::Ca::new("names check");
+    let leaf = ca.leaf_for("names check", 1, names, &[]);
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca.pem.as_bytes()).unwrap())
+        .unwrap();
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        std::sync::Arc::new(roots),
+        std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider()),
+    )
+    .build()
+    .unwrap();
+    let server = ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
+    verifier
+        .verify_server_cert(
+            &CertificateDer::from(leaf.der),
+            &[],
+            &server,
+            &[],
+            UnixTime::now(),
+        )
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// The workloads the mTLS variant leaves without a certificate, as
+/// certificates.yaml says (their pods advertise a pod IP, which needs
+/// per-pod certificates from cert-manager's csi-driver).
+const MTLS_UNCERTIFIED: [&str; 2] = ["omicos-memory", "omicos-web"];
+
+/// A workload's part in the mTLS variant, as its rendered pod spec has it.
+struct MtlsPart<'a> {
+    name: String,
+    bin: String,
+    container: &'a Value,
+    env: Vec<(String, String)>,
+    /// The Certificate whose Secret the pod mounts, and where.
+    cert: Option<(&'a Value, String)>,
+}
+
+impl MtlsPart<'_> {
+    fn serves_tls(&self) -> bool {
+        !get(&self.env, "OMICOS_TLS_CERT").is_empty()
+    }
+    fn mutual(&self) -> bool {
+        !get(&self.env, "OMICOS_TLS_CLIENT_CA").is_empty()
+    }
+    fn dns_names(&self) -> Vec<&str> {
+        self.cert
+            .iter()
+            .flat_map(|(c, _)| {
+                s(c, "spec.dnsNames")
+                    .and_then(Value::as_sequence)
+                    .into_iter()
+                    .flatten()
+            })
+            .filter_map(Value::as_str)
+            .collect()
+    }
+    fn uris(&self) -> Vec<&str> {
+        self.cert
+            .iter()
+            .flat_map(|(c, _)| {
+                s(c, "spec.uris")
+                    .and_then(Value::as_sequence)
+                    .into_iter()
+                    .flatten()
+            })
+            .filter_map(Value::as_str)
+            .collect()
+    }
+}
+
+fn mtls_parts(k: &K8s) -> Vec<MtlsPart<'_>> {
+    let mut out = vec![];
+    for w in k.workloads() {
+        let name = text(w, "metadata.name").to_owned();
+        let c = s(w, "spec.template.spec.containers.0").unwrap();
+        let mut cert = None;
+        for v in s(w, "spec.template.spec.volumes")
+            .and_then(Value::as_sequence)
+            .into_iter()
+            .flatten()
+        {
+            let Some(secret) = s(v, "secret.secretName").and_then(Value::as_str) else {
+                continue;
+            };
+            let certificate = k
+                .of_kind("Certificate")
+                .find(|c| text(c, "spec.secretName") == secret)
+                .unwrap_or_else(|| {
+                    panic!("k8s-mtls {name}: mounts the Secret {secret}, which no Certificate of certificates.yaml produces")
+                });
+            let mount = s(c, "volumeMounts")
+                .and_then(Value::as_sequence)
+                .into_iter()
+                .flatten()
+                .find(|m| text(m, "name") == text(v, "name"))
+                .map(|m| text(m, "mountPath").to_owned())
+                .unwrap_or_else(|| {
+                    panic!("k8s-mtls {name}: the volume of {secret} is mounted nowhere")
+                });
+            assert!(cert.is_none(), "k8s-mtls {name}: mounts two certificates");
+            cert = Some((certificate, mount));
+        }
+        out.push(MtlsPart {
+            bin: text(c, "command.0").to_owned(),
+            env: k.env(&name, c),
+            container: c,
+            name,
+            cert,
+        });
+    }
+    out
+}
+
+/// The rendered mTLS variant holds together: every container's environment
+/// loads in its binary (a misspelt `OMICOS_TLS_*` fails), every certificate
+/// a pod mounts comes from a Certificate of the one private CA, each TLS
+/// setting names a file such a Secret holds, every `https://` address a part
+/// is told to call is covered by the called part's certificate as a TLS
+/// client verifies it (rustls, webpki's name rules), each caller presents the
+/// role the called port asks for, no part calls a TLS port in plain except
+/// the two certificates.yaml leaves without certificates, and the TLS ports
+/// are probed with `omicos health` over TLS (the kubelet's grpc probe speaks
+/// plain HTTP/2).
+#[test]
+fn k8s_mtls_variant_renders_and_its_certificates_cover_every_call() {
+    let k = mtls();
+    // The CA: one Certificate with isCA, behind a CA Issuer.
+    let cas: Vec<&Value> = k
+        .of_kind("Certificate")
+        .filter(|c| s(c, "spec.isCA").and_then(Value::as_bool) == Some(true))
+        .collect();
+    assert_eq!(cas.len(), 1, "certificates.yaml: one private CA");
+    let ca_secret = text(cas[0], "spec.secretName");
+    let ca_issuer = k
+        .of_kind("Issuer")
+        .find(|i| text(i, "spec.ca.secretName") == ca_secret)
+        .map(|i| text(i, "metadata.name"))
+        .expect("certificates.yaml: no Issuer signs with the CA");
+
+    let parts = mtls_parts(&k);
+    // The binaries read the TLS files as they load: a Secret's files here.
+    let files = tempfile::tempdir().unwrap();
+    let check_ca = omicos_e2e::pki::Ca::new("omicos-ca");
+    check_ca.write(files.path(), "ca.crt");
+    check_ca.part("check", 1).write(files.path(), "tls");
+    let part = |name: &str| {
+        parts
+            .iter()
+            .find(|p| p.name == name)
+            .unwrap_or_else(|| panic!("k8s-mtls: no workload {name}"))
+    };
+    for p in &parts {
+        let what = format!("k8s-mtls {}", p.name);
+        let on_disk: Vec<(String, String)> = p
+            .env
+            .iter()
+            .map(|(k, v)| match &p.cert {
+                Some((_, mount)) if v.starts_with(&format!("{mount}/")) => (
+                    k.clone(),
+                    files
+                        .path()
+                        .join(&v[mount.len() + 1..])
+                        .display()
+                        .to_string(),
+                ),
+                _ => (k.clone(), v.clone()),
+            })
+            .collect();
+        check_binary(&p.bin, &what, &on_disk);
+        let tls_vars: Vec<&(String, String)> =
+            p.env.iter().filter(|(k, _)| k.contains("_TLS_")).collect();
+        let Some((cert, mount)) = &p.cert else {
+            assert!(
+                tls_vars.is_empty(),
+                "{what}: TLS settings without a mounted certificate: {tls_vars:?}"
+            );
+            assert!(
+                MTLS_UNCERTIFIED.contains(&p.name.as_str()),
+                "{what}: the variant gives it no certificate"
+            );
+            continue;
+        };
+        assert!(
+            !MTLS_UNCERTIFIED.contains(&p.name.as_str()),
+            "{what} has a certificate now: take it out of MTLS_UNCERTIFIED"
+        );
+        assert_eq!(
+            text(cert, "spec.issuerRef.name"),
+            ca_issuer,
+            "{what}: its certificate is not from the CA"
+        );
+        assert_eq!(text(cert, "spec.issuerRef.kind"), "Issuer", "{what}");
+        assert_ne!(
+            s(cert, "spec.isCA").and_then(Value::as_bool),
+            Some(true),
+            "{what} mounts the CA's key"
+        );
+        assert_eq!(p.uris().len(), 1, "{what}: its certificate names one role");
+        let usages: Vec<&str> = s(cert, "spec.usages")
+            .and_then(Value::as_sequence)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(
+            usages.contains(&"client auth") && usages.contains(&"server auth"),
+            "{what}: {usages:?}"
+        );
+        for (var, v) in &tls_vars {
+            let file = v.strip_prefix(&format!("{mount}/")).unwrap_or_else(|| {
+                panic!("{what}: {var}={v} is not in its certificate's mount {mount}")
+            });
+            let want = if var.ends_with("_CERT") {
+                "tls.crt"
+            } else if var.ends_with("_KEY") {
+                "tls.key"
+            } else {
+                "ca.crt"
+            };
+            assert_eq!(
+                file, want,
+                "{what}: {var} (cert-manager's Secret holds tls.crt, tls.key, ca.crt)"
+            );
+        }
+        // A TLS port answers no plain probe.
+        if p.serves_tls() {
+            let (_, listen_port) = host_port(&format!("http://{}", get(&p.env, "OMICOS_LISTEN")));
+            for probe in ["readinessProbe", "livenessProbe"] {
+                assert!(
+                    s(p.container, &format!("{probe}.grpc")).is_none(),
+                    "{what}: a grpc {probe} speaks plain HTTP/2 to a TLS port"
+                );
+                let cmd: Vec<&str> = s(p.container, &format!("{probe}.exec.command"))
+                    .and_then(Value::as_sequence)
+                    .unwrap_or_else(|| panic!("{what}: no exec {probe}"))
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect();
+                let arg = |flag: &str| {
+                    cmd.iter()
+                        .position(|a| *a == flag)
+                        .and_then(|i| cmd.get(i + 1))
+                        .copied()
+                        .unwrap_or_else(|| panic!("{what}: {probe} has no {flag}: {cmd:?}"))
+                };
+                assert_eq!(&cmd[..2], ["omicos", "health"], "{what}: {probe}");
+                assert_eq!(arg("--ca"), format!("{mount}/ca.crt"));
+                assert_eq!(arg("--cert"), format!("{mount}/tls.crt"));
+                assert_eq!(arg("--key"), format!("{mount}/tls.key"));
+                let (host, port) = host_port(cmd.last().unwrap());
+                assert!(
+                    cmd.last().unwrap().starts_with("https://"),
+                    "{what}: {probe}: {cmd:?}"
+                );
+                assert_eq!(port, listen_port, "{what}: {probe} asks another port");
+                certificate_covers(&p.dns_names(), &host)
+                    .unwrap_or_else(|e| panic!("{what}: {probe} dials {host}: {e}"));
+            }
+        }
+    }
+
+    // Every address a part calls (the runner calls what a provider advertises).
+    let runner = part("omicos-tool-runner");
+    let mut plain_to_tls = std::collections::BTreeSet::new();
+    for p in &parts {
+        for (var, role) in [
+            ("OMICOS_TOOL_RUNNER", "orchestrator"),
+            ("OMICOS_REGISTRY", "provider"),
+            ("OMICOS_ADVERTISE", "runner"),
+        ] {
+            let url = get(&p.env, var);
+            if url.is_empty() {
+                continue;
+            }
+            let what = format!("k8s-mtls {}: {var}={url}", p.name);
+            let (host, port) = host_port(url);
+            // <pod>.<governing service>[.…] and a pod IP are the pod itself.
+            let callee = if host == "10.1.2.3" || host.starts_with("omicos-pod-0.") {
+                p
+            } else {
+                let svc = k
+                    .named("Service", &host)
+                    .unwrap_or_else(|| panic!("{what}: names no Service"));
+                let w = k
+                    .workloads()
+                    .find(|w| {
+                        K8s::selects(
+                            s(svc, "spec.selector").unwrap(),
+                            s(w, "spec.template.metadata.labels").unwrap(),
+                        )
+                    })
+                    .unwrap_or_else(|| panic!("{what}: its Service selects no workload"));
+                part(text(w, "metadata.name"))
+            };
+            assert!(
+                container_ports(callee.container).contains(&u64::from(port)),
+                "{what}: {} exposes no port {port}",
+                callee.name
+            );
+            let caller = if var == "OMICOS_ADVERTISE" { runner } else { p };
+            if url.starts_with("http://") {
+                if callee.serves_tls() {
+                    plain_to_tls.insert(caller.name.clone());
+                }
+                continue;
+            }
+            assert!(callee.serves_tls(), "{what}: {} serves no TLS", callee.name);
+            let (ca_var, cert_var) = if var == "OMICOS_TOOL_RUNNER" {
+                ("OMICOS_RUNNER_TLS_CA", "OMICOS_RUNNER_TLS_CERT")
+            } else {
+                ("OMICOS_TLS_CA", "OMICOS_TLS_CERT")
+            };
+            assert!(
+                !get(&caller.env, ca_var).is_empty(),
+                "{what}: {} sets no {ca_var}",
+                caller.name
+            );
+            certificate_covers(&callee.dns_names(), &host).unwrap_or_else(|e| {
+                panic!(
+                    "{what}: {}'s certificate ({:?}) does not cover {host}: {e}",
+                    callee.name,
+                    callee.dns_names()
+                )
+            });
+            if callee.mutual() {
+                assert!(
+                    !get(&caller.env, cert_var).is_empty(),
+                    "{what}: {} presents no certificate",
+                    caller.name
+                );
+                let want = format!("spiffe://omicos/{role}");
+                assert_eq!(
+                    caller.uris(),
+                    [want.as_str()],
+                    "{what}: {}'s certificate role",
+                    caller.name
+                );
+            }
+        }
+    }
+    assert_eq!(
+        plain_to_tls.iter().map(String::as_str).collect::<Vec<_>>(),
+        MTLS_UNCERTIFIED,
+        "k8s-mtls: parts that call a TLS port in plain (only those certificates.yaml leaves out may)"
+    );
+}
+
 mod run {
     //! The manifests' workloads as processes: each container's command with
     //! exactly the environment deploy/k8s/omicos.yaml gives it (the Secret's
@@ -885,9 +1315,56 @@ mod run {
         db: String,
         ws: PathBuf,
         llm: String,
+        /// A Secret's name → the directory standing for it where a pod mounts it.
+        secrets: BTreeMap<String, PathBuf>,
     }
 
     impl Local {
+        /// Every port of every workload on a free 127.0.0.1 port, every
+        /// Service name to the workload it selects.
+        fn new(
+            k: &K8s,
+            db: &str,
+            ws: &Path,
+            llm: &str,
+            secrets: BTreeMap<String, PathBuf>,
+        ) -> Self {
+            let mut ports = BTreeMap::new();
+            for w in k.workloads() {
+                for port in container_ports(s(w, "spec.template.spec.containers.0").unwrap()) {
+                    ports.insert(
+                        (text(w, "metadata.name").to_owned(), port as u16),
+                        free_port(),
+                    );
+                }
+            }
+            let mut services = BTreeMap::new();
+            for svc in k.of_kind("Service") {
+                assert_eq!(
+                    s(svc, "spec.ports.0.port").and_then(Value::as_u64),
+                    s(svc, "spec.ports.0.targetPort").and_then(Value::as_u64),
+                    "a Service's port is its pods' port here"
+                );
+                let sel = s(svc, "spec.selector").unwrap();
+                let w = k
+                    .workloads()
+                    .find(|w| K8s::selects(sel, s(w, "spec.template.metadata.labels").unwrap()))
+                    .unwrap();
+                services.insert(
+                    text(svc, "metadata.name").to_owned(),
+                    text(w, "metadata.name").to_owned(),
+                );
+            }
+            Local {
+                ports,
+                services,
+                db: db.to_owned(),
+                ws: ws.to_path_buf(),
+                llm: llm.to_owned(),
+                secrets,
+            }
+        }
+
         fn url_host(&self, own: &str, url: &str) -> String {
             let (host, _) = host_port(url);
             // <pod>.<governing service> or a pod IP: the pod itself.
@@ -900,7 +1377,49 @@ mod run {
                     .clone()
             };
             let (_, port) = host_port(url);
-            format!("http://127.0.0.1:{}", self.port(&workload, port))
+            let scheme = if url.starts_with("https://") {
+                "https"
+            } else {
+                "http"
+            };
+            format!("{scheme}://127.0.0.1:{}", self.port(&workload, port))
+        }
+
+        /// Where a pod's Secret volumes are mounted → their local directories.
+        fn mounts(&self, w: &Value) -> Vec<(String, PathBuf)> {
+            let c = s(w, "spec.template.spec.containers.0").unwrap();
+            let mut out = vec![];
+            for v in s(w, "spec.template.spec.volumes")
+                .and_then(Value::as_sequence)
+                .into_iter()
+                .flatten()
+            {
+                let Some(secret) = s(v, "secret.secretName").and_then(Value::as_str) else {
+                    continue;
+                };
+                let dir = self
+                    .secrets
+                    .get(secret)
+                    .unwrap_or_else(|| panic!("no local stand-in for the Secret {secret}"));
+                for m in s(c, "volumeMounts")
+                    .and_then(Value::as_sequence)
+                    .into_iter()
+                    .flatten()
+                {
+                    if text(m, "name") == text(v, "name") {
+                        out.push((text(m, "mountPath").to_owned(), dir.clone()));
+                    }
+                }
+            }
+            out
+        }
+
+        /// A path inside a pod's mounted Secret, on this machine.
+        fn mapped_path(mounts: &[(String, PathBuf)], v: &str) -> Option<String> {
+            mounts.iter().find_map(|(m, dir)| {
+                v.strip_prefix(&format!("{m}/"))
+                    .map(|rest| dir.join(rest).display().to_string())
+            })
         }
 
         /// The local port of `workload`'s container port `port`.
@@ -917,6 +1436,11 @@ mod run {
 
         /// A container's environment on this machine.
         fn env(&self, k: &K8s, workload: &str, c: &Value) -> Vec<(String, String)> {
+            let w = k
+                .workloads()
+                .find(|w| text(w, "metadata.name") == workload)
+                .unwrap();
+            let mounts = self.mounts(w);
             let secret = k.named("Secret", "omicos").unwrap();
             let db_in_secret = text(secret, "stringData.postgres-url");
             let mut env: Vec<(String, String)> = image_env();
@@ -937,7 +1461,12 @@ mod run {
                     "OMICOS_KERNEL_PYTHON" => python(),
                     "POD_NAME" | "POD_IP" => v,
                     _ if v == db_in_secret => self.db.clone(),
-                    _ if v.starts_with("http://") => self.url_host(workload, &v),
+                    _ if v.starts_with("http://") || v.starts_with("https://") => {
+                        self.url_host(workload, &v)
+                    }
+                    _ if Self::mapped_path(&mounts, &v).is_some() => {
+                        Self::mapped_path(&mounts, &v).unwrap()
+                    }
                     _ => v,
                 };
                 out.push((name, v));
@@ -983,39 +1512,7 @@ mod run {
         let k = K8s::load();
         let ws = tempfile::tempdir().unwrap();
         let llm = FakeLlm::start(vec![Reply::Text("hello from the manifests".into())]).await;
-        let mut ports = BTreeMap::new();
-        for w in k.workloads() {
-            for port in container_ports(s(w, "spec.template.spec.containers.0").unwrap()) {
-                ports.insert(
-                    (text(w, "metadata.name").to_owned(), port as u16),
-                    free_port(),
-                );
-            }
-        }
-        let mut services = BTreeMap::new();
-        for svc in k.of_kind("Service") {
-            assert_eq!(
-                s(svc, "spec.ports.0.port").and_then(Value::as_u64),
-                s(svc, "spec.ports.0.targetPort").and_then(Value::as_u64),
-                "a Service's port is its pods' port here"
-            );
-            let sel = s(svc, "spec.selector").unwrap();
-            let w = k
-                .workloads()
-                .find(|w| K8s::selects(sel, s(w, "spec.template.metadata.labels").unwrap()))
-                .unwrap();
-            services.insert(
-                text(svc, "metadata.name").to_owned(),
-                text(w, "metadata.name").to_owned(),
-            );
-        }
-        let local = Local {
-            ports,
-            services,
-            db: db.url.clone(),
-            ws: ws.path().to_path_buf(),
-            llm: llm.openai_url(),
-        };
+        let local = Local::new(&k, &db.url, ws.path(), &llm.openai_url(), BTreeMap::new());
         let secret = text(
             k.named("Secret", "omicos").unwrap(),
             "stringData.service-secret",
@@ -1236,6 +1733,339 @@ mod run {
             .collect();
         assert!(text.contains("hello from the manifests"), "{events:#?}");
         assert_eq!(llm.requests().len(), 1);
+        drop(procs);
+    }
+
+    /// A channel to `url` over `tls` (connected lazily, a new connection each time).
+    fn tls_channel(tls: &omicos_servicekit::ClientTls, url: &str) -> tonic::transport::Channel {
+        tonic::transport::Channel::new(
+            tls.connector(),
+            tonic::transport::Endpoint::from_shared(url.to_owned()).unwrap(),
+        )
+    }
+
+    /// Refused at the TLS handshake, not by a gRPC answer (what
+    /// docs/operations.md promises of a part under mutual TLS). Under TLS 1.3
+    /// the server refuses a client certificate after the client finished its
+    /// side, so the client sees the connection closed (CANCELLED) as often as
+    /// a failed connect (UNAVAILABLE).
+    fn assert_refused_at_handshake<T: std::fmt::Debug>(r: Result<T, tonic::Status>, who: &str) {
+        let e = r.expect_err(who);
+        assert!(
+            matches!(
+                e.code(),
+                Code::Unavailable | Code::Unknown | Code::Internal | Code::Cancelled
+            ) && e.metadata().is_empty(),
+            "{who}: refused by the handshake, not by a gRPC answer: {e:?}"
+        );
+    }
+
+    /// The mutual-TLS variant (deploy/k8s-mtls, rendered by `mtls()`) run as
+    /// processes like the plain manifests above: each Certificate of
+    /// certificates.yaml issued by a CA made here (its dnsNames and uris, plus
+    /// localhost and 127.0.0.1 since every name is mapped to loopback) and
+    /// written where the pod mounts its Secret (tls.crt, tls.key, ca.crt in a
+    /// temporary directory standing for /tls). The runner, the kernel and the
+    /// orchestrator, the parts the variant patches, run with exactly the
+    /// rendered environment. Web and memory run too, exactly as rendered:
+    /// the variant gives them no certificate (certificates.yaml: their pod IPs
+    /// need cert-manager's csi-driver), so the runners' registry, which asks
+    /// for a client certificate, must never let them register, service secret
+    /// or not; when the variant certifies them, this test must say so.
+    ///
+    /// Proven: the pods' exec probes pass; a client without a certificate is
+    /// refused at the handshake by the runner's ToolRunner/Execute and the
+    /// kernel's CallTool, even holding the service secret (the secret does
+    /// not replace the certificate; it is a verified certificate that stands
+    /// for the secret); a certificate from another CA is refused the same way;
+    /// and the documented client key chats through the orchestrator with a
+    /// `run_python_code` call of 1+1 that answers 2, so orchestrator → runner →
+    /// kernel all speak mutual TLS with the rendered settings.
+    #[tokio::test]
+    async fn the_mtls_variant_runs_refuses_strangers_and_other_cas_and_serves_the_documented_key() {
+        use omicos_e2e::pki::Ca;
+        let Some(db) = omicos_testdb::postgres("deploy_mtls", "dmt").await else {
+            return;
+        };
+        let k = mtls();
+        let ws = tempfile::tempdir().unwrap();
+        let certs = tempfile::tempdir().unwrap();
+        let llm = FakeLlm::start(vec![
+            Reply::Tools(
+                String::new(),
+                vec![(
+                    "call_py".into(),
+                    "run_python_code".into(),
+                    r#"{"code":"1+1"}"#.into(),
+                )],
+            ),
+            Reply::Text("the kernel says 2".into()),
+        ])
+        .await;
+
+        // cert-manager's part: each Certificate's Secret, from one CA.
+        let ca = Ca::new("omicos-ca");
+        let mut secrets = BTreeMap::new();
+        let mut serial = 10;
+        for c in k.of_kind("Certificate") {
+            if s(c, "spec.isCA").and_then(Value::as_bool) == Some(true) {
+                continue;
+            }
+            let list = |key: &str| -> Vec<String> {
+                s(c, &format!("spec.{key}"))
+                    .and_then(Value::as_sequence)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            };
+            let mut names = list("dnsNames");
+            names.extend(["localhost".to_owned(), "127.0.0.1".to_owned()]);
+            names.dedup();
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            let uris = list("uris");
+            let uris: Vec<&str> = uris.iter().map(String::as_str).collect();
+            serial += 1;
+            let leaf = ca.leaf_for(text(c, "metadata.name"), serial, &names, &uris);
+            let secret = text(c, "spec.secretName");
+            let dir = certs.path().join(secret);
+            std::fs::create_dir_all(&dir).unwrap();
+            leaf.write(&dir, "tls");
+            ca.write(&dir, "ca.crt");
+            secrets.insert(secret.to_owned(), dir);
+        }
+
+        let local = Local::new(&k, &db.url, ws.path(), &llm.openai_url(), secrets);
+        let secret = text(
+            k.named("Secret", "omicos").unwrap(),
+            "stringData.service-secret",
+        );
+        let https = |w: &str, port: u16| format!("https://127.0.0.1:{}", local.port(w, port));
+        let runner_url = https("omicos-tool-runner", 7001);
+        let registry = https("omicos-tool-runner", 7011);
+        let kernel_url = https("omicos-kernel", 7002);
+
+        let mut procs = vec![];
+        for bin in [
+            "omicos-tool-runner",
+            "omicos-memory",
+            "omicos-web",
+            "omicos-kernel",
+            "omicos-orchestrator",
+        ] {
+            let w = k.running(bin);
+            let name = text(w, "metadata.name");
+            let c = s(w, "spec.template.spec.containers.0").unwrap();
+            let env = local.env(&k, name, c);
+            procs.push(spawn(name, bin, &env, ws.path()).await);
+        }
+
+        // Clients of the test: trusting the CA, with or without a certificate.
+        let client = |leaf: Option<(&omicos_e2e::pki::Leaf, &str)>| {
+            let mut cfg = omicos_servicekit::TlsConfig {
+                ca: ca.write(certs.path(), "client-ca.crt"),
+                ..Default::default()
+            };
+            if let Some((l, stem)) = leaf {
+                (cfg.cert, cfg.key) = l.write(certs.path(), stem);
+            }
+            cfg.client("test").unwrap().expect("a client config")
+        };
+        let operator = client(Some((&ca.part("operator", 90), "operator")));
+        let list = |tls: omicos_servicekit::ClientTls| {
+            let registry = registry.clone();
+            async move {
+                RegistryClient::new(Credentials::none().channel(tls_channel(&tls, &registry)))
+                    .list(ListProvidersRequest {})
+                    .await
+                    .map(|r| {
+                        r.into_inner()
+                            .instances
+                            .into_iter()
+                            .map(|i| i.provider)
+                            .collect::<std::collections::BTreeSet<String>>()
+                    })
+            }
+        };
+        // The kernel registers over mutual TLS.
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match list(operator.clone()).await {
+                Ok(got) if got.contains("kernel") => break,
+                got => assert!(Instant::now() < deadline, "providers registered: {got:?}"),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+
+        // The pods' exec probes, as rendered, with their own files.
+        for w in ["omicos-tool-runner", "omicos-kernel"] {
+            let wl = k
+                .workloads()
+                .find(|x| text(x, "metadata.name") == w)
+                .unwrap();
+            let mounts = local.mounts(wl);
+            for probe in ["readinessProbe", "livenessProbe"] {
+                let cmd: Vec<String> = s(
+                    wl,
+                    &format!("spec.template.spec.containers.0.{probe}.exec.command"),
+                )
+                .and_then(Value::as_sequence)
+                .unwrap_or_else(|| panic!("{w}: no exec {probe}"))
+                .iter()
+                .map(|a| {
+                    let a = a.as_str().unwrap();
+                    if let Some(p) = Local::mapped_path(&mounts, a) {
+                        p
+                    } else if a.starts_with("https://") {
+                        let (host, port) = host_port(a);
+                        format!("https://{host}:{}", local.port(w, port))
+                    } else {
+                        a.to_owned()
+                    }
+                })
+                .collect();
+                let out = tokio::process::Command::new(binary(&cmd[0]))
+                    .args(&cmd[1..])
+                    .output()
+                    .await
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "{w}: {probe} {cmd:?} fails: {}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+
+        // The documented key chats; the model's call of the kernel goes
+        // orchestrator → runner → kernel over mutual TLS.
+        let orch = local.url("omicos-orchestrator", 7000);
+        omicos_stack::wait_serving(&orch, std::time::Duration::from_secs(60))
+            .await
+            .unwrap_or_else(|e| panic!("{orch} never became SERVING: {e}"));
+        let mut h = ChatHandle::open(
+            client_with(&orch, DOCUMENTED_KEY).await,
+            ChatRequest {
+                message: "what is 1+1?".into(),
+                // The built-in agent whose toolsets hold the kernel's tools.
+                agent: "data_analyst".into(),
+                permission_mode: "auto".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("the documented key is let in");
+        // `auto` may ask before running Python: the client allows it.
+        let mut events = vec![];
+        while let Some(ev) = h.next().await {
+            events.push(ev.clone());
+            match ev.kind {
+                Some(chat_event::Kind::ToolApprovalRequest(a)) => {
+                    h.approve(&a.call_id, omicos_proto::Decision::AllowOnce)
+                        .await
+                }
+                Some(chat_event::Kind::TurnDone(_)) => break,
+                _ => {}
+            }
+        }
+        let finished = omicos_e2e::stack::finished_calls(&events);
+        assert_eq!(finished.len(), 1, "{events:#?}");
+        assert_eq!(
+            finished[0].status,
+            omicos_proto::ToolStatus::Done as i32,
+            "{events:#?}"
+        );
+        // The cell's value as the kernel reports it (execute_result text/plain).
+        let v: serde_json::Value = serde_json::from_str(&finished[0].result).unwrap_or_default();
+        let value = v["execute_result"]["text/plain"]
+            .as_str()
+            .or_else(|| v["result"]["execute_result"]["text/plain"].as_str());
+        assert_eq!(value, Some("2"), "{:?}", finished[0]);
+        let text = omicos_e2e::stack::events_text(&events);
+        assert!(text.contains("the kernel says 2"), "{events:#?}");
+        assert_eq!(llm.requests().len(), 2);
+
+        // Strangers: no certificate (with or without the secret), or one
+        // from another CA (even naming the right role, even with the secret).
+        let other = Ca::new("another CA");
+        let strangers: Vec<(&str, omicos_servicekit::ClientTls, Credentials)> = vec![
+            ("no certificate", client(None), Credentials::none()),
+            (
+                "no certificate, the service secret",
+                client(None),
+                Credentials::service(secret, ServiceRole::Orchestrator).unwrap(),
+            ),
+            (
+                "another CA's orchestrator certificate",
+                client(Some((&other.part("orchestrator", 91), "other-orch"))),
+                Credentials::none(),
+            ),
+            (
+                "another CA's orchestrator certificate, the service secret",
+                client(Some((&other.part("orchestrator", 91), "other-orch"))),
+                Credentials::service(secret, ServiceRole::Orchestrator).unwrap(),
+            ),
+        ];
+        let marker = ws.path().join("pwned-by-execute");
+        let kernel_marker = ws.path().join("pwned-by-kernel");
+        for (who, tls, creds) in &strangers {
+            let mut r = ToolRunnerClient::new(creds.clone().channel(tls_channel(tls, &runner_url)));
+            let start = ExecuteClientMessage {
+                msg: Some(In::Start(ExecuteStart {
+                    call_id: "c1".into(),
+                    tool_name: "shell".into(),
+                    arguments:
+                        serde_json::json!({"command": format!("touch {}", marker.display())})
+                            .to_string(),
+                    session_id: "s1".into(),
+                    permission_mode: omicos_proto::PermissionMode::Full as i32,
+                    ..Default::default()
+                })),
+            };
+            assert_refused_at_handshake(
+                r.execute(tokio_stream::iter(vec![start])).await,
+                &format!("ToolRunner/Execute, {who}"),
+            );
+            let mut kern =
+                ToolProviderClient::new(creds.clone().channel(tls_channel(tls, &kernel_url)));
+            assert_refused_at_handshake(
+                kern.call_tool(CallToolRequest {
+                    tool: "run_python_code".into(),
+                    arguments_json: serde_json::json!({"code": format!("open({:?}, 'w').close()", kernel_marker.display().to_string())}).to_string(),
+                    context: Some(CallContext {
+                        call_id: "c2".into(),
+                        session_id: "s1".into(),
+                        scope: "default/assistant".into(),
+                        ..Default::default()
+                    }),
+                })
+                .await,
+                &format!("the kernel's CallTool, {who}"),
+            );
+        }
+        // The registry port too: no certificate, or another CA's.
+        assert_refused_at_handshake(list(client(None)).await, "Registry, no certificate");
+        assert_refused_at_handshake(
+            list(client(Some((
+                &other.part("provider", 92),
+                "other-provider",
+            ))))
+            .await,
+            "Registry, another CA's provider certificate",
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!marker.exists(), "a refused Execute ran its shell");
+        assert!(!kernel_marker.exists(), "a refused CallTool ran its code");
+
+        // Web and memory, without certificates, never got into the registry.
+        let got = list(operator.clone()).await.unwrap();
+        assert_eq!(
+            got.into_iter().collect::<Vec<_>>(),
+            ["kernel"],
+            "the registry let a provider without a certificate in"
+        );
         drop(procs);
     }
 }
