@@ -2,6 +2,7 @@
 // markdown, tool-call cards with output, progress bars, images and spools.
 
 import { createContext } from "preact";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { useContext, useEffect, useState } from "preact/hooks";
 import { TurnDoneReason, type ValueRef } from "../gen/omicos/v1/orchestrator_pb";
 import { Decision } from "../gen/omicos/v1/common_pb";
@@ -481,7 +482,13 @@ function WholeValue(props: { sessionId: string; value: ValueRef; name: string })
         setTimeout(() => URL.revokeObjectURL(url), 60_000);
         setState("idle");
       })
-      .catch((e: unknown) => setState(`Could not read it: ${String(e)}`));
+      .catch((e: unknown) =>
+        setState(
+          [Code.Unavailable, Code.Unknown, Code.DeadlineExceeded].includes(ConnectError.from(e).code)
+            ? "Not downloaded: the server cannot be reached. Try again once the page has reconnected."
+            : `Not downloaded: ${ConnectError.from(e).rawMessage || "the server refused"}. Try again, or read it with \`omicos sessions value\`.`,
+        ),
+      );
   };
   return (
     <p class="muted whole-value" data-testid="whole-value">
