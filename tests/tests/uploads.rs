@@ -279,14 +279,17 @@ async fn over_the_workspace_disk_bound_nothing_is_written() {
     let stack = Stack::start(
         FakeLlm::start(vec![]).await,
         StackOptions {
-            runner_overrides: json!({"sandbox": {"session_limits": {"workspace_bytes": 256 << 10}}}),
+            // Far above what the stack's own state in the workspace holds
+            // (the SQLite store and its WAL under .omicos count too: 256 KiB
+            // was passed by them alone once), far below the upload.
+            runner_overrides: json!({"sandbox": {"session_limits": {"workspace_bytes": 16 << 20}}}),
             ..Default::default()
         },
     )
     .await;
     let mut c = stack.client().await;
     let e = c
-        .upload_files(upload("", &[("a.bin", &vec![1u8; 512 << 10])]))
+        .upload_files(upload("", &[("a.bin", &vec![1u8; 20 << 20])]))
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
