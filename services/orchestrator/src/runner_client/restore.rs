@@ -10,10 +10,37 @@ use tonic::Status;
 const RESTORE_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Runner {
-    /// Writes `files` back into the workspace of `principal`'s tenant (the
-    /// runner takes the tenant from the forwarded principal). A refusal (a
-    /// path outside the workspace or in `.omicos/`) writes nothing and is
-    /// [`OrchestratorError::FilesNotRestored`]; a runner that does not
+    /// One RestoreFiles call for `principal`'s tenant (the runner takes the
+    /// tenant from the forwarded principal), bounded by [`RESTORE_TIMEOUT`]:
+    /// the paths written, or the runner's status (DEADLINE_EXCEEDED, saying
+    /// what was not `done`, when it did not answer in time).
+    async fn restore_call(
+        &self,
+        session: &str,
+        principal: &omicos_auth::Principal,
+        files: Vec<omicos_proto::RestoreFile>,
+        create_new: bool,
+        done: &str,
+    ) -> Result<Vec<String>, Status> {
+        let mut c = self.client.clone();
+        let mut req =
+            omicos_servicekit::telemetry::traced_request(omicos_proto::RestoreFilesRequest {
+                session_id: session.to_owned(),
+                files,
+                create_new,
+            });
+        omicos_auth::credentials::forward_principal(req.metadata_mut(), principal);
+        match tokio::time::timeout(RESTORE_TIMEOUT, c.restore_files(req)).await {
+            Ok(r) => r.map(|r| r.into_inner().restored),
+            Err(_) => Err(Status::deadline_exceeded(format!(
+                "no tool-runner {done} within {RESTORE_TIMEOUT:?}"
+            ))),
+        }
+    }
+
+    /// Writes `files` back into the workspace of `principal`'s tenant. A
+    /// refusal (a path outside the workspace or in `.omicos/`) writes nothing
+    /// and is [`OrchestratorError::FilesNotRestored`]; a runner that does not
     /// answer is [`OrchestratorError::ToolRunner`].
     pub async fn restore_files(
         &self,
@@ -21,35 +48,19 @@ impl Runner {
         principal: &omicos_auth::Principal,
         files: Vec<omicos_proto::RestoreFile>,
     ) -> Result<Vec<String>, OrchestratorError> {
-        let mut c = self.client.clone();
-        let mut req =
-            omicos_servicekit::telemetry::traced_request(omicos_proto::RestoreFilesRequest {
-                session_id: session.to_owned(),
-                files,
-                create_new: false,
-            });
-        omicos_auth::credentials::forward_principal(req.metadata_mut(), principal);
-        match tokio::time::timeout(RESTORE_TIMEOUT, c.restore_files(req)).await {
-            Ok(Ok(r)) => Ok(r.into_inner().restored),
-            Ok(Err(s)) => match s.code() {
+        self.restore_call(session, principal, files, false, "restored the files")
+            .await
+            .map_err(|s| match s.code() {
                 tonic::Code::InvalidArgument
                 | tonic::Code::PermissionDenied
-                | tonic::Code::FailedPrecondition => Err(OrchestratorError::FilesNotRestored {
+                | tonic::Code::FailedPrecondition => OrchestratorError::FilesNotRestored {
                     session: session.to_owned(),
                     source: RunnerStatus(s),
-                }),
-                _ => Err(OrchestratorError::ToolRunner(RunnerStatus(s))),
-            },
-            Err(_) => Err(OrchestratorError::ToolRunner(RunnerStatus(
-                Status::deadline_exceeded(format!(
-                    "no tool-runner restored the files within {RESTORE_TIMEOUT:?}"
-                )),
-            ))),
-        }
+                },
+                _ => OrchestratorError::ToolRunner(RunnerStatus(s)),
+            })
     }
-}
 
-impl Runner {
     /// Writes attached files into the workspace of `principal`'s tenant as
     /// new files (RestoreFiles with `create_new`: a clash gets a numbered
     /// name); the workspace-relative paths used, in order. Over the
@@ -62,33 +73,20 @@ impl Runner {
         principal: &omicos_auth::Principal,
         files: Vec<omicos_proto::RestoreFile>,
     ) -> Result<Vec<String>, OrchestratorError> {
-        let mut c = self.client.clone();
-        let mut req =
-            omicos_servicekit::telemetry::traced_request(omicos_proto::RestoreFilesRequest {
-                session_id: session.to_owned(),
-                files,
-                create_new: true,
-            });
-        omicos_auth::credentials::forward_principal(req.metadata_mut(), principal);
-        match tokio::time::timeout(RESTORE_TIMEOUT, c.restore_files(req)).await {
-            Ok(Ok(r)) => Ok(r.into_inner().restored),
-            Ok(Err(s)) => match s.code() {
+        self.restore_call(session, principal, files, true, "wrote the files")
+            .await
+            .map_err(|s| match s.code() {
                 tonic::Code::ResourceExhausted => {
-                    Err(OrchestratorError::UploadTooLarge(s.message().to_owned()))
+                    OrchestratorError::UploadTooLarge(s.message().to_owned())
                 }
                 tonic::Code::InvalidArgument
                 | tonic::Code::PermissionDenied
                 | tonic::Code::AlreadyExists
-                | tonic::Code::FailedPrecondition => Err(OrchestratorError::InvalidArgument(
-                    format!("the files were not written: {}", s.message()),
+                | tonic::Code::FailedPrecondition => OrchestratorError::InvalidArgument(format!(
+                    "the files were not written: {}",
+                    s.message()
                 )),
-                _ => Err(OrchestratorError::ToolRunner(RunnerStatus(s))),
-            },
-            Err(_) => Err(OrchestratorError::ToolRunner(RunnerStatus(
-                Status::deadline_exceeded(format!(
-                    "no tool-runner wrote the files within {RESTORE_TIMEOUT:?}"
-                )),
-            ))),
-        }
+                _ => OrchestratorError::ToolRunner(RunnerStatus(s)),
+            })
     }
 }
