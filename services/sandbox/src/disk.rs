@@ -110,7 +110,7 @@ fn free_bytes(path: &Path) -> Option<u64> {
 
 /// Bytes the files under `root` take on disk (allocated blocks: a sparse
 /// file counts what it holds), hard links once, symlinks not followed.
-pub(crate) fn usage(root: &Path) -> u64 {
+pub fn usage(root: &Path) -> u64 {
     let mut total = 0u64;
     let mut linked: HashSet<(u64, u64)> = HashSet::new();
     for e in walkdir::WalkDir::new(root)

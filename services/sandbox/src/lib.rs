@@ -53,6 +53,7 @@ pub use config::{
     ConfigError, ProcessCgroup, Rlimits, SandboxConfig, SessionLimits, WhenLandlockMissing,
     WhenMissing,
 };
+pub use disk::usage as disk_usage;
 pub use filesystem::LandlockSupport;
 pub use policy::{SandboxPolicy, UnknownPolicy};
 pub use process::{Command, Placement, Process, Signaller, Stdio, describe_status};

@@ -14,14 +14,9 @@
 
 use crate::restore::{checked, io_status};
 use omicos_proto::RestoreFile;
-use std::collections::HashSet;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use tonic::Status;
 
-/// A walk stops counting past this many entries (what it counted is then a
-/// lower bound of the workspace's use).
-const MAX_ENTRIES: usize = 2_000_000;
 /// The most `name (n).ext` tried for one clash before the upload is refused.
 const MAX_RENAMES: u32 = 1000;
 
@@ -76,7 +71,7 @@ pub fn upload(
 /// its bound or its filesystem below its floor.
 fn check_bound(root: &Path, adding: u64, bound: DiskBound) -> Result<(), Status> {
     if let Some(max) = bound.workspace_bytes {
-        let used = usage(root);
+        let used = omicos_sandbox::disk_usage(root);
         if used.saturating_add(adding) > max {
             return Err(Status::resource_exhausted(format!(
                 "the upload ({}) does not fit: the workspace holds {} of its {} \
@@ -178,26 +173,6 @@ pub fn numbered(path: &str, n: u32) -> String {
         Some(i) if i > 0 => format!("{dir}{} ({n}){}", &name[..i], &name[i..]),
         _ => format!("{dir}{name} ({n})"),
     }
-}
-
-/// Bytes the files under `root` take on disk (allocated blocks), hard links
-/// once, symlinks not followed: what the sandbox's disk watch counts.
-fn usage(root: &Path) -> u64 {
-    let mut total = 0u64;
-    let mut linked: HashSet<(u64, u64)> = HashSet::new();
-    for e in walkdir::WalkDir::new(root)
-        .follow_links(false)
-        .into_iter()
-        .take(MAX_ENTRIES)
-        .flatten()
-    {
-        let Ok(m) = e.metadata() else { continue };
-        if m.nlink() > 1 && !m.is_dir() && !linked.insert((m.dev(), m.ino())) {
-            continue;
-        }
-        total = total.saturating_add(m.blocks().saturating_mul(512));
-    }
-    total
 }
 
 /// `12 KB`, `3.4 MiB`: a size for a sentence.
