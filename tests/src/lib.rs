@@ -15,3 +15,29 @@ pub use stack::{
     ChatHandle, Client, Stack, StackOptions, TEST_TOKEN, api_key, assert_gap_free, client_at,
     client_with, done_reason, events_text, finished_calls,
 };
+
+/// An interpreter whose `python3 -c "import …"` of `imports` succeeds (the
+/// A2A tests' a2a-sdk and uvicorn): OMICOS_A2A_PYTHON, the repo's .venv
+/// (scripts/bootstrap.sh), or OMICOS_KERNEL_PYTHON; panics naming what to run.
+pub fn python_importing(imports: &str) -> String {
+    let candidates = [
+        std::env::var("OMICOS_A2A_PYTHON").ok(),
+        Some(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../.venv/bin/python3")
+                .display()
+                .to_string(),
+        ),
+        std::env::var("OMICOS_KERNEL_PYTHON").ok(),
+    ];
+    for py in candidates.into_iter().flatten().filter(|p| !p.is_empty()) {
+        let ok = std::process::Command::new(&py)
+            .args(["-c", &format!("import {imports}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return py;
+        }
+    }
+    panic!("no Python imports {imports}: run scripts/bootstrap.sh (requirements.txt pins them)")
+}

@@ -15,31 +15,6 @@ use std::time::Duration;
 const ALICE: &str = "a2a-alice-token";
 const BOB: &str = "a2a-bob-token";
 
-/// An interpreter that imports a2a: OMICOS_A2A_PYTHON, the repo's .venv
-/// (scripts/bootstrap.sh), or OMICOS_KERNEL_PYTHON.
-fn python() -> String {
-    let candidates = [
-        std::env::var("OMICOS_A2A_PYTHON").ok(),
-        Some(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../.venv/bin/python3")
-                .display()
-                .to_string(),
-        ),
-        std::env::var("OMICOS_KERNEL_PYTHON").ok(),
-    ];
-    for py in candidates.into_iter().flatten().filter(|p| !p.is_empty()) {
-        let ok = std::process::Command::new(&py)
-            .args(["-c", "import a2a.client"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if ok {
-            return py;
-        }
-    }
-    panic!("no Python imports a2a: run scripts/bootstrap.sh (requirements.txt pins a2a-sdk)")
-}
-
 async fn stack(replies: Vec<Reply>) -> Stack {
     Stack::start(
         FakeLlm::start(replies).await,
@@ -332,7 +307,7 @@ async fn the_python_sdk_over_grpc_sends_streams_subscribes_lists_and_cancels() {
 async fn run_sdk(script: &str, stack: &Stack) -> Value {
     let plan = json!({"url": stack.orchestrator, "alice": ALICE, "bob": BOB});
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
-    let py = python();
+    let py = omicos_e2e::python_importing("a2a.client");
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(py)
             .arg(script)

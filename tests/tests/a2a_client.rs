@@ -15,32 +15,6 @@ use std::time::Duration;
 
 const TOKEN: &str = "remote-a2a-token";
 
-/// An interpreter that imports a2a (as tests/tests/a2a.rs finds it).
-fn python() -> String {
-    let candidates = [
-        std::env::var("OMICOS_A2A_PYTHON").ok(),
-        Some(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../.venv/bin/python3")
-                .display()
-                .to_string(),
-        ),
-        std::env::var("OMICOS_KERNEL_PYTHON").ok(),
-    ];
-    for py in candidates.into_iter().flatten().filter(|p| !p.is_empty()) {
-        let ok = std::process::Command::new(&py)
-            .args(["-c", "import a2a.server, uvicorn"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if ok {
-            return py;
-        }
-    }
-    panic!(
-        "no Python imports a2a and uvicorn: run scripts/bootstrap.sh (requirements.txt pins them)"
-    )
-}
-
 /// The SDK's agent on a loopback port; killed on drop.
 struct Remote {
     url: String,
@@ -72,14 +46,15 @@ impl Remote {
         let dir = tempfile::tempdir().unwrap();
         let record = dir.path().join("record.jsonl");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("a2a/server.py");
-        let mut child = std::process::Command::new(python())
-            .arg(script)
-            .arg(port.to_string())
-            .arg(&record)
-            .arg(TOKEN)
-            .env("A2A_TEST_PROTOCOL", protocol)
-            .spawn()
-            .unwrap();
+        let mut child =
+            std::process::Command::new(omicos_e2e::python_importing("a2a.server, uvicorn"))
+                .arg(script)
+                .arg(port.to_string())
+                .arg(&record)
+                .arg(TOKEN)
+                .env("A2A_TEST_PROTOCOL", protocol)
+                .spawn()
+                .unwrap();
         let base = format!("http://127.0.0.1:{port}");
         let card = format!("{base}/.well-known/agent-card.json");
         for _ in 0..200 {
@@ -101,26 +76,25 @@ impl Remote {
         panic!("the a2a-sdk server did not come up at {base}");
     }
 
-    /// The JSON-RPC methods the remote was sent, in order.
-    fn methods(&self) -> Vec<String> {
+    /// `key` of each `event` record the remote wrote, in order.
+    fn recorded(&self, event: &str, key: &str) -> Vec<String> {
         std::fs::read_to_string(&self.record)
             .unwrap_or_default()
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|e| e["event"] == "rpc")
-            .map(|e| e["method"].as_str().unwrap_or_default().to_owned())
+            .filter(|e| e["event"] == event)
+            .map(|e| e[key].as_str().unwrap_or_default().to_owned())
             .collect()
+    }
+
+    /// The JSON-RPC methods the remote was sent, in order.
+    fn methods(&self) -> Vec<String> {
+        self.recorded("rpc", "method")
     }
 
     /// The texts the remote executor received.
     fn received(&self) -> Vec<String> {
-        std::fs::read_to_string(&self.record)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|e| e["event"] == "message")
-            .map(|e| e["text"].as_str().unwrap_or_default().to_owned())
-            .collect()
+        self.recorded("message", "text")
     }
 }
 
