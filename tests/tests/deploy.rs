@@ -861,11 +861,6 @@ fn certificate_covers(names: &[&str], host: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-/// The workloads the mTLS variant leaves without a certificate, as
-/// certificates.yaml says (their pods advertise a pod IP, which needs
-/// per-pod certificates from cert-manager's csi-driver).
-const MTLS_UNCERTIFIED: [&str; 2] = ["omicos-memory", "omicos-web"];
-
 /// A workload's part in the mTLS variant, as its rendered pod spec has it.
 struct MtlsPart<'a> {
     name: String,
@@ -958,8 +953,8 @@ fn mtls_parts(k: &K8s) -> Vec<MtlsPart<'_>> {
 /// setting names a file such a Secret holds, every `https://` address a part
 /// is told to call is covered by the called part's certificate as a TLS
 /// client verifies it (rustls, webpki's name rules), each caller presents the
-/// role the called port asks for, no part calls a TLS port in plain except
-/// the two certificates.yaml leaves without certificates, and the TLS ports
+/// role the called port asks for, no part calls a TLS port in plain, each
+/// kind of part has a certificate of its own, and the TLS ports
 /// are probed with `omicos health` over TLS (the kubelet's grpc probe speaks
 /// plain HTTP/2).
 #[test]
@@ -1011,20 +1006,8 @@ fn k8s_mtls_variant_renders_and_its_certificates_cover_every_call() {
         let tls_vars: Vec<&(String, String)> =
             p.env.iter().filter(|(k, _)| k.contains("_TLS_")).collect();
         let Some((cert, mount)) = &p.cert else {
-            assert!(
-                tls_vars.is_empty(),
-                "{what}: TLS settings without a mounted certificate: {tls_vars:?}"
-            );
-            assert!(
-                MTLS_UNCERTIFIED.contains(&p.name.as_str()),
-                "{what}: the variant gives it no certificate"
-            );
-            continue;
+            panic!("{what}: the variant gives it no certificate (TLS settings: {tls_vars:?})");
         };
-        assert!(
-            !MTLS_UNCERTIFIED.contains(&p.name.as_str()),
-            "{what} has a certificate now: take it out of MTLS_UNCERTIFIED"
-        );
         assert_eq!(
             text(cert, "spec.issuerRef.name"),
             ca_issuer,
@@ -1062,6 +1045,12 @@ fn k8s_mtls_variant_renders_and_its_certificates_cover_every_call() {
                 file, want,
                 "{what}: {var} (cert-manager's Secret holds tls.crt, tls.key, ca.crt)"
             );
+        }
+        // Every part the runners call, and the runners, take only callers
+        // with a certificate of the CA (the orchestrators' own port serves
+        // clients, who hold keys, not certificates).
+        if p.bin != "omicos-orchestrator" {
+            assert!(p.serves_tls() && p.mutual(), "{what}: serves no mutual TLS");
         }
         // A TLS port answers no plain probe.
         if p.serves_tls() {
@@ -1179,11 +1168,19 @@ fn k8s_mtls_variant_renders_and_its_certificates_cover_every_call() {
             }
         }
     }
-    assert_eq!(
-        plain_to_tls.iter().map(String::as_str).collect::<Vec<_>>(),
-        MTLS_UNCERTIFIED,
-        "k8s-mtls: parts that call a TLS port in plain (only those certificates.yaml leaves out may)"
+    assert!(
+        plain_to_tls.is_empty(),
+        "k8s-mtls: parts that call a TLS port in plain: {plain_to_tls:?}"
     );
+    // One certificate per kind of part: a pod of one kind cannot answer for
+    // another (a web pod's key does not serve as a kernel).
+    let mut by_secret: BTreeMap<&str, &str> = BTreeMap::new();
+    for p in &parts {
+        let (c, _) = p.cert.as_ref().unwrap();
+        if let Some(other) = by_secret.insert(text(c, "spec.secretName"), &p.name) {
+            panic!("k8s-mtls: {} and {other} mount one certificate", p.name);
+        }
+    }
 }
 
 mod run {
@@ -1653,7 +1650,8 @@ mod run {
         let e = mem
             .call_tool(CallToolRequest {
                 tool: "memory__save".into(),
-                arguments_json: r#"{"content":"planted by a stranger","category":"fact"}"#.into(),
+                arguments_json: r#"{"content":"planted by a stranger","category":"project"}"#
+                    .into(),
                 context: Some(ctx.clone()),
             })
             .await
@@ -1767,11 +1765,7 @@ mod run {
     /// written where the pod mounts its Secret (tls.crt, tls.key, ca.crt in a
     /// temporary directory standing for /tls). The runner, the kernel and the
     /// orchestrator, the parts the variant patches, run with exactly the
-    /// rendered environment. Web and memory run too, exactly as rendered:
-    /// the variant gives them no certificate (certificates.yaml: their pod IPs
-    /// need cert-manager's csi-driver), so the runners' registry, which asks
-    /// for a client certificate, must never let them register, service secret
-    /// or not; when the variant certifies them, this test must say so.
+    /// rendered environment, web and memory included.
     ///
     /// Proven: the pods' exec probes pass; a client without a certificate is
     /// refused at the handshake by the runner's ToolRunner/Execute and the
@@ -1780,7 +1774,10 @@ mod run {
     /// for the secret); a certificate from another CA is refused the same way;
     /// and the documented client key chats through the orchestrator with a
     /// `run_python_code` call of 1+1 that answers 2, so orchestrator → runner →
-    /// kernel all speak mutual TLS with the rendered settings.
+    /// kernel all speak mutual TLS with the rendered settings; web and memory
+    /// register over it, and a second chat's `memory__save`, `memory__search`
+    /// and `web_fetch` are answered by them (the fetch of a loopback address
+    /// by the web provider's own SSRF refusal).
     #[tokio::test]
     async fn the_mtls_variant_runs_refuses_strangers_and_other_cas_and_serves_the_documented_key() {
         use omicos_e2e::pki::Ca;
@@ -1789,17 +1786,57 @@ mod run {
         };
         let k = mtls();
         let ws = tempfile::tempdir().unwrap();
-        let certs = tempfile::tempdir().unwrap();
+        // Not under /tmp, which a box replaces with its own: the kernel's
+        // key must be out of the boxed code's reach because the box does not
+        // let it read there, not because the path is elsewhere.
+        let certs = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let kernel_key = certs.path().join("omicos-kernel-tls/tls.key");
+        let steal = format!(
+            "try:\n    v = open({:?}).read()\nexcept OSError as e:\n    v = type(e).__name__\nv",
+            kernel_key.display().to_string()
+        );
         let llm = FakeLlm::start(vec![
             Reply::Tools(
                 String::new(),
-                vec![(
-                    "call_py".into(),
-                    "run_python_code".into(),
-                    r#"{"code":"1+1"}"#.into(),
-                )],
+                vec![
+                    (
+                        "call_py".into(),
+                        "run_python_code".into(),
+                        r#"{"code":"1+1"}"#.into(),
+                    ),
+                    (
+                        "call_key".into(),
+                        "run_python_code".into(),
+                        serde_json::json!({ "code": steal }).to_string(),
+                    ),
+                ],
             ),
             Reply::Text("the kernel says 2".into()),
+            Reply::Tools(
+                String::new(),
+                vec![(
+                    "call_save".into(),
+                    "memory__save".into(),
+                    r#"{"content":"the variant speaks mutual TLS","category":"project"}"#.into(),
+                )],
+            ),
+            Reply::Tools(
+                String::new(),
+                vec![(
+                    "call_search".into(),
+                    "memory__search".into(),
+                    r#"{"query":"variant mutual TLS"}"#.into(),
+                )],
+            ),
+            Reply::Tools(
+                String::new(),
+                vec![(
+                    "call_fetch".into(),
+                    "web_fetch".into(),
+                    r#"{"url":"http://127.0.0.1:9/"}"#.into(),
+                )],
+            ),
+            Reply::Text("memory and web answered".into()),
         ])
         .await;
 
@@ -1888,18 +1925,25 @@ mod run {
                     })
             }
         };
-        // The kernel registers over mutual TLS.
+        // Every provider registers over mutual TLS.
         let deadline = Instant::now() + WAIT;
         loop {
             match list(operator.clone()).await {
-                Ok(got) if got.contains("kernel") => break,
+                Ok(got) if ["kernel", "memory", "web"].iter().all(|p| got.contains(*p)) => {
+                    break;
+                }
                 got => assert!(Instant::now() < deadline, "providers registered: {got:?}"),
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
 
         // The pods' exec probes, as rendered, with their own files.
-        for w in ["omicos-tool-runner", "omicos-kernel"] {
+        for w in [
+            "omicos-tool-runner",
+            "omicos-kernel",
+            "omicos-web",
+            "omicos-memory",
+        ] {
             let wl = k
                 .workloads()
                 .find(|x| text(x, "metadata.name") == w)
@@ -1971,21 +2015,96 @@ mod run {
             }
         }
         let finished = omicos_e2e::stack::finished_calls(&events);
-        assert_eq!(finished.len(), 1, "{events:#?}");
-        assert_eq!(
-            finished[0].status,
-            omicos_proto::ToolStatus::Done as i32,
-            "{events:#?}"
-        );
+        assert_eq!(finished.len(), 2, "{events:#?}");
         // The cell's value as the kernel reports it (execute_result text/plain).
-        let v: serde_json::Value = serde_json::from_str(&finished[0].result).unwrap_or_default();
-        let value = v["execute_result"]["text/plain"]
-            .as_str()
-            .or_else(|| v["result"]["execute_result"]["text/plain"].as_str());
-        assert_eq!(value, Some("2"), "{:?}", finished[0]);
+        let value_of = |id: &str| {
+            let c = finished
+                .iter()
+                .find(|c| c.call_id == id)
+                .unwrap_or_else(|| panic!("no {id}: {events:#?}"));
+            assert_eq!(c.status, omicos_proto::ToolStatus::Done as i32, "{c:?}");
+            let v: serde_json::Value = serde_json::from_str(&c.result).unwrap_or_default();
+            v["execute_result"]["text/plain"]
+                .as_str()
+                .or_else(|| v["result"]["execute_result"]["text/plain"].as_str())
+                .map(str::to_owned)
+                .unwrap_or_else(|| panic!("{id}: no value: {c:?}"))
+        };
+        assert_eq!(value_of("call_py"), "2");
+        // The kernel pod's own key is there, and the code the model wrote,
+        // running in that kernel, cannot read it.
+        assert!(
+            std::fs::read_to_string(&kernel_key)
+                .unwrap()
+                .contains("PRIVATE KEY")
+        );
+        let stolen = value_of("call_key");
+        assert!(
+            matches!(stolen.as_str(), "'PermissionError'" | "'FileNotFoundError'"),
+            "boxed code read the kernel's TLS key: {stolen:.200}"
+        );
         let text = omicos_e2e::stack::events_text(&events);
         assert!(text.contains("the kernel says 2"), "{events:#?}");
         assert_eq!(llm.requests().len(), 2);
+
+        // Memory and web, through the runner over mutual TLS: the agent
+        // whose toolsets hold both.
+        let mut h = ChatHandle::open(
+            client_with(&orch, DOCUMENTED_KEY).await,
+            ChatRequest {
+                message: "remember, recall, fetch".into(),
+                agent: "literature_scout".into(),
+                permission_mode: "full".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("the documented key is let in");
+        let mut events = vec![];
+        while let Some(ev) = h.next().await {
+            events.push(ev.clone());
+            match ev.kind {
+                Some(chat_event::Kind::ToolApprovalRequest(a)) => {
+                    h.approve(&a.call_id, omicos_proto::Decision::AllowOnce)
+                        .await
+                }
+                Some(chat_event::Kind::TurnDone(_)) => break,
+                _ => {}
+            }
+        }
+        let finished = omicos_e2e::stack::finished_calls(&events);
+        let call = |name: &str| {
+            finished
+                .iter()
+                .find(|c| c.call_id == name)
+                .unwrap_or_else(|| panic!("no {name}: {events:#?}"))
+        };
+        for id in ["call_save", "call_search"] {
+            assert_eq!(
+                call(id).status,
+                omicos_proto::ToolStatus::Done as i32,
+                "{:?}",
+                call(id)
+            );
+        }
+        assert!(
+            call("call_search")
+                .result
+                .contains("the variant speaks mutual TLS"),
+            "memory__search did not find what memory__save kept: {:?}",
+            call("call_search")
+        );
+        // The web provider's own answer, not a transport error of the runner.
+        let fetch = call("call_fetch");
+        let said = &fetch.result;
+        assert!(
+            said.contains("blocked:") && said.contains("SSRF protection"),
+            "web_fetch was not answered by the web provider: {fetch:?}"
+        );
+        assert!(
+            omicos_e2e::stack::events_text(&events).contains("memory and web answered"),
+            "{events:#?}"
+        );
 
         // Strangers: no certificate (with or without the secret), or one
         // from another CA (even naming the right role, even with the secret).
@@ -2044,6 +2163,38 @@ mod run {
                 .await,
                 &format!("the kernel's CallTool, {who}"),
             );
+            for (part, port, tool, args) in [
+                (
+                    "omicos-memory",
+                    7004,
+                    "memory__save",
+                    r#"{"content":"planted by a stranger","category":"project"}"#,
+                ),
+                (
+                    "omicos-web",
+                    7003,
+                    "web_fetch",
+                    r#"{"url":"https://example.com/"}"#,
+                ),
+            ] {
+                let mut p = ToolProviderClient::new(
+                    creds.clone().channel(tls_channel(tls, &https(part, port))),
+                );
+                assert_refused_at_handshake(
+                    p.call_tool(CallToolRequest {
+                        tool: tool.into(),
+                        arguments_json: args.into(),
+                        context: Some(CallContext {
+                            call_id: "c3".into(),
+                            session_id: "s1".into(),
+                            scope: "default/assistant".into(),
+                            ..Default::default()
+                        }),
+                    })
+                    .await,
+                    &format!("{part}'s CallTool, {who}"),
+                );
+            }
         }
         // The registry port too: no certificate, or another CA's.
         assert_refused_at_handshake(list(client(None)).await, "Registry, no certificate");
@@ -2058,14 +2209,34 @@ mod run {
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert!(!marker.exists(), "a refused Execute ran its shell");
         assert!(!kernel_marker.exists(), "a refused CallTool ran its code");
+        // Memory kept nothing of the strangers: asked as a runner would, with
+        // a runner certificate of the CA.
+        let as_runner = client(Some((&ca.part("runner", 93), "runner")));
+        let mut found = ToolProviderClient::new(
+            Credentials::none().channel(tls_channel(&as_runner, &https("omicos-memory", 7004))),
+        )
+        .call_tool(CallToolRequest {
+            tool: "memory__search".into(),
+            arguments_json: r#"{"query":"planted stranger"}"#.into(),
+            context: Some(CallContext {
+                call_id: "c4".into(),
+                session_id: "s1".into(),
+                scope: "default/assistant".into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect("a runner's certificate may search memory")
+        .into_inner();
+        let mut results = None;
+        while let Some(ev) = found.message().await.unwrap() {
+            if let Some(omicos_proto::call_tool_event::Event::Result(r)) = ev.event {
+                results = Some(r.value_json);
+            }
+        }
+        let results = results.expect("memory__search answered no result");
+        assert!(!results.contains("planted"), "{results}");
 
-        // Web and memory, without certificates, never got into the registry.
-        let got = list(operator.clone()).await.unwrap();
-        assert_eq!(
-            got.into_iter().collect::<Vec<_>>(),
-            ["kernel"],
-            "the registry let a provider without a certificate in"
-        );
         drop(procs);
     }
 }
