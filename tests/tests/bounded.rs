@@ -29,6 +29,7 @@ fn read_req(session: &str, at: value_ref::At) -> ReadValueRequest {
             at: Some(at),
             size_bytes: 0,
         }),
+        offset: 0,
     }
 }
 
@@ -192,6 +193,7 @@ async fn huge_argument(bytes: usize, store_url: String) {
         ReadValueRequest {
             session_id: sid.clone(),
             value: Some(ev.cut_values[0].clone()),
+            offset: 0,
         },
     )
     .await
@@ -244,6 +246,7 @@ async fn huge_argument(bytes: usize, store_url: String) {
         ReadValueRequest {
             session_id: sid.clone(),
             value: Some(in_history[0].clone()),
+            offset: 0,
         },
     )
     .await
@@ -359,10 +362,30 @@ async fn only_the_owner_follows_a_reference_and_bad_ones_are_refused_clearly() {
     let whole = |r: &ValueRef| ReadValueRequest {
         session_id: sid.clone(),
         value: Some(r.clone()),
+        offset: 0,
     };
     for r in [&event_ref, &message_ref] {
         let got = read_value(&mut alice, whole(r)).await.unwrap();
         assert!(got == huge.as_bytes());
+    }
+    // A read that broke off resumes at its offset: exactly the rest, the
+    // first chunk still saying the whole size; at the end, nothing.
+    for offset in [1, 100_000, huge.len() - 3, huge.len()] {
+        let mut s = alice
+            .read_value(ReadValueRequest {
+                offset: offset as u64,
+                ..whole(&event_ref)
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let (mut rest, mut size) = (Vec::new(), None);
+        while let Some(ch) = s.message().await.unwrap() {
+            size.get_or_insert(ch.size_bytes);
+            rest.extend_from_slice(&ch.data);
+        }
+        assert_eq!(size, Some(huge.len() as u64), "offset {offset}");
+        assert!(rest == huge.as_bytes()[offset..], "offset {offset}");
     }
 
     // What a session that does not exist answers: the reference answer.
@@ -370,6 +393,7 @@ async fn only_the_owner_follows_a_reference_and_bad_ones_are_refused_clearly() {
     let missing = |r: &ValueRef| ReadValueRequest {
         session_id: "no-such-session".into(),
         value: Some(r.clone()),
+        offset: 0,
     };
     let expected = (Code::NotFound, "session_not_found".to_owned());
     assert_eq!(
@@ -425,6 +449,7 @@ async fn only_the_owner_follows_a_reference_and_bad_ones_are_refused_clearly() {
             ReadValueRequest {
                 session_id: sid.clone(),
                 value: None,
+                offset: 0,
             },
             Code::InvalidArgument,
             "invalid_argument",
@@ -495,6 +520,24 @@ async fn only_the_owner_follows_a_reference_and_bad_ones_are_refused_clearly() {
             Code::NotFound,
             "value_not_found",
             "has no string at",
+        ),
+        (
+            ReadValueRequest {
+                offset: huge.len() as u64 + 1,
+                ..ev(seq, "tool_call_started.arguments")
+            },
+            Code::OutOfRange,
+            "offset_past_end",
+            "is past the end of the value",
+        ),
+        (
+            ReadValueRequest {
+                offset: u64::MAX,
+                ..ev(seq, "tool_call_started.arguments")
+            },
+            Code::OutOfRange,
+            "offset_past_end",
+            "is past the end of the value",
         ),
     ];
     for (req, code, kind, says) in cases {

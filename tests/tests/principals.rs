@@ -76,6 +76,7 @@ fn read_value_req(session: &str) -> ReadValueRequest {
             })),
             size_bytes: 0,
         }),
+        offset: 0,
     }
 }
 

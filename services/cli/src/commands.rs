@@ -259,13 +259,14 @@ pub enum ValueAt {
     Message(u32, String),
 }
 
-/// `omicos sessions value ID (--event N --field F | --message I --pointer P)`:
-/// the whole value written to `out` as it arrives (it may be far larger
-/// than a message); nothing else is printed.
+/// `omicos sessions value ID (--event N --field F | --message I --pointer P)
+/// [--offset B]`: the value from byte `offset` on (0: whole) written to `out`
+/// as it arrives (it may be far larger than a message); nothing else is printed.
 pub async fn session_value(
     client: &mut Client,
     id: &str,
     at: ValueAt,
+    offset: u64,
     out: &mut dyn std::io::Write,
 ) -> Result<String, CliError> {
     let at = match at {
@@ -279,6 +280,7 @@ pub async fn session_value(
                 at: Some(at),
                 size_bytes: 0,
             }),
+            offset,
         })
         .await
         .map_err(CliError::Rpc)?

@@ -213,6 +213,10 @@ enum SessionsCommand {
         /// ... and where in it, a JSON pointer, e.g. /tool_calls/0/function/arguments.
         #[arg(long, requires = "message")]
         pointer: Option<String>,
+        /// Start this many bytes in, to finish a read that broke off:
+        /// `omicos sessions value … --offset $(stat -c %s part) >> part`.
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
     },
 }
 
@@ -374,6 +378,7 @@ async fn main() -> ExitCode {
                     field,
                     message,
                     pointer,
+                    offset,
                 }),
         } => {
             let at = match (event, field, message, pointer) {
@@ -387,7 +392,8 @@ async fn main() -> ExitCode {
                 }
             };
             with_client(&server, "sessions value", |mut c| async move {
-                commands::session_value(&mut c, &id, at, &mut std::io::stdout().lock()).await
+                commands::session_value(&mut c, &id, at, offset, &mut std::io::stdout().lock())
+                    .await
             })
             .await
         }

@@ -710,6 +710,23 @@ async fn agents_tools_sessions_and_approve_commands() {
     ))
     .await;
     assert_eq!((code, out.as_str()), (0, "Say hello"), "{err}");
+    // Resumed: the rest from the offset; past the end, a clear refusal.
+    let (code, out, err) = run(value(
+        &session,
+        &["--message", "0", "--pointer", "/content", "--offset", "4"],
+    ))
+    .await;
+    assert_eq!((code, out.as_str()), (0, "hello"), "{err}");
+    let (code, out, err) = run(value(
+        &session,
+        &["--message", "0", "--pointer", "/content", "--offset", "10"],
+    ))
+    .await;
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(
+        err.contains("offset 10 is past the end of the value (9 bytes)"),
+        "{err}"
+    );
     let (code, _, err) = run(value(
         "missing",
         &["--message", "0", "--pointer", "/content"],

@@ -32,6 +32,8 @@ pub enum ErrorKind {
     /// The event, message, field or pointer a ReadValue names holds no
     /// string in the session.
     ValueNotFound,
+    /// A ReadValue's offset is past the end of the value.
+    OffsetPastEnd,
     /// The runner refused to restore a checkpoint's files (a path outside
     /// the workspace or in `.omicos/`): nothing was rewound.
     FilesNotRestored,
@@ -77,6 +79,7 @@ impl ErrorKind {
             Self::ApprovalNotPending => "approval_not_pending",
             Self::TurnNotFound => "turn_not_found",
             Self::ValueNotFound => "value_not_found",
+            Self::OffsetPastEnd => "offset_past_end",
             Self::FilesNotRestored => "files_not_restored",
             Self::SessionBusy => "session_busy",
             Self::UploadTooLarge => "upload_too_large",
@@ -119,6 +122,7 @@ impl ErrorKind {
             | Self::LlmStreamBroken
             | Self::ShuttingDown => Code::Unavailable,
             Self::ContextOverflow | Self::UploadTooLarge => Code::ResourceExhausted,
+            Self::OffsetPastEnd => Code::OutOfRange,
             Self::Cancelled => Code::Cancelled,
             Self::Config | Self::Internal => Code::Internal,
         }
@@ -233,6 +237,16 @@ pub enum OrchestratorError {
     /// What a ReadValue names is not in the session; the text says which.
     #[error("{0}")]
     ValueNotFound(String),
+    /// A ReadValue's offset is past the value's end.
+    #[error(
+        "offset {offset} is past the end of the value ({size} bytes): resume from at most {size}"
+    )]
+    OffsetPastEnd {
+        /// The offset asked for.
+        offset: u64,
+        /// The value's size in bytes.
+        size: u64,
+    },
     /// Attached files over a limit; the text says which and by how much.
     #[error("{0}")]
     UploadTooLarge(String),
@@ -265,6 +279,7 @@ impl OrchestratorError {
             Self::ShuttingDown => ErrorKind::ShuttingDown,
             Self::TurnNotFound(_) => ErrorKind::TurnNotFound,
             Self::ValueNotFound(_) => ErrorKind::ValueNotFound,
+            Self::OffsetPastEnd { .. } => ErrorKind::OffsetPastEnd,
             Self::FilesNotRestored { .. } => ErrorKind::FilesNotRestored,
             Self::UploadTooLarge(_) => ErrorKind::UploadTooLarge,
         }
@@ -408,6 +423,11 @@ mod tests {
                 OrchestratorError::ValueNotFound("no event 9".into()),
                 Code::NotFound,
                 "value_not_found",
+            ),
+            (
+                OrchestratorError::OffsetPastEnd { offset: 9, size: 3 },
+                Code::OutOfRange,
+                "offset_past_end",
             ),
             (
                 OrchestratorError::FilesNotRestored {

@@ -933,6 +933,7 @@ mod tests {
                         )),
                         size_bytes: 0,
                     }),
+                    offset: 0,
                 }),
             )
         };

@@ -97,17 +97,25 @@ impl OrchestratorService {
                 })?
             }
         };
-        Ok(chunks(whole.into_bytes()))
+        let size = whole.len() as u64;
+        if req.offset > size {
+            return Err(OrchestratorError::OffsetPastEnd {
+                offset: req.offset,
+                size,
+            });
+        }
+        Ok(chunks(whole.into_bytes(), req.offset as usize))
     }
 }
 
-/// `whole` in chunks of at most [`VALUE_CHUNK_BYTES`], made as they are
-/// sent; one empty chunk for an empty value.
-fn chunks(whole: Vec<u8>) -> ValueStream {
+/// `whole` from byte `offset` on, in chunks of at most [`VALUE_CHUNK_BYTES`]
+/// made as they are sent, the first with the whole value's size; one empty
+/// chunk when nothing is left. `offset` is at most `whole.len()`.
+fn chunks(whole: Vec<u8>, offset: usize) -> ValueStream {
     let size = whole.len();
-    let n = size.div_ceil(VALUE_CHUNK_BYTES).max(1);
+    let n = (size - offset).div_ceil(VALUE_CHUNK_BYTES).max(1);
     Box::pin(tokio_stream::iter((0..n).map(move |i| {
-        let from = i * VALUE_CHUNK_BYTES;
+        let from = offset + i * VALUE_CHUNK_BYTES;
         let to = (from + VALUE_CHUNK_BYTES).min(size);
         Ok(ValueChunk {
             size_bytes: if i == 0 { size as u64 } else { 0 },
@@ -131,11 +139,40 @@ mod tests {
             3 * VALUE_CHUNK_BYTES - 7,
         ] {
             let whole: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
-            let got: Vec<ValueChunk> = chunks(whole.clone()).map(Result::unwrap).collect().await;
+            let got: Vec<ValueChunk> = chunks(whole.clone(), 0).map(Result::unwrap).collect().await;
             assert_eq!(got[0].size_bytes, size as u64);
             assert!(got[1..].iter().all(|c| c.size_bytes == 0));
             assert!(got.iter().all(|c| c.data.len() <= VALUE_CHUNK_BYTES));
             assert_eq!(got.concat_data(), whole, "{size}");
+        }
+    }
+
+    /// A read resumed at any offset gets exactly the rest, still in bounded
+    /// chunks, and the first still says the whole size.
+    #[tokio::test]
+    async fn a_read_resumes_from_its_offset() {
+        let size = 2 * VALUE_CHUNK_BYTES + 5;
+        let whole: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        for offset in [
+            0,
+            1,
+            VALUE_CHUNK_BYTES - 1,
+            VALUE_CHUNK_BYTES,
+            2 * VALUE_CHUNK_BYTES + 4,
+            size,
+        ] {
+            let got: Vec<ValueChunk> = chunks(whole.clone(), offset)
+                .map(Result::unwrap)
+                .collect()
+                .await;
+            assert_eq!(got[0].size_bytes, size as u64, "{offset}");
+            assert!(got.iter().all(|c| c.data.len() <= VALUE_CHUNK_BYTES));
+            assert_eq!(got.concat_data(), whole[offset..], "{offset}");
+            assert_eq!(
+                got.len(),
+                (size - offset).div_ceil(VALUE_CHUNK_BYTES).max(1),
+                "{offset}"
+            );
         }
     }
 
