@@ -847,6 +847,8 @@ export function App() {
         onDecide={decide}
         onHide={() => setApprovalsHidden(true)}
         onAnswered={() => composer.current?.focus()}
+        sessionId={conv.sessionId}
+        readValue={readWholeValue}
       />
     </div>
   );

@@ -833,6 +833,42 @@ describe("the page on a live stack", () => {
     await card.getByTestId("whole-value").waitFor({ timeout: 20_000 });
   });
 
+  it.skipIf(PEER)("offers an approval's cut arguments whole before the person decides", async () => {
+    const call = SCRIPT.replies[21]!.tool_calls[0]!;
+    const whole = JSON.stringify({ code: `x = '${"0123456789".repeat(7000)}'` });
+    await page.locator(".side").getByRole("button", { name: "New chat" }).click();
+    await page.waitForURL((u) => u.pathname === "/");
+    // The data analyst (it has run_python_code), asking before side effects.
+    await page
+      .locator(`[data-testid=agent-card][data-agent=${SCRIPT.agent}]`)
+      .getByRole("button", { name: /^Talk to / })
+      .click();
+    await expect.poll(() => page.getByTestId("agent-pick").inputValue()).toBe(SCRIPT.agent);
+    await page.getByLabel("Permissions").selectOption("auto");
+    await page.fill("#composer", "run the long cell");
+    await page.getByRole("button", { name: "Send" }).click();
+    const dialog = page.getByRole("dialog");
+    await dialog.waitFor({ timeout: 30_000 });
+    await expect.poll(() => dialog.getByRole("heading").textContent()).toContain(call.name);
+    // The dialog shows the head only, and says so, with the whole a click away.
+    const offer = dialog.getByTestId("whole-value");
+    await offer.waitFor({ timeout: 20_000 });
+    expect(await offer.textContent()).toContain(`Shown cut: ${(whole.length / 1e3).toFixed(1)} kB in all.`);
+    expect(((await dialog.locator("pre").textContent()) ?? "").length).toBeLessThan(whole.length);
+    const downloaded = page.waitForEvent("download", { timeout: 20_000 });
+    await offer.getByRole("button", { name: "Download it whole" }).click();
+    const file = await (await downloaded).path();
+    expect(readFileSync(file).toString()).toBe(whole);
+    // Still asking: reading the whole decided nothing.
+    await expect.poll(() => dialog.isVisible()).toBe(true);
+    await axe("approval-cut-value");
+    await shot("26-approval-cut-value");
+    await dialog.getByRole("button", { name: "Deny" }).click();
+    await page.getByText(SCRIPT.replies[22]!.text).waitFor({ timeout: 30_000 });
+    const card = page.locator(`[data-testid=tool-card][data-call=${call.id}]`);
+    await expect.poll(() => card.getAttribute("data-status"), { timeout: 20_000 }).toBe("denied");
+  });
+
   it.skipIf(PEER)("says what to do when the token is missing or wrong, and stops asking", async () => {
     const token = /#token=([^&]+)/.exec(BASE)?.[1];
     expect(token, "the stack's page URL carries its token").toBeTruthy();

@@ -272,6 +272,30 @@ describe("values shown cut", () => {
     expect(cut.at.case === "event" && cut.at.value.eventSeq).toBe(2n);
     expect(c.calls.c2!.argumentsCut).toBeNull();
   });
+
+  it("keeps where an approval's whole arguments are: the person decides on the whole", () => {
+    const l = new Log();
+    l.started("run it");
+    l.call("c1", "run_python_code", '{"code":"x = 1… [omicos: …]');
+    const ask = l.ask("c1", "run_python_code");
+    // A reference to the call's own arguments does not stand for the approval's.
+    ask.cutValues = [
+      create(ValueRefSchema, {
+        at: { case: "event", value: { eventSeq: 2n, field: "tool_call_started.arguments" } },
+        sizeBytes: 9n,
+      }),
+      create(ValueRefSchema, {
+        at: { case: "event", value: { eventSeq: ask.eventSeq, field: "tool_approval_request.arguments" } },
+        sizeBytes: 5_000_000n,
+      }),
+    ];
+    l.ask("c2", "shell");
+    const c = applyAll(emptyConversation("s1"), l.events);
+    const [a, b] = c.approvals;
+    expect(a!.argumentsCut!.sizeBytes).toBe(5_000_000n);
+    expect(a!.argumentsCut!.at.case === "event" && a!.argumentsCut!.at.value.field).toBe("tool_approval_request.arguments");
+    expect(b!.argumentsCut).toBeNull();
+  });
 });
 
 describe("errors", () => {

@@ -111,6 +111,8 @@ export interface PendingApproval {
   risk: Risk;
   summary: string;
   arguments: string;
+  /** Where the whole arguments are when `arguments` holds only their head. */
+  argumentsCut: ValueRef | null;
   agentId: string;
   seq: number;
 }
@@ -306,6 +308,7 @@ function fold(c: Conversation, ev: ChatEvent, seq: number): Conversation {
         risk: v.risk,
         summary: v.summary,
         arguments: v.arguments,
+        argumentsCut: ev.cutValues.find((r) => r.at.case === "event" && r.at.value.field === "tool_approval_request.arguments") ?? null,
         agentId: ev.agentId,
         seq,
       };

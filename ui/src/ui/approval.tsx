@@ -2,8 +2,10 @@
 
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { Decision, Risk } from "../gen/omicos/v1/common_pb";
+import type { ValueRef } from "../gen/omicos/v1/orchestrator_pb";
 import type { PendingApproval } from "../state/conversation";
 import { suggestRule } from "../state/rules";
+import { WholeValueOffer } from "./whole";
 
 const RISK_TEXT: Record<number, string> = {
   [Risk.READ]: "reads only",
@@ -32,6 +34,9 @@ export function ApprovalDialog(props: {
   onHide: () => void;
   /** The last question was answered and the dialog closed: focus goes back to the page's work. */
   onAnswered: () => void;
+  /** The session the questions are of, and how to read a cut value whole. */
+  sessionId?: string;
+  readValue?: (sessionId: string, value: ValueRef) => Promise<Blob>;
 }) {
   const ref = useRef<HTMLDialogElement>(null);
   const head = useRef<HTMLHeadingElement>(null);
@@ -75,14 +80,29 @@ export function ApprovalDialog(props: {
             </p>
           )}
           {/* Keyed by call: the rule, its error and the busy state belong to one question. */}
-          <ApprovalCard key={a.callId} a={a} nameOf={props.nameOf} onDecide={props.onDecide} onHide={props.onHide} />
+          <ApprovalCard
+            key={a.callId}
+            a={a}
+            nameOf={props.nameOf}
+            onDecide={props.onDecide}
+            onHide={props.onHide}
+            sessionId={props.sessionId ?? ""}
+            readValue={props.readValue ?? null}
+          />
         </div>
       )}
     </dialog>
   );
 }
 
-function ApprovalCard(props: { a: PendingApproval; nameOf: (id: string) => string; onDecide: Decide; onHide: () => void }) {
+function ApprovalCard(props: {
+  a: PendingApproval;
+  nameOf: (id: string) => string;
+  onDecide: Decide;
+  onHide: () => void;
+  sessionId: string;
+  readValue: ((sessionId: string, value: ValueRef) => Promise<Blob>) | null;
+}) {
   const a = props.a;
   const suggestion = useMemo(() => suggestRule(a.toolName, a.arguments), [a.toolName, a.arguments]);
   const [rule, setRule] = useState(suggestion.rule);
@@ -116,10 +136,16 @@ function ApprovalCard(props: { a: PendingApproval; nameOf: (id: string) => strin
           </>
         )}
       </dl>
-      <p id="approval-summary">{a.summary}</p>
+      <p id="approval-summary" tabindex={0}>
+        {a.summary}
+      </p>
       <details open>
         <summary>Arguments</summary>
         <pre tabindex={0}>{pretty(a.arguments)}</pre>
+        {/* Only the head is shown: what is decided on must be readable whole first. */}
+        {a.argumentsCut && (
+          <WholeValueOffer sessionId={props.sessionId} value={a.argumentsCut} name={`${a.callId}-arguments.json`} readValue={props.readValue} />
+        )}
       </details>
       <form
         class="rule-grant"

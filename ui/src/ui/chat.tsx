@@ -2,7 +2,6 @@
 // markdown, tool-call cards with output, progress bars, images and spools.
 
 import { createContext } from "preact";
-import { Code, ConnectError } from "@connectrpc/connect";
 import { useContext, useEffect, useState } from "preact/hooks";
 import { TurnDoneReason, type ValueRef } from "../gen/omicos/v1/orchestrator_pb";
 import { Decision } from "../gen/omicos/v1/common_pb";
@@ -14,6 +13,7 @@ import { copyText } from "./copy";
 import type { CarriedMessage } from "../state/carried";
 import { joinAttachments, splitAttachments } from "../state/attachments";
 import { SentFiles } from "./attach";
+import { WholeValueOffer } from "./whole";
 
 /**
  * What a person can do to past turns. Each resolves once the server has
@@ -457,48 +457,10 @@ function ToolCard(props: { call: ToolCallView; conv: Conversation }) {
   );
 }
 
-/** Bytes as a person reads them: 73.4 MB. */
-function sizeText(bytes: number): string {
-  if (bytes < 1000) return `${bytes} bytes`;
-  if (bytes < 1e6) return `${(bytes / 1e3).toFixed(1)} kB`;
-  return `${(bytes / 1e6).toFixed(1)} MB`;
-}
-
-/** A value shown cut: its size, and a button that saves it whole. */
+/** A cut value of this log's session, offered whole. */
 function WholeValue(props: { sessionId: string; value: ValueRef; name: string }) {
   const { readValue } = useContext(Log);
-  const [state, setState] = useState<"idle" | "reading" | string>("idle");
-  if (!readValue || !props.sessionId) return null;
-  const size = Number(props.value.sizeBytes);
-  const save = () => {
-    setState("reading");
-    readValue(props.sessionId, props.value)
-      .then((blob) => {
-        const url = URL.createObjectURL(blob);
-        const a = document.createElement("a");
-        a.href = url;
-        a.download = props.name;
-        a.click();
-        setTimeout(() => URL.revokeObjectURL(url), 60_000);
-        setState("idle");
-      })
-      .catch((e: unknown) =>
-        setState(
-          [Code.Unavailable, Code.Unknown, Code.DeadlineExceeded].includes(ConnectError.from(e).code)
-            ? "Not downloaded: the server cannot be reached. Try again once the page has reconnected."
-            : `Not downloaded: ${ConnectError.from(e).rawMessage || "the server refused"}. Try again, or read it with \`omicos sessions value\`.`,
-        ),
-      );
-  };
-  return (
-    <p class="muted whole-value" data-testid="whole-value">
-      Shown cut: {sizeText(size)} in all.{" "}
-      <button type="button" onClick={save} disabled={state === "reading"}>
-        {state === "reading" ? "Reading…" : "Download it whole"}
-      </button>
-      {state !== "idle" && state !== "reading" && <span class="error-text"> {state}</span>}
-    </p>
-  );
+  return <WholeValueOffer {...props} readValue={readValue} />;
 }
 
 function agentOf(args: string): string | null {
