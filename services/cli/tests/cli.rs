@@ -187,6 +187,67 @@ async fn repl_streams_text_and_answers_an_approval_at_the_prompt() {
     stack.stop().await;
 }
 
+/// `/attach PATH` at the REPL's prompt: the file is uploaded at once and goes
+/// with the next message (the model is told where it is); a missing file or
+/// no path is said at the prompt and nothing is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repl_attaches_a_file_to_the_next_message() {
+    let llm = FakeLlm::start(vec![Reply::Text("Lisboa is warmer.".into())]).await;
+    let stack = Stack::start(&llm).await;
+    let url = stack.url.clone();
+    let local = tempfile::tempdir().unwrap();
+    let csv = "city,temp\nOslo,-3\nLisboa,17\n";
+    let file = local.path().join("data.csv");
+    std::fs::write(&file, csv).unwrap();
+    let path = file.display().to_string();
+    let missing = local.path().join("nope.csv").display().to_string();
+    let code = tokio::task::spawn_blocking(move || {
+        let mut s = spawn_chat(&["--server", &url]);
+        s.expect("you> ").unwrap();
+        s.send_line("/attach").unwrap();
+        s.expect("usage: /attach PATH").unwrap();
+        s.expect("you> ").unwrap();
+        s.send_line(&format!("/attach {missing}")).unwrap();
+        s.expect("cannot attach").unwrap();
+        s.expect("you> ").unwrap();
+        s.send_line(&format!("/attach {path}")).unwrap();
+        s.expect(
+            format!(
+                "attached data.csv as uploads/data.csv ({} bytes)",
+                csv.len()
+            )
+            .as_str(),
+        )
+        .unwrap();
+        s.expect("it goes with your next message").unwrap();
+        s.expect("you> ").unwrap();
+        s.send_line("Which city is warmer?").unwrap();
+        s.expect("Lisboa is warmer.").unwrap();
+        s.expect("you> ").unwrap();
+        s.send(ControlCode::EndOfTransmission).unwrap();
+        exit_code(&s)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0);
+    let landed = files_ending_with(stack.workspace.path(), "uploads/data.csv");
+    assert_eq!(landed.len(), 1, "{landed:?}");
+    assert_eq!(std::fs::read(&landed[0]).unwrap(), csv.as_bytes());
+    assert!(files_ending_with(stack.workspace.path(), "nope.csv").is_empty());
+    // One model request, for the message; it names the file.
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 1);
+    let sent = omicos_e2e::fake_llm::user_messages(&reqs[0].body).join("\n");
+    assert!(
+        sent.starts_with(&format!(
+            "Which city is warmer?\n\nAttached files (in the workspace): uploads/data.csv ({} bytes)",
+            csv.len()
+        )),
+        "{sent}"
+    );
+    stack.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_line_typed_while_a_turn_streams_is_steered_into_it() {
     let llm = FakeLlm::start(vec![
