@@ -264,6 +264,32 @@ mod tests {
     }
 
     #[test]
+    fn the_bound_leaves_out_omicos_state_but_not_outputs() {
+        let d = tempfile::tempdir().unwrap();
+        let state = d.path().join(".omicos");
+        std::fs::create_dir_all(state.join("outputs/s")).unwrap();
+        std::fs::write(state.join("sessions.db"), vec![1u8; 2 << 20]).unwrap();
+        let bound = DiskBound {
+            workspace_bytes: Some(1 << 20),
+            measure: omicos_sandbox::DiskMeasure::WithoutOwnState,
+            ..DiskBound::default()
+        };
+        let small = [file("uploads/a.bin", &[1u8; 4096])];
+        upload(d.path(), &small, bound).expect("the store is not the agent's");
+        // Where boxes could write the store, it counts.
+        let everything = DiskBound {
+            measure: omicos_sandbox::DiskMeasure::Everything,
+            ..bound
+        };
+        let e = upload(d.path(), &small, everything).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        // Outputs written on the session's behalf count.
+        std::fs::write(state.join("outputs/s/plot.png"), vec![1u8; 2 << 20]).unwrap();
+        let e = upload(d.path(), &small, bound).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+    }
+
+    #[test]
     fn names_are_numbered_before_the_extension() {
         assert_eq!(numbered("uploads/data.csv", 1), "uploads/data (1).csv");
         assert_eq!(numbered("uploads/a.tar.gz", 2), "uploads/a.tar (2).gz");
