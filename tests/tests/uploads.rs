@@ -279,9 +279,8 @@ async fn over_the_workspace_disk_bound_nothing_is_written() {
     let stack = Stack::start(
         FakeLlm::start(vec![]).await,
         StackOptions {
-            // Far above what the stack's own state in the workspace holds
-            // (the SQLite store and its WAL under .omicos count too: 256 KiB
-            // was passed by them alone once), far below the upload.
+            // Far below the upload (omicos's own state under .omicos, the
+            // store among it, is not counted: see the test below).
             runner_overrides: json!({"sandbox": {"session_limits": {"workspace_bytes": 16 << 20}}}),
             ..Default::default()
         },
@@ -302,4 +301,63 @@ async fn over_the_workspace_disk_bound_nothing_is_written() {
         .unwrap()
         .into_inner();
     assert_eq!(ok.files[0].path, "uploads/a.bin");
+}
+
+/// The bound is the agent's write budget: the session store under
+/// `.omicos/`, grown past it by real chats, does not count, so a small
+/// upload still fits and a big one is still refused by what it adds.
+#[tokio::test]
+async fn a_store_grown_past_the_bound_leaves_uploads_their_budget() {
+    const BOUND: u64 = 16 << 20;
+    // One long answer, streamed: the store (message, event log, WAL) grows
+    // far past the bound with it.
+    let answer = "7".repeat(128 << 10);
+    let stack = Stack::start(
+        FakeLlm::start(vec![Reply::Text(answer)]).await,
+        StackOptions {
+            runner_overrides: json!({"sandbox": {"session_limits": {"workspace_bytes": BOUND}}}),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut h = stack
+        .chat(ChatRequest {
+            message: "a long answer, please".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    h.until_done().await;
+    let state = stack.workspace.join(".omicos");
+    let files: Vec<(&str, u64)> = ["sessions.db", "sessions.db-wal", "sessions.db-shm"]
+        .into_iter()
+        .filter_map(|f| Some((f, std::fs::metadata(state.join(f)).ok()?.len())))
+        .collect();
+    let store: u64 = files.iter().map(|(_, n)| n).sum();
+    assert!(store > BOUND, "the store is not past the bound: {files:?}");
+    assert!(
+        omicos_sandbox::disk_usage(&stack.workspace) > BOUND,
+        "the whole workspace is past the bound"
+    );
+    let mut c = stack.client().await;
+    let ok = c
+        .upload_files(upload("", &[("one.bin", &vec![3u8; 1 << 20])]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ok.files[0].path, "uploads/one.bin");
+    assert_eq!(
+        std::fs::read(stack.workspace.join("uploads/one.bin"))
+            .unwrap()
+            .len(),
+        1 << 20
+    );
+    // What the agent's workspace would then hold past the bound: refused.
+    let e = c
+        .upload_files(upload("", &[("big.bin", &vec![4u8; 16 << 20])]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("workspace_bytes"), "{}", e.message());
+    assert!(!stack.workspace.join("uploads/big.bin").exists());
 }

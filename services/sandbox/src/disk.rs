@@ -8,6 +8,13 @@
 //! disk use *grows* past a bound: over it, a call that deletes files (the way
 //! back under) runs. Each process is also held to `rlimits.file_size_bytes`.
 //! The bound is approximate by what a box writes in one check interval.
+//!
+//! The bound is a write budget for the session's code, so omicos's own state
+//! under `<workspace>/.omicos/` ([`OWN_STATE`]: the stores, trajectories, the
+//! token, kernels' markers, other tenants' workspaces) is not counted, as
+//! long as boxes cannot write it ([`DiskMeasure`]). What is written there on
+//! the session's behalf (kernel and image outputs, spooled tool results,
+//! plans, task lists, `kernel_install`'s packages) counts.
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
@@ -22,11 +29,68 @@ const MEASURE_EVERY: Duration = Duration::from_secs(1);
 /// what was counted, which is a lower bound of the real use).
 const MAX_ENTRIES: usize = 2_000_000;
 
+/// omicos's own state in a workspace, relative to its `.omicos/`
+/// ([`crate::plan::STATE_DIR`]): written by omicos for itself, never by a
+/// session's code, and growing with use, not with what the agent writes.
+pub const OWN_STATE: &[&str] = &[
+    // The conversation store (SQLite in WAL mode) and the memory store.
+    "sessions.db",
+    "sessions.db-wal",
+    "sessions.db-shm",
+    "sessions.db-journal",
+    "memory.db",
+    "memory.db-wal",
+    "memory.db-shm",
+    "memory.db-journal",
+    // The orchestrator's record of each session's turns.
+    "trajectories",
+    // The workspace's token, kernels' markers and the chosen interpreter.
+    "token",
+    "kernels",
+    ".kernel_choice",
+    // `omicos up`'s offline script, and the operator's agent and skill files.
+    "offline-replay.yaml",
+    "agents",
+    "skills",
+    // Other tenants' workspaces: each is measured as its own workspace.
+    "tenants",
+];
+
+/// How a workspace's disk use is measured against its bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskMeasure {
+    /// Every file under the workspace: boxes can write `.omicos/` (no
+    /// namespaces, so no view that hides it), so none of it may be left out.
+    Everything,
+    /// Every file but omicos's own state ([`OWN_STATE`]), which boxes never
+    /// see (their view hides `.omicos/`).
+    WithoutOwnState,
+}
+
+impl DiskMeasure {
+    /// The paths this measure leaves out of `workspace`.
+    pub fn excluded(self, workspace: &Path) -> Vec<PathBuf> {
+        match self {
+            Self::Everything => vec![],
+            Self::WithoutOwnState => {
+                let state = workspace.join(crate::plan::STATE_DIR);
+                OWN_STATE.iter().map(|p| state.join(p)).collect()
+            }
+        }
+    }
+
+    /// Bytes `workspace` holds by this measure ([`usage_excluding`]).
+    pub fn usage(self, workspace: &Path) -> u64 {
+        usage_excluding(workspace, &self.excluded(workspace))
+    }
+}
+
 /// The bounds, from the config.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Limits {
     pub workspace_bytes: Option<u64>,
     pub min_free_bytes: Option<u64>,
+    pub measure: DiskMeasure,
 }
 
 /// What was last seen of each workspace being written.
@@ -55,7 +119,7 @@ impl Watch {
         let measure = limits.workspace_bytes.is_some()
             && prev.is_none_or(|p| p.measured.elapsed() >= MEASURE_EVERY);
         let used = if measure {
-            usage(workspace)
+            limits.measure.usage(workspace)
         } else {
             prev.map(|p| p.used).unwrap_or(0)
         };
@@ -111,11 +175,22 @@ fn free_bytes(path: &Path) -> Option<u64> {
 /// Bytes the files under `root` take on disk (allocated blocks: a sparse
 /// file counts what it holds), hard links once, symlinks not followed.
 pub fn usage(root: &Path) -> u64 {
+    usage_excluding(root, &[])
+}
+
+/// [`usage`] without the entries at `excluded` (each `root` joined to a
+/// relative path) and what is under them. An entry is left out by where it
+/// is, not by its name or what it points to: a symlink there is not
+/// followed (only the link is left out), a file of the same name elsewhere
+/// counts, and a file hard-linked from an excluded path and from a counted
+/// one counts once.
+pub fn usage_excluding(root: &Path, excluded: &[PathBuf]) -> u64 {
     let mut total = 0u64;
     let mut linked: HashSet<(u64, u64)> = HashSet::new();
     for e in walkdir::WalkDir::new(root)
         .follow_links(false)
         .into_iter()
+        .filter_entry(|e| !excluded.iter().any(|x| x == e.path()))
         .take(MAX_ENTRIES)
         .flatten()
     {
@@ -138,6 +213,7 @@ mod tests {
         let limits = Limits {
             workspace_bytes: Some(1 << 20),
             min_free_bytes: None,
+            measure: DiskMeasure::WithoutOwnState,
         };
         let mut w = Watch::default();
         assert_eq!(
@@ -174,11 +250,70 @@ mod tests {
     }
 
     #[test]
+    fn own_state_is_left_out_by_where_it_is_and_nothing_else() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = d.path();
+        let state = ws.join(".omicos");
+        std::fs::create_dir_all(state.join("trajectories/s1")).unwrap();
+        std::fs::create_dir_all(state.join("outputs/s1")).unwrap();
+        let mib = |n: usize| vec![7u8; n << 20];
+        let measure = DiskMeasure::WithoutOwnState;
+        let empty = measure.usage(ws);
+        // The store, its WAL and a trajectory: not counted.
+        std::fs::write(state.join("sessions.db"), mib(4)).unwrap();
+        std::fs::write(state.join("sessions.db-wal"), mib(2)).unwrap();
+        std::fs::write(state.join("trajectories/s1/t.jsonl"), mib(2)).unwrap();
+        let own = measure.usage(ws);
+        assert!(own - empty < 64 << 10, "own state counted: {empty} {own}");
+        assert!(DiskMeasure::Everything.usage(ws) - empty >= 8 << 20);
+        // What is written on the session's behalf counts.
+        std::fs::write(state.join("outputs/s1/plot.png"), mib(1)).unwrap();
+        let with_output = measure.usage(ws);
+        assert!(with_output - own >= 1 << 20, "{own} {with_output}");
+        // A file named like the store, anywhere else, counts.
+        std::fs::create_dir_all(ws.join("data/.omicos")).unwrap();
+        std::fs::write(ws.join("data/.omicos/sessions.db"), mib(1)).unwrap();
+        std::fs::write(ws.join("sessions.db"), mib(1)).unwrap();
+        let named = measure.usage(ws);
+        assert!(named - with_output >= 2 << 20, "{with_output} {named}");
+        // A hard link in the workspace to an excluded file counts, once.
+        std::fs::hard_link(state.join("sessions.db"), ws.join("store-copy")).unwrap();
+        std::fs::hard_link(state.join("sessions.db"), ws.join("store-copy2")).unwrap();
+        let linked = measure.usage(ws);
+        assert!(
+            linked - named >= 4 << 20 && linked - named < 5 << 20,
+            "{named} {linked}"
+        );
+        // A symlink at an excluded path leaves out the link, not its target.
+        std::fs::create_dir(ws.join("big")).unwrap();
+        std::fs::write(ws.join("big/f"), mib(3)).unwrap();
+        let before = measure.usage(ws);
+        std::fs::rename(state.join("trajectories"), ws.join("old-trajectories")).unwrap();
+        std::os::unix::fs::symlink(ws.join("big"), state.join("trajectories")).unwrap();
+        let after = measure.usage(ws);
+        assert!(
+            after + (64 << 10) >= before + (2 << 20),
+            "the moved trajectory counts where it is now: {before} {after}"
+        );
+        // And a symlink elsewhere named like an excluded path excludes nothing.
+        std::fs::create_dir_all(ws.join("x")).unwrap();
+        let after = measure.usage(ws);
+        std::os::unix::fs::symlink(ws.join("big"), ws.join("x/tenants")).unwrap();
+        assert_eq!(measure.usage(ws), after);
+        // `.omicos` below another directory is not the state directory.
+        let under = ws.join("proj/.omicos/trajectories");
+        std::fs::create_dir_all(&under).unwrap();
+        std::fs::write(under.join("t"), mib(1)).unwrap();
+        assert!(measure.usage(ws) - after >= 1 << 20);
+    }
+
+    #[test]
     fn a_falling_floor_trips_only_while_it_falls() {
         let d = tempfile::tempdir().unwrap();
         let limits = Limits {
             workspace_bytes: None,
             min_free_bytes: Some(u64::MAX),
+            measure: DiskMeasure::WithoutOwnState,
         };
         let mut w = Watch::default();
         assert_eq!(w.check(d.path(), limits), None);

@@ -53,7 +53,9 @@ pub use config::{
     ConfigError, ProcessCgroup, Rlimits, SandboxConfig, SessionLimits, WhenLandlockMissing,
     WhenMissing,
 };
-pub use disk::usage as disk_usage;
+pub use disk::{
+    DiskMeasure, OWN_STATE, usage as disk_usage, usage_excluding as disk_usage_excluding,
+};
 pub use filesystem::LandlockSupport;
 pub use policy::{SandboxPolicy, UnknownPolicy};
 pub use process::{Command, Placement, Process, Signaller, Stdio, describe_status};

@@ -4,7 +4,7 @@
 use crate::box_cgroup;
 use crate::boxes::{BoxKey, Launch, SessionBox, SpawnRequest};
 use crate::config::{ProcessCgroup, WhenMissing};
-use crate::disk;
+use crate::disk::{self, DiskMeasure};
 use crate::filesystem::{self, LandlockSupport};
 use crate::process::{Command, Inner, Placement, Process, Stdio};
 use crate::wire::{BoxSpec, Identity, Mount, Rlimit};
@@ -381,6 +381,18 @@ impl Sandbox {
     /// What was found at start (log its `lines`).
     pub fn report(&self) -> &Report {
         &self.report
+    }
+
+    /// How a workspace is measured against `session_limits.workspace_bytes`
+    /// (by the disk watchdog, and by whoever else holds writes to the bound):
+    /// without omicos's own state where boxes' views hide it, everything
+    /// where they have no view of their own.
+    pub fn disk_measure(&self) -> DiskMeasure {
+        if self.report.mode == Mode::NoNamespaces {
+            DiskMeasure::Everything
+        } else {
+            DiskMeasure::WithoutOwnState
+        }
     }
 
     /// Logs the report (services call this once at start).
@@ -775,6 +787,7 @@ impl Sandbox {
         let limits = disk::Limits {
             workspace_bytes: self.config.session_limits.workspace_bytes,
             min_free_bytes: self.config.session_limits.min_free_bytes,
+            measure: self.disk_measure(),
         };
         if limits.workspace_bytes.is_none() && limits.min_free_bytes.is_none() {
             return;

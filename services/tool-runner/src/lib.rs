@@ -169,6 +169,11 @@ pub async fn run(
     .await
     .tls(tls.server.clone());
     let registry = registry::RegistryService::new(pipeline.registry().clone());
+    // The shell's sandbox (the pipeline holds it, so this is the same one):
+    // uploads are measured as its watchdog measures boxed code's writes.
+    let disk_measure = omicos_sandbox::Sandbox::shared(config.sandbox.clone())
+        .map(|s| s.disk_measure())
+        .unwrap_or(omicos_sandbox::DiskMeasure::Everything);
     // Only the parts of the system get in: the orchestrator runs tools,
     // providers register; the runner's calls to providers carry the secret too.
     use omicos_auth::ServiceRole::{Operator, Orchestrator, Provider as ProviderRole};
@@ -190,7 +195,7 @@ pub async fn run(
     let router = host.router().add_service(omicos_auth::Guard::new(
         service::ToolRunnerService::new(pipeline, stop, config.reattach_grace)
             .named(&name)
-            .with_disk_bound(&config.sandbox.session_limits)
+            .with_disk_bound(&config.sandbox.session_limits, disk_measure)
             .into_server(),
         gate.clone(),
     ));

@@ -47,11 +47,16 @@ impl ToolRunnerService {
     }
 
     /// Holds uploads to the sandbox's disk bound of a session (the one its
-    /// sandboxed code is held to).
-    pub fn with_disk_bound(mut self, limits: &omicos_sandbox::SessionLimits) -> Self {
+    /// sandboxed code is held to), measured as the sandbox measures it.
+    pub fn with_disk_bound(
+        mut self,
+        limits: &omicos_sandbox::SessionLimits,
+        measure: omicos_sandbox::DiskMeasure,
+    ) -> Self {
         self.disk_bound = crate::upload::DiskBound {
             workspace_bytes: limits.workspace_bytes,
             min_free_bytes: limits.min_free_bytes,
+            measure,
         };
         self
     }

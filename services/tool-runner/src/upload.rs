@@ -21,12 +21,26 @@ use tonic::Status;
 const MAX_RENAMES: u32 = 1000;
 
 /// The disk bounds an upload is held to (the sandbox's session limits).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct DiskBound {
     /// The most the workspace may hold.
     pub workspace_bytes: Option<u64>,
     /// The free space its filesystem must keep.
     pub min_free_bytes: Option<u64>,
+    /// How the workspace is measured: the sandbox's own measure, so that an
+    /// upload and boxed code are held to the same figure.
+    pub measure: omicos_sandbox::DiskMeasure,
+}
+
+impl Default for DiskBound {
+    fn default() -> Self {
+        Self {
+            workspace_bytes: None,
+            min_free_bytes: None,
+            // Without a sandbox to say otherwise, boxes may reach `.omicos/`.
+            measure: omicos_sandbox::DiskMeasure::Everything,
+        }
+    }
 }
 
 /// Writes each file as a new file; the workspace-relative paths used, in
@@ -71,7 +85,7 @@ pub fn upload(
 /// its bound or its filesystem below its floor.
 fn check_bound(root: &Path, adding: u64, bound: DiskBound) -> Result<(), Status> {
     if let Some(max) = bound.workspace_bytes {
-        let used = omicos_sandbox::disk_usage(root);
+        let used = bound.measure.usage(root);
         if used.saturating_add(adding) > max {
             return Err(Status::resource_exhausted(format!(
                 "the upload ({}) does not fit: the workspace holds {} of its {} \
@@ -240,13 +254,39 @@ mod tests {
             &[file("uploads/big.bin", &vec![1u8; 64 << 10])],
             DiskBound {
                 workspace_bytes: Some(16 << 10),
-                min_free_bytes: None,
+                ..DiskBound::default()
             },
         )
         .unwrap_err();
         assert_eq!(e.code(), tonic::Code::ResourceExhausted);
         assert!(e.message().contains("workspace_bytes"), "{}", e.message());
         assert!(!d.path().join("uploads").exists());
+    }
+
+    #[test]
+    fn the_bound_leaves_out_omicos_state_but_not_outputs() {
+        let d = tempfile::tempdir().unwrap();
+        let state = d.path().join(".omicos");
+        std::fs::create_dir_all(state.join("outputs/s")).unwrap();
+        std::fs::write(state.join("sessions.db"), vec![1u8; 2 << 20]).unwrap();
+        let bound = DiskBound {
+            workspace_bytes: Some(1 << 20),
+            measure: omicos_sandbox::DiskMeasure::WithoutOwnState,
+            ..DiskBound::default()
+        };
+        let small = [file("uploads/a.bin", &[1u8; 4096])];
+        upload(d.path(), &small, bound).expect("the store is not the agent's");
+        // Where boxes could write the store, it counts.
+        let everything = DiskBound {
+            measure: omicos_sandbox::DiskMeasure::Everything,
+            ..bound
+        };
+        let e = upload(d.path(), &small, everything).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        // Outputs written on the session's behalf count.
+        std::fs::write(state.join("outputs/s/plot.png"), vec![1u8; 2 << 20]).unwrap();
+        let e = upload(d.path(), &small, bound).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
     }
 
     #[test]
