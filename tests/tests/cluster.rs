@@ -1250,13 +1250,13 @@ async fn a_turn_survives_kill_9_of_its_orchestrator_at_each_point() {
             .unwrap();
         // Up to the point of the kill.
         while let Some(ev) = chat.next().await {
-            let at = match (point, &ev.kind) {
-                ("a", Some(chat_event::Kind::TurnStarted(_))) => true,
-                ("b", Some(chat_event::Kind::TextDelta(_))) => true,
-                ("c", Some(chat_event::Kind::ToolCallStarted(_))) => true,
-                ("d", Some(chat_event::Kind::ToolApprovalRequest(_))) => true,
-                _ => false,
-            };
+            let at = matches!(
+                (point, &ev.kind),
+                ("a", Some(chat_event::Kind::TurnStarted(_)))
+                    | ("b", Some(chat_event::Kind::TextDelta(_)))
+                    | ("c", Some(chat_event::Kind::ToolCallStarted(_)))
+                    | ("d", Some(chat_event::Kind::ToolApprovalRequest(_)))
+            );
             if at {
                 break;
             }

@@ -214,7 +214,7 @@ async fn scenario(store_url: String) {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(r.turn_ids, [t3.clone()]);
+    assert_eq!(r.turn_ids, std::slice::from_ref(&t3));
     assert_eq!(r.first_message, "t3");
     let mut restored = r.files_restored.clone();
     restored.sort();
@@ -233,7 +233,7 @@ async fn scenario(store_url: String) {
         && matches!(&e.kind, Some(chat_event::Kind::TurnStarted(s)) if s.message == "t3")));
     match &events.last().unwrap().kind {
         Some(chat_event::Kind::Rewound(w)) => {
-            assert_eq!(w.turn_ids, [t3.clone()]);
+            assert_eq!(w.turn_ids, std::slice::from_ref(&t3));
             assert_eq!(w.files_restored, r.files_restored);
         }
         other => panic!("the last event is {other:?}, not Rewound"),
@@ -339,7 +339,7 @@ async fn scenario(store_url: String) {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(r3.turn_ids, [t1.clone()]);
+    assert_eq!(r3.turn_ids, std::slice::from_ref(&t1));
     assert!(r3.files_restored.is_empty());
     assert_eq!(read(&ws, "a.txt").unwrap(), b"kept");
     assert!(history(&mut c, &sid).await.0.is_empty());

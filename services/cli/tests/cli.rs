@@ -207,10 +207,10 @@ async fn repl_attaches_a_file_to_the_next_message() {
         s.send_line("/attach").unwrap();
         s.expect("usage: /attach PATH").unwrap();
         s.expect("you> ").unwrap();
-        s.send_line(&format!("/attach {missing}")).unwrap();
+        s.send_line(format!("/attach {missing}")).unwrap();
         s.expect("cannot attach").unwrap();
         s.expect("you> ").unwrap();
-        s.send_line(&format!("/attach {path}")).unwrap();
+        s.send_line(format!("/attach {path}")).unwrap();
         s.expect(
             format!(
                 "attached data.csv as uploads/data.csv ({} bytes)",

@@ -237,8 +237,11 @@ fn sweep_runtime(runtime_root: &Path, keep: &str) -> Vec<String> {
     gone
 }
 
+/// A sandbox made for a config, held weakly: gone with its last user.
+type SharedEntry = (SandboxConfig, std::sync::Weak<Sandbox>);
+
 /// The sandboxes of this process, by config: see [`Sandbox::shared`].
-static SHARED: std::sync::LazyLock<Mutex<Vec<(SandboxConfig, std::sync::Weak<Sandbox>)>>> =
+static SHARED: std::sync::LazyLock<Mutex<Vec<SharedEntry>>> =
     std::sync::LazyLock::new(Mutex::default);
 
 impl Sandbox {

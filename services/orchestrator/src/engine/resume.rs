@@ -66,7 +66,7 @@ enum Settle {
     /// From its ToolCallFinished event (the result did not reach the history).
     Logged(ToolCall, ToolStatus, String, String),
     /// Followed again on its runner; `asked`: its approval request is in the log.
-    Attached(ToolCall, Attached, bool),
+    Attached(ToolCall, Box<Attached>, bool),
     /// Answered as lost.
     Lost(ToolCall, &'static str),
 }
@@ -242,7 +242,7 @@ impl Engine {
                 match self.runner.reattach(&call.id, &s.principal, st).await {
                     Ok(a) => {
                         let was_asked = asked.contains(call.id.as_str());
-                        settle.push(Settle::Attached(call, a, was_asked));
+                        settle.push(Settle::Attached(call, Box::new(a), was_asked));
                     }
                     Err(why) => {
                         tracing::warn!(session = %st.id, call_id = %call.id, %why, "a call of the lost turn is lost");
