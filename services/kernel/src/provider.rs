@@ -10,7 +10,7 @@ use crate::output::{collapse_cr, kept_mime};
 use crate::sessions::{Kernels, session_file_name};
 use async_trait::async_trait;
 use base64::Engine;
-use omicos_toolkit::{CallCtx, Provider, Risk, ToolError, ToolSpec, confine_path, tool};
+use omicos_toolkit::{CallCtx, Provider, Risk, ToolError, ToolSpec, confine_tool_path, tool};
 use serde_json::{Value, json};
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
@@ -277,7 +277,7 @@ impl KernelProvider {
             return Err(ToolError::invalid(format!("`{p}` is not a .ipynb file")));
         }
         let full =
-            confine_path(&ctx.workspace, p).map_err(|e| ToolError::invalid(e.to_string()))?;
+            confine_tool_path(&ctx.workspace, p).map_err(|e| ToolError::invalid(e.to_string()))?;
         Ok((full, p.to_owned()))
     }
 

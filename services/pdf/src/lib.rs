@@ -20,7 +20,7 @@ pub use config::Config;
 use async_trait::async_trait;
 use extract::{Budget, Opened, PageText};
 use omicos_toolkit::{
-    CallCtx, Provider, Risk, ToolError, ToolSpec, confine::relative_to, confine_path, tool,
+    CallCtx, Provider, Risk, ToolError, ToolSpec, confine::relative_to, confine_tool_path, tool,
 };
 use pages::PageSelection;
 use serde_json::{Value, json};
@@ -85,7 +85,7 @@ fn resolve(args: &Value, ctx: &CallCtx) -> Result<(PathBuf, String), ToolError> 
         .and_then(Value::as_str)
         .ok_or_else(|| ToolError::invalid("`path` is required"))?;
     let resolved =
-        confine_path(&ctx.workspace, p).map_err(|e| ToolError::invalid(e.to_string()))?;
+        confine_tool_path(&ctx.workspace, p).map_err(|e| ToolError::invalid(e.to_string()))?;
     let shown = relative_to(&ctx.workspace, &resolved);
     Ok((resolved, shown))
 }

@@ -1,5 +1,7 @@
 //! Workspace path confinement: no path may resolve outside the workspace,
-//! through `..`, an absolute path, or a symlink.
+//! through `..`, an absolute path, or a symlink; and, for the tools that
+//! take a path ([`confine_tool_path`]), none into the workspace's
+//! `.omicos/`, omicos's own state.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -9,6 +11,12 @@ pub enum ConfineError {
     /// The path resolves outside the workspace.
     #[error("path `{0}` is outside the workspace")]
     Escapes(String),
+    /// The path resolves into the workspace's [`STATE_DIR`].
+    #[error(
+        "path `{0}` is inside .omicos/, omicos's own state (the stores, other sessions' \
+         outputs, other tenants' workspaces): no tool reads or writes it"
+    )]
+    State(String),
     /// The path is not usable (NUL byte, workspace missing).
     #[error("path `{path}` is not usable: {why}")]
     Invalid {
@@ -81,6 +89,38 @@ pub fn confine_path(root: &Path, user_path: &str) -> Result<PathBuf, ConfineErro
     }
 }
 
+/// omicos's own state in a workspace (`<workspace>/.omicos/`): the stores,
+/// the token, trajectories, sessions' outputs and spooled results, and, in
+/// the default tenant's workspace, every other tenant's workspace
+/// (`.omicos/tenants/<t>/`).
+pub const STATE_DIR: &str = ".omicos";
+
+/// [`confine_path`] for a path a tool call names: also refused when the real
+/// path (symlinks resolved) is [`STATE_DIR`] or lies under it, whether the
+/// path names it or a link planted in the workspace leads there. A tool that
+/// reads a session's own files there (the file tools) decides that itself.
+pub fn confine_tool_path(root: &Path, user_path: &str) -> Result<PathBuf, ConfineError> {
+    let path = confine_path(root, user_path)?;
+    // confine_path answered a path under the resolved root.
+    let root = root.canonicalize().map_err(|e| ConfineError::Invalid {
+        path: root.display().to_string(),
+        why: format!("workspace cannot be resolved: {e}"),
+    })?;
+    if is_state(&root, &path) {
+        return Err(ConfineError::State(user_path.into()));
+    }
+    Ok(path)
+}
+
+/// Whether `path` (resolved, under the resolved `root`) is in `root`'s
+/// [`STATE_DIR`].
+pub fn is_state(root: &Path, path: &Path) -> bool {
+    path.strip_prefix(root)
+        .ok()
+        .and_then(|p| p.components().next())
+        .is_some_and(|c| c.as_os_str() == STATE_DIR)
+}
+
 /// The workspace-relative form of a confined path, for messages.
 pub fn relative_to(root: &Path, path: &Path) -> String {
     let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
@@ -122,6 +162,39 @@ mod tests {
             confine_path(&w, canon.join("x").to_str().unwrap()).unwrap(),
             canon.join("x")
         );
+    }
+
+    #[test]
+    fn tool_paths_reach_no_state() {
+        let w = ws();
+        let canon = w.canonicalize().unwrap();
+        std::fs::create_dir_all(w.join(".omicos/tenants/acme")).unwrap();
+        std::fs::write(w.join(".omicos/tenants/acme/a.pdf"), "x").unwrap();
+        std::os::unix::fs::symlink(".omicos/tenants/acme/a.pdf", w.join("link.pdf")).unwrap();
+        std::os::unix::fs::symlink(".omicos", w.join("state")).unwrap();
+        for p in [
+            ".omicos",
+            ".omicos/token",
+            ".omicos/tenants/acme/a.pdf",
+            "sub/../.omicos/x.ipynb",
+            "./.omicos/new.ipynb",
+            "link.pdf",
+            "state/tenants",
+            canon.join(".omicos/x").to_str().unwrap(),
+        ] {
+            assert!(
+                matches!(confine_tool_path(&w, p), Err(ConfineError::State(_))),
+                "{p}: {:?}",
+                confine_tool_path(&w, p)
+            );
+        }
+        for p in ["sub/a.pdf", ".omicosx/a", "sub/.omicos/a", ""] {
+            assert!(confine_tool_path(&w, p).is_ok(), "{p}");
+        }
+        assert!(matches!(
+            confine_tool_path(&w, "../x"),
+            Err(ConfineError::Escapes(_))
+        ));
     }
 
     #[test]
