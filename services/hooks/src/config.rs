@@ -163,7 +163,7 @@ impl HookHandler {
 /// it is a command's program (its first word after any `VAR=value`).
 fn words(command: &str) -> Vec<(String, bool)> {
     let mut out = Vec::new();
-    for part in command.split(|c| matches!(c, ';' | '|' | '&' | '\n' | '(' | ')' | '`')) {
+    for part in command.split([';', '|', '&', '\n', '(', ')', '`']) {
         let mut program = true;
         for w in part.split(|c: char| c.is_whitespace() || c == '<' || c == '>') {
             let w: String = w.chars().filter(|c| !matches!(c, '\'' | '"')).collect();
