@@ -121,6 +121,99 @@ pub fn is_state(root: &Path, path: &Path) -> bool {
         .is_some_and(|c| c.as_os_str() == STATE_DIR)
 }
 
+/// How [`open_confined`] opens a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenFor {
+    /// Read it.
+    Read,
+    /// Write it whole: created when missing (with its directories), emptied otherwise.
+    Write,
+    /// Add at its end: created when missing (with its directories).
+    Append,
+}
+
+/// Opens `path`, a path [`confine_path`] answered under `root`, exactly
+/// where it was checked: every directory from `root` down is opened without
+/// following a symlink (and made, for a write, when missing), and so is the
+/// file. A check and the open are two moments; a process of the session's
+/// box may swap a directory on the way for a symlink in between (into
+/// `.omicos/`, another tenant's workspace, or out of the workspace). Then
+/// the open fails (`ELOOP`, `ENOTDIR`) instead of following it. `root`'s own
+/// path is trusted (the deployment's, or a tenant's under `.omicos/`).
+pub fn open_confined(root: &Path, path: &Path, how: OpenFor) -> std::io::Result<std::fs::File> {
+    use std::ffi::CString;
+    use std::io::{Error, ErrorKind};
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let root = root.canonicalize()?;
+    let rel = path.strip_prefix(&root).map_err(|_| {
+        Error::new(
+            ErrorKind::PermissionDenied,
+            format!("{} is not under the workspace", path.display()),
+        )
+    })?;
+    let parts: Vec<&std::ffi::OsStr> = rel
+        .components()
+        .map(|c| match c {
+            Component::Normal(n) => Ok(n),
+            _ => Err(Error::new(
+                ErrorKind::InvalidInput,
+                "a confined path has plain components only",
+            )),
+        })
+        .collect::<Result<_, _>>()?;
+    let Some((name, dirs)) = parts.split_last() else {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "the workspace itself is not a file",
+        ));
+    };
+    let cstr = |s: &std::ffi::OsStr| {
+        CString::new(s.as_bytes()).map_err(|_| Error::new(ErrorKind::InvalidInput, "NUL in a path"))
+    };
+    let open_at =
+        |dir: libc::c_int, name: &CString, flags: libc::c_int| -> std::io::Result<OwnedFd> {
+            // SAFETY: `name` is a valid C string; the fd returned is owned here.
+            let fd = unsafe { libc::openat(dir, name.as_ptr(), flags | libc::O_CLOEXEC, 0o666) };
+            if fd < 0 {
+                return Err(Error::last_os_error());
+            }
+            // SAFETY: openat answered a new fd that nothing else owns.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        };
+    use std::os::fd::AsRawFd;
+    let dir_flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+    let mut dir = open_at(
+        libc::AT_FDCWD,
+        &cstr(root.as_os_str())?,
+        libc::O_PATH | libc::O_DIRECTORY,
+    )?;
+    for d in dirs {
+        let c = cstr(d)?;
+        dir = match open_at(dir.as_raw_fd(), &c, dir_flags) {
+            Err(e) if e.kind() == ErrorKind::NotFound && how != OpenFor::Read => {
+                // SAFETY: `c` is a valid C string; `dir` an open directory.
+                if unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o777) } != 0 {
+                    let e = Error::last_os_error();
+                    if e.kind() != ErrorKind::AlreadyExists {
+                        return Err(e);
+                    }
+                }
+                open_at(dir.as_raw_fd(), &c, dir_flags)?
+            }
+            other => other?,
+        };
+    }
+    let flags = libc::O_NOFOLLOW
+        | match how {
+            OpenFor::Read => libc::O_RDONLY,
+            OpenFor::Write => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            OpenFor::Append => libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+        };
+    let fd = open_at(dir.as_raw_fd(), &cstr(name)?, flags)?;
+    Ok(std::fs::File::from(fd))
+}
+
 /// The workspace-relative form of a confined path, for messages.
 pub fn relative_to(root: &Path, path: &Path) -> String {
     let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
@@ -162,6 +255,41 @@ mod tests {
             confine_path(&w, canon.join("x").to_str().unwrap()).unwrap(),
             canon.join("x")
         );
+    }
+
+    #[test]
+    fn a_confined_open_follows_no_symlink_on_the_way() {
+        use std::io::{Read, Write};
+        let w = ws();
+        let canon = w.canonicalize().unwrap();
+        let mut f = open_confined(&w, &canon.join("a/b/c.txt"), OpenFor::Write).unwrap();
+        f.write_all(b"one").unwrap();
+        open_confined(&w, &canon.join("a/b/c.txt"), OpenFor::Append)
+            .unwrap()
+            .write_all(b"two")
+            .unwrap();
+        let mut text = String::new();
+        open_confined(&w, &canon.join("a/b/c.txt"), OpenFor::Read)
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, "onetwo");
+        // A directory swapped for a link after the check: refused, nothing written there.
+        let elsewhere = ws();
+        std::fs::rename(canon.join("a"), canon.join("a.real")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, canon.join("a")).unwrap();
+        std::fs::create_dir_all(elsewhere.join("b")).unwrap();
+        for how in [OpenFor::Write, OpenFor::Append, OpenFor::Read] {
+            assert!(
+                open_confined(&w, &canon.join("a/b/c.txt"), how).is_err(),
+                "{how:?}"
+            );
+        }
+        assert!(!elsewhere.join("b/c.txt").exists());
+        // The file itself a link: refused too.
+        std::os::unix::fs::symlink("/etc/hostname", canon.join("link.txt")).unwrap();
+        assert!(open_confined(&w, &canon.join("link.txt"), OpenFor::Read).is_err());
+        assert!(open_confined(&w, &canon.join("../x"), OpenFor::Read).is_err());
     }
 
     #[test]
