@@ -44,14 +44,42 @@ fn model() -> impl Fn(&Value) -> Reply + Send + Sync + 'static {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_swapped_directory_never_redirects_a_file_tool() {
+    race(
+        "file_manager__write",
+        |n| json!({"path": format!("d/pwn{n}.txt"), "content": "planted"}),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swapped_directory_never_redirects_a_notebook_edit() {
+    race(
+        "notebook__edit",
+        |n| json!({"path": format!("d/pwn{n}.ipynb"), "action": "insert", "source": "planted"}),
+    )
+    .await;
+}
+
+/// `tool` called 300 times with `args(n)` while the box's job swaps `d`.
+async fn race(tool: &str, args: impl Fn(usize) -> Value) {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().canonicalize().unwrap();
     let outside = tempfile::tempdir().unwrap();
     let llm = FakeLlm::start(vec![]).await.with_responder(model());
+    let kernel: Arc<dyn omicos_toolkit::Provider> = omicos_kernel::KernelProvider::new(
+        omicos_kernel::KernelConfig {
+            pool_size: 0,
+            ..Default::default()
+        },
+        ws.clone(),
+        vec![],
+    )
+    .expect("kernel provider");
     let stack = Stack::start(
         llm,
         StackOptions {
             workspace: Some(ws.clone()),
+            providers: vec![kernel],
             runner_overrides: json!({"service_secret": "parts-secret-0123456789abcdef"}),
             tweak: Some(Box::new(|c| {
                 c.service_secret = "parts-secret-0123456789abcdef".into();
@@ -94,11 +122,11 @@ async fn a_swapped_directory_never_redirects_a_file_tool() {
 
     let mut landed = 0;
     for n in 0..300 {
-        let args = json!({"path": format!("d/pwn{n}.txt"), "content": "planted"});
+        let args = args(n);
         let mut h = ChatHandle::open(
             client_with(&url, DORA).await,
             ChatRequest {
-                message: format!("CALL file_manager__write {args}"),
+                message: format!("CALL {tool} {args}"),
                 permission_mode: "full".into(),
                 ..Default::default()
             },
@@ -108,7 +136,7 @@ async fn a_swapped_directory_never_redirects_a_file_tool() {
         let events = h.until_done().await;
         if finished_calls(&events)
             .first()
-            .is_some_and(|c| c.result.contains("bytes to"))
+            .is_some_and(|c| c.status() == omicos_proto::ToolStatus::Done)
         {
             landed += 1;
         }
@@ -121,11 +149,11 @@ async fn a_swapped_directory_never_redirects_a_file_tool() {
         if !escaped.is_empty() {
             stop.store(true, Ordering::Relaxed);
             job.join().unwrap();
-            panic!("after {n} writes a racing symlink redirected a write: {escaped:?}");
+            panic!("{tool}: after {n} calls a racing symlink redirected a write: {escaped:?}");
         }
     }
     stop.store(true, Ordering::Relaxed);
     job.join().unwrap();
     // The race was run: some writes landed where they were checked.
-    assert!(landed > 0, "no write went through at all");
+    assert!(landed > 0, "{tool}: no write went through at all");
 }

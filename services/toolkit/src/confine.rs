@@ -141,10 +141,92 @@ pub enum OpenFor {
 /// the open fails (`ELOOP`, `ENOTDIR`) instead of following it. `root`'s own
 /// path is trusted (the deployment's, or a tenant's under `.omicos/`).
 pub fn open_confined(root: &Path, path: &Path, how: OpenFor) -> std::io::Result<std::fs::File> {
-    use std::ffi::CString;
-    use std::io::{Error, ErrorKind};
-    use std::os::fd::{FromRawFd, OwnedFd};
+    let (dir, name) = confined_parent(root, path, how != OpenFor::Read)?;
+    let flags = libc::O_NOFOLLOW
+        | match how {
+            OpenFor::Read => libc::O_RDONLY,
+            OpenFor::Write => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            OpenFor::Append => libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+        };
+    let fd = open_at(dir.as_raw_fd(), &name, flags)?;
+    Ok(std::fs::File::from(fd))
+}
+
+/// Replaces the file at `path` (a path [`confine_path`] answered under
+/// `root`) with `bytes` at once: written to a new file beside it, then
+/// renamed over it, both in its directory as opened by [`open_confined`]'s
+/// walk (no symlink followed), so neither the write nor the rename can be
+/// redirected.
+pub fn replace_confined(root: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let (dir, name) = confined_parent(root, path, true)?;
+    let tmp = cstr(std::ffi::OsStr::new(&format!(
+        ".{}.omicos-tmp-{}",
+        name.to_string_lossy(),
+        uuid::Uuid::new_v4().simple()
+    )))?;
+    let fd = open_at(
+        dir.as_raw_fd(),
+        &tmp,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+    )?;
+    let unlink = || {
+        // SAFETY: valid C string and an open directory.
+        unsafe { libc::unlinkat(dir.as_raw_fd(), tmp.as_ptr(), 0) };
+    };
+    if let Err(e) = std::fs::File::from(fd).write_all(bytes) {
+        unlink();
+        return Err(e);
+    }
+    // SAFETY: valid C strings, both names in the same open directory.
+    if unsafe {
+        libc::renameat(
+            dir.as_raw_fd(),
+            tmp.as_ptr(),
+            dir.as_raw_fd(),
+            name.as_ptr(),
+        )
+    } != 0
+    {
+        let e = std::io::Error::last_os_error();
+        unlink();
+        return Err(e);
+    }
+    Ok(())
+}
+
+fn cstr(s: &std::ffi::OsStr) -> std::io::Result<std::ffi::CString> {
     use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(s.as_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in a path"))
+}
+
+fn open_at(
+    dir: libc::c_int,
+    name: &std::ffi::CStr,
+    flags: libc::c_int,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: `name` is a valid C string; the fd returned is owned here.
+    let fd = unsafe { libc::openat(dir, name.as_ptr(), flags | libc::O_CLOEXEC, 0o666) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: openat answered a new fd that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+use std::os::fd::AsRawFd;
+
+/// The directory of `path` (under `root`), opened from `root` down without
+/// following a symlink (each missing one made when `create`), and the
+/// file's name in it.
+fn confined_parent(
+    root: &Path,
+    path: &Path,
+    create: bool,
+) -> std::io::Result<(std::os::fd::OwnedFd, std::ffi::CString)> {
+    use std::io::{Error, ErrorKind};
     let root = root.canonicalize()?;
     let rel = path.strip_prefix(&root).map_err(|_| {
         Error::new(
@@ -168,20 +250,6 @@ pub fn open_confined(root: &Path, path: &Path, how: OpenFor) -> std::io::Result<
             "the workspace itself is not a file",
         ));
     };
-    let cstr = |s: &std::ffi::OsStr| {
-        CString::new(s.as_bytes()).map_err(|_| Error::new(ErrorKind::InvalidInput, "NUL in a path"))
-    };
-    let open_at =
-        |dir: libc::c_int, name: &CString, flags: libc::c_int| -> std::io::Result<OwnedFd> {
-            // SAFETY: `name` is a valid C string; the fd returned is owned here.
-            let fd = unsafe { libc::openat(dir, name.as_ptr(), flags | libc::O_CLOEXEC, 0o666) };
-            if fd < 0 {
-                return Err(Error::last_os_error());
-            }
-            // SAFETY: openat answered a new fd that nothing else owns.
-            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-        };
-    use std::os::fd::AsRawFd;
     let dir_flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW;
     let mut dir = open_at(
         libc::AT_FDCWD,
@@ -191,7 +259,7 @@ pub fn open_confined(root: &Path, path: &Path, how: OpenFor) -> std::io::Result<
     for d in dirs {
         let c = cstr(d)?;
         dir = match open_at(dir.as_raw_fd(), &c, dir_flags) {
-            Err(e) if e.kind() == ErrorKind::NotFound && how != OpenFor::Read => {
+            Err(e) if e.kind() == ErrorKind::NotFound && create => {
                 // SAFETY: `c` is a valid C string; `dir` an open directory.
                 if unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o777) } != 0 {
                     let e = Error::last_os_error();
@@ -204,14 +272,7 @@ pub fn open_confined(root: &Path, path: &Path, how: OpenFor) -> std::io::Result<
             other => other?,
         };
     }
-    let flags = libc::O_NOFOLLOW
-        | match how {
-            OpenFor::Read => libc::O_RDONLY,
-            OpenFor::Write => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
-            OpenFor::Append => libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
-        };
-    let fd = open_at(dir.as_raw_fd(), &cstr(name)?, flags)?;
-    Ok(std::fs::File::from(fd))
+    Ok((dir, cstr(name)?))
 }
 
 /// The workspace-relative form of a confined path, for messages.
@@ -290,6 +351,15 @@ mod tests {
         std::os::unix::fs::symlink("/etc/hostname", canon.join("link.txt")).unwrap();
         assert!(open_confined(&w, &canon.join("link.txt"), OpenFor::Read).is_err());
         assert!(open_confined(&w, &canon.join("../x"), OpenFor::Read).is_err());
+        // Replaced at once where checked, and never through a link.
+        replace_confined(&w, &canon.join("a.real/b/c.txt"), b"new").unwrap();
+        assert_eq!(std::fs::read(canon.join("a.real/b/c.txt")).unwrap(), b"new");
+        assert!(replace_confined(&w, &canon.join("a/b/c.txt"), b"x").is_err());
+        assert!(!elsewhere.join("b/c.txt").exists());
+        assert_eq!(
+            std::fs::read_dir(canon.join("a.real/b")).unwrap().count(),
+            1
+        );
     }
 
     #[test]
