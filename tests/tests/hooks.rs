@@ -28,9 +28,16 @@ fn in_session(session: &str, message: &str) -> ChatRequest {
     }
 }
 
-/// Writes an executable script into the workspace's `hooks/` folder.
-fn script(dir: &Path, name: &str, body: &str) -> String {
-    let hooks = dir.join("hooks");
+/// Writes an executable script into a folder of hook scripts outside the
+/// workspace `_ws` (a hook runs outside the sandbox, so its code must be
+/// where the agent cannot write it: the runner refuses a hook in the
+/// workspace).
+fn script(_ws: &Path, name: &str, body: &str) -> String {
+    static SCRIPTS: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    let hooks = SCRIPTS
+        .get_or_init(|| tempfile::tempdir().unwrap())
+        .path()
+        .join(format!("{}-{name}", std::process::id()));
     std::fs::create_dir_all(&hooks).unwrap();
     let p = hooks.join(name);
     std::fs::write(&p, body).unwrap();

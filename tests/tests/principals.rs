@@ -61,6 +61,18 @@ async fn snapshot(url: &str, sid: &str, llm: &FakeLlm) -> (Vec<String>, Vec<Chat
         ev.timestamp_ms = 0;
         log.push(ev);
     }
+    let title = c
+        .list_sessions(omicos_proto::ListSessionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions
+        .into_iter()
+        .find(|x| x.session_id == sid)
+        .map(|x| x.title)
+        .unwrap_or_default();
+    let mut history = history;
+    history.push(format!("title: {title}"));
     (history, log, llm.requests().len())
 }
 
@@ -77,6 +89,17 @@ fn read_value_req(session: &str) -> ReadValueRequest {
             size_bytes: 0,
         }),
         offset: 0,
+    }
+}
+
+/// An upload into `session`'s workspace: a file no refused attempt may write.
+fn upload_req(session: &str) -> omicos_proto::UploadFilesRequest {
+    omicos_proto::UploadFilesRequest {
+        session_id: session.into(),
+        files: vec![omicos_proto::UploadFile {
+            name: "planted-by-another.txt".into(),
+            content: b"planted".to_vec(),
+        }],
     }
 }
 
@@ -144,6 +167,38 @@ async fn grpc_attempts(url: &str, token: &str, sid: &str) -> Vec<(&'static str, 
     out.push((
         "ReadValue",
         r(c.read_value(read_value_req(sid)).await.map(|_| ())),
+    ));
+    out.push((
+        "ForkSession",
+        r(c.fork_session(omicos_proto::ForkSessionRequest {
+            session_id: s(),
+            ..Default::default()
+        })
+        .await
+        .map(|_| ())),
+    ));
+    out.push((
+        "RewindSession",
+        r(c.rewind_session(omicos_proto::RewindSessionRequest {
+            session_id: s(),
+            to: Some(omicos_proto::rewind_session_request::To::LastTurns(1)),
+            keep_files: false,
+        })
+        .await
+        .map(|_| ())),
+    ));
+    out.push((
+        "RenameSession",
+        r(c.rename_session(omicos_proto::RenameSessionRequest {
+            session_id: s(),
+            title: "renamed by another".into(),
+        })
+        .await
+        .map(|_| ())),
+    ));
+    out.push((
+        "UploadFiles",
+        r(c.upload_files(upload_req(sid)).await.map(|_| ())),
     ));
     out.push((
         "DeleteSession",
@@ -270,6 +325,51 @@ async fn grpc_web_attempts(url: &str, token: &str, sid: &str) -> Vec<(&'static s
             .await,
         ),
         (
+            "web ForkSession",
+            call(
+                "/omicos.v1.Orchestrator/ForkSession",
+                omicos_proto::ForkSessionRequest {
+                    session_id: s(),
+                    ..Default::default()
+                }
+                .encode_to_vec(),
+            )
+            .await,
+        ),
+        (
+            "web RewindSession",
+            call(
+                "/omicos.v1.Orchestrator/RewindSession",
+                omicos_proto::RewindSessionRequest {
+                    session_id: s(),
+                    to: Some(omicos_proto::rewind_session_request::To::LastTurns(1)),
+                    keep_files: false,
+                }
+                .encode_to_vec(),
+            )
+            .await,
+        ),
+        (
+            "web RenameSession",
+            call(
+                "/omicos.v1.Orchestrator/RenameSession",
+                omicos_proto::RenameSessionRequest {
+                    session_id: s(),
+                    title: "renamed by another".into(),
+                }
+                .encode_to_vec(),
+            )
+            .await,
+        ),
+        (
+            "web UploadFiles",
+            call(
+                "/omicos.v1.Orchestrator/UploadFiles",
+                upload_req(sid).encode_to_vec(),
+            )
+            .await,
+        ),
+        (
             "web DeleteSession",
             call(
                 "/omicos.v1.Orchestrator/DeleteSession",
@@ -381,9 +481,41 @@ async fn other_principals_are_refused_on_every_route_and_change_nothing() {
             assert_eq!(spooled(token, p.clone()).await, 404, "{who}: {p}");
         }
     }
-    // Nothing changed: the same history, the same log, no model call.
+    // Nothing changed: the same history, title and log, no model call, no
+    // file uploaded, no session forked from alice's.
     assert_eq!(snapshot(&url, &sid, &llm).await, before);
+    let planted: Vec<_> = walk_files(&stack.workspace)
+        .into_iter()
+        .filter(|p| p.contains("planted-by-another"))
+        .collect();
+    assert!(planted.is_empty(), "{planted:?}");
+    for token in [BOB, MALLORY] {
+        let listed = client_with(&url, token)
+            .await
+            .list_sessions(omicos_proto::ListSessionsRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .sessions;
+        assert!(listed.is_empty(), "a fork of alice's session: {listed:?}");
+    }
     // And alice still has it all.
     assert_eq!(file(ALICE, sid.clone()).await, 200);
     assert_eq!(spooled(ALICE, spool_paths[0].clone()).await, 200);
+}
+
+/// Every file under `dir`, as paths.
+fn walk_files(dir: &std::path::Path) -> Vec<String> {
+    let mut out = vec![];
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                out.extend(walk_files(&p));
+            } else {
+                out.push(p.display().to_string());
+            }
+        }
+    }
+    out
 }

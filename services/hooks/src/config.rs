@@ -3,6 +3,7 @@
 use omicos_servicekit::config::duration;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
 /// The longest a handler runs without a timeout of its own, as in Claude Code.
@@ -12,7 +13,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum HandlerKind {
-    /// Run with `sh -c` in the workspace, the event's JSON on stdin.
+    /// Run with `sh -c` (in [`crate::HOOK_CWD`]), the event's JSON on stdin.
     #[default]
     Command,
     /// POST the event's JSON to `url`; the answer's body is read as a
@@ -103,6 +104,85 @@ impl HookHandler {
     }
 }
 
+/// The variables a `command` hook gets that name the workspace.
+const WORKSPACE_VARS: [&str; 2] = ["CLAUDE_PROJECT_DIR", "OMICOS_WORKSPACE"];
+
+impl HookHandler {
+    /// Refuses a `command` whose code could come from `workspace`: a hook
+    /// runs outside the box, with the service's rights and environment,
+    /// and the agent writes the workspace (its file tools, its box), so a
+    /// script there is code the agent chooses. Refused: a word that names
+    /// the workspace's variables (`$CLAUDE_PROJECT_DIR/.claude/hooks/x.sh`,
+    /// Claude Code's own convention), a path under `workspace`, and a
+    /// relative path (`./check.sh`, `hooks/check.sh`: the command runs in
+    /// [`crate::HOOK_CWD`], never in the workspace, so such a path would
+    /// not mean what it says). `(field, reason)`, as [`Self::validate`].
+    pub fn check_outside(&self, workspace: &Path) -> Result<(), (&'static str, String)> {
+        if self.kind != HandlerKind::Command {
+            return Ok(());
+        }
+        let ws = workspace
+            .canonicalize()
+            .unwrap_or_else(|_| workspace.to_path_buf());
+        let refuse = |word: &str, why: &str| {
+            Err((
+                "command",
+                format!(
+                    "`{word}` {why}: a command hook runs outside the sandbox with the service's \
+                     rights, and the agent writes the workspace; give the absolute path of a \
+                     script outside it (the workspace is in $OMICOS_WORKSPACE and the event's \
+                     `cwd`, to read, not to run)"
+                ),
+            ))
+        };
+        for (word, program) in words(&self.command) {
+            let word = word.as_str();
+            if WORKSPACE_VARS.iter().any(|v| word.contains(v)) {
+                return refuse(word, "names the workspace");
+            }
+            let path = Path::new(word);
+            if path.is_absolute() {
+                let real = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+                if real.starts_with(&ws) || path.starts_with(workspace) {
+                    return refuse(word, "is in the workspace");
+                }
+            } else if word.contains('/')
+                && !word.starts_with('~')
+                && !word.starts_with('$')
+                && (program || word.starts_with("./") || word.starts_with("../"))
+            {
+                return refuse(word, "is a relative path");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The words of a shell command, roughly: split at blanks and at the
+/// operators that start a new command, quotes dropped; each with whether
+/// it is a command's program (its first word after any `VAR=value`).
+fn words(command: &str) -> Vec<(String, bool)> {
+    let mut out = Vec::new();
+    for part in command.split([';', '|', '&', '\n', '(', ')', '`']) {
+        let mut program = true;
+        for w in part.split(|c: char| c.is_whitespace() || c == '<' || c == '>') {
+            let w: String = w.chars().filter(|c| !matches!(c, '\'' | '"')).collect();
+            if w.is_empty() {
+                continue;
+            }
+            let assignment = program
+                && w.split_once('=').is_some_and(|(k, _)| {
+                    !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                });
+            out.push((w, program && !assignment));
+            if !assignment {
+                program = false;
+            }
+        }
+    }
+    out
+}
+
 /// Handlers of one event whose matcher matches.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -117,6 +197,42 @@ pub struct HookMatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_command_may_not_run_code_from_the_workspace() {
+        let ws = tempfile::tempdir().unwrap();
+        let w = ws.path();
+        let refused = [
+            "$CLAUDE_PROJECT_DIR/.claude/hooks/check.sh".to_owned(),
+            "\"${CLAUDE_PROJECT_DIR}\"/hooks/x.sh".to_owned(),
+            "python3 $OMICOS_WORKSPACE/guard.py".to_owned(),
+            "./check.sh".to_owned(),
+            "hooks/check-shell.sh".to_owned(),
+            "cat >/dev/null; sh ./hooks/x.sh".to_owned(),
+            "jq . | ../x.sh".to_owned(),
+            format!("{}/hooks/x.sh", w.display()),
+            format!("python3 {}/guard.py", w.display()),
+        ];
+        for c in &refused {
+            let e = HookHandler::command(c.clone()).check_outside(w);
+            assert_eq!(e.as_ref().map_err(|e| e.0), Err("command"), "{c}");
+        }
+        for c in [
+            "/etc/omicos/hooks/check.sh",
+            "cat >/dev/null; echo from command",
+            "jq -r .tool_input.command | grep -q 'rm -rf /' && exit 2; exit 0",
+            "exit 2",
+            "~/hooks/x.sh",
+            "python3 guard.py",
+        ] {
+            HookHandler::command(c)
+                .check_outside(w)
+                .unwrap_or_else(|e| panic!("{c}: {e:?}"));
+        }
+        HookHandler::http("http://127.0.0.1:1/h")
+            .check_outside(w)
+            .unwrap();
+    }
 
     #[test]
     fn claude_code_settings_parse_with_either_timeout_form() {

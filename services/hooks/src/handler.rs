@@ -1,6 +1,6 @@
 //! Running one handler, with Claude Code's rules for what it answered.
 //!
-//! - `command`: `sh -c` in the workspace (its own process group, killed
+//! - `command`: `sh -c` in [`HOOK_CWD`], never the workspace (its own process group, killed
 //!   whole on timeout), the event's JSON on stdin. Exit 0: stdout is a JSON
 //!   object of decision fields, plain text, or nothing. Exit 2: block, with
 //!   stderr as the reason. Any other exit: a non-blocking error.
@@ -80,18 +80,25 @@ fn parse_output(text: &str) -> Answer {
     }
 }
 
+/// Where a `command` hook runs: never the workspace. A hook runs outside
+/// the sandbox, with the service's rights and environment, and the agent
+/// writes the workspace, so a relative name there (`python3 guard.py`)
+/// would run code the agent chose. The workspace is in `CLAUDE_PROJECT_DIR`,
+/// `OMICOS_WORKSPACE` and the event's `cwd`, for a hook to read.
+pub const HOOK_CWD: &str = "/";
+
 async fn run_command(
     command: &str,
     payload: &str,
-    cwd: &Path,
+    workspace: &Path,
     limit: Duration,
 ) -> (Answer, Option<i32>) {
     let spawned = tokio::process::Command::new("sh")
         .arg("-c")
         .arg(command)
-        .current_dir(cwd)
-        .env("CLAUDE_PROJECT_DIR", cwd)
-        .env("OMICOS_WORKSPACE", cwd)
+        .current_dir(HOOK_CWD)
+        .env("CLAUDE_PROJECT_DIR", workspace)
+        .env("OMICOS_WORKSPACE", workspace)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -15,5 +15,5 @@ mod handler;
 mod matcher;
 
 pub use config::{DEFAULT_TIMEOUT, HandlerKind, HookHandler, HookMatcher};
-pub use handler::{Answer, Outcome, expand_env, run_all, run_one};
+pub use handler::{Answer, HOOK_CWD, Outcome, expand_env, run_all, run_one};
 pub use matcher::{Matchers, compile_matcher, matches};

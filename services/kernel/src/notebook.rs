@@ -73,7 +73,22 @@ impl Notebook {
     pub fn read(path: &Path, shown: &str) -> Result<Self, ToolError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ToolError::failed(format!("cannot read {shown}: {e}")))?;
-        let v: Value = serde_json::from_str(&text).map_err(|e| {
+        Self::parse(&text, shown)
+    }
+
+    /// Reads the notebook at `path`, a path confined under `workspace`,
+    /// where it was checked ([`omicos_toolkit::open_confined`]: a directory
+    /// swapped for a link since fails the read, never redirects it).
+    pub fn read_confined(workspace: &Path, path: &Path, shown: &str) -> Result<Self, ToolError> {
+        let mut text = String::new();
+        omicos_toolkit::open_confined(workspace, path, omicos_toolkit::OpenFor::Read)
+            .and_then(|mut f| std::io::Read::read_to_string(&mut f, &mut text))
+            .map_err(|e| ToolError::failed(format!("cannot read {shown}: {e}")))?;
+        Self::parse(&text, shown)
+    }
+
+    fn parse(text: &str, shown: &str) -> Result<Self, ToolError> {
+        let v: Value = serde_json::from_str(text).map_err(|e| {
             ToolError::failed(format!("{shown} is not a notebook (invalid JSON: {e})"))
         })?;
         Self::check(v, shown)
@@ -132,6 +147,20 @@ impl Notebook {
             c.insert("outputs".into(), json!([]));
         }
         Value::Object(c)
+    }
+
+    /// Writes the notebook at once at `path`, a path confined under
+    /// `workspace`, where it was checked ([`omicos_toolkit::replace_confined`]).
+    pub fn write_confined(
+        &self,
+        workspace: &Path,
+        path: &Path,
+        shown: &str,
+    ) -> Result<(), ToolError> {
+        let mut text = serde_json::to_string_pretty(&self.0).expect("notebook serializes");
+        text.push('\n');
+        omicos_toolkit::replace_confined(workspace, path, text.as_bytes())
+            .map_err(|e| ToolError::failed(format!("cannot write {shown}: {e}")))
     }
 
     /// Writes the notebook atomically (temp file, then rename).

@@ -10,7 +10,7 @@ use crate::output::{collapse_cr, kept_mime};
 use crate::sessions::{Kernels, session_file_name};
 use async_trait::async_trait;
 use base64::Engine;
-use omicos_toolkit::{CallCtx, Provider, Risk, ToolError, ToolSpec, confine_path, tool};
+use omicos_toolkit::{CallCtx, Provider, Risk, ToolError, ToolSpec, confine_tool_path, tool};
 use serde_json::{Value, json};
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
@@ -277,13 +277,13 @@ impl KernelProvider {
             return Err(ToolError::invalid(format!("`{p}` is not a .ipynb file")));
         }
         let full =
-            confine_path(&ctx.workspace, p).map_err(|e| ToolError::invalid(e.to_string()))?;
+            confine_tool_path(&ctx.workspace, p).map_err(|e| ToolError::invalid(e.to_string()))?;
         Ok((full, p.to_owned()))
     }
 
     async fn notebook_run(&self, args: Value, ctx: CallCtx) -> Result<Value, ToolError> {
         let (path, shown) = self.notebook_path(&args, &ctx)?;
-        let mut nb = Notebook::read(&path, &shown)?;
+        let mut nb = Notebook::read_confined(&ctx.workspace, &path, &shown)?;
         let code_cells: Vec<usize> = nb
             .cells()
             .iter()
@@ -323,7 +323,7 @@ impl KernelProvider {
                 .await;
             if o.cancelled {
                 // Outputs of the cells that finished are kept.
-                nb.write(&path, &shown)?;
+                nb.write_confined(&ctx.workspace, &path, &shown)?;
                 return Err(ToolError::Cancelled);
             }
             let cell = &mut nb.cells_mut()[i];
@@ -360,7 +360,7 @@ impl KernelProvider {
         }
         drop(lease);
         self.kernels.touch(&ctx.session_id);
-        nb.write(&path, &shown)?;
+        nb.write_confined(&ctx.workspace, &path, &shown)?;
         let mut v = json!({"path": shown, "ran": ran});
         if !notices.is_empty() {
             v["notice"] = json!(notices.join("\n"));
@@ -514,7 +514,7 @@ impl Provider for KernelProvider {
             "registry_lookup" => self.registry_lookup(args, ctx).await,
             "notebook__inspect" => {
                 let (path, shown) = self.notebook_path(&args, &ctx)?;
-                Ok(Notebook::read(&path, &shown)?.inspect(&shown))
+                Ok(Notebook::read_confined(&ctx.workspace, &path, &shown)?.inspect(&shown))
             }
             "notebook__edit" => {
                 let (path, shown) = self.notebook_path(&args, &ctx)?;
@@ -524,7 +524,7 @@ impl Provider for KernelProvider {
                 let mut nb = if !path.exists() && action == "insert" {
                     Notebook::new_empty()
                 } else {
-                    Notebook::read(&path, &shown)?
+                    Notebook::read_confined(&ctx.workspace, &path, &shown)?
                 };
                 let index =
                     match &args["index"] {
@@ -539,7 +539,7 @@ impl Provider for KernelProvider {
                     args["source"].as_str(),
                     args["cell_type"].as_str(),
                 )?;
-                nb.write(&path, &shown)?;
+                nb.write_confined(&ctx.workspace, &path, &shown)?;
                 Ok(json!({"path": shown, "done": what, "cell_count": nb.cells().len()}))
             }
             "notebook__run" => self.notebook_run(args, ctx).await,

@@ -16,7 +16,6 @@ use std::{
     collections::{BTreeMap, HashSet},
     io::Read,
     panic::{AssertUnwindSafe, catch_unwind},
-    path::Path,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -105,14 +104,12 @@ impl PageText {
     }
 }
 
-/// Reads and parses `path`, or says plainly why it cannot be used.
-pub fn open(path: &Path, shown: &str, budget: &Budget) -> Result<Opened, ToolError> {
-    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => {
-            ToolError::failed(format!("{shown}: no such file in the workspace"))
-        }
-        _ => ToolError::failed(format!("{shown}: cannot be read: {e}")),
-    })?;
+/// Reads and parses `file` (opened where its path was checked), or says
+/// plainly why it cannot be used.
+pub fn open(file: std::fs::File, shown: &str, budget: &Budget) -> Result<Opened, ToolError> {
+    let meta = file
+        .metadata()
+        .map_err(|e| ToolError::failed(format!("{shown}: cannot be read: {e}")))?;
     if meta.is_dir() {
         return Err(ToolError::failed(format!(
             "{shown} is a directory, not a PDF file"
@@ -127,8 +124,8 @@ pub fn open(path: &Path, shown: &str, budget: &Budget) -> Result<Opened, ToolErr
     }
     // Read at most the cap even if the file grew since the metadata call.
     let mut bytes = Vec::with_capacity(meta.len() as usize);
-    std::fs::File::open(path)
-        .and_then(|f| f.take(budget.max_file_bytes + 1).read_to_end(&mut bytes))
+    file.take(budget.max_file_bytes + 1)
+        .read_to_end(&mut bytes)
         .map_err(|e| ToolError::failed(format!("{shown}: cannot be read: {e}")))?;
     if bytes.len() as u64 > budget.max_file_bytes {
         return Err(ToolError::failed(format!(

@@ -20,7 +20,7 @@ pub use config::Config;
 use async_trait::async_trait;
 use extract::{Budget, Opened, PageText};
 use omicos_toolkit::{
-    CallCtx, Provider, Risk, ToolError, ToolSpec, confine::relative_to, confine_path, tool,
+    CallCtx, Provider, Risk, ToolError, ToolSpec, confine::relative_to, confine_tool_path, tool,
 };
 use pages::PageSelection;
 use serde_json::{Value, json};
@@ -85,7 +85,7 @@ fn resolve(args: &Value, ctx: &CallCtx) -> Result<(PathBuf, String), ToolError> 
         .and_then(Value::as_str)
         .ok_or_else(|| ToolError::invalid("`path` is required"))?;
     let resolved =
-        confine_path(&ctx.workspace, p).map_err(|e| ToolError::invalid(e.to_string()))?;
+        confine_tool_path(&ctx.workspace, p).map_err(|e| ToolError::invalid(e.to_string()))?;
     let shown = relative_to(&ctx.workspace, &resolved);
     Ok((resolved, shown))
 }
@@ -215,11 +215,21 @@ impl Provider for PdfProvider {
     async fn call(&self, tool: &str, args: Value, ctx: CallCtx) -> Result<Value, ToolError> {
         self.validate_input(tool, &args, &ctx)?;
         let (path, shown) = resolve(&args, &ctx)?;
+        // Opened where it was checked: a directory swapped for a link since
+        // (by a job of the session's box) fails the open, never redirects it.
+        let path =
+            omicos_toolkit::open_confined(&ctx.workspace, &path, omicos_toolkit::OpenFor::Read)
+                .map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => {
+                        ToolError::failed(format!("{shown}: no such file in the workspace"))
+                    }
+                    _ => ToolError::failed(format!("{shown}: cannot be read: {e}")),
+                })?;
         let budget = self.budget();
         match tool {
             "pdf__info" => {
                 self.workers
-                    .run(&ctx, budget, move |b| info(&path, &shown, b))
+                    .run(&ctx, budget, move |b| info(path, &shown, b))
                     .await
             }
             "pdf__read" => {
@@ -230,7 +240,7 @@ impl Provider for PdfProvider {
                     .max(1);
                 self.workers
                     .run(&ctx, budget, move |b| {
-                        read(&path, &shown, &sel, max_chars, b).map(Value::String)
+                        read(path, &shown, &sel, max_chars, b).map(Value::String)
                     })
                     .await
             }
@@ -245,7 +255,7 @@ impl Provider for PdfProvider {
                     .min(MAX_RESULTS_LIMIT);
                 self.workers
                     .run(&ctx, budget, move |b| {
-                        search(&path, &shown, &query, max_results, b)
+                        search(path, &shown, &query, max_results, b)
                     })
                     .await
             }
@@ -274,7 +284,7 @@ fn info_string(o: &Opened, key: &[u8]) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
-fn info(path: &std::path::Path, shown: &str, b: &Budget) -> Result<Value, ToolError> {
+fn info(path: std::fs::File, shown: &str, b: &Budget) -> Result<Value, ToolError> {
     let mut o = extract::open(path, shown, b)?;
     let count = o.pages.len() as u32;
     let mut with_text = Vec::new();
@@ -356,7 +366,7 @@ fn info(path: &std::path::Path, shown: &str, b: &Budget) -> Result<Value, ToolEr
 }
 
 fn read(
-    path: &std::path::Path,
+    path: std::fs::File,
     shown: &str,
     sel: &PageSelection,
     max_chars: usize,
@@ -480,7 +490,7 @@ fn squash(text: &str) -> Vec<char> {
 }
 
 fn search(
-    path: &std::path::Path,
+    path: std::fs::File,
     shown: &str,
     query: &str,
     max_results: usize,

@@ -245,9 +245,13 @@ impl ServiceConfig for Config {
                     ConfigError::key(format!("hooks.{event}[{i}].matcher"), e.to_string())
                 })?;
                 for (j, h) in m.hooks.iter().enumerate() {
-                    h.validate().map_err(|(field, why)| {
-                        ConfigError::key(format!("hooks.{event}[{i}].hooks[{j}].{field}"), why)
-                    })?;
+                    // A hook runs outside the sandbox: none of its code
+                    // may come from the workspace the agent writes.
+                    h.validate()
+                        .and_then(|()| h.check_outside(&self.workspace))
+                        .map_err(|(field, why)| {
+                            ConfigError::key(format!("hooks.{event}[{i}].hooks[{j}].{field}"), why)
+                        })?;
                 }
             }
         }
@@ -332,6 +336,22 @@ mod tests {
         omicos_servicekit::load_config(Some(&file), &env).map_err(|e| e.to_string())
     }
 
+    /// Claude Code's convention, a script under the project directory, is
+    /// code the agent can write: refused, with the key and the reason.
+    #[test]
+    fn a_hook_script_in_the_workspace_is_refused() {
+        for command in ["$CLAUDE_PROJECT_DIR/.claude/hooks/check.sh", "./log.sh"] {
+            let yaml = format!(
+                "hooks:\n  PostToolUse:\n    - matcher: \"\"\n      hooks: [{{type: command, command: \"{command}\"}}]\n"
+            );
+            let e = load(&yaml, &[]).unwrap_err();
+            assert!(
+                e.contains("hooks.PostToolUse[0].hooks[0].command") && e.contains("sandbox"),
+                "{command}: {e}"
+            );
+        }
+    }
+
     #[test]
     fn claude_code_hook_settings_load_unchanged() {
         let cfg = load(
@@ -341,11 +361,11 @@ hooks:
     - matcher: "Bash|shell"
       hooks:
         - type: command
-          command: "$CLAUDE_PROJECT_DIR/.claude/hooks/check.sh"
+          command: "/etc/omicos/hooks/check.sh"
           timeout: 30
   PostToolUse:
     - matcher: ""
-      hooks: [{type: command, command: "./log.sh"}]
+      hooks: [{type: command, command: "/usr/local/bin/log.sh"}]
 providers:
   - {name: kernel, endpoint: "http://127.0.0.1:7010"}
 "#,

@@ -44,7 +44,14 @@ impl FileChanges {
                 ..Default::default()
             },
             Ok(m) if m.is_file() && (m.len() as usize) <= MAX_PRIOR_BYTES => {
-                match std::fs::read(path) {
+                // Read where the path was checked (a directory swapped for a
+                // link meanwhile must not copy another file into the checkpoint).
+                let read = crate::confine::open_confined(workspace, path, crate::OpenFor::Read)
+                    .and_then(|mut f| {
+                        let mut b = Vec::new();
+                        std::io::Read::read_to_end(&mut f, &mut b).map(|_| b)
+                    });
+                match read {
                     Ok(prior) if kept + prior.len() <= MAX_CALL_PRIOR_BYTES => FileChange {
                         path: rel,
                         prior,

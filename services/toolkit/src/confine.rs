@@ -1,5 +1,7 @@
 //! Workspace path confinement: no path may resolve outside the workspace,
-//! through `..`, an absolute path, or a symlink.
+//! through `..`, an absolute path, or a symlink; and, for the tools that
+//! take a path ([`confine_tool_path`]), none into the workspace's
+//! `.omicos/`, omicos's own state.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -9,6 +11,12 @@ pub enum ConfineError {
     /// The path resolves outside the workspace.
     #[error("path `{0}` is outside the workspace")]
     Escapes(String),
+    /// The path resolves into the workspace's [`STATE_DIR`].
+    #[error(
+        "path `{0}` is inside .omicos/, omicos's own state (the stores, other sessions' \
+         outputs, other tenants' workspaces): no tool reads or writes it"
+    )]
+    State(String),
     /// The path is not usable (NUL byte, workspace missing).
     #[error("path `{path}` is not usable: {why}")]
     Invalid {
@@ -81,6 +89,192 @@ pub fn confine_path(root: &Path, user_path: &str) -> Result<PathBuf, ConfineErro
     }
 }
 
+/// omicos's own state in a workspace (`<workspace>/.omicos/`): the stores,
+/// the token, trajectories, sessions' outputs and spooled results, and, in
+/// the default tenant's workspace, every other tenant's workspace
+/// (`.omicos/tenants/<t>/`).
+pub const STATE_DIR: &str = ".omicos";
+
+/// [`confine_path`] for a path a tool call names: also refused when the real
+/// path (symlinks resolved) is [`STATE_DIR`] or lies under it, whether the
+/// path names it or a link planted in the workspace leads there. A tool that
+/// reads a session's own files there (the file tools) decides that itself.
+pub fn confine_tool_path(root: &Path, user_path: &str) -> Result<PathBuf, ConfineError> {
+    let path = confine_path(root, user_path)?;
+    // confine_path answered a path under the resolved root.
+    let root = root.canonicalize().map_err(|e| ConfineError::Invalid {
+        path: root.display().to_string(),
+        why: format!("workspace cannot be resolved: {e}"),
+    })?;
+    if is_state(&root, &path) {
+        return Err(ConfineError::State(user_path.into()));
+    }
+    Ok(path)
+}
+
+/// Whether `path` (resolved, under the resolved `root`) is in `root`'s
+/// [`STATE_DIR`].
+pub fn is_state(root: &Path, path: &Path) -> bool {
+    path.strip_prefix(root)
+        .ok()
+        .and_then(|p| p.components().next())
+        .is_some_and(|c| c.as_os_str() == STATE_DIR)
+}
+
+/// How [`open_confined`] opens a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenFor {
+    /// Read it.
+    Read,
+    /// Write it whole: created when missing (with its directories), emptied otherwise.
+    Write,
+    /// Add at its end: created when missing (with its directories).
+    Append,
+}
+
+/// Opens `path`, a path [`confine_path`] answered under `root`, exactly
+/// where it was checked: every directory from `root` down is opened without
+/// following a symlink (and made, for a write, when missing), and so is the
+/// file. A check and the open are two moments; a process of the session's
+/// box may swap a directory on the way for a symlink in between (into
+/// `.omicos/`, another tenant's workspace, or out of the workspace). Then
+/// the open fails (`ELOOP`, `ENOTDIR`) instead of following it. `root`'s own
+/// path is trusted (the deployment's, or a tenant's under `.omicos/`).
+pub fn open_confined(root: &Path, path: &Path, how: OpenFor) -> std::io::Result<std::fs::File> {
+    let (dir, name) = confined_parent(root, path, how != OpenFor::Read)?;
+    let flags = libc::O_NOFOLLOW
+        | match how {
+            OpenFor::Read => libc::O_RDONLY,
+            OpenFor::Write => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            OpenFor::Append => libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+        };
+    let fd = open_at(dir.as_raw_fd(), &name, flags)?;
+    Ok(std::fs::File::from(fd))
+}
+
+/// Replaces the file at `path` (a path [`confine_path`] answered under
+/// `root`) with `bytes` at once: written to a new file beside it, then
+/// renamed over it, both in its directory as opened by [`open_confined`]'s
+/// walk (no symlink followed), so neither the write nor the rename can be
+/// redirected.
+pub fn replace_confined(root: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let (dir, name) = confined_parent(root, path, true)?;
+    let tmp = cstr(std::ffi::OsStr::new(&format!(
+        ".{}.omicos-tmp-{}",
+        name.to_string_lossy(),
+        uuid::Uuid::new_v4().simple()
+    )))?;
+    let fd = open_at(
+        dir.as_raw_fd(),
+        &tmp,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+    )?;
+    let unlink = || {
+        // SAFETY: valid C string and an open directory.
+        unsafe { libc::unlinkat(dir.as_raw_fd(), tmp.as_ptr(), 0) };
+    };
+    if let Err(e) = std::fs::File::from(fd).write_all(bytes) {
+        unlink();
+        return Err(e);
+    }
+    // SAFETY: valid C strings, both names in the same open directory.
+    if unsafe {
+        libc::renameat(
+            dir.as_raw_fd(),
+            tmp.as_ptr(),
+            dir.as_raw_fd(),
+            name.as_ptr(),
+        )
+    } != 0
+    {
+        let e = std::io::Error::last_os_error();
+        unlink();
+        return Err(e);
+    }
+    Ok(())
+}
+
+fn cstr(s: &std::ffi::OsStr) -> std::io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(s.as_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in a path"))
+}
+
+fn open_at(
+    dir: libc::c_int,
+    name: &std::ffi::CStr,
+    flags: libc::c_int,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: `name` is a valid C string; the fd returned is owned here.
+    let fd = unsafe { libc::openat(dir, name.as_ptr(), flags | libc::O_CLOEXEC, 0o666) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: openat answered a new fd that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+use std::os::fd::AsRawFd;
+
+/// The directory of `path` (under `root`), opened from `root` down without
+/// following a symlink (each missing one made when `create`), and the
+/// file's name in it.
+fn confined_parent(
+    root: &Path,
+    path: &Path,
+    create: bool,
+) -> std::io::Result<(std::os::fd::OwnedFd, std::ffi::CString)> {
+    use std::io::{Error, ErrorKind};
+    let root = root.canonicalize()?;
+    let rel = path.strip_prefix(&root).map_err(|_| {
+        Error::new(
+            ErrorKind::PermissionDenied,
+            format!("{} is not under the workspace", path.display()),
+        )
+    })?;
+    let parts: Vec<&std::ffi::OsStr> = rel
+        .components()
+        .map(|c| match c {
+            Component::Normal(n) => Ok(n),
+            _ => Err(Error::new(
+                ErrorKind::InvalidInput,
+                "a confined path has plain components only",
+            )),
+        })
+        .collect::<Result<_, _>>()?;
+    let Some((name, dirs)) = parts.split_last() else {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "the workspace itself is not a file",
+        ));
+    };
+    let dir_flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+    let mut dir = open_at(
+        libc::AT_FDCWD,
+        &cstr(root.as_os_str())?,
+        libc::O_PATH | libc::O_DIRECTORY,
+    )?;
+    for d in dirs {
+        let c = cstr(d)?;
+        dir = match open_at(dir.as_raw_fd(), &c, dir_flags) {
+            Err(e) if e.kind() == ErrorKind::NotFound && create => {
+                // SAFETY: `c` is a valid C string; `dir` an open directory.
+                if unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o777) } != 0 {
+                    let e = Error::last_os_error();
+                    if e.kind() != ErrorKind::AlreadyExists {
+                        return Err(e);
+                    }
+                }
+                open_at(dir.as_raw_fd(), &c, dir_flags)?
+            }
+            other => other?,
+        };
+    }
+    Ok((dir, cstr(name)?))
+}
+
 /// The workspace-relative form of a confined path, for messages.
 pub fn relative_to(root: &Path, path: &Path) -> String {
     let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
@@ -122,6 +316,83 @@ mod tests {
             confine_path(&w, canon.join("x").to_str().unwrap()).unwrap(),
             canon.join("x")
         );
+    }
+
+    #[test]
+    fn a_confined_open_follows_no_symlink_on_the_way() {
+        use std::io::{Read, Write};
+        let w = ws();
+        let canon = w.canonicalize().unwrap();
+        let mut f = open_confined(&w, &canon.join("a/b/c.txt"), OpenFor::Write).unwrap();
+        f.write_all(b"one").unwrap();
+        open_confined(&w, &canon.join("a/b/c.txt"), OpenFor::Append)
+            .unwrap()
+            .write_all(b"two")
+            .unwrap();
+        let mut text = String::new();
+        open_confined(&w, &canon.join("a/b/c.txt"), OpenFor::Read)
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, "onetwo");
+        // A directory swapped for a link after the check: refused, nothing written there.
+        let elsewhere = ws();
+        std::fs::rename(canon.join("a"), canon.join("a.real")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, canon.join("a")).unwrap();
+        std::fs::create_dir_all(elsewhere.join("b")).unwrap();
+        for how in [OpenFor::Write, OpenFor::Append, OpenFor::Read] {
+            assert!(
+                open_confined(&w, &canon.join("a/b/c.txt"), how).is_err(),
+                "{how:?}"
+            );
+        }
+        assert!(!elsewhere.join("b/c.txt").exists());
+        // The file itself a link: refused too.
+        std::os::unix::fs::symlink("/etc/hostname", canon.join("link.txt")).unwrap();
+        assert!(open_confined(&w, &canon.join("link.txt"), OpenFor::Read).is_err());
+        assert!(open_confined(&w, &canon.join("../x"), OpenFor::Read).is_err());
+        // Replaced at once where checked, and never through a link.
+        replace_confined(&w, &canon.join("a.real/b/c.txt"), b"new").unwrap();
+        assert_eq!(std::fs::read(canon.join("a.real/b/c.txt")).unwrap(), b"new");
+        assert!(replace_confined(&w, &canon.join("a/b/c.txt"), b"x").is_err());
+        assert!(!elsewhere.join("b/c.txt").exists());
+        assert_eq!(
+            std::fs::read_dir(canon.join("a.real/b")).unwrap().count(),
+            1
+        );
+    }
+
+    #[test]
+    fn tool_paths_reach_no_state() {
+        let w = ws();
+        let canon = w.canonicalize().unwrap();
+        std::fs::create_dir_all(w.join(".omicos/tenants/acme")).unwrap();
+        std::fs::write(w.join(".omicos/tenants/acme/a.pdf"), "x").unwrap();
+        std::os::unix::fs::symlink(".omicos/tenants/acme/a.pdf", w.join("link.pdf")).unwrap();
+        std::os::unix::fs::symlink(".omicos", w.join("state")).unwrap();
+        for p in [
+            ".omicos",
+            ".omicos/token",
+            ".omicos/tenants/acme/a.pdf",
+            "sub/../.omicos/x.ipynb",
+            "./.omicos/new.ipynb",
+            "link.pdf",
+            "state/tenants",
+            canon.join(".omicos/x").to_str().unwrap(),
+        ] {
+            assert!(
+                matches!(confine_tool_path(&w, p), Err(ConfineError::State(_))),
+                "{p}: {:?}",
+                confine_tool_path(&w, p)
+            );
+        }
+        for p in ["sub/a.pdf", ".omicosx/a", "sub/.omicos/a", ""] {
+            assert!(confine_tool_path(&w, p).is_ok(), "{p}");
+        }
+        assert!(matches!(
+            confine_tool_path(&w, "../x"),
+            Err(ConfineError::Escapes(_))
+        ));
     }
 
     #[test]

@@ -16,7 +16,9 @@ pub mod tenancy;
 pub mod toolsets;
 
 pub use checkpoint::FileChanges;
-pub use confine::{ConfineError, confine_path};
+pub use confine::{
+    ConfineError, OpenFor, confine_path, confine_tool_path, open_confined, replace_confined,
+};
 pub use hosting::{
     ProviderHosting, serve_provider, serve_provider_over, serve_provider_tls, serve_provider_with,
 };

@@ -3,7 +3,9 @@
 
 use async_trait::async_trait;
 use omicos_proto::{Risk, ToolSpec};
-use omicos_toolkit::{CallCtx, Provider, ToolError, confine::relative_to, confine_path, tool};
+use omicos_toolkit::{
+    CallCtx, OpenFor, Provider, ToolError, confine::relative_to, confine_path, open_confined, tool,
+};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
@@ -185,6 +187,14 @@ fn walk<'a>(
         .flatten()
 }
 
+/// The whole file, read where it was checked ([`open_confined`]).
+fn read_confined(ctx: &CallCtx, path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut f = open_confined(&ctx.workspace, path, OpenFor::Read)?;
+    let mut b = Vec::new();
+    std::io::Read::read_to_end(&mut f, &mut b)?;
+    Ok(b)
+}
+
 fn io_err(what: &str, path: &str, e: std::io::Error) -> ToolError {
     ToolError::failed(format!("cannot {what} `{path}`: {e}"))
 }
@@ -363,7 +373,7 @@ fn read(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
             "`{given}` is a directory; use file_manager__list"
         )));
     }
-    let bytes = std::fs::read(&path).map_err(|e| io_err("read", given, e))?;
+    let bytes = read_confined(ctx, &path).map_err(|e| io_err("read", given, e))?;
     let text = String::from_utf8(bytes).map_err(|e| {
         ToolError::failed(format!(
             "`{given}` is not UTF-8 text ({} bytes); it cannot be read as text",
@@ -425,27 +435,20 @@ fn write(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
     if path.is_dir() {
         return Err(ToolError::failed(format!("`{given}` is a directory")));
     }
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| io_err("create the directory of", given, e))?;
-        // The directories just created may not change where the path resolves, but check again: a
-        // racing symlink must not redirect the write.
-        confine(ctx, given)?;
-    }
     let append = args.get("append").and_then(Value::as_bool).unwrap_or(false);
     // What the path held before: the turn's checkpoint (RewindSession).
     ctx.file_changes.before_change(&ctx.workspace, &path);
-    if append {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| io_err("open", given, e))?;
-        f.write_all(content.as_bytes())
-            .map_err(|e| io_err("write", given, e))?;
+    // Opened where it was checked, its directories made on the way: a
+    // directory swapped for a symlink since (by a job of the session's box)
+    // fails the write instead of redirecting it.
+    let how = if append {
+        OpenFor::Append
     } else {
-        std::fs::write(&path, content).map_err(|e| io_err("write", given, e))?;
-    }
+        OpenFor::Write
+    };
+    open_confined(&ctx.workspace, &path, how)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, content.as_bytes()))
+        .map_err(|e| io_err("write", given, e))?;
     Ok(Value::String(format!(
         "{} {} bytes to {}",
         if append { "appended" } else { "wrote" },
@@ -464,7 +467,9 @@ fn edit(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
         .get("replace_all")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let text = std::fs::read_to_string(&path).map_err(|e| io_err("read", given, e))?;
+    let text = read_confined(ctx, &path)
+        .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other))
+        .map_err(|e| io_err("read", given, e))?;
     let count = text.matches(old).count();
     if count == 0 {
         return Err(ToolError::failed(format!(
@@ -482,7 +487,9 @@ fn edit(args: &Value, ctx: &CallCtx) -> Result<Value, ToolError> {
         text.replacen(old, new, 1)
     };
     ctx.file_changes.before_change(&ctx.workspace, &path);
-    std::fs::write(&path, updated).map_err(|e| io_err("write", given, e))?;
+    open_confined(&ctx.workspace, &path, OpenFor::Write)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, updated.as_bytes()))
+        .map_err(|e| io_err("write", given, e))?;
     Ok(Value::String(format!(
         "replaced {count} occurrence{} in {}",
         if count == 1 { "" } else { "s" },

@@ -8,7 +8,7 @@
 use async_trait::async_trait;
 use omicos_proto::{Risk, ToolSpec};
 use omicos_sandbox::{Command, Placement, Process, Sandbox, SandboxConfig, Stdio};
-use omicos_toolkit::{CallCtx, Provider, ToolError, confine_path, tool};
+use omicos_toolkit::{CallCtx, Provider, ToolError, confine_tool_path, tool};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -142,8 +142,8 @@ impl Provider for Shell {
 
     fn validate_input(&self, _tool: &str, args: &Value, ctx: &CallCtx) -> Result<(), ToolError> {
         if let Some(w) = args.get("workdir").and_then(Value::as_str) {
-            let p =
-                confine_path(&ctx.workspace, w).map_err(|e| ToolError::invalid(e.to_string()))?;
+            let p = confine_tool_path(&ctx.workspace, w)
+                .map_err(|e| ToolError::invalid(e.to_string()))?;
             if !p.is_dir() {
                 return Err(ToolError::invalid(format!(
                     "workdir `{w}` is not a directory"
@@ -165,9 +165,8 @@ impl Provider for Shell {
             .unwrap_or(self.max_timeout)
             .min(self.max_timeout);
         let cwd = match args.get("workdir").and_then(Value::as_str) {
-            Some(w) => {
-                confine_path(&ctx.workspace, w).map_err(|e| ToolError::invalid(e.to_string()))?
-            }
+            Some(w) => confine_tool_path(&ctx.workspace, w)
+                .map_err(|e| ToolError::invalid(e.to_string()))?,
             None => ctx.workspace.clone(),
         };
         let sandbox = match &self.sandbox {

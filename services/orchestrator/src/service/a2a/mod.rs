@@ -101,10 +101,14 @@ pub struct RpcError {
 }
 
 impl RpcError {
+    /// The one place an A2A error's message is made: bounded
+    /// ([`crate::bound::error_message`]), since it often quotes what the
+    /// caller sent (a task id, a role, a method name) and both bindings
+    /// send it back (the JSON-RPC body; gRPC's message and its details).
     fn new(code: i64, message: impl Into<String>) -> Self {
         Self {
             code,
-            message: message.into(),
+            message: crate::bound::error_message(&message.into()),
             kind: None,
         }
     }
