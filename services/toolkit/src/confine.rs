@@ -3,6 +3,10 @@
 //! take a path ([`confine_tool_path`]), none into the workspace's
 //! `.omicos/`, omicos's own state.
 
+use nix::fcntl::{AT_FDCWD, OFlag, openat, renameat};
+use nix::sys::stat::{Mode, mkdirat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 /// A path that would leave the workspace, or cannot be checked.
@@ -142,14 +146,13 @@ pub enum OpenFor {
 /// path is trusted (the deployment's, or a tenant's under `.omicos/`).
 pub fn open_confined(root: &Path, path: &Path, how: OpenFor) -> std::io::Result<std::fs::File> {
     let (dir, name) = confined_parent(root, path, how != OpenFor::Read)?;
-    let flags = libc::O_NOFOLLOW
+    let flags = OFlag::O_NOFOLLOW
         | match how {
-            OpenFor::Read => libc::O_RDONLY,
-            OpenFor::Write => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
-            OpenFor::Append => libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+            OpenFor::Read => OFlag::O_RDONLY,
+            OpenFor::Write => OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC,
+            OpenFor::Append => OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_APPEND,
         };
-    let fd = open_at(dir.as_raw_fd(), &name, flags)?;
-    Ok(std::fs::File::from(fd))
+    Ok(std::fs::File::from(open_at(&dir, name, flags)?))
 }
 
 /// Replaces the file at `path` (a path [`confine_path`] answered under
@@ -160,72 +163,47 @@ pub fn open_confined(root: &Path, path: &Path, how: OpenFor) -> std::io::Result<
 pub fn replace_confined(root: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let (dir, name) = confined_parent(root, path, true)?;
-    let tmp = cstr(std::ffi::OsStr::new(&format!(
+    let tmp = std::ffi::OsString::from(format!(
         ".{}.omicos-tmp-{}",
         name.to_string_lossy(),
         uuid::Uuid::new_v4().simple()
-    )))?;
-    let fd = open_at(
-        dir.as_raw_fd(),
-        &tmp,
-        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+    ));
+    let file = open_at(
+        &dir,
+        tmp.as_os_str(),
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW,
     )?;
-    let unlink = || {
-        // SAFETY: valid C string and an open directory.
-        unsafe { libc::unlinkat(dir.as_raw_fd(), tmp.as_ptr(), 0) };
-    };
-    if let Err(e) = std::fs::File::from(fd).write_all(bytes) {
-        unlink();
-        return Err(e);
+    let written = std::fs::File::from(file)
+        .write_all(bytes)
+        .and_then(|()| renameat(&dir, tmp.as_os_str(), &dir, name).map_err(Into::into));
+    if written.is_err() {
+        let _ = unlinkat(&dir, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
     }
-    // SAFETY: valid C strings, both names in the same open directory.
-    if unsafe {
-        libc::renameat(
-            dir.as_raw_fd(),
-            tmp.as_ptr(),
-            dir.as_raw_fd(),
-            name.as_ptr(),
-        )
-    } != 0
-    {
-        let e = std::io::Error::last_os_error();
-        unlink();
-        return Err(e);
-    }
-    Ok(())
+    written
 }
 
-fn cstr(s: &std::ffi::OsStr) -> std::io::Result<std::ffi::CString> {
-    use std::os::unix::ffi::OsStrExt;
-    std::ffi::CString::new(s.as_bytes())
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in a path"))
+/// `name` in the open directory `dir`, never inheriting into a child.
+fn open_at<P: ?Sized + nix::NixPath>(
+    dir: impl AsFd,
+    name: &P,
+    flags: OFlag,
+) -> std::io::Result<OwnedFd> {
+    Ok(openat(
+        dir,
+        name,
+        flags | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o666),
+    )?)
 }
-
-fn open_at(
-    dir: libc::c_int,
-    name: &std::ffi::CStr,
-    flags: libc::c_int,
-) -> std::io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: `name` is a valid C string; the fd returned is owned here.
-    let fd = unsafe { libc::openat(dir, name.as_ptr(), flags | libc::O_CLOEXEC, 0o666) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: openat answered a new fd that nothing else owns.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
-}
-
-use std::os::fd::AsRawFd;
 
 /// The directory of `path` (under `root`), opened from `root` down without
 /// following a symlink (each missing one made when `create`), and the
 /// file's name in it.
-fn confined_parent(
+fn confined_parent<'p>(
     root: &Path,
-    path: &Path,
+    path: &'p Path,
     create: bool,
-) -> std::io::Result<(std::os::fd::OwnedFd, std::ffi::CString)> {
+) -> std::io::Result<(OwnedFd, &'p std::ffi::OsStr)> {
     use std::io::{Error, ErrorKind};
     let root = root.canonicalize()?;
     let rel = path.strip_prefix(&root).map_err(|_| {
@@ -250,29 +228,21 @@ fn confined_parent(
             "the workspace itself is not a file",
         ));
     };
-    let dir_flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW;
-    let mut dir = open_at(
-        libc::AT_FDCWD,
-        &cstr(root.as_os_str())?,
-        libc::O_PATH | libc::O_DIRECTORY,
-    )?;
+    let dir_flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW;
+    let mut dir = open_at(AT_FDCWD, root.as_path(), OFlag::O_PATH | OFlag::O_DIRECTORY)?;
     for d in dirs {
-        let c = cstr(d)?;
-        dir = match open_at(dir.as_raw_fd(), &c, dir_flags) {
+        dir = match open_at(&dir, *d, dir_flags) {
             Err(e) if e.kind() == ErrorKind::NotFound && create => {
-                // SAFETY: `c` is a valid C string; `dir` an open directory.
-                if unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o777) } != 0 {
-                    let e = Error::last_os_error();
-                    if e.kind() != ErrorKind::AlreadyExists {
-                        return Err(e);
-                    }
+                match mkdirat(&dir, *d, Mode::from_bits_truncate(0o777)) {
+                    Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
+                    Err(e) => return Err(e.into()),
                 }
-                open_at(dir.as_raw_fd(), &c, dir_flags)?
+                open_at(&dir, *d, dir_flags)?
             }
             other => other?,
         };
     }
-    Ok((dir, cstr(name)?))
+    Ok((dir, name))
 }
 
 /// The workspace-relative form of a confined path, for messages.
