@@ -596,7 +596,7 @@ mod tests {
     #[test]
     fn the_top_level_hooks_reach_both_services_and_each_keeps_its_events() {
         let f = file(
-            "hooks:\n  Stop: [{hooks: [{type: command, command: ./stop.sh}]}]\n  PreToolUse: [{matcher: shell, hooks: [{type: command, command: ./pre.sh}]}]\ntool_runner: {approval_timeout: 2m}\n",
+            "hooks:\n  Stop: [{hooks: [{type: command, command: /etc/omicos/hooks/stop.sh}]}]\n  PreToolUse: [{matcher: shell, hooks: [{type: command, command: /etc/omicos/hooks/pre.sh}]}]\ntool_runner: {approval_timeout: 2m}\n",
         );
         let o: omicos_orchestrator::config::Config = load_config_value(
             with_hooks(section(&f, "orchestrator"), &f),
@@ -604,14 +604,14 @@ mod tests {
             "orchestrator",
         )
         .unwrap();
-        assert_eq!(o.hooks.stop[0].hooks[0].command, "./stop.sh");
+        assert_eq!(o.hooks.stop[0].hooks[0].command, "/etc/omicos/hooks/stop.sh");
         let r: omicos_tool_runner::Config = load_config_value(
             with_hooks(section(&f, "tool_runner"), &f),
             &[],
             "tool_runner",
         )
         .unwrap();
-        assert_eq!(r.hooks.pre_tool_use[0].hooks[0].command, "./pre.sh");
+        assert_eq!(r.hooks.pre_tool_use[0].hooks[0].command, "/etc/omicos/hooks/pre.sh");
         assert_eq!(r.approval_timeout, Duration::from_secs(120));
     }
 }
