@@ -604,14 +604,20 @@ mod tests {
             "orchestrator",
         )
         .unwrap();
-        assert_eq!(o.hooks.stop[0].hooks[0].command, "/etc/omicos/hooks/stop.sh");
+        assert_eq!(
+            o.hooks.stop[0].hooks[0].command,
+            "/etc/omicos/hooks/stop.sh"
+        );
         let r: omicos_tool_runner::Config = load_config_value(
             with_hooks(section(&f, "tool_runner"), &f),
             &[],
             "tool_runner",
         )
         .unwrap();
-        assert_eq!(r.hooks.pre_tool_use[0].hooks[0].command, "/etc/omicos/hooks/pre.sh");
+        assert_eq!(
+            r.hooks.pre_tool_use[0].hooks[0].command,
+            "/etc/omicos/hooks/pre.sh"
+        );
         assert_eq!(r.approval_timeout, Duration::from_secs(120));
     }
 }

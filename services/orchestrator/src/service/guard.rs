@@ -446,8 +446,10 @@ async fn admit(
     let path = req.uri().path().to_owned();
     let (session, optional, refusal) = match access_of(&path) {
         None => {
+            // Bounded: the path is the caller's, and may be long.
             return Err(tonic::Status::unimplemented(format!(
-                "{path} is not classified by the session guard"
+                "{} is not classified by the session guard",
+                crate::bound::cut(&path, 200, "")
             ))
             .into_http());
         }
@@ -914,6 +916,20 @@ mod tests {
             code_and_message(&r).0,
             Some((tonic::Code::Unimplemented as i32).to_string())
         );
+        assert_eq!(inner.0.lock().unwrap().len(), 2);
+        // A long unclassified path is not echoed whole.
+        let long = format!("/omicos.v1.Orchestrator/{}", "N".repeat(50_000));
+        let r = guard
+            .clone()
+            .oneshot(request(&long, &alice, frame(&CompactRequest::default())))
+            .await
+            .unwrap();
+        let (code, message) = code_and_message(&r);
+        assert_eq!(code, Some((tonic::Code::Unimplemented as i32).to_string()));
+        let message = message.expect("a message");
+        assert!(message.len() < 1_000, "{} bytes", message.len());
+        // grpc-message is percent-encoded.
+        assert!(message.contains("not%20classified"), "{message}");
         assert_eq!(inner.0.lock().unwrap().len(), 2);
 
         // ReadValue (a cut value whole) the same: another owner hears what a
