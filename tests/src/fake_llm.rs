@@ -165,6 +165,36 @@ fn fill_in(reply: Reply, body: &Value) -> Reply {
     }
 }
 
+/// A responder for [`FakeLlm::with_responder`]: a user message `CALL <tool>
+/// <json>` becomes that one tool call (ids `call_0`, `call_1`, …); after its
+/// result, or for any other message, the model says "done". For tests that
+/// drive tools from the message they send.
+pub fn call_per_message() -> impl Fn(&Value) -> Reply + Send + Sync + 'static {
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    move |body: &Value| {
+        let last = body["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .cloned()
+            .unwrap_or_default();
+        let text = last["content"].as_str().unwrap_or_default().to_owned();
+        if last["role"] != "user" {
+            return Reply::Text("done".into());
+        }
+        let id = format!(
+            "call_{}",
+            n.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        );
+        match text
+            .strip_prefix("CALL ")
+            .and_then(|rest| rest.split_once(' '))
+        {
+            Some((tool, args)) => Reply::Tools(String::new(), vec![(id, tool.into(), args.into())]),
+            None => Reply::Text("done".into()),
+        }
+    }
+}
+
 /// The text of a request's user messages, oldest first (OpenAI: `content`
 /// as a string or text parts; Anthropic: text blocks, tool results left out).
 pub fn user_messages(body: &Value) -> Vec<String> {

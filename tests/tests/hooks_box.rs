@@ -8,36 +8,11 @@
 //! and what she planted does not.
 
 use omicos_e2e::stack::{ChatHandle, client_with, finished_calls};
-use omicos_e2e::{FakeLlm, Reply, Stack, StackOptions, api_key};
+use omicos_e2e::{FakeLlm, Stack, StackOptions, api_key};
 use omicos_proto::ChatRequest;
 use serde_json::{Value, json};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 const DORA: &str = "dora-key-0123456789abcdef";
-
-/// The model: `CALL <tool> <json>` becomes that one call; then "done".
-fn model() -> impl Fn(&Value) -> Reply + Send + Sync + 'static {
-    let n = AtomicUsize::new(0);
-    move |body: &Value| {
-        let last = body["messages"]
-            .as_array()
-            .and_then(|m| m.last())
-            .cloned()
-            .unwrap_or_default();
-        let text = last["content"].as_str().unwrap_or_default().to_owned();
-        if last["role"] != "user" {
-            return Reply::Text("done".into());
-        }
-        let id = format!("call_{}", n.fetch_add(1, Ordering::SeqCst));
-        match text
-            .strip_prefix("CALL ")
-            .and_then(|rest| rest.split_once(' '))
-        {
-            Some((tool, args)) => Reply::Tools(String::new(), vec![(id, tool.into(), args.into())]),
-            None => Reply::Text("done".into()),
-        }
-    }
-}
 
 async fn call(url: &str, token: &str, tool: &str, args: Value) -> String {
     let mut h = ChatHandle::open(
@@ -63,7 +38,9 @@ async fn a_hook_never_runs_code_the_agent_wrote() {
     let host = tempfile::tempdir().unwrap();
     let mark = host.path().join("escaped");
     let ran = host.path().join("hook-ran");
-    let llm = FakeLlm::start(vec![]).await.with_responder(model());
+    let llm = FakeLlm::start(vec![])
+        .await
+        .with_responder(omicos_e2e::fake_llm::call_per_message());
     let hook = format!(
         "cat >/dev/null; touch {}; python3 guard.py 2>/dev/null; exit 0",
         ran.display()

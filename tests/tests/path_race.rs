@@ -10,37 +10,13 @@
 //! process in the box can do to the workspace: rename, mkdir, symlink.
 
 use omicos_e2e::stack::{ChatHandle, client_with, finished_calls};
-use omicos_e2e::{FakeLlm, Reply, Stack, StackOptions, api_key};
+use omicos_e2e::{FakeLlm, Stack, StackOptions, api_key};
 use omicos_proto::ChatRequest;
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 const DORA: &str = "dora-key-0123456789abcdef";
-
-/// The model: `CALL <tool> <json>` becomes that one call; then "done".
-fn model() -> impl Fn(&Value) -> Reply + Send + Sync + 'static {
-    let n = AtomicUsize::new(0);
-    move |body: &Value| {
-        let last = body["messages"]
-            .as_array()
-            .and_then(|m| m.last())
-            .cloned()
-            .unwrap_or_default();
-        let text = last["content"].as_str().unwrap_or_default().to_owned();
-        if last["role"] != "user" {
-            return Reply::Text("done".into());
-        }
-        let id = format!("call_{}", n.fetch_add(1, Ordering::SeqCst));
-        match text
-            .strip_prefix("CALL ")
-            .and_then(|rest| rest.split_once(' '))
-        {
-            Some((tool, args)) => Reply::Tools(String::new(), vec![(id, tool.into(), args.into())]),
-            None => Reply::Text("done".into()),
-        }
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_swapped_directory_never_redirects_a_file_tool() {
@@ -65,7 +41,9 @@ async fn race(tool: &str, args: impl Fn(usize) -> Value) {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().canonicalize().unwrap();
     let outside = tempfile::tempdir().unwrap();
-    let llm = FakeLlm::start(vec![]).await.with_responder(model());
+    let llm = FakeLlm::start(vec![])
+        .await
+        .with_responder(omicos_e2e::fake_llm::call_per_message());
     let kernel: Arc<dyn omicos_toolkit::Provider> = omicos_kernel::KernelProvider::new(
         omicos_kernel::KernelConfig {
             pool_size: 0,

@@ -10,12 +10,11 @@
 //! dora is in the default tenant, alice and bob in `acme`.
 
 use omicos_e2e::stack::{ChatHandle, client_with, finished_calls};
-use omicos_e2e::{FakeLlm, Reply, Stack, StackOptions, api_key};
+use omicos_e2e::{FakeLlm, Stack, StackOptions, api_key};
 use omicos_proto::{ChatRequest, ToolStatus};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 const DORA: &str = "dora-key-0123456789abcdef";
 const ALICE: &str = "alice-key-0123456789abcdef";
@@ -26,31 +25,6 @@ const SECRET_OF_THE_PARTS: &str = "parts-secret-0123456789abcdef";
 
 /// What alice's notebook holds: never in another principal's result.
 const SECRET: &str = "ALICE-NOTEBOOK-SECRET-41c7";
-
-/// The model: a user message `CALL <tool> <json>` becomes that one call;
-/// after its result it says "done".
-fn model() -> impl Fn(&Value) -> Reply + Send + Sync + 'static {
-    let n = AtomicUsize::new(0);
-    move |body: &Value| {
-        let last = body["messages"]
-            .as_array()
-            .and_then(|m| m.last())
-            .cloned()
-            .unwrap_or_default();
-        let text = last["content"].as_str().unwrap_or_default().to_owned();
-        if last["role"] != "user" {
-            return Reply::Text("done".into());
-        }
-        let id = format!("call_{}", n.fetch_add(1, Ordering::SeqCst));
-        match text
-            .strip_prefix("CALL ")
-            .and_then(|rest| rest.split_once(' '))
-        {
-            Some((tool, args)) => Reply::Tools(String::new(), vec![(id, tool.into(), args.into())]),
-            None => Reply::Text("done".into()),
-        }
-    }
-}
 
 /// One call as `token` in a new session: (session, status, result).
 async fn call(url: &str, token: &str, tool: &str, args: Value) -> (String, ToolStatus, String) {
@@ -125,7 +99,9 @@ fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
 async fn path_tools_reach_no_state_and_no_other_tenant() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().canonicalize().unwrap();
-    let llm = FakeLlm::start(vec![]).await.with_responder(model());
+    let llm = FakeLlm::start(vec![])
+        .await
+        .with_responder(omicos_e2e::fake_llm::call_per_message());
     let kernel = omicos_kernel::KernelProvider::new(
         omicos_kernel::KernelConfig {
             pool_size: 0,
