@@ -76,6 +76,11 @@ const STALE_PIN_KEEP: &str = "7 days";
 pub struct SharedStore {
     pool: PgPool,
     reload: Notify,
+    /// Held from a re-read's first query to its apply: two re-reads (the
+    /// follower's and a caller's) apply in the order they read, so an older
+    /// snapshot never lands after a newer one (a withdrawn instance would
+    /// come back until the next resync).
+    loading: tokio::sync::Mutex<()>,
 }
 
 /// Why the store could not be opened.
@@ -125,6 +130,7 @@ impl SharedStore {
         Ok(Arc::new(Self {
             pool,
             reload: Notify::new(),
+            loading: tokio::sync::Mutex::new(()),
         }))
     }
 
@@ -473,6 +479,7 @@ impl SharedStore {
 
     /// Re-reads the live set and the pins into `registry`.
     pub async fn load_into(&self, registry: &Registry) -> Result<(), sqlx::Error> {
+        let _in_order = self.loading.lock().await;
         let live = self.live_set().await?;
         let pins = self.pins().await?;
         registry.apply_live_set(live);
