@@ -15,9 +15,50 @@ use std::time::Duration;
 const ALICE: &str = "a2a-alice-token";
 const BOB: &str = "a2a-bob-token";
 
+/// The model answers by what it was asked (the last user message contains
+/// the key), not by the order requests arrive: a task cancelled before its
+/// turn reached the model leaves no scripted reply behind for the next one.
+fn by_question(answers: Vec<(&'static str, Reply)>) -> impl Fn(&Value) -> Reply + Send + Sync {
+    move |body: &Value| {
+        let asked = omicos_e2e::fake_llm::user_messages(body)
+            .pop()
+            .unwrap_or_default();
+        answers
+            .iter()
+            .find(|(key, _)| asked.contains(key))
+            .map(|(_, r)| r.clone())
+            .unwrap_or_else(|| Reply::Text(format!("UNEXPECTED QUESTION: {asked}")))
+    }
+}
+
+/// The users' questions whose turns reached the model.
+fn questions(stack: &Stack) -> Vec<String> {
+    stack
+        .llm
+        .requests()
+        .iter()
+        .filter_map(|r| omicos_e2e::fake_llm::user_messages(&r.body).pop())
+        .collect()
+}
+
+/// A stack whose model answers by the question ([`by_question`]).
+async fn stack_by_question(answers: Vec<(&'static str, Reply)>) -> Stack {
+    stack_with(
+        FakeLlm::start(vec![])
+            .await
+            .with_responder(by_question(answers)),
+    )
+    .await
+}
+
+/// A stack whose model answers `replies` in order.
 async fn stack(replies: Vec<Reply>) -> Stack {
+    stack_with(FakeLlm::start(replies).await).await
+}
+
+async fn stack_with(llm: FakeLlm) -> Stack {
     Stack::start(
-        FakeLlm::start(replies).await,
+        llm,
         StackOptions {
             tweak: Some(Box::new(|c| {
                 // A `Slow` reply waits for a cancel from the Python client,
@@ -38,13 +79,16 @@ async fn stack(replies: Vec<Reply>) -> Stack {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_sends_streams_gets_and_cancels() {
-    let stack = stack(vec![
-        Reply::Text("ANSWER-ONE".into()),
-        Reply::Text("ANSWER-TWO".into()),
+    let stack = stack_by_question(vec![
+        ("first question", Reply::Text("ANSWER-ONE".into())),
+        ("second question", Reply::Text("ANSWER-TWO".into())),
         // Cancelled long before its three pieces are sent.
-        Reply::Slow("never finished".into(), Duration::from_secs(20)),
-        Reply::Text("ANSWER-THREE".into()),
-        Reply::Text("ANSWER-FOUR".into()),
+        (
+            "a long one",
+            Reply::Slow("never finished".into(), Duration::from_secs(20)),
+        ),
+        ("third question", Reply::Text("ANSWER-THREE".into())),
+        ("fourth question", Reply::Text("ANSWER-FOUR".into())),
     ])
     .await;
     let r = run_sdk("a2a/client.py", &stack).await;
@@ -167,8 +211,22 @@ async fn the_python_sdk_sends_streams_gets_and_cancels() {
         Some("TASK_STATE_COMPLETED"),
         "{ls:?}"
     );
-    // Bob's attempts never reached the model: five requests, all Alice's.
-    assert_eq!(stack.llm.requests().len(), 5);
+    // Bob's attempts never reached the model: only Alice's questions did
+    // (the cancelled one may have been cancelled before its turn asked).
+    let asked = questions(&stack);
+    assert!(asked.iter().all(|q| !q.contains("let me in")), "{asked:?}");
+    for q in [
+        "first question",
+        "second question",
+        "third question",
+        "fourth question",
+    ] {
+        assert_eq!(
+            asked.iter().filter(|a| a.contains(q)).count(),
+            1,
+            "{q}: {asked:?}"
+        );
+    }
 }
 
 /// The SDK as a gRPC client (tests/a2a/grpc_client.py), from the card's
@@ -178,14 +236,20 @@ async fn the_python_sdk_sends_streams_gets_and_cancels() {
 /// credential.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_over_grpc_sends_streams_subscribes_lists_and_cancels() {
-    let stack = stack(vec![
-        Reply::Text("ANSWER-G1".into()),
-        Reply::Text("ANSWER-G2".into()),
+    let stack = stack_by_question(vec![
+        ("first question", Reply::Text("ANSWER-G1".into())),
+        ("second question", Reply::Text("ANSWER-G2".into())),
         // Followed by a second client: long enough to subscribe while it runs.
-        Reply::Slow("SLOW-ANSWER".into(), Duration::from_secs(1)),
+        (
+            "a slow one",
+            Reply::Slow("SLOW-ANSWER".into(), Duration::from_secs(1)),
+        ),
         // Cancelled long before its pieces are sent.
-        Reply::Slow("never finished".into(), Duration::from_secs(20)),
-        Reply::Text("BOB-ANSWER".into()),
+        (
+            "a long one",
+            Reply::Slow("never finished".into(), Duration::from_secs(20)),
+        ),
+        ("bob's question", Reply::Text("BOB-ANSWER".into())),
     ])
     .await;
     let r = run_sdk("a2a/grpc_client.py", &stack).await;
@@ -299,8 +363,24 @@ async fn the_python_sdk_over_grpc_sends_streams_subscribes_lists_and_cancels() {
         "{}",
         r["push"]
     );
-    // Five turns reached the model: four of Alice's, one of Bob's.
-    assert_eq!(stack.llm.requests().len(), 5);
+    // The model was asked Alice's questions and Bob's own, once each, and
+    // none of Bob's attempts on Alice's tasks (the cancelled one may have
+    // been cancelled before its turn asked).
+    let asked = questions(&stack);
+    for q in [
+        "first question",
+        "second question",
+        "a slow one",
+        "bob's question",
+    ] {
+        assert_eq!(
+            asked.iter().filter(|a| a.contains(q)).count(),
+            1,
+            "{q}: {asked:?}"
+        );
+    }
+    assert!(asked.len() <= 5, "{asked:?}");
+    assert!(asked.iter().all(|q| !q.contains("let me in")), "{asked:?}");
 }
 
 /// Runs a Python SDK script against `stack` and returns its JSON report.
