@@ -369,6 +369,21 @@ impl ChatHandle {
         self.events.clone()
     }
 
+    /// Reads until turn_done or the end, allowing each approval the turn
+    /// asks for once; returns all events read so far.
+    pub async fn until_done_allowing(&mut self) -> Vec<ChatEvent> {
+        while let Some(ev) = self.next().await {
+            match ev.kind {
+                Some(chat_event::Kind::ToolApprovalRequest(a)) => {
+                    self.approve(&a.call_id, Decision::AllowOnce).await
+                }
+                Some(chat_event::Kind::TurnDone(_)) => break,
+                _ => {}
+            }
+        }
+        self.events.clone()
+    }
+
     /// Reads until an approval request; returns its call id.
     pub async fn until_approval(&mut self) -> String {
         while let Some(ev) = self.next().await {
@@ -440,6 +455,31 @@ pub fn finished_calls(events: &[ChatEvent]) -> Vec<ToolCallFinished> {
             _ => None,
         })
         .collect()
+}
+
+/// One tool call as `token`, in a new session, through a model answering
+/// with [`crate::fake_llm::call_per_message`] (`CALL <tool> <args>`), allowed
+/// by mode `full`: the session and the call's finish (exactly one call).
+pub async fn one_call(
+    url: &str,
+    token: &str,
+    tool: &str,
+    args: &serde_json::Value,
+) -> (String, ToolCallFinished) {
+    let mut h = ChatHandle::open(
+        client_with(url, token).await,
+        ChatRequest {
+            message: format!("CALL {tool} {args}"),
+            permission_mode: "full".into(),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("chat");
+    let events = h.until_done().await;
+    let mut calls = finished_calls(&events);
+    assert_eq!(calls.len(), 1, "one call: {events:?}");
+    (events[0].session_id.clone(), calls.remove(0))
 }
 
 /// The turn_done reason, if any.

@@ -2002,18 +2002,7 @@ mod run {
         .await
         .expect("the documented key is let in");
         // `auto` may ask before running Python: the client allows it.
-        let mut events = vec![];
-        while let Some(ev) = h.next().await {
-            events.push(ev.clone());
-            match ev.kind {
-                Some(chat_event::Kind::ToolApprovalRequest(a)) => {
-                    h.approve(&a.call_id, omicos_proto::Decision::AllowOnce)
-                        .await
-                }
-                Some(chat_event::Kind::TurnDone(_)) => break,
-                _ => {}
-            }
-        }
+        let events = h.until_done_allowing().await;
         let finished = omicos_e2e::stack::finished_calls(&events);
         assert_eq!(finished.len(), 2, "{events:#?}");
         // The cell's value as the kernel reports it (execute_result text/plain).
@@ -2060,18 +2049,7 @@ mod run {
         )
         .await
         .expect("the documented key is let in");
-        let mut events = vec![];
-        while let Some(ev) = h.next().await {
-            events.push(ev.clone());
-            match ev.kind {
-                Some(chat_event::Kind::ToolApprovalRequest(a)) => {
-                    h.approve(&a.call_id, omicos_proto::Decision::AllowOnce)
-                        .await
-                }
-                Some(chat_event::Kind::TurnDone(_)) => break,
-                _ => {}
-            }
-        }
+        let events = h.until_done_allowing().await;
         let finished = omicos_e2e::stack::finished_calls(&events);
         let call = |name: &str| {
             finished

@@ -7,28 +7,16 @@
 //! `python3 guard.py` would find it, then calls the shell: the hook runs,
 //! and what she planted does not.
 
-use omicos_e2e::stack::{ChatHandle, client_with, finished_calls};
 use omicos_e2e::{FakeLlm, Stack, StackOptions, api_key};
-use omicos_proto::ChatRequest;
 use serde_json::{Value, json};
 
 const DORA: &str = "dora-key-0123456789abcdef";
 
 async fn call(url: &str, token: &str, tool: &str, args: Value) -> String {
-    let mut h = ChatHandle::open(
-        client_with(url, token).await,
-        ChatRequest {
-            message: format!("CALL {tool} {args}"),
-            permission_mode: "full".into(),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("chat");
-    let events = h.until_done().await;
-    let calls = finished_calls(&events);
-    assert_eq!(calls.len(), 1, "one call: {events:?}");
-    calls[0].result.clone()
+    omicos_e2e::stack::one_call(url, token, tool, &args)
+        .await
+        .1
+        .result
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,9 +9,8 @@
 //!
 //! dora is in the default tenant, alice and bob in `acme`.
 
-use omicos_e2e::stack::{ChatHandle, client_with, finished_calls};
 use omicos_e2e::{FakeLlm, Stack, StackOptions, api_key};
-use omicos_proto::{ChatRequest, ToolStatus};
+use omicos_proto::ToolStatus;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;
@@ -28,24 +27,8 @@ const SECRET: &str = "ALICE-NOTEBOOK-SECRET-41c7";
 
 /// One call as `token` in a new session: (session, status, result).
 async fn call(url: &str, token: &str, tool: &str, args: Value) -> (String, ToolStatus, String) {
-    let mut h = ChatHandle::open(
-        client_with(url, token).await,
-        ChatRequest {
-            message: format!("CALL {tool} {args}"),
-            permission_mode: "full".into(),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("chat");
-    let events = h.until_done().await;
-    let calls = finished_calls(&events);
-    assert_eq!(calls.len(), 1, "one call: {events:?}");
-    (
-        events[0].session_id.clone(),
-        calls[0].status(),
-        calls[0].result.clone(),
-    )
+    let (session, call) = omicos_e2e::stack::one_call(url, token, tool, &args).await;
+    (session, call.status(), call.result)
 }
 
 fn notebook(secret: &str) -> String {
