@@ -107,6 +107,27 @@ impl HookHandler {
 /// The variables a `command` hook gets that name the workspace.
 const WORKSPACE_VARS: [&str; 2] = ["CLAUDE_PROJECT_DIR", "OMICOS_WORKSPACE"];
 
+/// Checks the handlers of one event's `matchers` (`event` as configured,
+/// e.g. `PreToolUse`) as a service must before it runs them: each one's own
+/// settings ([`HookHandler::validate`]) and, since a hook runs outside the
+/// sandbox, that none of its code comes from the workspace the agent writes
+/// ([`HookHandler::check_outside`]). Err: the config key
+/// (`hooks.<event>[i].hooks[j].<field>`) and why.
+pub fn check_handlers(
+    event: &str,
+    matchers: &[HookMatcher],
+    workspace: &Path,
+) -> Result<(), (String, String)> {
+    for (i, m) in matchers.iter().enumerate() {
+        for (j, h) in m.hooks.iter().enumerate() {
+            h.validate()
+                .and_then(|()| h.check_outside(workspace))
+                .map_err(|(field, why)| (format!("hooks.{event}[{i}].hooks[{j}].{field}"), why))?;
+        }
+    }
+    Ok(())
+}
+
 impl HookHandler {
     /// Refuses a `command` whose code could come from `workspace`: a hook
     /// runs outside the box, with the service's rights and environment,

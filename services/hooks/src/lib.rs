@@ -14,6 +14,6 @@ mod config;
 mod handler;
 mod matcher;
 
-pub use config::{DEFAULT_TIMEOUT, HandlerKind, HookHandler, HookMatcher};
+pub use config::{DEFAULT_TIMEOUT, HandlerKind, HookHandler, HookMatcher, check_handlers};
 pub use handler::{Answer, HOOK_CWD, Outcome, expand_env, run_all, run_one};
 pub use matcher::{Matchers, compile_matcher, matches};

@@ -536,17 +536,8 @@ impl ServiceConfig for Config {
             }
         }
         for (event, list) in self.hooks.events() {
-            for (i, m) in list.iter().enumerate() {
-                for (j, h) in m.hooks.iter().enumerate() {
-                    // A hook runs outside the sandbox: none of its code
-                    // may come from the workspace the agent writes.
-                    h.validate()
-                        .and_then(|()| h.check_outside(&self.workspace))
-                        .map_err(|(field, why)| {
-                            ConfigError::key(format!("hooks.{event}[{i}].hooks[{j}].{field}"), why)
-                        })?;
-                }
-            }
+            omicos_hooks::check_handlers(event, list, &self.workspace)
+                .map_err(|(key, why)| ConfigError::key(key, why))?;
         }
         if self.tool_calls.parallel_limit == 0 {
             return Err(ConfigError::key(

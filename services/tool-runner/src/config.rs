@@ -244,16 +244,9 @@ impl ServiceConfig for Config {
                 omicos_hooks::compile_matcher(&m.matcher).map_err(|e| {
                     ConfigError::key(format!("hooks.{event}[{i}].matcher"), e.to_string())
                 })?;
-                for (j, h) in m.hooks.iter().enumerate() {
-                    // A hook runs outside the sandbox: none of its code
-                    // may come from the workspace the agent writes.
-                    h.validate()
-                        .and_then(|()| h.check_outside(&self.workspace))
-                        .map_err(|(field, why)| {
-                            ConfigError::key(format!("hooks.{event}[{i}].hooks[{j}].{field}"), why)
-                        })?;
-                }
             }
+            omicos_hooks::check_handlers(event, list, &self.workspace)
+                .map_err(|(key, why)| ConfigError::key(key, why))?;
         }
         for (i, p) in self.providers.iter().enumerate() {
             if !(p.endpoint.starts_with("http://") || p.endpoint.starts_with("https://")) {
